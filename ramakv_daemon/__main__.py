@@ -1,0 +1,82 @@
+"""Command line: ``ram-a-kv`` / ``python -m ramakv_daemon``."""
+
+from __future__ import annotations
+
+import argparse
+import ipaddress
+import logging
+import sys
+
+from aiohttp import web
+
+from ramakv_daemon import config as config_mod
+from ramakv_daemon.http.app import init_app
+
+log = logging.getLogger("ramakv")
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    """The daemon's flags; each overrides the config file."""
+    p = argparse.ArgumentParser(prog="ram-a-kv", description="ram-a-kv KV-cache steering daemon")
+    p.add_argument(
+        "--config",
+        help="TOML config (else $RAM_A_KV_CONFIG, else /etc/ram-a-kv/config.toml)",
+    )
+    p.add_argument("--listen", help="HOST:PORT to bind (overrides listen_addr)")
+    p.add_argument("--store", help="SQLite file (overrides session_store_path)")
+    p.add_argument("--noop", action="store_true", help="use the noop backend (steer nothing)")
+    p.add_argument("--log-level", default="INFO", help="DEBUG, INFO, WARNING (default INFO)")
+    return p.parse_args(argv)
+
+
+def is_loopback(host: str) -> bool:
+    """True for 127.0.0.0/8, ::1 and localhost."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Load config, start the daemon, serve until SIGINT/SIGTERM."""
+    args = parse_args(argv)
+    logging.basicConfig(
+        stream=sys.stdout,
+        level=getattr(logging, str(args.log_level).upper(), logging.INFO),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    cfg, warnings = config_mod.load(args.config)
+    for w in warnings:
+        log.warning("%s", w)
+    cfg = cfg.with_overrides(
+        listen_addr=args.listen, session_store_path=args.store, noop_backend=args.noop or None
+    )
+    try:
+        host, port = cfg.host_port
+    except ValueError as err:
+        log.error("%s", err)
+        return 2
+    if not is_loopback(host) and not cfg.auth_token:
+        log.error(
+            "refusing to bind %s: a non-loopback listen_addr needs auth_token in the config",
+            cfg.listen_addr,
+        )
+        return 2
+    log.info(
+        "ram-a-kv daemon starting addr=%s noop=%s store=%s lmcache_url=%s",
+        cfg.listen_addr, cfg.noop_backend, cfg.session_store_path, cfg.lmcache_url,
+    )
+    app = init_app(cfg)
+    try:
+        web.run_app(app, host=host, port=port, print=None, access_log=None,
+                    shutdown_timeout=5)
+    except OSError as err:
+        log.error("cannot listen on %s: %s", cfg.listen_addr, err)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

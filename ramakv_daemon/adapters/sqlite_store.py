@@ -1,0 +1,147 @@
+"""SQLite session store (aiosqlite, WAL): the original's sessions table plus our state table."""
+
+from __future__ import annotations
+
+import json
+import logging
+import sqlite3
+import sys
+from pathlib import Path
+
+import aiosqlite
+
+from ramakv_daemon.core.session import Session
+from ramakv_daemon.ports import StoreError
+
+log = logging.getLogger("ramakv.store")
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS sessions (
+    session_id TEXT PRIMARY KEY,
+    map_json TEXT NOT NULL,
+    turn_count INTEGER NOT NULL DEFAULT 0
+);
+CREATE TABLE IF NOT EXISTS session_state (
+    session_id TEXT PRIMARY KEY,
+    suspended INTEGER NOT NULL DEFAULT 0,
+    fork_holds_json TEXT NOT NULL DEFAULT '[]',
+    last_event_ts REAL NOT NULL DEFAULT 0
+);
+"""
+
+_UPSERT_SESSION = (
+    "INSERT INTO sessions (session_id, map_json, turn_count) VALUES (?, ?, ?) "
+    "ON CONFLICT(session_id) DO UPDATE SET map_json=excluded.map_json, "
+    "turn_count=excluded.turn_count"
+)
+_UPSERT_STATE = (
+    "INSERT INTO session_state (session_id, suspended, fork_holds_json, last_event_ts) "
+    "VALUES (?, ?, ?, ?) ON CONFLICT(session_id) DO UPDATE SET suspended=excluded.suspended, "
+    "fork_holds_json=excluded.fork_holds_json, last_event_ts=excluded.last_event_ts"
+)
+
+
+class SqliteSessionStore:
+    """Sessions in one SQLite file; every write is one committed transaction."""
+
+    def __init__(self, path: str, synchronous: str = "NORMAL") -> None:
+        self.path = path
+        # WAL + NORMAL survives kill -9 (the WAL is in the OS before commit returns);
+        # FULL also survives power loss at the cost of an fsync per batch.
+        self.synchronous = synchronous.upper()
+        self._db: aiosqlite.Connection | None = None
+
+    async def open(self) -> None:
+        """Create the parent directory, open the file, enable WAL, create tables."""
+        try:
+            if self.path != ":memory:":
+                Path(self.path).parent.mkdir(parents=True, exist_ok=True)
+            self._db = await aiosqlite.connect(self.path)
+            await self._db.execute("PRAGMA journal_mode=WAL")
+            await self._db.execute(f"PRAGMA synchronous={self.synchronous}")
+            await self._db.execute("PRAGMA busy_timeout=5000")
+            await self._db.executescript(SCHEMA)
+            await self._db.commit()
+        except (OSError, sqlite3.Error) as err:
+            raise StoreError(f"cannot open session store {self.path}: {err}") from err
+
+    @property
+    def db(self) -> aiosqlite.Connection:
+        if self._db is None:
+            raise StoreError("session store is not open")
+        return self._db
+
+    async def load_all(self) -> list[Session]:
+        """Every stored session; rows whose JSON is corrupt are skipped with a warning."""
+        out: list[Session] = []
+        intern = sys.intern
+        query = (
+            "SELECT s.session_id, s.map_json, s.turn_count, st.suspended, "
+            "st.fork_holds_json, st.last_event_ts FROM sessions s "
+            "LEFT JOIN session_state st ON st.session_id = s.session_id"
+        )
+        try:
+            async with self.db.execute(query) as cur:
+                rows = await cur.fetchall()
+        except sqlite3.Error as err:
+            raise StoreError(f"cannot read session store {self.path}: {err}") from err
+        for sid, map_json, turn_count, suspended, holds_json, ts in rows:
+            try:
+                hashes = json.loads(map_json)
+                holds = json.loads(holds_json or "[]")
+                if not isinstance(hashes, list) or not all(isinstance(h, str) for h in hashes):
+                    raise ValueError("map_json is not a list of strings")
+            except ValueError as err:
+                log.warning("skipping stored session %r: %s", sid, err)
+                continue
+            out.append(
+                Session(
+                    session_id=sid,
+                    chunk_hashes=tuple(intern(h) for h in hashes),
+                    turn_count=int(turn_count or 0),
+                    suspended=bool(suspended),
+                    fork_holds=tuple(tuple(intern(h) for h in hold) for hold in holds),
+                    last_event_ts=float(ts or 0.0),
+                )
+            )
+        return out
+
+    async def write(self, sessions: dict[str, Session | None]) -> None:
+        """Upsert or delete every given session in one transaction, then commit."""
+        upserts = [s for s in sessions.values() if s is not None]
+        deletes = [(sid,) for sid, s in sessions.items() if s is None]
+        db = self.db
+        try:
+            if upserts:
+                await db.executemany(
+                    _UPSERT_SESSION,
+                    [(s.session_id, json.dumps(s.chunk_hashes), s.turn_count) for s in upserts],
+                )
+                await db.executemany(
+                    _UPSERT_STATE,
+                    [
+                        (
+                            s.session_id,
+                            int(s.suspended),
+                            json.dumps(s.fork_holds),
+                            s.last_event_ts,
+                        )
+                        for s in upserts
+                    ],
+                )
+            if deletes:
+                await db.executemany("DELETE FROM sessions WHERE session_id = ?", deletes)
+                await db.executemany("DELETE FROM session_state WHERE session_id = ?", deletes)
+            await db.commit()
+        except sqlite3.Error as err:
+            try:
+                await db.rollback()
+            except sqlite3.Error:
+                log.exception("rollback after a failed write also failed")
+            raise StoreError(f"persistence failed: {err}") from err
+
+    async def close(self) -> None:
+        """Close the connection (idempotent)."""
+        if self._db is not None:
+            db, self._db = self._db, None
+            await db.close()

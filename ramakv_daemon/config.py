@@ -1,0 +1,112 @@
+"""Daemon configuration: TOML top-level keys -> a frozen dataclass, with safe defaults."""
+
+from __future__ import annotations
+
+import logging
+import os
+import tomllib
+from dataclasses import dataclass, field, fields, replace
+from pathlib import Path
+from typing import Any
+
+log = logging.getLogger("ramakv.config")
+
+DEFAULT_CONFIG_PATH = Path("/etc/ram-a-kv/config.toml")
+ENV_CONFIG = "RAM_A_KV_CONFIG"
+
+
+def default_store_path() -> str:
+    """/var/lib/ram-a-kv/sessions.db as root, else $XDG_STATE_HOME/ram-a-kv/sessions.db."""
+    if hasattr(os, "geteuid") and os.geteuid() == 0:
+        return "/var/lib/ram-a-kv/sessions.db"
+    state = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
+    return str(Path(state) / "ram-a-kv" / "sessions.db")
+
+
+@dataclass(frozen=True, slots=True)
+class Config:
+    """Every daemon setting; names match the original project's config keys."""
+
+    listen_addr: str = "127.0.0.1:6998"
+    lmcache_url: str = "http://localhost:6999"
+    debug_enabled: bool = False
+    debug_dir: str = "kvcache_debug"
+    noop_backend: bool = False
+    trace_events: bool = False
+    session_store_path: str = field(default_factory=default_store_path)
+    turn_start_prefetch: bool = True
+    # Ours (not in the original):
+    max_hashes_per_event: int = 1000
+    max_hash_bytes: int = 100
+    max_body_bytes: int = 8 * 1024 * 1024
+    trace_buffer: int = 10000
+    trace_queue: int = 1000
+    backend_timeout_s: float = 5.0
+    auth_token: str = ""
+
+    @property
+    def host_port(self) -> tuple[str, int]:
+        """listen_addr split into host and port ("[::1]:6998" works too)."""
+        host, _, port = self.listen_addr.rpartition(":")
+        if not host or not port.isdigit():
+            raise ValueError(f"listen_addr must be HOST:PORT, got {self.listen_addr!r}")
+        return host.strip("[]"), int(port)
+
+    def with_overrides(self, **changes: Any) -> Config:
+        """A copy with ``changes`` applied (None values ignored)."""
+        return replace(self, **{k: v for k, v in changes.items() if v is not None})
+
+
+_TYPES = {f.name: f.type for f in fields(Config)}
+
+
+def _coerce(name: str, value: Any) -> Any:
+    kind = _TYPES[name]
+    if kind == "bool" and isinstance(value, bool):
+        return value
+    if kind == "int" and isinstance(value, int) and not isinstance(value, bool) and value > 0:
+        return value
+    if kind == "float" and isinstance(value, int | float) and not isinstance(value, bool):
+        return float(value)
+    if kind == "str" and isinstance(value, str):
+        return value
+    raise TypeError(f"config key '{name}' must be {kind}, got {value!r}")
+
+
+def from_mapping(data: dict[str, Any], source: str = "<mapping>") -> tuple[Config, list[str]]:
+    """Build a Config from parsed TOML; returns it and human-readable warnings."""
+    warnings: list[str] = []
+    values: dict[str, Any] = {}
+    for key, value in data.items():
+        if key not in _TYPES:
+            warnings.append(f"{source}: unknown config key '{key}' ignored")
+            continue
+        try:
+            values[key] = _coerce(key, value)
+        except TypeError as err:
+            warnings.append(f"{source}: {err}; using the default")
+    return Config(**values), warnings
+
+
+def resolve_path(cli_path: str | None) -> Path:
+    """--config, else $RAM_A_KV_CONFIG, else /etc/ram-a-kv/config.toml."""
+    if cli_path:
+        return Path(cli_path)
+    env = os.environ.get(ENV_CONFIG)
+    return Path(env) if env else DEFAULT_CONFIG_PATH
+
+
+def load(cli_path: str | None = None) -> tuple[Config, list[str]]:
+    """Load the config file; a missing or unparseable file gives defaults and a warning."""
+    path = resolve_path(cli_path)
+    try:
+        raw = path.read_bytes()
+    except FileNotFoundError:
+        return Config(), [f"config file {path} not found; using built-in defaults"]
+    except OSError as err:
+        return Config(), [f"config file {path} unreadable ({err}); using built-in defaults"]
+    try:
+        data = tomllib.loads(raw.decode("utf-8"))
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as err:
+        return Config(), [f"config file {path} is not valid TOML ({err}); using built-in defaults"]
+    return from_mapping(data, str(path))

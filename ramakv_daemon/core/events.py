@@ -1,0 +1,119 @@
+"""The event catalogue's building blocks: specs, limits and payload validation."""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass
+from typing import Any
+
+from ramakv_daemon.core.errors import InvalidEvent, MissingField
+
+MAX_SESSION_ID_BYTES = 1024
+
+
+@dataclass(frozen=True, slots=True)
+class EventSpec:
+    """What ``list_events`` says of an event, and what validation checks first."""
+
+    name: str
+    description: str
+    required: tuple[str, ...] = ()
+    optional: tuple[str, ...] = ()
+
+    def as_dict(self) -> dict[str, object]:
+        """The shape ``list_events`` returns for this event."""
+        return {
+            "description": self.description,
+            "required": list(self.required),
+            "optional": list(self.optional),
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class Limits:
+    """Input limits; defaults are the original project's."""
+
+    max_hashes_per_event: int = 1000
+    max_hash_bytes: int = 100
+
+
+def check_required(spec: EventSpec, payload: dict[str, Any]) -> None:
+    """Raise MissingField for the first required field absent from ``payload``."""
+    for name in spec.required:
+        if name not in payload:
+            raise MissingField(name)
+
+
+def session_id_of(payload: dict[str, Any], field: str = "session_id") -> str:
+    """The validated session id in ``field``.
+
+    Raises:
+        InvalidEvent: not a string, empty, too long or containing NUL.
+    """
+    value = payload.get(field)
+    if not isinstance(value, str):
+        raise InvalidEvent(f"{field} must be a string")
+    if not value:
+        raise InvalidEvent(f"{field} must not be empty")
+    if "\x00" in value:
+        raise InvalidEvent(f"{field} must not contain NUL")
+    if len(value.encode("utf-8", "surrogatepass")) > MAX_SESSION_ID_BYTES:
+        raise InvalidEvent(f"{field} longer than {MAX_SESSION_ID_BYTES} bytes")
+    return value
+
+
+def optional_session_id(payload: dict[str, Any], field: str) -> str | None:
+    """A validated optional session id, or None when absent or null."""
+    if payload.get(field) is None:
+        return None
+    return session_id_of(payload, field)
+
+
+def chunk_hashes_of(value: Any, limits: Limits, field: str = "chunk_hashes") -> list[str]:
+    """Validate a chunk hash list and intern its strings (shared maps share memory).
+
+    Raises:
+        InvalidEvent: not a list of non-empty strings, too many, or one too long.
+    """
+    if not isinstance(value, list):
+        raise InvalidEvent(f"'{field}' must be a list of strings")
+    if len(value) > limits.max_hashes_per_event:
+        raise InvalidEvent(
+            f"'{field}' has {len(value)} hashes, more than the limit of "
+            f"{limits.max_hashes_per_event}"
+        )
+    out: list[str] = []
+    intern = sys.intern
+    for i, h in enumerate(value):
+        if not isinstance(h, str) or not h:
+            raise InvalidEvent(f"'{field}[{i}]' must be a non-empty string")
+        # Cheap length test first: only long strings pay for the encode.
+        too_long = len(h) > limits.max_hash_bytes // 4 and (
+            len(h.encode("utf-8", "surrogatepass")) > limits.max_hash_bytes
+        )
+        if too_long:
+            raise InvalidEvent(
+                f"'{field}[{i}]' is longer than {limits.max_hash_bytes} bytes"
+            )
+        out.append(intern(h))
+    return out
+
+
+def object_of(payload: dict[str, Any], field: str) -> dict[str, Any] | None:
+    """An optional JSON object field; None when absent or null."""
+    value = payload.get(field)
+    if value is None:
+        return None
+    if not isinstance(value, dict):
+        raise InvalidEvent(f"'{field}' must be an object")
+    return value
+
+
+def bool_of(payload: dict[str, Any], field: str, default: bool = False) -> bool:
+    """An optional boolean field."""
+    value = payload.get(field, default)
+    if value is None:
+        return default
+    if not isinstance(value, bool):
+        raise InvalidEvent(f"'{field}' must be true or false")
+    return value

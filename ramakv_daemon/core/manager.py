@@ -1,0 +1,269 @@
+"""The session manager: applies events to sessions and refcounts, purely and atomically."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+
+from ramakv_daemon.core.change import Change
+from ramakv_daemon.core.errors import IllegalTransition, SessionNotFound
+from ramakv_daemon.core.refcount import RefcountTable
+from ramakv_daemon.core.session import Session, unique
+
+
+class SessionManager:
+    """Owns every session and the global refcount table.
+
+    Each operation validates first, then mutates, and returns a :class:`Change` that
+    records the previous values it touched, so :meth:`undo` can put the state back if
+    persisting the change fails. Operations never do I/O and never await: on one event
+    loop each is atomic. The invariant: a chunk is evicted only when its global
+    refcount reaches 0, and every drop to 0 is evicted exactly once.
+    """
+
+    def __init__(self, *, turn_start_prefetch: bool = True) -> None:
+        self.sessions: dict[str, Session] = {}
+        self.refcounts = RefcountTable()
+        # Chunks demoted by a suspend and referenced by nobody since; a later close of
+        # the suspended session deletes exactly these, so no chunk is deleted twice.
+        self.demoted: set[str] = set()
+        self.turn_start_prefetch = turn_start_prefetch
+
+    # ---- queries -------------------------------------------------------------------
+    def get(self, session_id: str) -> Session:
+        """The session, or SessionNotFound."""
+        try:
+            return self.sessions[session_id]
+        except KeyError:
+            raise SessionNotFound(session_id) from None
+
+    def holders(self, chunk_hash: str) -> list[str]:
+        """Sessions holding a reference on ``chunk_hash`` (map or fork hold)."""
+        out = []
+        for sid, s in self.sessions.items():
+            if (not s.suspended and chunk_hash in s.chunk_hashes) or any(
+                chunk_hash in hold for hold in s.fork_holds
+            ):
+                out.append(sid)
+        return out
+
+    # ---- mutation helpers ------------------------------------------------------------
+    def _put(self, change: Change, session: Session) -> None:
+        sid = session.session_id
+        if sid not in change.prev_sessions:
+            change.prev_sessions[sid] = self.sessions.get(sid)
+        self.sessions[sid] = session
+
+    def _delete(self, change: Change, session_id: str) -> None:
+        if session_id not in change.prev_sessions:
+            change.prev_sessions[session_id] = self.sessions.get(session_id)
+        self.sessions.pop(session_id, None)
+
+    def _set_demoted(self, change: Change, hashes: Iterable[str], value: bool) -> None:
+        for h in hashes:
+            was = h in self.demoted
+            if was == value:
+                continue
+            change.prev_demoted.setdefault(h, was)
+            if value:
+                self.demoted.add(h)
+            else:
+                self.demoted.discard(h)
+
+    def _reference(self, change: Change, hashes: Iterable[str]) -> None:
+        hashes = list(hashes)
+        self.refcounts.incr(hashes, change.prev_counts)
+        self._set_demoted(change, hashes, False)
+
+    def _release(self, change: Change, hashes: Iterable[str], *, demote: bool = False) -> None:
+        zeros = self.refcounts.decr(hashes, change.prev_counts)
+        if demote:
+            change.evict_demote.extend(zeros)
+            self._set_demoted(change, zeros, True)
+        else:
+            change.evict_delete.extend(zeros)
+
+    def _swap_map(self, change: Change, old: Session, new_hashes: Sequence[str]) -> None:
+        """Reference ``new_hashes`` in place of ``old``'s held map, diffing the two."""
+        old_set = old.held_hashes()
+        new_unique = unique(tuple(new_hashes))
+        new_set = set(new_unique)
+        self._reference(change, [h for h in new_unique if h not in old_set])
+        dropped = [h for h in unique(old.chunk_hashes) if h in old_set and h not in new_set]
+        self._release(change, dropped)
+
+    # ---- events ----------------------------------------------------------------------
+    def turn_start(self, session_id: str, now: float = 0.0) -> Change:
+        """Prefetch the session's map before inference; unknown sessions prefetch nothing."""
+        change = Change()
+        session = self.sessions.get(session_id)
+        hashes: tuple[str, ...] = ()
+        if session is not None and not session.suspended and self.turn_start_prefetch:
+            hashes = session.unique_hashes()
+        if session is not None:
+            # last_event_ts is advisory; it rides along with the next durable write.
+            self.sessions[session_id] = session.evolve(last_event_ts=now)
+        change.prefetch = list(hashes)
+        change.data = {"prefetch_sent": bool(hashes), "prefetch_count": len(hashes)}
+        return change
+
+    def turn_end(
+        self, session_id: str, chunk_hashes: Sequence[str] | None, now: float = 0.0
+    ) -> Change:
+        """Replace the session's map with the engine's new one; evict chunks dropped to 0.
+
+        ``chunk_hashes=None`` (the engine sent none) counts the turn and keeps the map:
+        treating it as an empty map would evict the whole session.
+        """
+        change = Change(durable=True)
+        old = self.sessions.get(session_id) or Session(session_id)
+        if chunk_hashes is None:
+            new = old.evolve(turn_count=old.turn_count + 1, last_event_ts=now)
+        else:
+            self._swap_map(change, old, chunk_hashes)
+            new = old.evolve(
+                chunk_hashes=tuple(chunk_hashes),
+                turn_count=old.turn_count + 1,
+                suspended=False,
+                last_event_ts=now,
+            )
+        self._put(change, new)
+        change.data = {
+            "evicted_count": change.evicted_count,
+            "map_updated": chunk_hashes is not None,
+            "debug_written": False,
+        }
+        change.notes["turn"] = new.turn_count
+        return change
+
+    def snapshot_restore(
+        self, session_id: str, source_session_id: str | None = None, now: float = 0.0
+    ) -> Change:
+        """Re-reference a stored map (own, or a source session's) and prefetch it in order."""
+        source = self.get(source_session_id or session_id)
+        hashes = source.chunk_hashes
+        change = Change(durable=True)
+        target = self.sessions.get(session_id) or Session(session_id)
+        self._swap_map(change, target, hashes)
+        self._put(
+            change, target.evolve(chunk_hashes=hashes, suspended=False, last_event_ts=now)
+        )
+        order = list(unique(hashes))
+        change.prefetch = order
+        change.data = {"prefetch_sent": bool(order), "prefetch_count": len(order)}
+        if source_session_id and source_session_id != session_id:
+            change.notes["source_session_id"] = source_session_id
+        change.notes["evicted_count"] = change.evicted_count
+        return change
+
+    def session_map(self, session_id: str) -> Change:
+        """The session's ordered map (suspended sessions answer too)."""
+        session = self.get(session_id)
+        return Change(data={"session_id": session_id, "chunk_hashes": list(session.chunk_hashes)})
+
+    def session_suspend(self, session_id: str, now: float = 0.0) -> Change:
+        """Release the map's references and demote zeros; keep the stored row."""
+        session = self.sessions.get(session_id)
+        if session is None:
+            return Change(data={"evicted_count": 0, "suspended": False})
+        change = Change(durable=True)
+        if not session.suspended:
+            self._release(change, session.unique_hashes(), demote=True)
+            self._put(change, session.evolve(suspended=True, last_event_ts=now))
+        change.data = {"evicted_count": change.evicted_count, "suspended": True}
+        return change
+
+    def session_close(self, session_id: str) -> Change:
+        """Release everything the session holds, delete zeros and forget the session."""
+        session = self.sessions.get(session_id)
+        if session is None:
+            return Change(data={"evicted_count": 0, "closed": False})
+        change = Change(durable=True)
+        if session.suspended:
+            # Its chunks were demoted at suspend; delete those nobody took up since.
+            gone = [
+                h for h in session.unique_hashes()
+                if h in self.demoted and h not in self.refcounts
+            ]
+            change.evict_delete.extend(gone)
+            self._set_demoted(change, gone, False)
+        else:
+            self._release(change, session.unique_hashes())
+        for hold in reversed(session.fork_holds):
+            self._release(change, hold)
+        self._delete(change, session_id)
+        change.evict_delete[:] = unique(tuple(change.evict_delete))
+        change.data = {"evicted_count": change.evicted_count, "closed": True}
+        return change
+
+    def session_fork(self, session_id: str, now: float = 0.0) -> Change:
+        """Hold +1 on a snapshot of the session's unique hashes until the matching fork_end."""
+        session = self.get(session_id)
+        if session.suspended:
+            raise IllegalTransition(f"session '{session_id}' is suspended")
+        change = Change(durable=True)
+        snapshot = session.unique_hashes()
+        self._reference(change, snapshot)
+        self._put(
+            change,
+            session.evolve(fork_holds=(*session.fork_holds, snapshot), last_event_ts=now),
+        )
+        change.data = {"forked": True}
+        change.notes["fork_depth"] = len(session.fork_holds) + 1
+        return change
+
+    def session_fork_end(self, session_id: str, now: float = 0.0) -> Change:
+        """Release exactly the newest fork's snapshot (not the current map); delete zeros."""
+        session = self.get(session_id)
+        if not session.fork_holds:
+            raise IllegalTransition(f"session '{session_id}' has no open fork")
+        change = Change(durable=True)
+        self._release(change, session.fork_holds[-1])
+        self._put(
+            change, session.evolve(fork_holds=session.fork_holds[:-1], last_event_ts=now)
+        )
+        change.data = {"fork_end": True}
+        change.notes["evicted_count"] = change.evicted_count
+        return change
+
+    def health(self) -> Change:
+        """Liveness and session count."""
+        return Change(data={"status": "running", "sessions_count": len(self.sessions)})
+
+    # ---- undo / restore ------------------------------------------------------------
+    def undo(self, change: Change) -> None:
+        """Put back every value ``change`` touched (persisting it failed)."""
+        for sid, prev in change.prev_sessions.items():
+            if prev is None:
+                self.sessions.pop(sid, None)
+            else:
+                self.sessions[sid] = prev
+        self.refcounts.restore(change.prev_counts)
+        for h, was in change.prev_demoted.items():
+            if was:
+                self.demoted.add(h)
+            else:
+                self.demoted.discard(h)
+
+    def load(self, sessions: Iterable[Session]) -> None:
+        """Replace all state with stored sessions and rebuild refcounts from them."""
+        self.sessions = {s.session_id: s for s in sessions}
+        self.refcounts.replace_all(recompute_refcounts(self.sessions.values()))
+        self.demoted = {
+            h
+            for s in self.sessions.values()
+            if s.suspended
+            for h in s.chunk_hashes
+            if h not in self.refcounts
+        }
+
+
+def recompute_refcounts(sessions: Iterable[Session]) -> dict[str, int]:
+    """Refcounts from first principles: each active map's unique hashes + every fork hold."""
+    counts: dict[str, int] = {}
+    for s in sessions:
+        for h in s.held_hashes():
+            counts[h] = counts.get(h, 0) + 1
+        for hold in s.fork_holds:
+            for h in hold:
+                counts[h] = counts.get(h, 0) + 1
+    return counts

@@ -1,0 +1,84 @@
+"""The global refcount table: how many live references each chunk has."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+
+class RefcountTable:
+    """Chunk hash -> reference count; entries at zero are removed, never stored.
+
+    A reference is one session's active map containing the hash (once, however many
+    times it repeats) or one open fork hold containing it.
+    """
+
+    __slots__ = ("_counts",)
+
+    def __init__(self) -> None:
+        self._counts: dict[str, int] = {}
+
+    def get(self, chunk_hash: str) -> int:
+        """Current count, 0 when absent."""
+        return self._counts.get(chunk_hash, 0)
+
+    def __len__(self) -> int:
+        return len(self._counts)
+
+    def __contains__(self, chunk_hash: object) -> bool:
+        return chunk_hash in self._counts
+
+    def items(self) -> Iterable[tuple[str, int]]:
+        """(hash, count) pairs."""
+        return self._counts.items()
+
+    def as_dict(self) -> dict[str, int]:
+        """A copy of the table."""
+        return dict(self._counts)
+
+    def total_references(self) -> int:
+        """Sum of all counts."""
+        return sum(self._counts.values())
+
+    def incr(self, hashes: Iterable[str], changed: dict[str, int]) -> None:
+        """Add one reference to each hash; record previous counts in ``changed``."""
+        counts = self._counts
+        for h in hashes:
+            old = counts.get(h, 0)
+            changed.setdefault(h, old)
+            counts[h] = old + 1
+
+    def decr(self, hashes: Iterable[str], changed: dict[str, int]) -> list[str]:
+        """Drop one reference from each hash; return the hashes that reached zero.
+
+        Raises:
+            ValueError: a hash has no reference (a bookkeeping bug upstream); the
+                table is left as it was.
+        """
+        counts = self._counts
+        hashes = list(hashes)
+        missing = [h for h in hashes if counts.get(h, 0) <= 0]
+        if missing:
+            raise ValueError(f"refcount underflow for {missing[:3]}")
+        zeros: list[str] = []
+        for h in hashes:
+            old = counts[h]
+            changed.setdefault(h, old)
+            if old == 1:
+                del counts[h]
+                zeros.append(h)
+            else:
+                counts[h] = old - 1
+        return zeros
+
+    def restore(self, previous: dict[str, int]) -> None:
+        """Put back counts recorded by incr/decr (undo)."""
+        counts = self._counts
+        for h, n in previous.items():
+            if n:
+                counts[h] = n
+            else:
+                counts.pop(h, None)
+
+    def replace_all(self, counts: dict[str, int]) -> None:
+        """Load a whole table (start-up rebuild)."""
+        self._counts = {h: n for h, n in counts.items() if n > 0}

@@ -1,0 +1,61 @@
+"""A session's state: its ordered chunk map, turn count, suspension and fork holds."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+
+@dataclass(frozen=True, slots=True)
+class Session:
+    """Immutable session state; the manager swaps whole values so undo is a pointer swap.
+
+    Attributes:
+        session_id: the host's id for the conversation.
+        chunk_hashes: the ordered chunk map as the engine last reported it (may repeat).
+        turn_count: turn_end events seen.
+        suspended: True after session_suspend until snapshot_restore or turn_end; a
+            suspended session's map holds no references.
+        fork_holds: one snapshot of unique hashes per open fork, oldest first; each holds
+            one reference on each of its hashes until its fork_end.
+        last_event_ts: wall-clock time of the last event that touched the session.
+    """
+
+    session_id: str
+    chunk_hashes: tuple[str, ...] = ()
+    turn_count: int = 0
+    suspended: bool = False
+    fork_holds: tuple[tuple[str, ...], ...] = ()
+    last_event_ts: float = 0.0
+
+    @property
+    def state(self) -> str:
+        """``"suspended"`` or ``"active"``."""
+        return "suspended" if self.suspended else "active"
+
+    def unique_hashes(self) -> tuple[str, ...]:
+        """The map's hashes, first occurrence kept, order preserved."""
+        return unique(self.chunk_hashes)
+
+    def held_hashes(self) -> set[str]:
+        """Every hash this session holds a reference on through its map (one per hash)."""
+        return set() if self.suspended else set(self.chunk_hashes)
+
+    def evolve(self, **changes: object) -> Session:
+        """A copy with ``changes`` applied."""
+        return replace(self, **changes)  # type: ignore[arg-type]
+
+    def to_dict(self) -> dict[str, object]:
+        """The JSON shape used by the trace stream and admin events."""
+        return {
+            "session_id": self.session_id,
+            "state": self.state,
+            "turn_count": self.turn_count,
+            "chunk_hashes": list(self.chunk_hashes),
+            "fork_holds": [list(h) for h in self.fork_holds],
+            "last_event_ts": self.last_event_ts,
+        }
+
+
+def unique(hashes: tuple[str, ...] | list[str]) -> tuple[str, ...]:
+    """Deduplicate keeping first occurrences in order."""
+    return tuple(dict.fromkeys(hashes))

@@ -1,0 +1,17 @@
+"""One handler per event; importing this package registers them all."""
+
+from ramakv_daemon.handlers import (  # noqa: F401  (import registers)
+    health,
+    list_events,
+    session_close,
+    session_fork,
+    session_fork_end,
+    session_map,
+    session_suspend,
+    snapshot_restore,
+    turn_end,
+    turn_start,
+)
+from ramakv_daemon.handlers.registry import DEFAULT_REGISTRY, Handler, HandlerContext, Registry
+
+__all__ = ["DEFAULT_REGISTRY", "Handler", "HandlerContext", "Registry"]

@@ -1,0 +1,15 @@
+"""session_fork: hold a snapshot of the session's chunks for a forked sub-agent."""
+
+from ramakv_daemon.core.change import Change
+from ramakv_daemon.core.events import session_id_of
+from ramakv_daemon.handlers.registry import HandlerContext, event
+
+
+@event(
+    "session_fork",
+    "Fork session: hold +1 on a snapshot of the session's unique chunk_hashes so the "
+    "parent's turn_end cannot evict what the fork still uses",
+    required=("session_id",),
+)
+def session_fork(ctx: HandlerContext, payload: dict, now: float) -> Change:
+    return ctx.manager.session_fork(session_id_of(payload), now)

@@ -1,0 +1,18 @@
+"""snapshot_restore: re-reference a stored map (own or a source session's) and prefetch it."""
+
+from ramakv_daemon.core.change import Change
+from ramakv_daemon.core.events import optional_session_id, session_id_of
+from ramakv_daemon.handlers.registry import HandlerContext, event
+
+
+@event(
+    "snapshot_restore",
+    "Restore session snapshot: load chunk_hashes from the session (or source_session_id), "
+    "register references + prefetch",
+    required=("session_id",),
+    optional=("source_session_id",),
+)
+def snapshot_restore(ctx: HandlerContext, payload: dict, now: float) -> Change:
+    session_id = session_id_of(payload)
+    source = optional_session_id(payload, "source_session_id")
+    return ctx.manager.snapshot_restore(session_id, source, now)

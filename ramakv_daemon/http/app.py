@@ -1,0 +1,100 @@
+"""aiohttp application factory: POST /event, GET /trace (websocket), GET /metrics."""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import AsyncIterator
+
+from aiohttp import web
+
+from ramakv_daemon.adapters.backends.noop import NoopBackend
+from ramakv_daemon.adapters.sqlite_store import SqliteSessionStore
+from ramakv_daemon.config import Config
+from ramakv_daemon.http.trace_ws import trace_handler
+from ramakv_daemon.ports import Backend, SessionStore
+from ramakv_daemon.service import EventService
+
+log = logging.getLogger("ramakv")
+
+CONFIG_KEY = web.AppKey("config", Config)
+SERVICE_KEY = web.AppKey("service", EventService)
+
+
+def make_backend(config: Config) -> Backend:
+    """The noop backend, or LMCache's memory API at lmcache_url."""
+    if config.noop_backend:
+        return NoopBackend()
+    from ramakv_daemon.adapters.backends.lmcache import LMCacheBackend
+
+    return LMCacheBackend(config.lmcache_url, timeout=config.backend_timeout_s)
+
+
+def _json(status: int, body: dict) -> web.Response:
+    return web.Response(status=status, text=json.dumps(body), content_type="application/json")
+
+
+async def handle_event(request: web.Request) -> web.Response:
+    """POST /event: one JSON object carrying ``type``."""
+    service = request.app[SERVICE_KEY]
+    limit = request.app[CONFIG_KEY].max_body_bytes
+    if request.content_length is not None and request.content_length > limit:
+        return _json(413, {"ok": False, "error": f"request body larger than {limit} bytes"})
+    try:
+        raw = await request.read()
+    except web.HTTPRequestEntityTooLarge:
+        return _json(413, {"ok": False, "error": f"request body larger than {limit} bytes"})
+    try:
+        payload = json.loads(raw)
+    except (ValueError, RecursionError) as err:
+        return _json(400, {"ok": False, "error": f"malformed JSON: {err}"})
+    status, body = await service.handle(payload)
+    return _json(status, body)
+
+
+async def handle_metrics(request: web.Request) -> web.Response:
+    """GET /metrics: Prometheus text format."""
+    service = request.app[SERVICE_KEY]
+    body = service.metrics.render(service.refresh_gauges)
+    return web.Response(body=body, headers={"Content-Type": "text/plain; version=0.0.4"})
+
+
+@web.middleware
+async def auth_middleware(request: web.Request, handler):  # type: ignore[no-untyped-def]
+    """Require ``Authorization: Bearer <auth_token>`` when a token is configured."""
+    token = request.app[CONFIG_KEY].auth_token
+    if token and request.headers.get("Authorization", "") != f"Bearer {token}":
+        return _json(401, {"ok": False, "error": "missing or wrong bearer token"})
+    return await handler(request)
+
+
+def init_app(
+    config: Config, store: SessionStore | None = None, backend: Backend | None = None
+) -> web.Application:
+    """Build the daemon's application; the service starts and stops with it."""
+    app = web.Application(
+        client_max_size=config.max_body_bytes, middlewares=[auth_middleware]
+    )
+    app[CONFIG_KEY] = config
+    service = EventService(
+        config,
+        store or SqliteSessionStore(config.session_store_path),
+        backend or make_backend(config),
+    )
+    app[SERVICE_KEY] = service
+
+    async def service_ctx(app: web.Application) -> AsyncIterator[None]:
+        await service.start()
+        yield
+        await service.stop()
+
+    app.cleanup_ctx.append(service_ctx)
+    app.on_shutdown.append(_close_subscribers)
+    app.router.add_post("/event", handle_event)
+    app.router.add_get("/trace", trace_handler)
+    app.router.add_get("/metrics", handle_metrics)
+    return app
+
+
+async def _close_subscribers(app: web.Application) -> None:
+    app[SERVICE_KEY].trace.close_all("daemon shutting down")

@@ -1,0 +1,113 @@
+"""Ports: the protocols through which the service carries out the core's effects."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Protocol
+
+from ramakv_daemon.core.session import Session
+
+
+class EvictMode(StrEnum):
+    """Why a chunk leaves the cache; the backend maps it to tiers."""
+
+    DELETE = "delete"  # no live session references it: drop it from every tier
+    DEMOTE = "demote"  # its session was suspended: drop it from DDR, keep it on disk
+
+
+@dataclass(frozen=True, slots=True)
+class BackendResult:
+    """What one backend call achieved.
+
+    Attributes:
+        ok: True when the backend accepted the request (HTTP 2xx and a valid body).
+        status: HTTP status, or 0 when no answer came (connection refused, timeout).
+        detail: a short human-readable reason when not ok.
+        body: the decoded JSON answer, when there was one.
+    """
+
+    ok: bool
+    status: int = 0
+    detail: str = ""
+    body: dict | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ChunkLocations:
+    """Where the backend says each chunk lives: hash -> list of tier names."""
+
+    locations: dict[str, list[str]] = field(default_factory=dict)
+
+
+class Backend(Protocol):
+    """The KV cache the daemon steers (LMCache's memory API, or a no-op)."""
+
+    name: str
+
+    async def prefetch(self, chunk_hashes: Sequence[str], tag: str) -> BackendResult:
+        """Ask the cache to bring chunks up to DDR ahead of use.
+
+        Args:
+            chunk_hashes: hashes in the order the session will reuse them.
+            tag: a label for logs, e.g. ``turn_prefetch_<session_id>``.
+        Returns:
+            BackendResult; never raises for network or server errors.
+        """
+        ...
+
+    async def evict(self, chunk_hashes: Sequence[str], mode: EvictMode) -> BackendResult:
+        """Remove chunks from the cache.
+
+        Args:
+            chunk_hashes: hashes whose global refcount reached 0.
+            mode: DELETE (every tier) or DEMOTE (DDR only, keep on disk).
+        Returns:
+            BackendResult; never raises for network or server errors.
+        """
+        ...
+
+    async def query(self, chunk_hashes: Sequence[str]) -> tuple[BackendResult, ChunkLocations]:
+        """Ask where chunks are.
+
+        Returns:
+            The call's result and hash -> tier names (empty when unknown).
+        """
+        ...
+
+    async def close(self) -> None:
+        """Release connections."""
+        ...
+
+
+class StoreError(Exception):
+    """Persisting a change failed (disk full, read-only database, I/O error)."""
+
+
+class SessionStore(Protocol):
+    """Durable home of every session's map, turn count, suspension and fork holds."""
+
+    async def open(self) -> None:
+        """Create or migrate the schema.
+
+        Raises:
+            StoreError: the database cannot be opened or created.
+        """
+        ...
+
+    async def load_all(self) -> list[Session]:
+        """Every stored session (corrupt rows are skipped and logged)."""
+        ...
+
+    async def write(self, sessions: dict[str, Session | None]) -> None:
+        """Upsert each session, or delete it where the value is None, in one transaction.
+
+        Raises:
+            StoreError: nothing was written.
+        """
+        ...
+
+    async def close(self) -> None:
+        """Flush and close."""
+        ...

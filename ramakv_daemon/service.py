@@ -1,0 +1,216 @@
+"""Orchestration: validate -> core -> persist -> backend -> publish trace."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from typing import Any
+
+from ramakv_daemon.committer import GroupCommitter
+from ramakv_daemon.config import Config
+from ramakv_daemon.core.change import Change
+from ramakv_daemon.core.errors import InvalidEvent, RamAKvError
+from ramakv_daemon.core.events import Limits, check_required
+from ramakv_daemon.core.manager import SessionManager
+from ramakv_daemon.debug_files import wants_debug_file, write_debug_file
+from ramakv_daemon.dispatcher import BackendDispatcher
+from ramakv_daemon.handlers import DEFAULT_REGISTRY, HandlerContext, Registry
+from ramakv_daemon.metrics import DaemonMetrics
+from ramakv_daemon.ports import Backend, SessionStore, StoreError
+from ramakv_daemon.trace import TraceHub
+
+log = logging.getLogger("ramakv")
+
+
+class EventService:
+    """Handles one event end to end and keeps the daemon's moving parts together."""
+
+    def __init__(
+        self,
+        config: Config,
+        store: SessionStore,
+        backend: Backend,
+        registry: Registry = DEFAULT_REGISTRY,
+    ) -> None:
+        self.config = config
+        self.store = store
+        self.backend = backend
+        self.registry = registry
+        self.manager = SessionManager(turn_start_prefetch=config.turn_start_prefetch)
+        self.limits = Limits(config.max_hashes_per_event, config.max_hash_bytes)
+        self.ctx = HandlerContext(self.manager, self.limits, registry)
+        self.metrics = DaemonMetrics({s.name for s in registry.specs()})
+        self.trace = TraceHub(config.trace_buffer, config.trace_queue)
+        self.trace.on_drop = self.metrics.dropped_subscribers.inc
+        self.committer = GroupCommitter(store, self.manager, self.metrics.commit)
+        self.dispatcher = BackendDispatcher(backend, self.manager, self.metrics.backend)
+        self.started_at = time.time()
+
+    # ---- life cycle ------------------------------------------------------------------
+    async def start(self) -> None:
+        """Open the store, restore every session, start the writer."""
+        t0 = time.perf_counter()
+        await self.store.open()
+        sessions = await self.store.load_all()
+        self.manager.load(sessions)
+        log.info(
+            "ram-a-kv restored %d sessions, %d chunks, %d references in %.3fs from %s",
+            len(self.manager.sessions), len(self.manager.refcounts),
+            self.manager.refcounts.total_references(), time.perf_counter() - t0,
+            self.config.session_store_path,
+        )
+        self.committer.start()
+
+    async def stop(self) -> None:
+        """Close subscribers, flush commits and backend calls, close the store."""
+        self.trace.close_all("daemon shutting down")
+        await self.committer.close()
+        await self.dispatcher.drain()
+        await self.store.close()
+        await self.backend.close()
+
+    # ---- events ----------------------------------------------------------------------
+    async def handle(self, payload: Any) -> tuple[int, dict[str, Any]]:
+        """Handle one decoded JSON body; returns (HTTP status, response envelope)."""
+        started = time.perf_counter()
+        if not isinstance(payload, dict):
+            return 400, {"ok": False, "error": "request body must be a JSON object"}
+        type_ = payload.get("type")
+        if not isinstance(type_, str) or not type_:
+            log.warning("event rejected: missing or empty 'type' field")
+            return 200, {"ok": False, "error": "missing or empty 'type' field"}
+        sid = payload.get("session_id")
+        session_id = sid if isinstance(sid, str) else None
+        log.info("ram-a-kv event received type=%s session_id=%s", type_, session_id or "")
+        status = 200
+        change: Change | None = None
+        try:
+            handler = self.registry.get(type_)
+            check_required(handler.spec, payload)
+            if handler.query is not None:
+                change = await handler.query(self.ctx, payload, self.backend)
+            else:
+                assert handler.apply is not None
+                change = handler.apply(self.ctx, payload, time.time())
+                # The delta is taken now, before any await, so it is this event's alone.
+                change.notes["_delta"] = self._delta(change)
+                if change.durable:
+                    await self.committer.submit(change)
+        except StoreError as err:
+            status, change, error = 503, None, str(err)
+        except RamAKvError as err:
+            change, error = None, str(err)
+        except (ValueError, TypeError) as err:  # a handler's own check; never a crash
+            change, error = None, str(InvalidEvent(str(err)))
+        if change is None:
+            return status, self._failed(type_, session_id, error, started)
+        if type_ == "turn_end" and self.config.debug_enabled:
+            await self._write_debug(session_id or "", change)
+        return 200, self._succeeded(type_, session_id, change, started)
+
+    def _succeeded(
+        self, type_: str, session_id: str | None, change: Change, started: float
+    ) -> dict[str, Any]:
+        c = change
+        self.dispatcher.dispatch(session_id, c.prefetch, c.evict_delete, c.evict_demote)
+        self._publish(type_, session_id, True, c)
+        elapsed = time.perf_counter() - started
+        self.metrics.event(type_, True, elapsed)
+        log.info(
+            "ram-a-kv event completed type=%s session_id=%s ms=%.2f",
+            type_, session_id or "", elapsed * 1000,
+        )
+        self._print_trace()
+        return {"ok": True, "type": type_, "data": c.data}
+
+    def _failed(
+        self, type_: str, session_id: str | None, error: str, started: float
+    ) -> dict[str, Any]:
+        self.metrics.event(type_, False, time.perf_counter() - started)
+        log.warning(
+            "ram-a-kv event failed type=%s session_id=%s error=%s", type_, session_id or "", error
+        )
+        self.trace.publish(
+            {"kind": "event", "ts": time.time(), "type": type_, "session_id": session_id,
+             "ok": False, "error": error, "delta": {"sessions": {}, "refcounts": {}}}
+        )
+        self._print_trace()
+        return {"ok": False, "type": type_, "error": error}
+
+    def _delta(self, c: Change) -> dict[str, Any]:
+        sessions = self.manager.sessions
+        counts = self.manager.refcounts
+        return {
+            "sessions": {
+                sid: (sessions[sid].to_dict() if sid in sessions else None)
+                for sid in c.prev_sessions
+            },
+            "refcounts": {h: counts.get(h) for h in c.prev_counts},
+        }
+
+    def _publish(self, type_: str, session_id: str | None, ok: bool, c: Change) -> None:
+        delta = c.notes.get("_delta") or self._delta(c)
+        record: dict[str, Any] = {
+            "kind": "event", "ts": time.time(), "type": type_, "session_id": session_id,
+            "ok": ok, "data": c.data, "delta": delta,
+            "prefetch": c.prefetch, "evict": c.evict_delete, "demote": c.evict_demote,
+        }
+        notes = {k: v for k, v in c.notes.items() if k not in ("debug_context", "_delta")}
+        if notes:
+            record["notes"] = notes
+        self.trace.publish(record)
+
+    async def _write_debug(self, session_id: str, change: Change) -> None:
+        ctx = change.notes.get("debug_context")
+        if not isinstance(ctx, dict) or not wants_debug_file(ctx):
+            return
+        session = self.manager.sessions.get(session_id)
+        hashes = list(session.chunk_hashes) if session else []
+        turn = int(change.notes.get("turn", 0))  # type: ignore[arg-type]
+        try:
+            path = await asyncio.to_thread(
+                write_debug_file, self.config.debug_dir, session_id, turn, hashes, ctx
+            )
+        except OSError as err:
+            log.warning("debug file write failed for session %s: %s", session_id, err)
+            return
+        change.data["debug_written"] = True
+        log.info("ram-a-kv debug file written path=%s", path)
+
+    def _print_trace(self) -> None:
+        if not self.config.trace_events:
+            return
+        sessions = self.manager.sessions
+        if not sessions:
+            log.info("[trace] sessions: <empty>")
+        for sid, s in sessions.items():
+            log.info(
+                "[trace] session map session_id=%s state=%s turn_count=%d chunk_hashes=%s",
+                sid, s.state, s.turn_count, list(s.chunk_hashes),
+            )
+        log.info("[trace] global refcounts %s", self.manager.refcounts.as_dict())
+
+    # ---- views for the HTTP layer -------------------------------------------------------
+    def snapshot(self, session: str | None = None) -> dict[str, Any]:
+        """The trace stream's first message: all sessions and refcounts at ``seq``."""
+        sessions = self.manager.sessions
+        if session is not None:
+            picked = {session: sessions[session].to_dict()} if session in sessions else {}
+            wanted = set(picked[session]["chunk_hashes"]) if picked else set()  # type: ignore[arg-type]
+            counts = {h: n for h, n in self.manager.refcounts.items() if h in wanted}
+        else:
+            picked = {sid: s.to_dict() for sid, s in sessions.items()}
+            counts = self.manager.refcounts.as_dict()
+        return {"kind": "snapshot", "seq": self.trace.seq, "ts": time.time(),
+                "sessions": picked, "refcounts": counts}
+
+    def refresh_gauges(self) -> None:
+        """Bring the state gauges up to date before /metrics renders."""
+        m = self.metrics
+        suspended = sum(1 for s in self.manager.sessions.values() if s.suspended)
+        m.sessions.labels("active").set(len(self.manager.sessions) - suspended)
+        m.sessions.labels("suspended").set(suspended)
+        m.chunks.set(len(self.manager.refcounts))
+        m.references.set(self.manager.refcounts.total_references())
+        m.subscribers.set(len(self.trace.subscribers))

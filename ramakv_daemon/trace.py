@@ -1,0 +1,113 @@
+"""The trace hub: numbered event records, a bounded replay ring and bounded subscribers."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+log = logging.getLogger("ramakv.trace")
+
+SLOW_CLOSE_CODE = 4008  # ours: "you fell behind"; clients reconnect with ?since=
+
+
+@dataclass(eq=False)
+class Subscriber:
+    """One websocket listener: a bounded queue of serialized messages."""
+
+    queue_size: int
+    session: str | None = None
+    queue: asyncio.Queue[str | None] = field(init=False)
+    close_reason: str | None = None
+
+    def __post_init__(self) -> None:
+        self.queue = asyncio.Queue(self.queue_size)
+
+    def wants(self, record: dict[str, Any]) -> bool:
+        """True when no filter is set or the record touches the filtered session."""
+        if self.session is None:
+            return True
+        if record.get("session_id") == self.session:
+            return True
+        return self.session in record.get("delta", {}).get("sessions", {})
+
+    def offer(self, message: str) -> bool:
+        """Queue a message; False (and the subscriber closed) when its queue is full."""
+        if self.close_reason is not None:
+            return False
+        try:
+            self.queue.put_nowait(message)
+            return True
+        except asyncio.QueueFull:
+            self.drop(f"subscriber too slow: {self.queue_size} messages queued; "
+                      "reconnect with ?since=<last seq>")
+            return False
+
+    def drop(self, reason: str) -> None:
+        """Discard what is queued and wake the sender with the close sentinel."""
+        self.close_reason = reason
+        while not self.queue.empty():
+            self.queue.get_nowait()
+        self.queue.put_nowait(None)
+
+
+class TraceHub:
+    """Assigns gap-free sequence numbers and fans records out without ever blocking."""
+
+    def __init__(self, buffer_size: int = 10000, queue_size: int = 1000) -> None:
+        self.seq = 0
+        self.queue_size = queue_size
+        self.ring: deque[tuple[int, dict[str, Any]]] = deque(maxlen=buffer_size)
+        self.subscribers: set[Subscriber] = set()
+        self.dropped_total = 0
+        self.on_drop: Callable[[], None] | None = None
+
+    def publish(self, record: dict[str, Any]) -> int:
+        """Number ``record``, keep it for replay and offer it to every subscriber."""
+        self.seq += 1
+        record["seq"] = self.seq
+        self.ring.append((self.seq, record))
+        if self.subscribers:
+            message = json.dumps(record)
+            for sub in list(self.subscribers):
+                if sub.wants(record) and not sub.offer(message):
+                    self._forget(sub)
+        return self.seq
+
+    def _forget(self, sub: Subscriber) -> None:
+        if sub in self.subscribers:
+            self.subscribers.discard(sub)
+            self.dropped_total += 1
+            log.warning("trace subscriber dropped: %s", sub.close_reason)
+            if self.on_drop is not None:
+                self.on_drop()
+
+    def replay(self, since: int) -> list[dict[str, Any]] | None:
+        """Records after ``since``, or None when some of them are no longer in the ring."""
+        if since > self.seq or since < 0:
+            return None
+        if since == self.seq:
+            return []
+        if not self.ring or self.ring[0][0] > since + 1:
+            return None
+        return [rec for seq, rec in self.ring if seq > since]
+
+    def subscribe(self, session: str | None = None) -> Subscriber:
+        """Register a subscriber; the caller sends its first message(s) itself."""
+        sub = Subscriber(self.queue_size, session)
+        self.subscribers.add(sub)
+        return sub
+
+    def unsubscribe(self, sub: Subscriber) -> None:
+        """Forget a subscriber that went away by itself."""
+        self.subscribers.discard(sub)
+
+    def close_all(self, reason: str) -> None:
+        """Wake every sender with the close sentinel (shutdown)."""
+        for sub in list(self.subscribers):
+            sub.drop(reason)
+        self.subscribers.clear()
