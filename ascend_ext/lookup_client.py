@@ -1,0 +1,110 @@
+"""lmcache async lookup client that remembers each lookup's chunk hashes for request_finished."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import msgspec
+import torch
+from lmcache.logging import init_logger
+from lmcache.v1.lookup_client.async_lookup_message import LookupRequestMsg
+from lmcache.v1.lookup_client.lmcache_async_lookup_client import LMCacheAsyncLookupClient
+
+from ascend_ext.hash_cache import DEFAULT_MAX_ENTRIES, DEFAULT_TTL_S, HashCache
+from ascend_ext.hashing import to_hex
+
+logger = init_logger(__name__)
+
+#: lmcache ``extra_config`` keys that size the hash cache.
+MAX_ENTRIES_KEY = "ramakv.hash_cache_max_entries"
+TTL_KEY = "ramakv.hash_cache_ttl_s"
+
+
+def unwrap_lookup_client(client: Any) -> Any:
+    """Follow the decorator chain (HitLimit-, ChunkStatisticsLookupClient...) to the core client."""
+    seen: set[int] = set()
+    while hasattr(client, "actual_lookup_client") and id(client) not in seen:
+        seen.add(id(client))
+        client = client.actual_lookup_client
+    return client
+
+
+class RamAKVAsyncLookupClient(LMCacheAsyncLookupClient):
+    """Caches the hex hashes computed in lookup(); request_finished pops them."""
+
+    _hash_cache: HashCache
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        # A second instance would bind the scheduler's ZMQ PULL socket again and start a
+        # second response thread; only upgrading the instance lmcache built is safe.
+        raise TypeError(
+            "RamAKVAsyncLookupClient cannot be constructed; use "
+            "RamAKVAsyncLookupClient.from_existing(client)"
+        )
+
+    @classmethod
+    def from_existing(cls, client: Any) -> RamAKVAsyncLookupClient:
+        """Upgrade the async client inside ``client``'s decorator chain in place and return it."""
+        inner = unwrap_lookup_client(client)
+        if isinstance(inner, cls):
+            return inner
+        if not isinstance(inner, LMCacheAsyncLookupClient):
+            raise TypeError(f"not an LMCacheAsyncLookupClient: {type(inner).__name__}")
+        # Swapping __class__ keeps the sockets, the lock and the running response thread.
+        inner.__class__ = cls
+        inner._init_hash_cache()
+        return inner
+
+    def _init_hash_cache(self) -> None:
+        extra = getattr(self.config, "extra_config", None) or {}
+        self._hash_cache = HashCache(
+            max_entries=int(extra.get(MAX_ENTRIES_KEY, DEFAULT_MAX_ENTRIES)),
+            ttl_s=float(extra.get(TTL_KEY, DEFAULT_TTL_S)),
+        )
+
+    @property
+    def hash_cache(self) -> HashCache:
+        """The bounded store behind get_cached_hashes()."""
+        return self._hash_cache
+
+    def lookup(
+        self,
+        token_ids: torch.Tensor | list[int],
+        lookup_id: str,
+        request_configs: dict | None = None,
+    ) -> int | None:
+        """lmcache 0.5.6's lookup(), keeping the hashes it computes (hashing once, not twice)."""
+        hashes: list[int] = []
+        offsets: list[int] = []
+        for start, end, hash_val in self.token_database.process_tokens(
+            token_ids, make_key=False
+        ):
+            hashes.append(hash_val)  # type: ignore[arg-type]
+            offsets.append(end - start)
+
+        self._hash_cache.put(lookup_id, [to_hex(h) for h in hashes])
+
+        msg = LookupRequestMsg(
+            lookup_id=lookup_id,
+            hashes=hashes,
+            offsets=offsets,
+            request_configs=request_configs,
+        )
+        msg_buf = msgspec.msgpack.encode(msg)
+        for i in range(self.world_size):
+            self.push_sockets[i].send(msg_buf, copy=False)
+        time.sleep(self.lookup_backoff_time)
+        return None
+
+    def get_cached_hashes(self, lookup_id: str) -> list[str] | None:
+        """Pop the hex hashes of a lookup (None if never looked up, expired or already taken)."""
+        return self._hash_cache.pop(lookup_id)
+
+    # clear_lookup_status is inherited unchanged on purpose: vLLM calls it from
+    # update_state_after_alloc, before request_finished, so it must not drop hashes.
+
+    def close(self) -> None:
+        """Close the sockets and forget every cached hash."""
+        self._hash_cache.clear()
+        super().close()
