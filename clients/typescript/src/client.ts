@@ -1,0 +1,354 @@
+import type {
+  DebugContext,
+  EventResponse,
+  HealthResult,
+  KvTransferParams,
+  ListEventsResult,
+  Logger,
+  SessionCloseResult,
+  SessionForkEndResult,
+  SessionForkResult,
+  SessionMapResult,
+  SessionSuspendResult,
+  SnapshotRestoreResult,
+  TurnEndResult,
+  TurnStartResult,
+} from "./types.js";
+
+/** The daemon answered ok:false; `message` is the daemon's error text, verbatim. */
+export class RamAKvError extends Error {
+  readonly eventType: string;
+  constructor(eventType: string, message: string) {
+    super(message);
+    this.name = "RamAKvError";
+    this.eventType = eventType;
+  }
+}
+
+export interface HttpOptions {
+  /** Sent as `Authorization: Bearer <token>` when not empty. */
+  authToken?: string;
+  /** Per-request timeout (default 5000 ms). */
+  requestTimeoutMs?: number;
+}
+
+/** POST one event; resolves to the daemon's JSON answer, rejects on transport errors. */
+export async function postEvent(
+  daemonUrl: string,
+  event: Record<string, unknown>,
+  opts: HttpOptions = {},
+): Promise<EventResponse> {
+  const headers: Record<string, string> = { "Content-Type": "application/json" };
+  if (opts.authToken) headers["Authorization"] = `Bearer ${opts.authToken}`;
+  const res = await fetch(`${daemonUrl.replace(/\/+$/, "")}/event`, {
+    method: "POST",
+    headers,
+    body: JSON.stringify(event),
+    signal: AbortSignal.timeout(opts.requestTimeoutMs ?? 5000),
+  });
+  const text = await res.text();
+  let body: unknown;
+  try {
+    body = JSON.parse(text);
+  } catch {
+    throw new Error(`daemon answered HTTP ${res.status} with a non-JSON body`);
+  }
+  if (!body || typeof body !== "object" || typeof (body as EventResponse).ok !== "boolean") {
+    throw new Error(`daemon answered HTTP ${res.status} without an 'ok' field`);
+  }
+  return body as EventResponse;
+}
+
+/**
+ * Request/response client: every event as an async method returning the typed
+ * `data`, throwing RamAKvError with the daemon's text on ok:false. For hosts that
+ * want answers (health at start-up, session_map); hot paths use EventSender.
+ */
+export class DaemonClient {
+  readonly daemonUrl: string;
+  private readonly http: HttpOptions;
+
+  constructor(daemonUrl: string, opts: HttpOptions = {}) {
+    this.daemonUrl = daemonUrl.replace(/\/+$/, "");
+    this.http = opts;
+  }
+
+  async send<D = Record<string, unknown>>(type: string, payload: Record<string, unknown> = {}): Promise<D> {
+    const res = await postEvent(this.daemonUrl, { ...payload, type }, this.http);
+    if (!res.ok) throw new RamAKvError(type, res.error ?? "unknown error");
+    return (res.data ?? {}) as D;
+  }
+
+  health(): Promise<HealthResult> {
+    return this.send("health");
+  }
+  listEvents(): Promise<ListEventsResult> {
+    return this.send("list_events");
+  }
+  turnStart(sessionId: string): Promise<TurnStartResult> {
+    return this.send("turn_start", { session_id: sessionId });
+  }
+  turnEnd(
+    sessionId: string,
+    kvTransferParams?: KvTransferParams | null,
+    debugContext?: DebugContext,
+  ): Promise<TurnEndResult> {
+    return this.send("turn_end", turnEndPayload(sessionId, kvTransferParams, debugContext));
+  }
+  snapshotRestore(sessionId: string, sourceSessionId?: string): Promise<SnapshotRestoreResult> {
+    return this.send("snapshot_restore", restorePayload(sessionId, sourceSessionId));
+  }
+  sessionMap(sessionId: string): Promise<SessionMapResult> {
+    return this.send("session_map", { session_id: sessionId });
+  }
+  sessionClose(sessionId: string): Promise<SessionCloseResult> {
+    return this.send("session_close", { session_id: sessionId });
+  }
+  sessionSuspend(sessionId: string): Promise<SessionSuspendResult> {
+    return this.send("session_suspend", { session_id: sessionId });
+  }
+  sessionFork(sessionId: string): Promise<SessionForkResult> {
+    return this.send("session_fork", { session_id: sessionId });
+  }
+  sessionForkEnd(sessionId: string): Promise<SessionForkEndResult> {
+    return this.send("session_fork_end", { session_id: sessionId });
+  }
+}
+
+/**
+ * The turn_end body. `chunk_hashes` missing, null or not a list means "the engine
+ * did not say": the key is left out, so the daemon counts the turn but does not
+ * touch the session's map (it never reads as "no chunks", which would evict it).
+ */
+export function turnEndPayload(
+  sessionId: string,
+  kvTransferParams?: KvTransferParams | null,
+  debugContext?: DebugContext,
+): Record<string, unknown> {
+  const params: Record<string, unknown> =
+    kvTransferParams && typeof kvTransferParams === "object" && !Array.isArray(kvTransferParams)
+      ? { ...kvTransferParams }
+      : {};
+  if (!Array.isArray(params["chunk_hashes"])) delete params["chunk_hashes"];
+  const payload: Record<string, unknown> = { session_id: sessionId, kv_transfer_params: params };
+  if (debugContext) payload["debug_context"] = debugContext;
+  return payload;
+}
+
+function restorePayload(sessionId: string, sourceSessionId?: string): Record<string, unknown> {
+  const payload: Record<string, unknown> = { session_id: sessionId };
+  if (sourceSessionId) payload["source_session_id"] = sourceSessionId;
+  return payload;
+}
+
+export interface SenderOptions extends HttpOptions {
+  /** Most events waiting to be sent; beyond that new events are dropped (default 1024). */
+  maxQueue?: number;
+  /** Requests in flight at once, never two for one session (default 4). */
+  concurrency?: number;
+  /** Warnings about dropped events at most this often (default 30000 ms). */
+  warnIntervalMs?: number;
+  /** Where warnings go (default console; null = silent). */
+  logger?: Logger | null;
+}
+
+export interface SenderStats {
+  /** Delivered and answered ok:true. */
+  sent: number;
+  /** Delivered and answered ok:false (bad input; logged, not retried). */
+  rejected: number;
+  /** Not delivered: daemon unreachable/timed out, or the queue was full. */
+  dropped: number;
+  /** Waiting or in flight. */
+  pending: number;
+}
+
+interface QueuedEvent {
+  body: Record<string, unknown>;
+}
+
+/**
+ * Fire-and-forget sender. Calls return at once and never throw; events go
+ * through a bounded queue, are sent in order per session (one request in flight
+ * per session, several sessions in parallel), and are dropped with a counter and
+ * a rate-limited warning when the daemon cannot be reached.
+ */
+export class EventSender {
+  readonly daemonUrl: string;
+  private readonly http: HttpOptions;
+  private readonly maxQueue: number;
+  private readonly concurrency: number;
+  private readonly warnIntervalMs: number;
+  private readonly logger: Logger | null;
+
+  private readonly queues = new Map<string, QueuedEvent[]>();
+  private readonly ready: string[] = [];
+  private readonly busy = new Set<string>();
+  private inFlight = 0;
+  private queued = 0;
+  private lastWarn = -Infinity;
+  private droppedSinceWarn = 0;
+  private idleWaiters: Array<() => void> = [];
+  private readonly counters = { sent: 0, rejected: 0, dropped: 0 };
+
+  constructor(daemonUrl: string, opts: SenderOptions = {}) {
+    this.daemonUrl = daemonUrl.replace(/\/+$/, "");
+    this.http = { authToken: opts.authToken, requestTimeoutMs: opts.requestTimeoutMs ?? 5000 };
+    this.maxQueue = Math.max(1, opts.maxQueue ?? 1024);
+    this.concurrency = Math.max(1, opts.concurrency ?? 4);
+    this.warnIntervalMs = opts.warnIntervalMs ?? 30000;
+    this.logger = opts.logger === undefined ? console : opts.logger;
+  }
+
+  turnStart(sessionId: string): void {
+    this.enqueue("turn_start", { session_id: sessionId });
+  }
+  turnEnd(sessionId: string, kvTransferParams?: KvTransferParams | null, debugContext?: DebugContext): void {
+    this.enqueue("turn_end", turnEndPayload(sessionId, kvTransferParams, debugContext));
+  }
+  snapshotRestore(sessionId: string, sourceSessionId?: string): void {
+    this.enqueue("snapshot_restore", restorePayload(sessionId, sourceSessionId));
+  }
+  sessionFork(sessionId: string): void {
+    this.enqueue("session_fork", { session_id: sessionId });
+  }
+  sessionForkEnd(sessionId: string): void {
+    this.enqueue("session_fork_end", { session_id: sessionId });
+  }
+  sessionSuspend(sessionId: string): void {
+    this.enqueue("session_suspend", { session_id: sessionId });
+  }
+  sessionClose(sessionId: string): void {
+    this.enqueue("session_close", { session_id: sessionId });
+  }
+
+  /** Queue any event (`type` plus fields). Never throws. */
+  send(type: string, payload: Record<string, unknown> = {}): void {
+    this.enqueue(type, payload);
+  }
+
+  get droppedCount(): number {
+    return this.counters.dropped;
+  }
+
+  stats(): SenderStats {
+    return { ...this.counters, pending: this.queued + this.inFlight };
+  }
+
+  /**
+   * Resolves true once every event queued so far has been answered or dropped,
+   * false if that did not happen within timeoutMs. Never rejects.
+   */
+  flush(timeoutMs = 5000): Promise<boolean> {
+    if (this.queued === 0 && this.inFlight === 0) return Promise.resolve(true);
+    return new Promise<boolean>((resolve) => {
+      let done = false;
+      const waiter = (): void => {
+        if (done) return;
+        done = true;
+        clearTimeout(timer as number);
+        resolve(true);
+      };
+      const timer: unknown = setTimeout(() => {
+        if (done) return;
+        done = true;
+        this.idleWaiters = this.idleWaiters.filter((w) => w !== waiter);
+        resolve(false);
+      }, Math.max(0, timeoutMs));
+      (timer as { unref?: () => void }).unref?.();
+      this.idleWaiters.push(waiter);
+    });
+  }
+
+  private enqueue(type: string, payload: Record<string, unknown>): void {
+    try {
+      if (this.queued >= this.maxQueue) {
+        this.drop(`queue full (${this.maxQueue} events)`);
+        return;
+      }
+      const body: Record<string, unknown> = { ...payload, type };
+      const key = typeof body["session_id"] === "string" ? (body["session_id"] as string) : "";
+      let q = this.queues.get(key);
+      if (!q) {
+        q = [];
+        this.queues.set(key, q);
+      }
+      q.push({ body });
+      this.queued++;
+      if (q.length === 1 && !this.busy.has(key)) this.ready.push(key);
+      this.pump();
+    } catch (err) {
+      this.warn(`ram-a-kv: could not queue ${type}: ${errText(err)}`);
+    }
+  }
+
+  private pump(): void {
+    while (this.inFlight < this.concurrency && this.ready.length > 0) {
+      const key = this.ready.shift() as string;
+      const q = this.queues.get(key);
+      const ev = q?.shift();
+      if (!q || !ev) continue;
+      if (q.length === 0) this.queues.delete(key);
+      this.queued--;
+      this.inFlight++;
+      this.busy.add(key);
+      void this.deliver(ev).finally(() => {
+        this.inFlight--;
+        this.busy.delete(key);
+        if ((this.queues.get(key)?.length ?? 0) > 0) this.ready.push(key);
+        this.pump();
+        this.checkIdle();
+      });
+    }
+  }
+
+  private async deliver(ev: QueuedEvent): Promise<void> {
+    try {
+      const res = await postEvent(this.daemonUrl, ev.body, this.http);
+      if (res.ok) {
+        this.counters.sent++;
+      } else {
+        this.counters.rejected++;
+        this.logger?.warn(`ram-a-kv: daemon rejected ${String(ev.body["type"])}: ${res.error ?? "unknown error"}`);
+      }
+    } catch (err) {
+      this.drop(`daemon at ${this.daemonUrl} not reachable: ${errText(err)}`);
+    }
+  }
+
+  private drop(reason: string): void {
+    this.counters.dropped++;
+    this.droppedSinceWarn++;
+    const now = Date.now();
+    if (now - this.lastWarn >= this.warnIntervalMs) {
+      this.lastWarn = now;
+      const n = this.droppedSinceWarn;
+      this.droppedSinceWarn = 0;
+      this.warn(`ram-a-kv: dropped ${n} event(s) (${this.counters.dropped} in total): ${reason}`);
+    }
+  }
+
+  private warn(msg: string): void {
+    try {
+      this.logger?.warn(msg);
+    } catch {
+      // a broken logger must not break the host
+    }
+  }
+
+  private checkIdle(): void {
+    if (this.queued !== 0 || this.inFlight !== 0) return;
+    const waiters = this.idleWaiters;
+    this.idleWaiters = [];
+    for (const w of waiters) w();
+  }
+}
+
+function errText(err: unknown): string {
+  if (err instanceof Error) {
+    const cause = (err as { cause?: unknown }).cause;
+    const code = cause && typeof cause === "object" ? (cause as { code?: unknown }).code : undefined;
+    return code ? `${err.message} (${String(code)})` : err.message;
+  }
+  return String(err);
+}
