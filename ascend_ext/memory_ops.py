@@ -1,0 +1,211 @@
+"""Prefetch / evict / query on one LMCache 0.5.6 engine's StorageManager (no HTTP here)."""
+
+from __future__ import annotations
+
+import logging
+import re
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import Any
+
+log = logging.getLogger("ascend_ext.memory")
+
+CPU = "LocalCPUBackend"
+DISK = "LocalDiskBackend"
+# Signed hex as LMCache-Ascend prints chunk hashes ("-6ed9a448787a198f"); bounded length so a
+# hostile body cannot make int() chew on megabytes.
+_HEX = re.compile(r"-?[0-9a-fA-F]{1,64}")
+# How long an evict waits for a chunk's in-flight disk write before removing anyway.
+PUT_WAIT_S = 5.0
+_STATUS_KEEP = 256
+
+
+class RequestError(ValueError):
+    """A request field is missing or wrongly typed (HTTP 400)."""
+
+
+def parse_hashes(body: dict) -> list[str]:
+    """Validate ``chunk_hashes``: a list of signed-hex strings, returned verbatim."""
+    hashes = body.get("chunk_hashes")
+    if hashes is None:
+        raise RequestError("missing required field 'chunk_hashes'")
+    if not isinstance(hashes, list) or not all(isinstance(h, str) for h in hashes):
+        raise RequestError("field 'chunk_hashes' must be a list of strings")
+    for h in hashes:
+        if not _HEX.fullmatch(h):
+            raise RequestError(f"field 'chunk_hashes' has a non-hex entry {h[:80]!r}")
+    return hashes
+
+
+def parse_locations(body: dict) -> list[str] | None:
+    """Validate optional ``locations``: None (every tier) or a list of backend names."""
+    locations = body.get("locations")
+    if locations is None:
+        return None
+    if not isinstance(locations, list) or not all(isinstance(x, str) for x in locations):
+        raise RequestError("field 'locations' must be a list of strings")
+    return locations
+
+
+def parse_lookup_id(body: dict) -> str:
+    """Validate optional ``lookup_id`` (a string); a generated one when absent."""
+    lookup_id = body.get("lookup_id")
+    if lookup_id is None:
+        return f"prefetch-{time.time_ns()}"
+    if not isinstance(lookup_id, str):
+        raise RequestError("field 'lookup_id' must be a string")
+    return lookup_id
+
+
+class MemoryOps:
+    """The memory API's operations on one engine's StorageManager.
+
+    Mutating work (prefetch loads, evictions) runs on one worker thread in arrival order, so
+    an evict sent after a prefetch is applied after it, and a disk file is never removed under
+    a load that is reading it.
+    """
+
+    def __init__(self, engine: Any) -> None:
+        """Bind to an engine that has been post_init'ed (it owns a storage_manager)."""
+        if engine.storage_manager is None:
+            raise RuntimeError("engine has no storage manager (post_init not called?)")
+        self.engine = engine
+        self.sm = engine.storage_manager
+        self._worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="ramakv-memory")
+        self._status: OrderedDict[str, dict] = OrderedDict()
+        self._status_lock = threading.Lock()
+
+    # -- keys -------------------------------------------------------------------------------
+    def key_for(self, hex_hash: str) -> Any:
+        """Hex hash -> CacheEngineKey with this engine's model, world size, worker, dtype."""
+        chunk_hash = int(hex_hash, 16)
+        db = getattr(self.engine, "token_database", None)
+        if db is not None and hasattr(db, "_make_key_by_hash"):
+            # The token database knows MLA's world-size collapse; use its own key maker.
+            return db._make_key_by_hash(chunk_hash)
+        from lmcache.utils import CacheEngineKey
+
+        md = self.engine.metadata
+        return CacheEngineKey(md.model_name, md.world_size, md.worker_id, chunk_hash, md.kv_dtype)
+
+    def backend_names(self) -> list[str]:
+        """Names of this engine's storage tiers, in lookup order."""
+        return list(self.sm.storage_backends)
+
+    # -- query ------------------------------------------------------------------------------
+    def query(self, hashes: Sequence[str]) -> dict[str, list[str]]:
+        """hash -> tiers holding it now; asks every backend (prefix lookups stop at a miss)."""
+        backends = list(self.sm.storage_backends.items())
+        out: dict[str, list[str]] = {}
+        for h in hashes:
+            key = self.key_for(h)
+            out[h] = [name for name, b in backends if b.contains(key, pin=False)]
+        return out
+
+    # -- evict ------------------------------------------------------------------------------
+    def evict(self, hashes: Sequence[str], locations: list[str] | None) -> int:
+        """Remove chunks from the given tiers (None = all); returns copies removed."""
+        if locations is not None:
+            unknown = [x for x in locations if x not in self.sm.storage_backends]
+            if unknown:
+                raise RequestError(
+                    f"field 'locations' names unknown backend(s) {unknown}; "
+                    f"this engine has {self.backend_names()}"
+                )
+        keys = [self.key_for(h) for h in hashes]
+        return self._worker.submit(self._evict_now, keys, locations).result()
+
+    def _evict_now(self, keys: list, locations: list[str] | None) -> int:
+        """Wait out in-flight disk writes, then batched_remove (runs on the worker thread)."""
+        self._wait_pending_puts(keys)
+        return int(self.sm.batched_remove(keys, locations))
+
+    def _wait_pending_puts(self, keys: list) -> None:
+        """An evict racing a chunk's async disk write removes nothing and the write then puts
+        the chunk back; so wait (bounded) for each key's pending put to land first."""
+        deadline = time.monotonic() + PUT_WAIT_S
+        for backend in self.sm.storage_backends.values():
+            pending = getattr(backend, "exists_in_put_tasks", None)
+            if pending is None:
+                continue
+            for key in keys:
+                while pending(key) and time.monotonic() < deadline:
+                    time.sleep(0.002)
+
+    # -- prefetch ---------------------------------------------------------------------------
+    def prefetch(self, hashes: Sequence[str], lookup_id: str) -> Future:
+        """Start loading chunks disk -> DDR in the background; returns at once."""
+        keys = [(h, self.key_for(h)) for h in hashes]
+        state = {"lookup_id": lookup_id, "state": "queued", "num_chunks": len(keys),
+                 "loaded": 0, "already_ddr": 0, "missing": 0, "ddr_full": 0}
+        with self._status_lock:
+            self._status[lookup_id] = state
+            while len(self._status) > _STATUS_KEEP:
+                self._status.popitem(last=False)
+        return self._worker.submit(self._prefetch_now, keys, state)
+
+    def prefetch_status(self, lookup_id: str) -> dict | None:
+        """The progress of a recent prefetch, or None when unknown."""
+        with self._status_lock:
+            state = self._status.get(lookup_id)
+            return dict(state) if state else None
+
+    def _prefetch_now(self, keys: list[tuple[str, Any]], state: dict) -> None:
+        """Load each chunk on disk through the StorageManager, then drop our reference."""
+        state["state"] = "running"
+        started = time.perf_counter()
+        cpu = self.sm.storage_backends.get(CPU)
+        disk = self.sm.storage_backends.get(DISK)
+        try:
+            for _h, key in keys:
+                if cpu is not None and cpu.contains(key, pin=False):
+                    state["already_ddr"] += 1
+                    continue
+                if disk is None or not disk.contains(key, pin=False):
+                    state["missing"] += 1
+                    continue
+                if cpu is not None and not self._ddr_has_room(cpu, disk, key):
+                    # The disk load allocates with busy_loop=True and would spin until DDR
+                    # frees up; skip instead so a full DDR cannot wedge the worker thread.
+                    state["ddr_full"] += 1
+                    continue
+                obj = self.sm.get(key, location=DISK)
+                if obj is None:
+                    state["missing"] += 1
+                    continue
+                # 0.5.6's get() already wrote obj into LocalCPUBackend's hot cache (its own ref);
+                # ours is the caller's reference and must go, or the buffer leaks.
+                obj.ref_count_down()
+                state["loaded"] += 1
+            state["state"] = "done"
+        except Exception as exc:  # keep the worker alive; report through the status
+            log.exception("prefetch %s failed", state["lookup_id"])
+            state["state"] = "failed"
+            state["error"] = f"{type(exc).__name__}: {exc}"
+        state["ms"] = round((time.perf_counter() - started) * 1000, 2)
+        log.info("prefetch %s %s", state["lookup_id"], state)
+
+    @staticmethod
+    def _ddr_has_room(cpu: Any, disk: Any, key: Any) -> bool:
+        """Probe a non-blocking DDR allocation of the chunk's shape (evicting LRU if needed)."""
+        with disk.disk_lock:
+            meta = disk.dict.get(key)
+            if meta is None:
+                return True  # vanished: get() will answer None
+            shape, dtype, fmt = meta.shape, meta.dtype, meta.fmt
+        probe = cpu.allocate(shape, dtype, fmt, eviction=True, busy_loop=False)
+        if probe is None:
+            return False
+        probe.ref_count_down()  # free the probe; the real load allocates again
+        return True
+
+    def run_serial(self, fn: Any, *args: Any) -> Any:
+        """Run fn on the worker thread, in order with prefetches and evictions; wait for it."""
+        return self._worker.submit(fn, *args).result()
+
+    def close(self) -> None:
+        """Finish queued work and stop the worker thread."""
+        self._worker.shutdown(wait=True)

@@ -1,0 +1,137 @@
+"""LMCache memory-API backend: prefetch / evict / query over HTTP (httpx)."""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections.abc import Sequence
+
+import httpx
+
+from ramakv_daemon.ports import BackendResult, ChunkLocations, EvictMode
+
+log = logging.getLogger("ramakv.backend")
+
+# The original project's hard-coded budget: the service is local, 5 s is enough to spot hangs.
+DEFAULT_TIMEOUT = 5.0
+# Demotion keeps chunks on disk so snapshot_restore's prefetch can bring them back.
+DEFAULT_DEMOTE_LOCATIONS: tuple[str, ...] = ("LocalCPUBackend",)
+# Logged responses are cut so a large query answer cannot flood the log.
+_LOG_BODY_MAX = 400
+
+
+class LMCacheBackend:
+    """Steers an LMCache memory API (ascend_ext) at ``base_url``; never raises on I/O errors."""
+
+    name = "lmcache"
+
+    def __init__(
+        self,
+        base_url: str,
+        timeout: float = DEFAULT_TIMEOUT,
+        *,
+        delete_locations: Sequence[str] | None = None,
+        demote_locations: Sequence[str] | None = DEFAULT_DEMOTE_LOCATIONS,
+        transport: httpx.AsyncBaseTransport | None = None,
+    ) -> None:
+        """Build one pooled client; ``None`` tier lists mean "every tier" (no locations sent)."""
+        self.base_url = base_url.rstrip("/")
+        self.timeout = timeout
+        self.delete_locations = list(delete_locations) if delete_locations else None
+        self.demote_locations = list(demote_locations) if demote_locations else None
+        self._client = httpx.AsyncClient(
+            base_url=self.base_url,
+            timeout=httpx.Timeout(timeout),
+            transport=transport,
+            headers={"Accept": "application/json"},
+        )
+
+    async def prefetch(self, chunk_hashes: Sequence[str], tag: str) -> BackendResult:
+        """POST /memory/prefetch {chunk_hashes, lookup_id=tag}."""
+        hashes = list(chunk_hashes)
+        if not hashes:
+            return BackendResult(ok=True, status=0, detail="nothing to prefetch")
+        result, _ = await self._post(
+            "/memory/prefetch", {"chunk_hashes": hashes, "lookup_id": tag}, len(hashes)
+        )
+        return result
+
+    async def evict(self, chunk_hashes: Sequence[str], mode: EvictMode) -> BackendResult:
+        """POST /memory/evict {chunk_hashes, locations?}; the mode picks the tier list."""
+        hashes = list(chunk_hashes)
+        if not hashes:
+            return BackendResult(ok=True, status=0, detail="nothing to evict")
+        locations = self.demote_locations if mode == EvictMode.DEMOTE else self.delete_locations
+        payload: dict = {"chunk_hashes": hashes}
+        if locations:
+            payload["locations"] = locations
+        result, _ = await self._post("/memory/evict", payload, len(hashes))
+        return result
+
+    async def query(self, chunk_hashes: Sequence[str]) -> tuple[BackendResult, ChunkLocations]:
+        """POST /memory/query {chunk_hashes} -> hash -> [tier names]."""
+        hashes = list(chunk_hashes)
+        if not hashes:
+            return BackendResult(ok=True, status=0, detail="nothing to query"), ChunkLocations()
+        result, body = await self._post("/memory/query", {"chunk_hashes": hashes}, len(hashes))
+        if not result.ok or body is None:
+            return result, ChunkLocations()
+        locations = _parse_locations(body)
+        if locations is None:
+            bad = BackendResult(False, result.status, "query answer is not {hash: [str]}", body)
+            return bad, ChunkLocations()
+        return result, ChunkLocations(locations)
+
+    async def close(self) -> None:
+        """Release pooled connections."""
+        await self._client.aclose()
+
+    async def _post(
+        self, path: str, payload: dict, count: int
+    ) -> tuple[BackendResult, dict | None]:
+        """One logged round trip; every failure becomes a not-ok BackendResult."""
+        url = self.base_url + path
+        started = time.perf_counter()
+        try:
+            resp = await self._client.post(path, json=payload)
+        except httpx.HTTPError as exc:
+            ms = (time.perf_counter() - started) * 1000
+            detail = f"{type(exc).__name__}: {exc}".rstrip(": ")
+            log.warning(
+                "POST %s count=%d status=0 ms=%.1f error=%s", url, count, ms, detail
+            )
+            return BackendResult(ok=False, status=0, detail=detail), None
+        ms = (time.perf_counter() - started) * 1000
+        text = resp.text
+        log_fn = log.info if resp.is_success else log.warning
+        log_fn(
+            "POST %s count=%d status=%d ms=%.1f response=%s",
+            url, count, resp.status_code, ms, text[:_LOG_BODY_MAX],
+        )
+        try:
+            body = json.loads(text) if text else None
+        except ValueError:
+            body = None
+        if not isinstance(body, dict):
+            detail = "answer is not a JSON object" if resp.is_success else _short(text)
+            return BackendResult(ok=False, status=resp.status_code, detail=detail), None
+        if not resp.is_success:
+            detail = str(body.get("error") or body.get("detail") or _short(text))
+            return BackendResult(False, resp.status_code, detail, body), body
+        return BackendResult(ok=True, status=resp.status_code, body=body), body
+
+
+def _parse_locations(body: dict) -> dict[str, list[str]] | None:
+    """Validate a query answer: every value a list of strings."""
+    out: dict[str, list[str]] = {}
+    for key, value in body.items():
+        if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+            return None
+        out[str(key)] = list(value)
+    return out
+
+
+def _short(text: str) -> str:
+    """A one-line excerpt of a non-JSON answer for BackendResult.detail."""
+    return " ".join(text.split())[:200] or "empty answer"
