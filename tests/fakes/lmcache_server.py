@@ -1,0 +1,248 @@
+"""A stand-in LMCache memory API (aiohttp, loopback) with the ascend_ext wire format.
+
+It keeps a tiny tier model (hash -> tiers), records every request, and fails on command:
+``await fake.set_failure("500" | "503" | "malformed" | "slow", times=N, delay=S)``,
+``await fake.refuse()`` / ``await fake.accept()`` (port closed / open again).
+The same controls over HTTP: POST /_fake/fail {"mode", "times", "delay"}, POST /_fake/reset,
+GET /_fake/requests, POST /_fake/put {"chunk_hashes", "tiers"}.
+Run alone: ``python tests/fakes/lmcache_server.py --port 6999``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import socket
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from aiohttp import web
+
+from ascend_ext.memory_ops import RequestError, parse_hashes, parse_locations, parse_lookup_id
+
+CPU, DISK = "LocalCPUBackend", "LocalDiskBackend"
+MODES = ("500", "503", "malformed", "slow")
+
+
+@dataclass
+class Recorded:
+    """One request the fake received."""
+
+    method: str
+    path: str
+    body: Any
+    raw: str
+    at: float = field(default_factory=time.monotonic)
+
+
+class FakeLMCacheServer:
+    """A real HTTP server on 127.0.0.1 speaking the memory-API wire format."""
+
+    def __init__(self, host: str = "127.0.0.1", port: int = 0) -> None:
+        """Not started yet; port 0 picks a free one at start()."""
+        self.host, self.port = host, port
+        self.requests: list[Recorded] = []
+        self.tiers: dict[str, list[str]] = {}
+        self.mode: str | None = None
+        self.times: int | None = None
+        self.delay = 0.0
+        self._runner: web.AppRunner | None = None
+        self._site: web.TCPSite | None = None
+
+    @property
+    def url(self) -> str:
+        """Base URL, e.g. http://127.0.0.1:40123."""
+        return f"http://{self.host}:{self.port}"
+
+    # -- lifecycle ---------------------------------------------------------------------------
+    async def start(self) -> str:
+        """Bind and serve; returns the base URL."""
+        if self.port == 0:
+            self.port = _free_port(self.host)
+        app = web.Application()
+        app.router.add_post("/memory/{op}", self._memory)
+        app.router.add_post("/_fake/fail", self._ctl_fail)
+        app.router.add_post("/_fake/reset", self._ctl_reset)
+        app.router.add_post("/_fake/put", self._ctl_put)
+        app.router.add_get("/_fake/requests", self._ctl_requests)
+        self._runner = web.AppRunner(app)
+        await self._runner.setup()
+        await self.accept()
+        return self.url
+
+    async def stop(self) -> None:
+        """Close the port and the app."""
+        if self._runner is not None:
+            await self._runner.cleanup()
+        self._runner = self._site = None
+
+    async def refuse(self) -> None:
+        """Close the listening port: clients get connection refused."""
+        if self._site is not None:
+            await self._site.stop()
+            self._site = None
+
+    async def accept(self) -> None:
+        """Listen again on the same port."""
+        if self._site is None and self._runner is not None:
+            self._site = web.TCPSite(self._runner, self.host, self.port, reuse_address=True)
+            await self._site.start()
+
+    async def __aenter__(self) -> FakeLMCacheServer:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.stop()
+
+    # -- controls ----------------------------------------------------------------------------
+    async def set_failure(
+        self, mode: str | None, times: int | None = None, delay: float = 0.0
+    ) -> None:
+        """Fail the next ``times`` memory calls (None: until healed) in ``mode``."""
+        if mode is not None and mode not in MODES:
+            raise ValueError(f"mode must be one of {MODES} or None")
+        self.mode, self.times, self.delay = mode, times, delay
+
+    async def heal(self) -> None:
+        """Answer normally again (and accept connections)."""
+        await self.set_failure(None)
+        await self.accept()
+
+    def put(self, hashes: list[str], tiers: tuple[str, ...] = (CPU, DISK)) -> None:
+        """Seed chunks as if the engine had stored them."""
+        for h in hashes:
+            self.tiers[h] = list(tiers)
+
+    def calls(self, op: str) -> list[Any]:
+        """Bodies of the memory calls received for op (prefetch, evict, query)."""
+        return [r.body for r in self.requests if r.path == f"/memory/{op}"]
+
+    # -- memory API --------------------------------------------------------------------------
+    async def _memory(self, request: web.Request) -> web.Response:
+        """POST /memory/{prefetch,evict,query}, same validation and answers as ascend_ext."""
+        raw = await request.text()
+        try:
+            body: Any = json.loads(raw or "null")
+        except ValueError:
+            body = None
+        op = request.match_info["op"]
+        self.requests.append(Recorded(request.method, request.path, body, raw))
+        failing = self._take_failure()
+        if failing == "slow":
+            await asyncio.sleep(self.delay)
+        elif failing == "503":
+            return _err(503, "no LMCache engine in this process and it is not the scheduler")
+        elif failing == "500":
+            return web.json_response({
+                "error": "1 of 2 workers failed",
+                "failed_workers": {"http://127.0.0.1:7001": "ConnectError: refused"},
+                "partial": {},
+            }, status=500)
+        elif failing == "malformed":
+            return web.Response(text="{not json", content_type="application/json")
+        if op not in ("prefetch", "evict", "query"):
+            return _err(404, f"no route /memory/{op}")
+        if not isinstance(body, dict):
+            return _err(400, "body must be a JSON object")
+        try:
+            hashes = parse_hashes(body)
+            if op == "prefetch":
+                lookup_id = parse_lookup_id(body)
+                for h in hashes:
+                    tiers = self.tiers.get(h, [])
+                    if DISK in tiers and CPU not in tiers:
+                        tiers.insert(0, CPU)
+                return web.json_response({"status": "prefetch_started", "lookup_id": lookup_id,
+                                          "num_chunks": len(hashes)})
+            if op == "evict":
+                locations = parse_locations(body)
+                return web.json_response({"status": "success",
+                                          "num_evicted": self._evict(hashes, locations)})
+            return web.json_response({h: list(self.tiers.get(h, [])) for h in hashes})
+        except RequestError as exc:
+            return _err(400, str(exc))
+
+    def _take_failure(self) -> str | None:
+        """The failure mode for this call, counting down ``times``."""
+        if self.mode is None:
+            return None
+        mode = self.mode
+        if self.times is not None:
+            self.times -= 1
+            if self.times <= 0:
+                self.mode, self.times = None, None
+        return mode
+
+    def _evict(self, hashes: list[str], locations: list[str] | None) -> int:
+        """Remove copies; the count is copies removed, like StorageManager.batched_remove."""
+        n = 0
+        for h in hashes:
+            tiers = self.tiers.get(h, [])
+            for t in list(tiers):
+                if locations is None or t in locations:
+                    tiers.remove(t)
+                    n += 1
+            if not tiers:
+                self.tiers.pop(h, None)
+        return n
+
+    async def _ctl_fail(self, request: web.Request) -> web.Response:
+        """POST /_fake/fail {"mode", "times"?, "delay"?}."""
+        body = await request.json()
+        try:
+            await self.set_failure(body.get("mode"), body.get("times"), body.get("delay", 0.0))
+        except ValueError as exc:
+            return _err(400, str(exc))
+        return web.json_response({"ok": True})
+
+    async def _ctl_reset(self, request: web.Request) -> web.Response:
+        """POST /_fake/reset: heal, forget requests and chunks."""
+        await self.set_failure(None)
+        self.requests.clear()
+        self.tiers.clear()
+        return web.json_response({"ok": True})
+
+    async def _ctl_put(self, request: web.Request) -> web.Response:
+        """POST /_fake/put {"chunk_hashes", "tiers"?}."""
+        body = await request.json()
+        self.put(body["chunk_hashes"], tuple(body.get("tiers", (CPU, DISK))))
+        return web.json_response({"ok": True})
+
+    async def _ctl_requests(self, request: web.Request) -> web.Response:
+        """GET /_fake/requests: what was received, oldest first."""
+        return web.json_response([{"method": r.method, "path": r.path, "body": r.body}
+                                  for r in self.requests])
+
+
+def _err(status: int, message: str) -> web.Response:
+    """The memory API's error shape."""
+    return web.json_response({"error": message}, status=status)
+
+
+def _free_port(host: str) -> int:
+    """A free TCP port on host (tiny race window; fine for tests)."""
+    with socket.socket() as s:
+        s.bind((host, 0))
+        return s.getsockname()[1]
+
+
+def main() -> None:
+    """Serve until interrupted."""
+    p = argparse.ArgumentParser(description="fake LMCache memory API")
+    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--port", type=int, default=6999)
+    args = p.parse_args()
+
+    async def run() -> None:
+        fake = FakeLMCacheServer(args.host, args.port)
+        print(f"fake lmcache memory API on {await fake.start()}", flush=True)
+        await asyncio.Event().wait()
+
+    asyncio.run(run())
+
+
+if __name__ == "__main__":
+    main()
