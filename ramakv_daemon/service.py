@@ -113,6 +113,10 @@ class EventService:
         self, type_: str, session_id: str | None, change: Change, started: float
     ) -> dict[str, Any]:
         c = change
+        if c.notes.get("forced"):
+            log.warning(
+                "chunk_evict force: released references %s", c.data.get("released")
+            )
         self.dispatcher.dispatch(session_id, c.prefetch, c.evict_delete, c.evict_demote)
         self._publish(type_, session_id, True, c)
         elapsed = time.perf_counter() - started

@@ -36,14 +36,18 @@ class SessionManager:
         except KeyError:
             raise SessionNotFound(session_id) from None
 
-    def holders(self, chunk_hash: str) -> list[str]:
-        """Sessions holding a reference on ``chunk_hash`` (map or fork hold)."""
-        out = []
+    def holders_of(self, hashes: Iterable[str]) -> dict[str, list[str]]:
+        """hash -> sessions holding a reference on it (map or fork hold), one pass."""
+        wanted = set(hashes)
+        out: dict[str, list[str]] = {h: [] for h in wanted}
         for sid, s in self.sessions.items():
-            if (not s.suspended and chunk_hash in s.chunk_hashes) or any(
-                chunk_hash in hold for hold in s.fork_holds
-            ):
-                out.append(sid)
+            held = s.held_hashes() & wanted
+            for hold in s.fork_holds:
+                held.update(wanted.intersection(hold))
+            for h in held:
+                out[h].append(sid)
+        for sids in out.values():
+            sids.sort()
         return out
 
     # ---- mutation helpers ------------------------------------------------------------
@@ -224,6 +228,60 @@ class SessionManager:
         change.data = {"fork_end": True}
         change.notes["evicted_count"] = change.evicted_count
         return change
+
+    def chunk_evict(
+        self, hashes: Sequence[str], *, force: bool = False, dry_run: bool = False,
+        now: float = 0.0,
+    ) -> Change:
+        """Operator eviction: free chunks go at once; referenced ones only with ``force``.
+
+        Without force, a referenced chunk is refused and its holders reported. With
+        force, the holders' maps and fork holds drop the chunk first (the chunk then
+        reaches 0 and is deleted from every tier). ``dry_run`` changes nothing.
+        """
+        wanted = unique(tuple(hashes))
+        holders = self.holders_of(h for h in wanted if h in self.refcounts)
+        free = [h for h in wanted if h not in self.refcounts]
+        refused = {h: sids for h, sids in holders.items() if sids}
+        released: dict[str, list[str]] = {}
+        if force:
+            for h, sids in refused.items():
+                for sid in sids:
+                    released.setdefault(sid, []).append(h)
+        change = Change(durable=force and bool(released) and not dry_run)
+        evicted = list(free) + ([h for h in wanted if h in refused] if force else [])
+        if not dry_run:
+            for sid, dropped in released.items():
+                self._force_release(change, self.sessions[sid], set(dropped), now)
+            change.evict_delete.extend(free)
+            self._set_demoted(change, free, False)
+        change.data = {
+            "dry_run": dry_run,
+            "force": force,
+            "evicted": evicted,
+            "refused": {} if force else refused,
+            "released": {sid: sorted(h) for sid, h in released.items()},
+        }
+        return change
+
+    def _force_release(
+        self, change: Change, session: Session, dropped: set[str], now: float
+    ) -> None:
+        """Take ``dropped`` out of a session's map and fork holds, releasing references."""
+        if not session.suspended:
+            self._release(change, [h for h in session.unique_hashes() if h in dropped])
+        for hold in session.fork_holds:
+            self._release(change, [h for h in hold if h in dropped])
+        self._put(
+            change,
+            session.evolve(
+                chunk_hashes=tuple(h for h in session.chunk_hashes if h not in dropped),
+                fork_holds=tuple(
+                    tuple(h for h in hold if h not in dropped) for hold in session.fork_holds
+                ),
+                last_event_ts=now,
+            ),
+        )
 
     def health(self) -> Change:
         """Liveness and session count."""

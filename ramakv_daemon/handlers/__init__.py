@@ -1,8 +1,12 @@
 """One handler per event; importing this package registers them all."""
 
 from ramakv_daemon.handlers import (  # noqa: F401  (import registers)
+    backend_query,
+    chunk_evict,
+    chunk_info,
     health,
     list_events,
+    list_sessions,
     session_close,
     session_fork,
     session_fork_end,

@@ -1,0 +1,1 @@
+"""ram-a-kv package."""
