@@ -1,0 +1,1 @@
+"""Test support shared by several suites (import as ``support.*`` with tests/ on sys.path)."""

@@ -1,0 +1,132 @@
+"""In-process daemon helpers: a recording backend and an event client over aiohttp's TestClient."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from ramakv_daemon.config import Config
+from ramakv_daemon.core.manager import recompute_refcounts
+from ramakv_daemon.http.app import SERVICE_KEY
+from ramakv_daemon.ports import BackendResult, ChunkLocations, EvictMode
+from ramakv_daemon.service import EventService
+
+
+class RecordingBackend:
+    """A noop backend that records every call: ("prefetch"|"delete"|"demote", hashes)."""
+
+    name = "recording"
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, list[str]]] = []
+
+    async def prefetch(self, chunk_hashes: Sequence[str], tag: str) -> BackendResult:
+        self.calls.append(("prefetch", list(chunk_hashes)))
+        return BackendResult(ok=True, status=200)
+
+    async def evict(self, chunk_hashes: Sequence[str], mode: EvictMode) -> BackendResult:
+        self.calls.append((mode.value, list(chunk_hashes)))
+        return BackendResult(ok=True, status=200)
+
+    async def query(self, chunk_hashes: Sequence[str]) -> tuple[BackendResult, ChunkLocations]:
+        return BackendResult(ok=True, status=200), ChunkLocations()
+
+    async def close(self) -> None:
+        return None
+
+    def of(self, kind: str) -> list[str]:
+        """Every hash sent in calls of ``kind``, in order."""
+        return [h for k, hashes in self.calls if k == kind for h in hashes]
+
+
+class DaemonClient:
+    """An in-process daemon behind aiohttp's TestClient, with event helpers."""
+
+    def __init__(self, client: Any) -> None:
+        self.client = client
+
+    @property
+    def service(self) -> EventService:
+        return self.client.server.app[SERVICE_KEY]
+
+    @property
+    def config(self) -> Config:
+        return self.service.config
+
+    async def post(self, body: Any, **kwargs: Any) -> tuple[int, dict[str, Any]]:
+        """POST ``body`` (JSON-encoded unless bytes/str); returns (status, decoded answer)."""
+        data = body if isinstance(body, bytes | str) else json.dumps(body)
+        resp = await self.client.post("/event", data=data, **kwargs)
+        return resp.status, json.loads(await resp.text())
+
+    async def ok(self, type_: str, **fields: Any) -> dict[str, Any]:
+        """Send an event that must succeed; check the envelope; return ``data``."""
+        status, body = await self.post({"type": type_, **fields})
+        assert status == 200, body
+        assert set(body) == {"ok", "type", "data"}, body
+        assert body["ok"] is True and body["type"] == type_, body
+        return body["data"]
+
+    async def err(self, type_: str | None, *, status: int = 200, **fields: Any) -> str:
+        """Send an event that must fail; check the envelope; return ``error``."""
+        payload = {"type": type_, **fields} if type_ is not None else dict(fields)
+        got_status, body = await self.post(payload)
+        assert got_status == status, body
+        assert body["ok"] is False, body
+        assert "data" not in body, body
+        assert isinstance(body["error"], str) and body["error"], body
+        return body["error"]
+
+    async def turn_end(self, sid: str, hashes: list[str] | None, **extra: Any) -> dict[str, Any]:
+        """A successful turn_end with ``hashes`` as kv_transfer_params.chunk_hashes."""
+        return await self.ok(
+            "turn_end", session_id=sid, kv_transfer_params={"chunk_hashes": hashes}, **extra
+        )
+
+    async def settle(self) -> None:
+        """Wait for background backend calls."""
+        await self.service.dispatcher.drain()
+
+    def refcounts(self) -> dict[str, int]:
+        return self.service.manager.refcounts.as_dict()
+
+    def state(self) -> dict[str, Any]:
+        """Everything an event may change: memory (sessions, refcounts, demoted) and disk."""
+        m = self.service.manager
+        return {
+            "sessions": {sid: s.to_dict() for sid, s in m.sessions.items()},
+            "refcounts": m.refcounts.as_dict(),
+            "demoted": sorted(m.demoted),
+            "db": db_rows(self.config.session_store_path),
+        }
+
+    def assert_consistent(self) -> None:
+        """The invariant: refcounts equal those recomputed from every live map + hold."""
+        m = self.service.manager
+        assert m.refcounts.as_dict() == recompute_refcounts(m.sessions.values())
+
+    async def close(self) -> None:
+        await self.client.close()
+
+
+def db_rows(path: str) -> dict[str, Any]:
+    """The stored sessions (original table) and our state table, read with plain sqlite3."""
+    if not Path(path).exists():
+        return {}
+    con = sqlite3.connect(path)
+    try:
+        tables = {r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+        out: dict[str, Any] = {
+            "sessions": sorted(con.execute("SELECT * FROM sessions")) if "sessions" in tables
+            else []
+        }
+        if "session_state" in tables:
+            out["session_state"] = sorted(
+                con.execute("SELECT session_id, suspended, fork_holds_json FROM session_state")
+            )
+        return out
+    finally:
+        con.close()
