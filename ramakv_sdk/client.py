@@ -1,0 +1,234 @@
+"""AsyncClient: one method per daemon event, the daemon's errors raised as RamAKvError."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from types import TracebackType
+from typing import Any, Literal, cast
+
+import aiohttp
+import httpx
+
+from ramakv_sdk import events
+from ramakv_sdk.config import DEFAULT_DAEMON_URL, load_config
+from ramakv_sdk.errors import DaemonUnavailable, RamAKvError
+from ramakv_sdk.results import (
+    BackendQueryData,
+    ChunkEvictData,
+    ChunkInfoData,
+    Envelope,
+    HealthData,
+    ListEventsData,
+    ListSessionsData,
+    SessionCloseData,
+    SessionForkData,
+    SessionForkEndData,
+    SessionMapData,
+    SessionSuspendData,
+    SnapshotRestoreData,
+    TurnEndData,
+    TurnStartData,
+)
+from ramakv_sdk.trace import TraceSubscription
+
+
+class AsyncClient:
+    """An async client for one daemon; use it as ``async with AsyncClient(...) as c``.
+
+    Every event method returns the answer's ``data`` as a plain dict (typed with the
+    TypedDicts in :mod:`ramakv_sdk.results`) and raises :class:`RamAKvError` with the
+    daemon's error text on ``ok: false``, :class:`DaemonUnavailable` when the daemon cannot
+    be reached or does not answer within ``timeout`` seconds.
+    """
+
+    def __init__(
+        self,
+        base_url: str = DEFAULT_DAEMON_URL,
+        timeout: float = 5.0,
+        token: str | None = None,
+    ) -> None:
+        self.base_url = base_url.rstrip("/")
+        self.timeout = timeout
+        self.token = token or None
+        self._headers = {"Authorization": f"Bearer {token}"} if token else {}
+        # trust_env=False: an HTTP(S)_PROXY meant for the internet must not capture loopback.
+        self._http = httpx.AsyncClient(
+            base_url=self.base_url, timeout=timeout, headers=self._headers, trust_env=False
+        )
+        self._ws_session: aiohttp.ClientSession | None = None
+
+    @classmethod
+    def from_config(cls, path: str | None = None, timeout: float = 5.0) -> AsyncClient:
+        """A client for the SDK config's daemon_url and auth_token (defaults when absent)."""
+        cfg = load_config(path)
+        if cfg is None:
+            return cls(timeout=timeout)
+        return cls(cfg.daemon_url, timeout=timeout, token=cfg.auth_token or None)
+
+    # ---- transport
+    async def raw(self, event: Mapping[str, Any]) -> Envelope:
+        """POST one event; the whole envelope, ok or not.
+
+        Raises:
+            DaemonUnavailable: no connection, or no answer within ``timeout``.
+            RamAKvError: the answer was not a JSON envelope (e.g. a wrong URL).
+        """
+        type_ = event.get("type") if isinstance(event.get("type"), str) else None
+        try:
+            resp = await self._http.post("/event", json=dict(event))
+        except httpx.TimeoutException as err:
+            raise DaemonUnavailable(
+                f"ram-a-kv daemon at {self.base_url} did not answer within {self.timeout}s "
+                f"({type(err).__name__})", type_,
+            ) from err
+        except httpx.TransportError as err:
+            raise DaemonUnavailable(
+                f"cannot reach ram-a-kv daemon at {self.base_url}: {err or type(err).__name__}",
+                type_,
+            ) from err
+        try:
+            body = resp.json()
+        except ValueError:
+            raise RamAKvError(
+                f"HTTP {resp.status_code} from {self.base_url}/event is not JSON: "
+                f"{resp.text[:200]!r}", type_, resp.status_code,
+            ) from None
+        if not isinstance(body, dict) or not isinstance(body.get("ok"), bool):
+            raise RamAKvError(
+                f"HTTP {resp.status_code} from {self.base_url}/event is not an event answer",
+                type_, resp.status_code,
+            )
+        return cast(Envelope, body)
+
+    async def send(self, event: Mapping[str, Any]) -> dict[str, Any]:
+        """POST one event and return its ``data``; ``ok: false`` raises RamAKvError."""
+        env = await self.raw(event)
+        if not env["ok"]:
+            raise RamAKvError(
+                str(env.get("error", "unknown error")), env.get("type") or event.get("type")
+            )
+        return env.get("data", {})
+
+    # ---- the original's events ----
+    async def health(self) -> HealthData:
+        """``{"status": "running", "sessions_count": n}``."""
+        return cast(HealthData, await self.send({"type": "health"}))
+
+    async def list_events(self) -> ListEventsData:
+        """``{"events": {name: {description, required, optional}}}``."""
+        return cast(ListEventsData, await self.send({"type": "list_events"}))
+
+    async def turn_start(self, session_id: str) -> TurnStartData:
+        return cast(TurnStartData, await self.send(events.session_event("turn_start", session_id)))
+
+    async def turn_end(
+        self,
+        session_id: str,
+        kv_transfer_params: Mapping[str, Any] | None = None,
+        debug_context: Mapping[str, Any] | None = None,
+    ) -> TurnEndData:
+        """Report a finished turn; ``kv_transfer_params=None`` (or null chunk_hashes) counts
+        the turn and keeps the map (``map_updated`` false)."""
+        event = events.turn_end(session_id, kv_transfer_params, debug_context)
+        return cast(TurnEndData, await self.send(event))
+
+    async def snapshot_restore(
+        self, session_id: str, source_session_id: str | None = None
+    ) -> SnapshotRestoreData:
+        """Re-reference a stored map and prefetch it; ``source_session_id`` seeds it from
+        another session (a resume under a new id), leaving the source as it was."""
+        event = events.snapshot_restore(session_id, source_session_id)
+        return cast(SnapshotRestoreData, await self.send(event))
+
+    async def session_map(self, session_id: str) -> SessionMapData:
+        event = events.session_event("session_map", session_id)
+        return cast(SessionMapData, await self.send(event))
+
+    async def session_fork(self, session_id: str) -> SessionForkData:
+        event = events.session_event("session_fork", session_id)
+        return cast(SessionForkData, await self.send(event))
+
+    async def session_fork_end(self, session_id: str) -> SessionForkEndData:
+        event = events.session_event("session_fork_end", session_id)
+        return cast(SessionForkEndData, await self.send(event))
+
+    async def session_suspend(self, session_id: str) -> SessionSuspendData:
+        event = events.session_event("session_suspend", session_id)
+        return cast(SessionSuspendData, await self.send(event))
+
+    async def session_close(self, session_id: str) -> SessionCloseData:
+        event = events.session_event("session_close", session_id)
+        return cast(SessionCloseData, await self.send(event))
+
+    # ---- admin events
+    async def list_sessions(
+        self,
+        state: Literal["active", "suspended"] | None = None,
+        limit: int | None = None,
+        offset: int | None = None,
+    ) -> ListSessionsData:
+        """``{"total": n, "sessions": [{session_id, state, turn_count, chunk_count,
+        fork_holds, last_event_ts}]}``; ``total`` counts every match, not just this page."""
+        event: dict[str, Any] = {"type": "list_sessions"}
+        for key, value in (("state", state), ("limit", limit), ("offset", offset)):
+            if value is not None:
+                event[key] = value
+        return cast(ListSessionsData, await self.send(event))
+
+    async def chunk_info(self, hashes: Iterable[str | int]) -> ChunkInfoData:
+        """``{"chunks": {hash: {refcount, holders}}}`` for each hash asked about."""
+        return cast(ChunkInfoData, await self.send(events.chunk_event("chunk_info", hashes)))
+
+    async def chunk_evict(
+        self, hashes: Iterable[str | int], dry_run: bool = False, force: bool = False
+    ) -> ChunkEvictData:
+        """Evict unreferenced chunks; ``dry_run`` only reports, ``force`` also evicts
+        referenced ones (``released`` says which sessions lost which hashes)."""
+        event = events.chunk_event("chunk_evict", hashes, dry_run=dry_run, force=force)
+        return cast(ChunkEvictData, await self.send(event))
+
+    async def backend_query(self, hashes: Iterable[str | int]) -> BackendQueryData:
+        """Where the cache backend holds each chunk: ``{backend, ok, locations}``."""
+        return cast(BackendQueryData, await self.send(events.chunk_event("backend_query", hashes)))
+
+    # ---- trace
+    def subscribe_trace(
+        self,
+        since: int | None = None,
+        session: str | None = None,
+        *,
+        max_backoff: float = 5.0,
+    ) -> TraceSubscription:
+        """An async iterator over the trace websocket that reconnects by itself.
+
+        Yields the daemon's messages (``snapshot`` and ``event`` dicts) plus two markers of
+        ours: ``{"kind": "disconnected", ...}`` once per outage and
+        ``{"kind": "reconnected", "since": n, ...}`` when it is back (see docs/sdk.md).
+        """
+        return TraceSubscription(
+            self._ws, self.base_url, since=since, session=session, max_backoff=max_backoff
+        )
+
+    def _ws(self) -> aiohttp.ClientSession:
+        if self._ws_session is None or self._ws_session.closed:
+            self._ws_session = aiohttp.ClientSession(headers=self._headers)
+        return self._ws_session
+
+    # ---- life cycle
+    async def aclose(self) -> None:
+        """Close the HTTP connection pool and the websocket session."""
+        await self._http.aclose()
+        if self._ws_session is not None:
+            await self._ws_session.close()
+            self._ws_session = None
+
+    async def __aenter__(self) -> AsyncClient:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.aclose()

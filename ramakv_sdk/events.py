@@ -1,0 +1,73 @@
+"""Event payload builders shared by the async client, the global client, the CLI and proxy."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+
+def hex_hash(h: str | int) -> str:
+    """A chunk hash as the daemon wants it: strings verbatim, ints as signed hex ("-1f")."""
+    if isinstance(h, bool):
+        raise TypeError("a chunk hash cannot be a bool")
+    if isinstance(h, int):
+        return f"{h:x}"
+    return h
+
+
+def hash_list(hashes: Iterable[str | int]) -> list[str]:
+    """Hashes in the caller's order, ints converted with :func:`hex_hash`."""
+    if isinstance(hashes, str | bytes):
+        raise TypeError("chunk hashes must be a list of strings, not one string")
+    return [hex_hash(h) for h in hashes]
+
+
+def kv_params(kv_transfer_params: Mapping[str, Any] | None) -> dict[str, Any] | None:
+    """The engine's kv_transfer_params, ready to send.
+
+    None stays None, and a missing or null ``chunk_hashes`` stays missing or null: the daemon
+    then counts the turn and keeps the session's map. Turning "no hashes reported" into an
+    empty list would evict the whole session. Int hashes become signed hex strings.
+    """
+    if kv_transfer_params is None:
+        return None
+    params = dict(kv_transfer_params)
+    raw = params.get("chunk_hashes")
+    if isinstance(raw, list | tuple):
+        params["chunk_hashes"] = hash_list(raw)
+    return params
+
+
+def session_event(type_: str, session_id: str, **extra: Any) -> dict[str, Any]:
+    """``{"type": type_, "session_id": session_id, **extra}`` without None-valued extras."""
+    event: dict[str, Any] = {"type": type_, "session_id": session_id}
+    event.update({k: v for k, v in extra.items() if v is not None})
+    return event
+
+
+def turn_end(
+    session_id: str,
+    kv_transfer_params: Mapping[str, Any] | None = None,
+    debug_context: Mapping[str, Any] | None = None,
+) -> dict[str, Any]:
+    """A turn_end event; ``kv_transfer_params`` is always present (null when unknown)."""
+    event: dict[str, Any] = {
+        "type": "turn_end",
+        "session_id": session_id,
+        "kv_transfer_params": kv_params(kv_transfer_params),
+    }
+    if debug_context is not None:
+        event["debug_context"] = dict(debug_context)
+    return event
+
+
+def snapshot_restore(session_id: str, source_session_id: str | None = None) -> dict[str, Any]:
+    """A snapshot_restore event, optionally seeding from another session's stored map."""
+    return session_event("snapshot_restore", session_id, source_session_id=source_session_id)
+
+
+def chunk_event(type_: str, hashes: Iterable[str | int], **extra: Any) -> dict[str, Any]:
+    """An admin event over chunk hashes (chunk_info, chunk_evict, backend_query)."""
+    event: dict[str, Any] = {"type": type_, "chunk_hashes": hash_list(hashes)}
+    event.update({k: v for k, v in extra.items() if v is not None})
+    return event

@@ -1,0 +1,165 @@
+"""EventSender: fire-and-forget delivery on one event loop, in order per session, bounded."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections import deque
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from ramakv_sdk.client import AsyncClient
+from ramakv_sdk.errors import DaemonUnavailable, RamAKvError
+
+log = logging.getLogger("ramakv_sdk")
+
+
+@dataclass(slots=True)
+class SenderStats:
+    """Counters; ``dropped_*`` events were never delivered, ``failed`` got ok:false."""
+
+    sent: int = 0
+    failed: int = 0
+    dropped_unavailable: int = 0
+    dropped_full: int = 0
+
+    @property
+    def dropped(self) -> int:
+        return self.dropped_unavailable + self.dropped_full
+
+    def as_dict(self) -> dict[str, int]:
+        return {**asdict(self), "dropped": self.dropped}
+
+
+class RateLimitedLog:
+    """At most one warning per key per ``interval`` seconds, with the count held back."""
+
+    def __init__(self, interval: float = 10.0) -> None:
+        self.interval = interval
+        self._last: dict[str, float] = {}
+        self._held: dict[str, int] = {}
+
+    def warn(self, key: str, msg: str, *args: Any) -> None:
+        now = time.monotonic()
+        if now - self._last.get(key, -1e9) < self.interval:
+            self._held[key] = self._held.get(key, 0) + 1
+            return
+        held = self._held.pop(key, 0)
+        self._last[key] = now
+        suffix = f" ({held} more since the last warning)" if held else ""
+        log.warning(msg + suffix, *args)
+
+
+class EventSender:
+    """Sends events without ever raising into the caller; call ``submit`` on its loop.
+
+    Events of one session go out one after another in submission order; different sessions
+    go out concurrently (at most ``concurrency`` requests at once). At most ``max_queue``
+    events wait; beyond that, and while the daemon is unreachable, events are dropped and
+    counted. After a failed connection, events are dropped without trying for a short,
+    growing pause (up to ``max_pause`` s), so a dead daemon costs the host nothing.
+    """
+
+    def __init__(
+        self,
+        client: AsyncClient,
+        max_queue: int = 10000,
+        concurrency: int = 8,
+        max_pause: float = 2.0,
+        stats: SenderStats | None = None,
+    ) -> None:
+        self.client = client
+        self.max_queue = max_queue
+        self.max_pause = max_pause
+        self.stats = stats or SenderStats()
+        self.pending = 0
+        self._queues: dict[str, deque[dict[str, Any]]] = {}
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._sem = asyncio.Semaphore(concurrency)
+        self._idle = asyncio.Event()
+        self._idle.set()
+        self._down_until = 0.0
+        self._pause = 0.0
+        self._log = RateLimitedLog()
+
+    def submit(self, event: Mapping[str, Any]) -> bool:
+        """Queue one event; False when it was dropped because the queue is full."""
+        if self.pending >= self.max_queue:
+            self.stats.dropped_full += 1
+            self._log.warn("full", "ram-a-kv SDK queue full (%d events); event dropped",
+                           self.max_queue)
+            return False
+        sid = event.get("session_id")
+        key = sid if isinstance(sid, str) else ""
+        queue = self._queues.get(key)
+        if queue is None:
+            queue = self._queues[key] = deque()
+            task = asyncio.get_running_loop().create_task(self._drain(key, queue))
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+        queue.append(dict(event))
+        self.pending += 1
+        self._idle.clear()
+        return True
+
+    async def _drain(self, key: str, queue: deque[dict[str, Any]]) -> None:
+        try:
+            while queue:
+                event = queue.popleft()
+                try:
+                    async with self._sem:
+                        await self._send_one(event)
+                finally:
+                    self.pending -= 1
+        finally:
+            if self._queues.get(key) is queue:
+                del self._queues[key]
+            if self.pending == 0:
+                self._idle.set()
+
+    async def _send_one(self, event: dict[str, Any]) -> None:
+        type_ = event.get("type")
+        if time.monotonic() < self._down_until:
+            self.stats.dropped_unavailable += 1
+            return
+        try:
+            env = await self.client.raw(event)
+        except DaemonUnavailable as err:
+            self.stats.dropped_unavailable += 1
+            self._pause = min(self.max_pause, max(0.05, self._pause * 2))
+            self._down_until = time.monotonic() + self._pause
+            self._log.warn("down", "ram-a-kv daemon unavailable, events dropped: %s", err)
+            return
+        except RamAKvError as err:
+            self.stats.failed += 1
+            self._log.warn("bad", "ram-a-kv event %s got a bad answer: %s", type_, err)
+            return
+        except Exception:  # never let a bug here reach the host
+            self.stats.failed += 1
+            log.exception("ram-a-kv event %s could not be sent", type_)
+            return
+        self._pause = 0.0
+        if env["ok"]:
+            self.stats.sent += 1
+        else:
+            self.stats.failed += 1
+            self._log.warn(f"failed:{type_}", "ram-a-kv event %s failed: %s", type_,
+                           env.get("error"))
+
+    async def flush(self, timeout: float | None = None) -> bool:
+        """Wait until every queued event was sent or dropped; False on timeout."""
+        try:
+            await asyncio.wait_for(self._idle.wait(), timeout)
+        except TimeoutError:
+            return False
+        return True
+
+    async def aclose(self, timeout: float | None = 5.0) -> None:
+        """Flush (bounded), cancel what is left and close the client."""
+        await self.flush(timeout)
+        for task in list(self._tasks):
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        await self.client.aclose()
