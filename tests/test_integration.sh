@@ -281,15 +281,16 @@ stop_daemon() {
         echo "        (daemon ignored SIG$sig for 10 s, killing)"
         kill -KILL "$DAEMON_PID" 2>/dev/null || true
     fi
-    wait "$DAEMON_PID" 2>/dev/null || true
+    { wait "$DAEMON_PID"; } 2>/dev/null || true
     DAEMON_PID=""
 }
 
 restart_daemon() {
     echo "        --- restart daemon (SIG${1:-TERM}) ---"
-    stop_daemon "${1:-TERM}"
-    echo "=== restart ===" >>"$LOG"
-    if ! start_daemon; then
+    echo "=== restart after SIG${1:-TERM} ===" >>"$LOG"
+    # (stderr muted: bash reports a child killed by a signal as "Killed" on stderr;
+    #  our own messages go to stdout)
+    if ! { stop_daemon "${1:-TERM}"; start_daemon; } 2>/dev/null; then
         fail "daemon restarts on the same SQLite file"
         finish
     fi
