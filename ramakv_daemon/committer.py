@@ -6,6 +6,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 
 from ramakv_daemon.core.change import Change
 from ramakv_daemon.core.manager import SessionManager
@@ -13,13 +14,27 @@ from ramakv_daemon.ports import SessionStore, StoreError
 
 log = logging.getLogger("ramakv.store")
 
+PRUNE_EVERY_COMMITS = 1000
+
+
+@dataclass(slots=True)
+class _Pending:
+    """One queued write: an applied change (with its future) or an outbox clean-up."""
+
+    change: Change | None
+    sessions: dict
+    outbox: list[tuple[str, str | None]]
+    event_id: tuple[str, str, float] | None
+    future: asyncio.Future[None] | None
+
 
 class GroupCommitter:
     """Batches the store writes of applied changes and resolves each when durable.
 
     Memory is changed first (the core is synchronous), so a failed commit must undo
     every change not yet durable — the failed batch and all queued behind it, newest
-    first — leaving memory equal to what the database holds.
+    first — leaving memory equal to what the database holds. A change's evictions go to
+    the outbox table in the same transaction, so an acknowledged eviction survives a crash.
     """
 
     def __init__(
@@ -27,26 +42,39 @@ class GroupCommitter:
         store: SessionStore,
         manager: SessionManager,
         on_commit: Callable[[float, int], None] | None = None,
+        event_id_ttl_s: float = 3600.0,
     ) -> None:
         self.store = store
         self.manager = manager
         self.on_commit = on_commit
-        self._pending: list[tuple[Change, dict, asyncio.Future[None]]] = []
+        self.event_id_ttl_s = event_id_ttl_s
+        self._pending: list[_Pending] = []
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self._closing = False
+        self._commits = 0
 
     def start(self) -> None:
         """Start the writer task on the running loop."""
         self._task = asyncio.get_running_loop().create_task(self._run(), name="group-commit")
 
-    def submit(self, change: Change) -> asyncio.Future[None]:
-        """Queue ``change``'s touched sessions for the next commit; await the result."""
-        writes = {sid: self.manager.sessions.get(sid) for sid in change.prev_sessions}
+    def submit(
+        self, change: Change, event_id: tuple[str, str, float] | None = None
+    ) -> asyncio.Future[None]:
+        """Queue ``change``'s sessions, evictions and answer; await the commit."""
+        sessions = {sid: self.manager.sessions.get(sid) for sid in change.prev_sessions}
+        outbox: list[tuple[str, str | None]] = [(h, "delete") for h in change.evict_delete]
+        outbox += [(h, "demote") for h in change.evict_demote]
         fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self._pending.append((change, writes, fut))
+        self._pending.append(_Pending(change, sessions, outbox, event_id, fut))
         self._wake.set()
         return fut
+
+    def forget_outbox(self, hashes: list[str]) -> None:
+        """Queue the removal of delivered (or no longer wanted) evictions; nobody waits."""
+        if hashes:
+            self._pending.append(_Pending(None, {}, [(h, None) for h in hashes], None, None))
+            self._wake.set()
 
     async def _run(self) -> None:
         while True:
@@ -57,31 +85,44 @@ class GroupCommitter:
                     return
                 continue
             batch, self._pending = self._pending, []
-            merged: dict = {}
-            for _, writes, _ in batch:
-                merged.update(writes)
-            started = time.perf_counter()
-            try:
-                await self.store.write(merged)
-            except Exception as err:  # noqa: BLE001 - any failure must undo, not kill the loop
-                failed = batch + self._pending
-                self._pending = []
-                for change, _, _ in reversed(failed):
-                    self.manager.undo(change)
-                error = (
-                    err if isinstance(err, StoreError)
-                    else StoreError(f"persistence failed: {err}")
-                )
-                log.error("commit of %d events failed, state rolled back: %s", len(failed), error)
-                for _, _, fut in failed:
-                    if not fut.done():
-                        fut.set_exception(error)
-                continue
-            if self.on_commit is not None:
-                self.on_commit(time.perf_counter() - started, len(batch))
-            for _, _, fut in batch:
-                if not fut.done():
-                    fut.set_result(None)
+            await self._commit(batch)
+
+    async def _commit(self, batch: list[_Pending]) -> None:
+        sessions: dict = {}
+        outbox: dict[str, str | None] = {}
+        answers = []
+        for p in batch:
+            sessions.update(p.sessions)
+            outbox.update(p.outbox)  # in order: a later intent replaces an earlier one
+            if p.event_id is not None:
+                answers.append(p.event_id)
+        self._commits += 1
+        prune = None
+        if answers and self._commits % PRUNE_EVERY_COMMITS == 0:
+            prune = time.time() - self.event_id_ttl_s
+        started = time.perf_counter()
+        try:
+            await self.store.write(sessions, outbox, answers, prune)
+        except Exception as err:  # noqa: BLE001 - any failure must undo, not kill the loop
+            self._fail(batch, err)
+            return
+        if self.on_commit is not None:
+            self.on_commit(time.perf_counter() - started, len(batch))
+        for p in batch:
+            if p.future is not None and not p.future.done():
+                p.future.set_result(None)
+
+    def _fail(self, batch: list[_Pending], err: Exception) -> None:
+        failed = batch + self._pending
+        self._pending = []
+        for p in reversed(failed):
+            if p.change is not None:
+                self.manager.undo(p.change)
+        error = err if isinstance(err, StoreError) else StoreError(f"persistence failed: {err}")
+        log.error("commit of %d writes failed, state rolled back: %s", len(failed), error)
+        for p in failed:
+            if p.future is not None and not p.future.done():
+                p.future.set_exception(error)
 
     async def close(self) -> None:
         """Commit what is queued, then stop."""

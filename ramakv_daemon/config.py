@@ -43,6 +43,10 @@ class Config:
     trace_queue: int = 1000
     backend_timeout_s: float = 5.0
     auth_token: str = ""
+    max_sessions: int = 1_000_000
+    idempotency_window: int = 10000
+    idempotency_ttl_s: float = 3600.0
+    sqlite_synchronous: str = "NORMAL"
 
     @property
     def host_port(self) -> tuple[str, int]:
@@ -69,6 +73,8 @@ def _coerce(name: str, value: Any) -> Any:
     if kind == "float" and isinstance(value, int | float) and not isinstance(value, bool):
         return float(value)
     if kind == "str" and isinstance(value, str):
+        if name == "sqlite_synchronous" and value.upper() not in ("NORMAL", "FULL", "EXTRA"):
+            raise TypeError("config key 'sqlite_synchronous' must be NORMAL, FULL or EXTRA")
         return value
     raise TypeError(f"config key '{name}' must be {kind}, got {value!r}")
 

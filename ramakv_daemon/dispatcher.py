@@ -1,69 +1,193 @@
-"""Carries a committed change's prefetches and evictions to the backend, off the reply path."""
+"""Carries committed prefetches and evictions to the backend, off the reply path."""
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Callable
 
+from ramakv_daemon.committer import GroupCommitter
 from ramakv_daemon.core.manager import SessionManager
 from ramakv_daemon.ports import Backend, BackendResult, EvictMode
 
 log = logging.getLogger("ramakv.backend")
 
+MAX_BATCH = 1000
+MAX_BACKOFF_S = 60.0
+
 
 class BackendDispatcher:
-    """Sends backend calls in background tasks so a slow cache never delays a reply.
+    """Delivers evictions from a durable outbox with retries; prefetches best effort.
 
-    An eviction is re-checked against the refcount table when it is sent: a chunk that
-    became referenced again in between is never evicted.
+    Evictions were written to the outbox table in the event's own commit, so none is
+    lost to a crash or a backend outage. Before each delivery a chunk is checked again:
+    one that became referenced in the meantime is dropped from the outbox, never evicted.
+    Prefetches are sent once, in the background, and not retried after their turn.
     """
 
     def __init__(
         self,
         backend: Backend,
         manager: SessionManager,
+        committer: GroupCommitter,
         on_result: Callable[[str, int, BackendResult], None] | None = None,
+        on_failure: Callable[[str, int, BackendResult, int], None] | None = None,
+        base_backoff_s: float = 0.5,
     ) -> None:
         self.backend = backend
         self.manager = manager
+        self.committer = committer
         self.on_result = on_result
+        self.on_failure = on_failure
+        self.base_backoff_s = base_backoff_s
+        # hash -> (mode, version); the version tells a re-queued intent from a delivered one.
+        self.outbox: dict[str, tuple[EvictMode, int]] = {}
+        self._attempts: dict[str, int] = {}
+        self._not_before: dict[str, float] = {}
+        self._version = 0
+        self._wake = asyncio.Event()
         self._tasks: set[asyncio.Task[None]] = set()
+        self._runner: asyncio.Task[None] | None = None
+        self._closing = False
 
-    def dispatch(
-        self, session_id: str | None, prefetch: list[str], delete: list[str], demote: list[str]
-    ) -> None:
-        """Schedule the calls for one committed event."""
-        if not (prefetch or delete or demote):
+    # ---- feeding ---------------------------------------------------------------------
+    def load(self, rows: dict[str, str]) -> None:
+        """Evictions left over from a previous run (delivered again if still unreferenced)."""
+        for h, mode in rows.items():
+            self._queue(h, EvictMode(mode))
+
+    def _queue(self, chunk_hash: str, mode: EvictMode) -> None:
+        self._version += 1
+        self.outbox[chunk_hash] = (mode, self._version)
+        self._attempts.pop(chunk_hash, None)
+        self._not_before.pop(chunk_hash, None)
+
+    def evictions_committed(self, delete: list[str], demote: list[str]) -> None:
+        """Queue evictions whose outbox rows are durable now."""
+        for h in delete:
+            self._queue(h, EvictMode.DELETE)
+        for h in demote:
+            self._queue(h, EvictMode.DEMOTE)
+        if delete or demote:
+            self._wake.set()
+
+    def prefetch(self, session_id: str | None, hashes: list[str]) -> None:
+        """Send one prefetch in the background."""
+        if not hashes:
             return
-        task = asyncio.get_running_loop().create_task(
-            self._send(session_id, prefetch, delete, demote)
-        )
+        task = asyncio.get_running_loop().create_task(self._prefetch(session_id, hashes))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
-    async def _send(
-        self, session_id: str | None, prefetch: list[str], delete: list[str], demote: list[str]
-    ) -> None:
-        for mode, hashes in ((EvictMode.DELETE, delete), (EvictMode.DEMOTE, demote)):
-            still_free = [h for h in hashes if h not in self.manager.refcounts]
-            if still_free:
-                result = await self.backend.evict(still_free, mode)
-                self._report(f"evict_{mode.value}", len(still_free), result)
-        if prefetch:
-            result = await self.backend.prefetch(prefetch, f"prefetch_{session_id}")
-            self._report("prefetch", len(prefetch), result)
+    async def _prefetch(self, session_id: str | None, hashes: list[str]) -> None:
+        for i in range(0, len(hashes), MAX_BATCH):
+            part = hashes[i : i + MAX_BATCH]
+            result = await self.backend.prefetch(part, f"prefetch_{session_id}")
+            self._report("prefetch", len(part), result)
+
+    # ---- delivery loop ---------------------------------------------------------------
+    def start(self) -> None:
+        """Start the delivery loop."""
+        self._runner = asyncio.get_running_loop().create_task(self._run(), name="evict-outbox")
+        self._wake.set()
+
+    @property
+    def backlog(self) -> int:
+        """Evictions not yet confirmed by the backend."""
+        return len(self.outbox)
+
+    async def _run(self) -> None:
+        while not self._closing:
+            timeout = self._next_due_in()
+            try:
+                await asyncio.wait_for(self._wake.wait(), timeout)
+            except TimeoutError:
+                pass
+            self._wake.clear()
+            if self._closing:
+                return
+            await self._deliver_due()
+
+    def _next_due_in(self) -> float | None:
+        if not self.outbox:
+            return None
+        now = time.monotonic()
+        waits = [self._not_before.get(h, 0.0) - now for h in self.outbox]
+        return max(0.0, min(waits))
+
+    async def _deliver_due(self) -> None:
+        now = time.monotonic()
+        due = [h for h in self.outbox if self._not_before.get(h, 0.0) <= now]
+        retaken = [h for h in due if h in self.manager.refcounts]
+        if retaken:
+            for h in retaken:
+                self._forget(h)
+            self.committer.forget_outbox(retaken)
+        for mode in (EvictMode.DELETE, EvictMode.DEMOTE):
+            refs = self.manager.refcounts
+            hashes = [
+                h for h in due if h in self.outbox and self.outbox[h][0] == mode and h not in refs
+            ]
+            for i in range(0, len(hashes), MAX_BATCH):
+                await self._deliver(hashes[i : i + MAX_BATCH], mode)
+
+    async def _deliver(self, hashes: list[str], mode: EvictMode) -> None:
+        versions = {h: self.outbox[h][1] for h in hashes}
+        result = await self.backend.evict(hashes, mode)
+        op = f"evict_{mode.value}"
+        self._report(op, len(hashes), result)
+        if result.ok:
+            done = [h for h in hashes if self.outbox.get(h, (None, -1))[1] == versions[h]]
+            for h in done:
+                self._forget(h)
+            self.committer.forget_outbox(done)
+            return
+        now = time.monotonic()
+        for h in hashes:
+            if self.outbox.get(h, (None, -1))[1] != versions[h]:
+                continue
+            n = self._attempts.get(h, 0) + 1
+            self._attempts[h] = n
+            self._not_before[h] = now + min(MAX_BACKOFF_S, self.base_backoff_s * 2 ** (n - 1))
+        if self.on_failure is not None:
+            self.on_failure(op, len(hashes), result, self.backlog)
+
+    def _forget(self, chunk_hash: str) -> None:
+        self.outbox.pop(chunk_hash, None)
+        self._attempts.pop(chunk_hash, None)
+        self._not_before.pop(chunk_hash, None)
 
     def _report(self, op: str, count: int, result: BackendResult) -> None:
         if not result.ok:
             log.warning(
-                "backend %s of %d chunks failed: status=%s %s",
-                op, count, result.status, result.detail,
+                "backend %s of %d chunks failed: status=%s %s (eviction backlog %d)",
+                op, count, result.status, result.detail, self.backlog,
             )
         if self.on_result is not None:
             self.on_result(op, count, result)
 
+    def poke(self) -> None:
+        """Retry everything now (operator action, tests)."""
+        self._not_before.clear()
+        self._wake.set()
+
     async def drain(self, timeout: float = 5.0) -> None:
-        """Wait for in-flight calls (shutdown, tests)."""
+        """Wait for in-flight prefetches and one delivery round (shutdown, tests)."""
         if self._tasks:
             await asyncio.wait(list(self._tasks), timeout=timeout)
+        if self.outbox:
+            try:
+                await asyncio.wait_for(self._deliver_due(), timeout)
+            except TimeoutError:
+                log.warning("shutdown: %d evictions still queued in the outbox", self.backlog)
+
+    async def close(self) -> None:
+        """Stop the delivery loop (queued evictions stay in the outbox table)."""
+        self._closing = True
+        self._wake.set()
+        if self._runner is not None:
+            try:
+                await asyncio.wait_for(self._runner, 2)
+            except (TimeoutError, asyncio.CancelledError):
+                self._runner.cancel()

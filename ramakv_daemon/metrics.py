@@ -37,6 +37,9 @@ class DaemonMetrics:
         self.backend_errors = Counter(
             "ramakv_backend_errors", "Backend calls that failed", ["op"], registry=r
         )
+        self.evict_backlog = Gauge(
+            "ramakv_evict_outbox", "Evictions waiting for backend delivery", registry=r
+        )
         self.subscribers = Gauge("ramakv_trace_subscribers", "Trace subscribers", registry=r)
         self.dropped_subscribers = Counter(
             "ramakv_trace_dropped_subscribers", "Trace subscribers dropped for lag", registry=r

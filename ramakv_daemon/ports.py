@@ -100,9 +100,28 @@ class SessionStore(Protocol):
         """Every stored session (corrupt rows are skipped and logged)."""
         ...
 
-    async def write(self, sessions: dict[str, Session | None]) -> None:
-        """Upsert each session, or delete it where the value is None, in one transaction.
+    async def load_outbox(self) -> dict[str, str]:
+        """Evictions acknowledged but not yet confirmed by the backend: hash -> mode."""
+        ...
 
+    async def load_event_ids(self, limit: int) -> list[tuple[str, str]]:
+        """The newest remembered answers to idempotent events, oldest first."""
+        ...
+
+    async def write(
+        self,
+        sessions: dict[str, Session | None],
+        outbox: dict[str, str | None] | None = None,
+        event_ids: list[tuple[str, str, float]] | None = None,
+        prune_event_ids_before: float | None = None,
+    ) -> None:
+        """Apply everything in one transaction.
+
+        Args:
+            sessions: session id -> new state, or None to delete the session.
+            outbox: chunk hash -> eviction mode to remember, or None to forget it.
+            event_ids: (event_id, response JSON, timestamp) answers to remember.
+            prune_event_ids_before: forget answers older than this timestamp.
         Raises:
             StoreError: nothing was written.
         """

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import time
 from typing import Any
@@ -16,6 +17,7 @@ from ramakv_daemon.core.manager import SessionManager
 from ramakv_daemon.debug_files import wants_debug_file, write_debug_file
 from ramakv_daemon.dispatcher import BackendDispatcher
 from ramakv_daemon.handlers import DEFAULT_REGISTRY, HandlerContext, Registry
+from ramakv_daemon.idempotency import AnswerCache
 from ramakv_daemon.metrics import DaemonMetrics
 from ramakv_daemon.ports import Backend, SessionStore, StoreError
 from ramakv_daemon.trace import TraceHub
@@ -37,14 +39,21 @@ class EventService:
         self.store = store
         self.backend = backend
         self.registry = registry
-        self.manager = SessionManager(turn_start_prefetch=config.turn_start_prefetch)
+        self.manager = SessionManager(
+            turn_start_prefetch=config.turn_start_prefetch, max_sessions=config.max_sessions
+        )
         self.limits = Limits(config.max_hashes_per_event, config.max_hash_bytes)
         self.ctx = HandlerContext(self.manager, self.limits, registry)
         self.metrics = DaemonMetrics({s.name for s in registry.specs()})
         self.trace = TraceHub(config.trace_buffer, config.trace_queue)
         self.trace.on_drop = self.metrics.dropped_subscribers.inc
-        self.committer = GroupCommitter(store, self.manager, self.metrics.commit)
-        self.dispatcher = BackendDispatcher(backend, self.manager, self.metrics.backend)
+        self.committer = GroupCommitter(
+            store, self.manager, self.metrics.commit, config.idempotency_ttl_s
+        )
+        self.dispatcher = BackendDispatcher(
+            backend, self.manager, self.committer, self.metrics.backend, self._backend_failed
+        )
+        self.answers = AnswerCache(config.idempotency_window)
         self.started_at = time.time()
 
     # ---- life cycle ------------------------------------------------------------------
@@ -54,28 +63,73 @@ class EventService:
         await self.store.open()
         sessions = await self.store.load_all()
         self.manager.load(sessions)
+        self.dispatcher.load(await self.store.load_outbox())
+        for event_id, body in await self.store.load_event_ids(self.config.idempotency_window):
+            self.answers.remember(event_id, json.loads(body))
         log.info(
             "ram-a-kv restored %d sessions, %d chunks, %d references in %.3fs from %s",
             len(self.manager.sessions), len(self.manager.refcounts),
             self.manager.refcounts.total_references(), time.perf_counter() - t0,
             self.config.session_store_path,
         )
+        if self.dispatcher.backlog:
+            log.info(
+                "ram-a-kv %d evictions from the outbox will be retried", self.dispatcher.backlog
+            )
         self.committer.start()
+        self.dispatcher.start()
 
     async def stop(self) -> None:
         """Close subscribers, flush commits and backend calls, close the store."""
         self.trace.close_all("daemon shutting down")
-        await self.committer.close()
+        await self.dispatcher.close()
         await self.dispatcher.drain()
+        await self.committer.close()
         await self.store.close()
         await self.backend.close()
 
     # ---- events ----------------------------------------------------------------------
     async def handle(self, payload: Any) -> tuple[int, dict[str, Any]]:
-        """Handle one decoded JSON body; returns (HTTP status, response envelope)."""
-        started = time.perf_counter()
+        """Handle one decoded JSON body; returns (HTTP status, response envelope).
+
+        An ``event_id`` makes the event idempotent: a retry gets the first answer back
+        (remembered durably with the change, for ``idempotency_window`` ids).
+        """
         if not isinstance(payload, dict):
             return 400, {"ok": False, "error": "request body must be a JSON object"}
+        if "event_id" not in payload:
+            return await self._handle(payload, None)
+        event_id = payload["event_id"]
+        if not isinstance(event_id, str) or not 0 < len(event_id) <= 200:
+            return 200, {
+                "ok": False, "type": payload.get("type"),
+                "error": "event_id must be a non-empty string of at most 200 characters",
+            }
+        known = self.answers.get(event_id)
+        if known is not None:
+            return 200, known
+        inflight = self.answers.inflight.get(event_id)
+        if inflight is not None:
+            return await asyncio.shield(inflight)
+        fut: asyncio.Future[tuple[int, dict[str, Any]]] = (
+            asyncio.get_running_loop().create_future()
+        )
+        self.answers.inflight[event_id] = fut
+        try:
+            status, body = await self._handle(payload, event_id)
+            if status == 200:
+                self.answers.remember(event_id, body)
+            fut.set_result((status, body))
+            return status, body
+        finally:
+            self.answers.inflight.pop(event_id, None)
+            if not fut.done():
+                fut.cancel()
+
+    async def _handle(
+        self, payload: dict[str, Any], event_id: str | None
+    ) -> tuple[int, dict[str, Any]]:
+        started = time.perf_counter()
         type_ = payload.get("type")
         if not isinstance(type_, str) or not type_:
             log.warning("event rejected: missing or empty 'type' field")
@@ -95,8 +149,12 @@ class EventService:
                 change = handler.apply(self.ctx, payload, time.time())
                 # The delta is taken now, before any await, so it is this event's alone.
                 change.notes["_delta"] = self._delta(change)
-                if change.durable:
-                    await self.committer.submit(change)
+                if change.durable or change.evict_delete or change.evict_demote:
+                    answer = None
+                    if event_id is not None:
+                        body = {"ok": True, "type": type_, "data": change.data}
+                        answer = (event_id, json.dumps(body), time.time())
+                    await self.committer.submit(change, answer)
         except StoreError as err:
             status, change, error = 503, None, str(err)
         except RamAKvError as err:
@@ -117,7 +175,8 @@ class EventService:
             log.warning(
                 "chunk_evict force: released references %s", c.data.get("released")
             )
-        self.dispatcher.dispatch(session_id, c.prefetch, c.evict_delete, c.evict_demote)
+        self.dispatcher.evictions_committed(c.evict_delete, c.evict_demote)
+        self.dispatcher.prefetch(session_id, c.prefetch)
         self._publish(type_, session_id, True, c)
         elapsed = time.perf_counter() - started
         self.metrics.event(type_, True, elapsed)
@@ -141,6 +200,12 @@ class EventService:
         )
         self._print_trace()
         return {"ok": False, "type": type_, "error": error}
+
+    def _backend_failed(self, op: str, count: int, result: Any, backlog: int) -> None:
+        self.trace.publish(
+            {"kind": "backend", "ts": time.time(), "op": op, "count": count, "ok": False,
+             "status": result.status, "detail": result.detail, "backlog": backlog}
+        )
 
     def _delta(self, c: Change) -> dict[str, Any]:
         sessions = self.manager.sessions
@@ -218,3 +283,4 @@ class EventService:
         m.chunks.set(len(self.manager.refcounts))
         m.references.set(self.manager.refcounts.total_references())
         m.subscribers.set(len(self.trace.subscribers))
+        m.evict_backlog.set(self.dispatcher.backlog)

@@ -21,6 +21,15 @@ CREATE TABLE IF NOT EXISTS sessions (
     map_json TEXT NOT NULL,
     turn_count INTEGER NOT NULL DEFAULT 0
 );
+CREATE TABLE IF NOT EXISTS evict_outbox (
+    chunk_hash TEXT PRIMARY KEY,
+    mode TEXT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS event_ids (
+    event_id TEXT PRIMARY KEY,
+    response_json TEXT NOT NULL,
+    ts REAL NOT NULL
+);
 CREATE TABLE IF NOT EXISTS session_state (
     session_id TEXT PRIMARY KEY,
     suspended INTEGER NOT NULL DEFAULT 0,
@@ -106,12 +115,57 @@ class SqliteSessionStore:
             )
         return out
 
-    async def write(self, sessions: dict[str, Session | None]) -> None:
-        """Upsert or delete every given session in one transaction, then commit."""
+    async def load_outbox(self) -> dict[str, str]:
+        """Evictions acknowledged but not yet confirmed by the backend: hash -> mode."""
+        try:
+            async with self.db.execute("SELECT chunk_hash, mode FROM evict_outbox") as cur:
+                return {h: m for h, m in await cur.fetchall()}
+        except sqlite3.Error as err:
+            raise StoreError(f"cannot read evict outbox: {err}") from err
+
+    async def load_event_ids(self, limit: int) -> list[tuple[str, str]]:
+        """The newest ``limit`` remembered answers, oldest first: (event_id, response_json)."""
+        try:
+            async with self.db.execute(
+                "SELECT event_id, response_json FROM event_ids ORDER BY ts DESC LIMIT ?",
+                (limit,),
+            ) as cur:
+                rows = await cur.fetchall()
+        except sqlite3.Error as err:
+            raise StoreError(f"cannot read event ids: {err}") from err
+        return [(e, r) for e, r in reversed(rows)]
+
+    async def write(
+        self,
+        sessions: dict[str, Session | None],
+        outbox: dict[str, str | None] | None = None,
+        event_ids: list[tuple[str, str, float]] | None = None,
+        prune_event_ids_before: float | None = None,
+    ) -> None:
+        """One transaction: sessions (None = delete), outbox rows (None = delete), answers."""
         upserts = [s for s in sessions.values() if s is not None]
         deletes = [(sid,) for sid, s in sessions.items() if s is None]
+        outbox = outbox or {}
         db = self.db
         try:
+            if outbox:
+                await db.executemany(
+                    "INSERT INTO evict_outbox (chunk_hash, mode) VALUES (?, ?) "
+                    "ON CONFLICT(chunk_hash) DO UPDATE SET mode=excluded.mode",
+                    [(h, m) for h, m in outbox.items() if m is not None],
+                )
+                await db.executemany(
+                    "DELETE FROM evict_outbox WHERE chunk_hash = ?",
+                    [(h,) for h, m in outbox.items() if m is None],
+                )
+            if event_ids:
+                await db.executemany(
+                    "INSERT OR REPLACE INTO event_ids (event_id, response_json, ts) "
+                    "VALUES (?, ?, ?)",
+                    event_ids,
+                )
+            if prune_event_ids_before is not None:
+                await db.execute("DELETE FROM event_ids WHERE ts < ?", (prune_event_ids_before,))
             if upserts:
                 await db.executemany(
                     _UPSERT_SESSION,

@@ -34,5 +34,9 @@ class SessionNotFound(RamAKvError):
         self.session_id = session_id
 
 
+class CapacityExceeded(RamAKvError):
+    """A configured cap (e.g. max_sessions) would be exceeded."""
+
+
 class IllegalTransition(RamAKvError):
     """The session exists but cannot take this step now (e.g. fork_end with no open fork)."""

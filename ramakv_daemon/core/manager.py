@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 
 from ramakv_daemon.core.change import Change
-from ramakv_daemon.core.errors import IllegalTransition, SessionNotFound
+from ramakv_daemon.core.errors import CapacityExceeded, IllegalTransition, SessionNotFound
 from ramakv_daemon.core.refcount import RefcountTable
 from ramakv_daemon.core.session import Session, unique
 
@@ -20,13 +20,23 @@ class SessionManager:
     refcount reaches 0, and every drop to 0 is evicted exactly once.
     """
 
-    def __init__(self, *, turn_start_prefetch: bool = True) -> None:
+    def __init__(self, *, turn_start_prefetch: bool = True, max_sessions: int = 0) -> None:
         self.sessions: dict[str, Session] = {}
         self.refcounts = RefcountTable()
         # Chunks demoted by a suspend and referenced by nobody since; a later close of
         # the suspended session deletes exactly these, so no chunk is deleted twice.
         self.demoted: set[str] = set()
         self.turn_start_prefetch = turn_start_prefetch
+        self.max_sessions = max_sessions  # 0 = no cap
+
+    def _new_session(self, session_id: str) -> Session:
+        """A fresh session, or CapacityExceeded when the cap is reached."""
+        if self.max_sessions and len(self.sessions) >= self.max_sessions:
+            raise CapacityExceeded(
+                f"session limit of {self.max_sessions} reached; close sessions or raise "
+                "max_sessions"
+            )
+        return Session(session_id)
 
     # ---- queries -------------------------------------------------------------------
     def get(self, session_id: str) -> Session:
@@ -119,7 +129,7 @@ class SessionManager:
         treating it as an empty map would evict the whole session.
         """
         change = Change(durable=True)
-        old = self.sessions.get(session_id) or Session(session_id)
+        old = self.sessions.get(session_id) or self._new_session(session_id)
         if chunk_hashes is None:
             new = old.evolve(turn_count=old.turn_count + 1, last_event_ts=now)
         else:
@@ -146,7 +156,7 @@ class SessionManager:
         source = self.get(source_session_id or session_id)
         hashes = source.chunk_hashes
         change = Change(durable=True)
-        target = self.sessions.get(session_id) or Session(session_id)
+        target = self.sessions.get(session_id) or self._new_session(session_id)
         self._swap_map(change, target, hashes)
         self._put(
             change, target.evolve(chunk_hashes=hashes, suspended=False, last_event_ts=now)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hmac
 import json
 import logging
 from collections.abc import AsyncIterator
@@ -63,7 +64,8 @@ async def handle_metrics(request: web.Request) -> web.Response:
 async def auth_middleware(request: web.Request, handler):  # type: ignore[no-untyped-def]
     """Require ``Authorization: Bearer <auth_token>`` when a token is configured."""
     token = request.app[CONFIG_KEY].auth_token
-    if token and request.headers.get("Authorization", "") != f"Bearer {token}":
+    given = request.headers.get("Authorization", "").encode()
+    if token and not hmac.compare_digest(given, f"Bearer {token}".encode()):
         return _json(401, {"ok": False, "error": "missing or wrong bearer token"})
     return await handler(request)
 
@@ -78,7 +80,7 @@ def init_app(
     app[CONFIG_KEY] = config
     service = EventService(
         config,
-        store or SqliteSessionStore(config.session_store_path),
+        store or SqliteSessionStore(config.session_store_path, config.sqlite_synchronous),
         backend or make_backend(config),
     )
     app[SERVICE_KEY] = service
