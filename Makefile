@@ -5,11 +5,12 @@ PY := $(VENV)/bin/python
 PIP := $(PY) -m pip
 # torch is pinned to the CPU build first so lmcache does not pull a multi-GB CUDA build.
 TORCH_PIN ?= torch==2.13.0
+RAMAKV_URL ?= http://127.0.0.1:6998
 export LMCACHE_TRACK_USAGE := false
 
-.PHONY: run daemon test lint bench soak clean
+.PHONY: run daemon console test pytest integration ts-test lint bench soak clean
 
-$(VENV)/.base:
+$(VENV)/.base: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PIP) install -q --upgrade pip
 	$(PIP) install -q -e .
@@ -20,16 +21,34 @@ $(VENV)/.test: $(VENV)/.base pyproject.toml
 	$(PIP) install -q -e ".[test,lmcache]"
 	touch $@
 
+# Daemon in the background (embedded defaults, noop backend), console in the foreground;
+# the daemon stops when the console quits.
 run: $(VENV)/.base
-	$(VENV)/bin/ram-a-kv --noop
+	@$(VENV)/bin/ram-a-kv --noop --log-level WARNING > .ramakv-daemon.log 2>&1 & \
+	pid=$$!; trap "kill $$pid 2>/dev/null; wait $$pid 2>/dev/null" EXIT INT TERM; \
+	for i in $$(seq 1 50); do \
+	  $(PY) -c "import urllib.request,sys; urllib.request.urlopen('$(RAMAKV_URL)/metrics', timeout=0.5)" 2>/dev/null && break; \
+	  kill -0 $$pid 2>/dev/null || { echo "daemon failed to start:"; cat .ramakv-daemon.log; exit 1; }; \
+	  sleep 0.2; \
+	done; \
+	$(VENV)/bin/ramakv-console --url $(RAMAKV_URL)
 
 daemon: $(VENV)/.base
 	$(VENV)/bin/ram-a-kv --noop
 
+console: $(VENV)/.base
+	$(VENV)/bin/ramakv-console --url $(RAMAKV_URL)
+
 test: $(VENV)/.test
 	$(VENV)/bin/ruff check .
 	$(PY) -m pytest -q
-	bash tests/test_integration.sh
+	PYTHON=$(PY) bash tests/test_integration.sh
+	@$(MAKE) --no-print-directory ts-test
+
+ts-test:
+	@if command -v node >/dev/null 2>&1 && [ -x clients/typescript/run-tests.sh ]; then \
+	  PYTHON=$(abspath $(PY)) bash clients/typescript/run-tests.sh; \
+	else echo "SKIP: TypeScript client tests (node not found)"; fi
 
 lint: $(VENV)/.test
 	$(VENV)/bin/ruff check .
@@ -38,7 +57,7 @@ bench: $(VENV)/.test
 	$(PY) -m bench
 
 soak: $(VENV)/.test
-	$(PY) -m pytest -q -m soak
+	$(PY) -m pytest -q -m soak -p no:cacheprovider -o addopts=""
 
 clean:
-	rm -rf $(VENV) .pytest_cache .hypothesis
+	rm -rf $(VENV) .pytest_cache .hypothesis .ramakv-daemon.log
