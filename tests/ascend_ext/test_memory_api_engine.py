@@ -1,0 +1,175 @@
+"""The memory API on a real lmcache 0.5.6 CPU engine: tiers, prefetch, evict, query, errors."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+pytest.importorskip("lmcache")
+pytestmark = pytest.mark.lmcache
+
+import httpx  # noqa: E402
+from memapi_helpers import cpu_engine, serve, tokens, wait_prefetch  # noqa: E402
+
+from ascend_ext.devserver import create_app  # noqa: E402
+
+CPU, DISK = "LocalCPUBackend", "LocalDiskBackend"
+
+
+@pytest.fixture
+def api(tmp_path):
+    """(client, engine) for a devserver app on a loopback port with a fresh disk dir."""
+    with cpu_engine(tmp_path / "disk", ddr_mb=4) as engine, serve(create_app(engine)) as url:
+        with httpx.Client(base_url=url, timeout=30) as client:
+            yield client, engine
+
+
+def _turn(client, toks):
+    r = client.post("/engine/turn", json={"token_ids": toks})
+    assert r.status_code == 200, r.text
+    return r.json()
+
+
+def _settle(client, hashes, want, timeout=10.0):
+    """Query until every hash sits exactly in `want` (disk writes are asynchronous)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        got = client.post("/memory/query", json={"chunk_hashes": hashes}).json()
+        if all(got[h] == want for h in hashes) or time.monotonic() > deadline:
+            return got
+        time.sleep(0.02)
+
+
+def test_demote_prefetch_delete_round_trip(api):
+    client, _ = api
+    first = _turn(client, tokens(3))
+    hashes = first["kv_transfer_params"]["chunk_hashes"]
+    assert first["served"] == ["computed"] * 3 and len(set(hashes)) == 3
+    assert _settle(client, hashes, [CPU, DISK]) == {h: [CPU, DISK] for h in hashes}
+
+    r = client.post("/memory/evict", json={"chunk_hashes": hashes, "locations": [CPU]})
+    assert r.json() == {"status": "success", "num_evicted": 3}
+    assert client.post("/memory/query", json={"chunk_hashes": hashes}).json() == {
+        h: [DISK] for h in hashes}
+
+    r = client.post("/memory/prefetch", json={"chunk_hashes": hashes, "lookup_id": "s1:2"})
+    assert r.json() == {"status": "prefetch_started", "lookup_id": "s1:2", "num_chunks": 3}
+    status = wait_prefetch(client, "s1:2")
+    assert status["state"] == "done" and status["loaded"] == 3
+    assert client.post("/memory/query", json={"chunk_hashes": hashes}).json() == {
+        h: [CPU, DISK] for h in hashes}
+    again = _turn(client, tokens(3))  # the prefetched bytes are the stored bytes
+    assert again["served"] == ["ddr"] * 3 and again["bytes_ok"] is True
+
+    r = client.post("/memory/evict", json={"chunk_hashes": hashes})
+    assert r.json() == {"status": "success", "num_evicted": 6}
+    assert client.post("/memory/query", json={"chunk_hashes": hashes}).json() == {
+        h: [] for h in hashes}
+    assert _turn(client, tokens(3))["served"] == ["computed"] * 3
+
+
+def test_served_from_disk_after_demotion_with_real_bytes(api):
+    client, _ = api
+    hashes = _turn(client, tokens(2, start=500))["kv_transfer_params"]["chunk_hashes"]
+    _settle(client, hashes, [CPU, DISK])
+    client.post("/memory/evict", json={"chunk_hashes": hashes, "locations": [CPU]})
+    out = _turn(client, tokens(2, start=500))
+    assert out["served"] == ["disk", "disk"] and out["bytes_ok"] is True
+
+
+def test_evict_waits_for_the_pending_disk_write(api):
+    """An evict right after the store must not be undone by the store's late disk write."""
+    client, _ = api
+    for i in range(5):
+        hashes = _turn(client, tokens(4, start=1000 + 100 * i))["kv_transfer_params"][
+            "chunk_hashes"]
+        client.post("/memory/evict", json={"chunk_hashes": hashes})  # races the disk writes
+        time.sleep(0.2)
+        got = client.post("/memory/query", json={"chunk_hashes": hashes}).json()
+        assert got == {h: [] for h in hashes}
+
+
+def test_query_is_per_chunk_not_prefix(api):
+    client, _ = api
+    hashes = _turn(client, tokens(3, start=3000))["kv_transfer_params"]["chunk_hashes"]
+    _settle(client, hashes, [CPU, DISK])
+    client.post("/memory/evict", json={"chunk_hashes": hashes[:1]})  # a hole at the front
+    got = client.post("/memory/query", json={"chunk_hashes": hashes + ["abc"]}).json()
+    assert got == {hashes[0]: [], hashes[1]: [CPU, DISK], hashes[2]: [CPU, DISK], "abc": []}
+
+
+@pytest.mark.parametrize("body,needle", [
+    ({}, "missing required field 'chunk_hashes'"),
+    ({"chunk_hashes": "abc"}, "'chunk_hashes' must be a list of strings"),
+    ({"chunk_hashes": [1, 2]}, "'chunk_hashes' must be a list of strings"),
+    ({"chunk_hashes": ["0xzz"]}, "'chunk_hashes' has a non-hex entry"),
+    ({"chunk_hashes": ["a"], "locations": "LocalCPUBackend"}, "'locations' must be a list"),
+    ({"chunk_hashes": ["a"], "locations": ["Nope"]}, "'locations' names unknown backend"),
+])
+def test_evict_bad_fields_are_400_naming_the_field(api, body, needle):
+    client, _ = api
+    r = client.post("/memory/evict", json=body)
+    assert r.status_code == 400 and needle in r.json()["error"]
+
+
+def test_other_bad_bodies(api):
+    client, _ = api
+    assert client.post("/memory/query", content=b"{nope").status_code == 400
+    assert client.post("/memory/query", json=[1]).json() == {"error": "body must be a JSON object"}
+    r = client.post("/memory/prefetch", json={"chunk_hashes": ["a"], "lookup_id": 7})
+    assert r.status_code == 400 and "'lookup_id'" in r.json()["error"]
+    assert client.get("/memory/prefetch/unknown").status_code == 404
+    assert client.post("/engine/turn", json={"token_ids": ["x"]}).status_code == 400
+
+
+def test_no_engine_and_not_scheduler_is_503():
+    from types import SimpleNamespace
+
+    from fastapi import FastAPI
+
+    from ascend_ext.memory_api import router
+
+    app = FastAPI()
+    app.include_router(router)
+    app.state.lmcache_adapter = SimpleNamespace(lmcache_engine=None)
+    with serve(app) as url:
+        r = httpx.post(url + "/memory/query", json={"chunk_hashes": ["a"]})
+    assert r.status_code == 503 and "no LMCache engine" in r.json()["error"]
+
+
+def test_prefetch_with_ddr_full_does_not_hang(tmp_path):
+    """More chunks than DDR holds: LRU makes room; with every DDR chunk pinned, skip."""
+    with cpu_engine(tmp_path / "d", ddr_mb=0.05) as engine, serve(create_app(engine)) as url:
+        client = httpx.Client(base_url=url, timeout=30)
+        hashes: list[str] = []
+        for i in range(4):  # DDR holds ~12 chunks: store in batches it can stage
+            batch = _turn(client, tokens(10, start=7000 + 1000 * i))
+            hashes += batch["kv_transfer_params"]["chunk_hashes"]
+            deadline = time.monotonic() + 10
+            while not all(DISK in v for v in client.post(
+                    "/memory/query", json={"chunk_hashes": hashes}).json().values()):
+                assert time.monotonic() < deadline, "disk writes did not land"
+                time.sleep(0.02)
+        client.post("/memory/evict", json={"chunk_hashes": hashes, "locations": [CPU]})
+        client.post("/memory/prefetch", json={"chunk_hashes": hashes, "lookup_id": "big"})
+        status = wait_prefetch(client, "big")
+        assert status["state"] == "done" and status["loaded"] + status["ddr_full"] == 40
+        in_ddr = [h for h, v in client.post("/memory/query", json={"chunk_hashes": hashes})
+                  .json().items() if CPU in v]
+        assert 0 < len(in_ddr) < 40 and set(in_ddr) <= set(hashes[-len(in_ddr):])  # LRU
+
+        cpu = engine.storage_manager.storage_backends[CPU]
+        with cpu.cpu_lock:
+            pinned = list(cpu.hot_cache)
+        for key in pinned:
+            cpu.pin(key)
+        try:
+            rest = [h for h in hashes if h not in in_ddr]
+            client.post("/memory/prefetch", json={"chunk_hashes": rest, "lookup_id": "pinned"})
+            status = wait_prefetch(client, "pinned", timeout=10)
+            assert status["state"] == "done" and status["ddr_full"] > 0
+        finally:
+            for key in pinned:
+                cpu.unpin(key)
+        client.close()
