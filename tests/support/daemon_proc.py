@@ -87,6 +87,8 @@ class DaemonProcess:
         config: extra TOML keys for the daemon's config file (e.g. ``debug_enabled``).
         config_path: use this config file as is instead of writing one.
         extra_args: more command-line flags.
+        config_flag: pass ``--config``; False leaves the daemon to $RAM_A_KV_CONFIG (set
+            it through ``env``) or /etc/ram-a-kv/config.toml.
         env: extra environment variables for the process.
         host: the loopback address to bind.
     """
@@ -99,6 +101,7 @@ class DaemonProcess:
         config: dict[str, Any] | None = None,
         config_path: Path | None = None,
         extra_args: list[str] | None = None,
+        config_flag: bool = True,
         env: dict[str, str] | None = None,
         host: str = "127.0.0.1",
     ) -> None:
@@ -110,6 +113,7 @@ class DaemonProcess:
             config_path = write_config(self.workdir / "config.toml", values)
         self.config_path = config_path
         self.extra_args = list(extra_args or [])
+        self.config_flag = config_flag
         self.env = dict(env or {})
         self.host = host
         self.port = 0
@@ -129,7 +133,7 @@ class DaemonProcess:
             sys.executable, "-m", "ramakv_daemon", "--noop",
             "--listen", f"{self.host}:{self.port}",
             "--store", str(self.store),
-            "--config", str(self.config_path),
+            *(["--config", str(self.config_path)] if self.config_flag else []),
             *self.extra_args,
         ]
 
