@@ -1,0 +1,179 @@
+"""The Textual app: modes for each view, the trace worker, theme loading, event sending."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterable
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+from textual import work
+from textual.app import App, SystemCommand
+from textual.binding import Binding
+from textual.reactive import reactive
+from textual.screen import Screen
+
+from ramakv_console import config_io
+from ramakv_console.daemon_link import DaemonLink, LinkDown, open_link
+from ramakv_console.messages import Daemon, Sessions
+from ramakv_console.screens.config_editor import ConfigScreen
+from ramakv_console.screens.fire_event import FireEventScreen
+from ramakv_console.screens.help import HelpScreen
+from ramakv_console.screens.refcounts import RefcountsScreen
+from ramakv_console.screens.session_detail import SessionDetailScreen
+from ramakv_console.screens.sessions import SessionsScreen
+from ramakv_console.screens.trace import TraceScreen
+from ramakv_console.state import STATUS, Changes, ConsoleState
+from ramakv_console.themes import DEFAULT_THEME, load_themes
+
+VIEWS = {"sessions": "Sessions", "refcounts": "Refcounts", "trace": "Trace",
+         "fire": "Fire an event", "config": "Config editor"}
+
+
+class ConsoleApp(App[None]):
+    """ram-a-kv operator console."""
+
+    CSS_PATH = "app.tcss"
+    TITLE = "ram-a-kv console"
+    MODES = {"sessions": SessionsScreen, "refcounts": RefcountsScreen, "trace": TraceScreen,
+             "fire": FireEventScreen, "config": ConfigScreen}
+    DEFAULT_MODE = "sessions"
+    BINDINGS = [
+        Binding("1", "view('sessions')", "Sessions"),
+        Binding("2", "view('refcounts')", "Refcounts"),
+        Binding("3", "view('trace')", "Trace"),
+        Binding("4", "view('fire')", "Fire"),
+        Binding("5", "view('config')", "Config"),
+        Binding("question_mark,f1", "help", "Help"),
+        Binding("q", "quit", "Quit"),
+    ]
+
+    revision: reactive[int] = reactive(0, init=False)
+    connection: reactive[tuple[bool, str]] = reactive((False, "connecting"))
+    catalogue: reactive[dict[str, Any]] = reactive(dict)
+
+    def __init__(self, url: str, link: DaemonLink | None = None, *,
+                 daemon_config: Path | None = None, sdk_config: Path | None = None,
+                 theme: str | None = None, theme_dirs: list[Path] | None = None,
+                 clock: Callable[[], float] = time.time, flush_every: float = 0.1) -> None:
+        super().__init__()
+        self.url = url
+        self.link: DaemonLink = link or open_link(url)
+        self.state = ConsoleState(clock=clock)
+        self.last_changes = Changes()
+        self.daemon_config_path = daemon_config or config_io.daemon_config_path()
+        self.sdk_config_path = sdk_config or config_io.sdk_config_path()
+        self.wanted_theme = theme
+        self.theme_dirs = theme_dirs
+        self.flush_every = flush_every
+        self._pending: list[dict[str, Any]] = []
+
+    def on_mount(self) -> None:
+        self._install_themes()
+        self.set_interval(self.flush_every, self.flush)
+        self.follow_trace()
+
+    def _install_themes(self) -> None:
+        themes, problems = load_themes(self.theme_dirs)
+        for t in themes:
+            self.register_theme(t)
+        for p in problems:
+            self.notify(f"Theme file {p.path.name} ignored ({p.reason}); using the default.",
+                        title="Theme", severity="warning", timeout=10)
+        names = {t.name for t in themes}
+        want = self.wanted_theme or DEFAULT_THEME
+        if want in names or want in self.available_themes:
+            self.theme = want
+        else:
+            if self.wanted_theme:
+                self.notify(f"Theme '{want}' not found; using the default.", severity="warning")
+            self.theme = DEFAULT_THEME if DEFAULT_THEME in names else "textual-dark"
+
+    # ---- the trace ----------------------------------------------------------------------
+    @work(exclusive=True, group="trace")
+    async def follow_trace(self) -> None:
+        """Read trace records into a buffer that ``flush`` applies in batches."""
+        async for rec in self.link.trace():
+            self._pending.append(rec)
+            if rec.get("kind") == STATUS:
+                connected, detail = bool(rec.get("connected")), str(rec.get("detail", ""))
+                self.connection = (connected, detail)
+                self.post_message(Daemon.ConnectionChanged(connected, detail))
+                if connected:
+                    self.load_catalogue()
+
+    def flush(self) -> None:
+        """Apply what arrived since the last flush, then let every view catch up once."""
+        if not self._pending:
+            return
+        batch, self._pending = self._pending, []
+        self.last_changes = self.state.apply(batch)
+        self.revision += 1
+        self.post_message(Daemon.StateUpdated(self.last_changes))
+
+    # ---- talking to the daemon ----------------------------------------------------------
+    async def send_event(self, event: dict[str, Any]) -> dict[str, Any]:
+        """POST an event; the envelope, or an ok:false one when the daemon is unreachable."""
+        try:
+            envelope = await self.link.send(event)
+        except LinkDown as err:
+            envelope = {"ok": False, "type": event.get("type"),
+                        "error": f"daemon unreachable: {err}"}
+        self.post_message(Daemon.EventAnswered(event, envelope))
+        return envelope
+
+    @work(exclusive=True, group="catalogue")
+    async def load_catalogue(self) -> None:
+        """Fetch list_events for the fire-event form."""
+        env = await self.send_event({"type": "list_events"})
+        if env.get("ok"):
+            self.catalogue = dict((env.get("data") or {}).get("events") or {})
+
+    def on_sessions_act(self, msg: Sessions.Act) -> None:
+        self.run_session_action(msg.event_type, msg.session_id)
+
+    @work(group="session-actions")
+    async def run_session_action(self, event_type: str, session_id: str) -> None:
+        """Send a session event and say how it went."""
+        env = await self.send_event({"type": event_type, "session_id": session_id})
+        if env.get("ok"):
+            self.notify(f"{event_type} {session_id}: {env.get('data')}")
+        else:
+            self.notify(f"{event_type} {session_id} failed: {env.get('error')}",
+                        severity="error")
+
+    def on_sessions_open(self, msg: Sessions.Open) -> None:
+        self.push_screen(SessionDetailScreen(msg.session_id))
+
+    # ---- navigation ---------------------------------------------------------------------
+    async def action_view(self, mode: str) -> None:
+        await self.switch_mode(mode)
+
+    async def open_fire(self, session_id: str | None = None) -> None:
+        """Switch to the fire-event view with session_id prefilled."""
+        await self.switch_mode("fire")
+        screen = self.screen
+        if isinstance(screen, FireEventScreen):
+            form_type = screen.query_one("#event-type").value  # type: ignore[attr-defined]
+            kind = form_type if isinstance(form_type, str) else "turn_end"
+            await screen.choose(kind, session_id=session_id)
+
+    def action_help(self) -> None:
+        if not isinstance(self.screen, HelpScreen):
+            self.push_screen(HelpScreen())
+
+    def get_system_commands(self, screen: Screen[Any]) -> Iterable[SystemCommand]:
+        yield from super().get_system_commands(screen)
+        for mode, title in VIEWS.items():
+            yield SystemCommand(f"Go to {title}", f"switch view ({mode})",
+                                partial(self.action_view, mode))
+        yield SystemCommand("Help", "keys and what each view does", self.action_help)
+        for key, active in screen.active_bindings.items():
+            b = active.binding
+            if b.description and b.show and active.node is screen:
+                yield SystemCommand(f"{screen.sub_title or 'View'}: {b.description}",
+                                    f"key {key}", partial(screen.run_action, b.action))
+
+    async def on_unmount(self) -> None:
+        await self.link.aclose()

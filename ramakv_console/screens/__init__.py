@@ -1,0 +1,1 @@
+"""Console screens, one per module."""

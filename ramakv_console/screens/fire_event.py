@@ -1,0 +1,112 @@
+"""Fire any event: a form built from list_events; the daemon's answer shown as it came back."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from textual import work
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Horizontal, Vertical
+from textual.screen import Screen
+from textual.widgets import Button, Footer, Label, Select, Static
+
+from ramakv_console.widgets.connection_banner import ConnectionBanner
+from ramakv_console.widgets.event_form import EventForm
+
+
+class FireEventScreen(Screen[None]):
+    """Pick an event type, fill its fields, send it."""
+
+    BINDINGS = [
+        Binding("ctrl+s", "send", "Send", priority=True),
+        Binding("ctrl+l", "reload", "Reload event list"),
+    ]
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.prefill: dict[str, Any] = {}
+
+    def compose(self) -> ComposeResult:
+        yield ConnectionBanner(id="banner")
+        with Horizontal(id="fire"):
+            with Vertical(id="fire-left"):
+                yield Select[str]([], prompt="event type", id="event-type")
+                yield Static("", id="event-description")
+                yield EventForm(id="event-form")
+                yield Static("", id="form-error")
+                yield Button("Send (ctrl+s)", id="send", variant="primary")
+            with Vertical(id="fire-right"):
+                yield Label("Answer", classes="section")
+                yield Static("(nothing sent yet)", id="answer", markup=False)
+        yield Footer()
+
+    def on_mount(self) -> None:
+        self.sub_title = "Fire an event"
+        self.watch(self.app, "catalogue", self._fill_types)
+
+    def _fill_types(self, catalogue: dict[str, Any]) -> None:
+        select = self.query_one("#event-type", Select)
+        current = select.value
+        select.set_options((name, name) for name in sorted(catalogue))
+        if isinstance(current, str) and current in catalogue:
+            select.value = current
+        elif "turn_end" in catalogue and not isinstance(current, str):
+            select.value = "turn_end"
+
+    async def choose(self, event_type: str, **values: Any) -> None:
+        """Select ``event_type`` and prefill fields (used by 'e' on a session)."""
+        self.prefill = values
+        select = self.query_one("#event-type", Select)
+        if event_type in self.app.catalogue:  # type: ignore[attr-defined]
+            if select.value == event_type:
+                await self._load(event_type)
+            else:
+                select.value = event_type
+
+    async def on_select_changed(self, event: Select.Changed) -> None:
+        if isinstance(event.value, str):
+            await self._load(event.value)
+
+    async def _load(self, event_type: str) -> None:
+        spec = self.app.catalogue.get(event_type, {})  # type: ignore[attr-defined]
+        self.query_one("#event-description", Static).update(
+            f"[b]{event_type}[/b]: {spec.get('description', '')}")
+        form = self.query_one(EventForm)
+        await form.load(event_type, spec)
+        for name, value in self.prefill.items():
+            if value is not None:
+                form.set_value(name, value)
+        self.query_one("#form-error", Static).update("")
+
+    def on_button_pressed(self, event: Button.Pressed) -> None:
+        if event.button.id == "send":
+            self.action_send()
+
+    def action_send(self) -> None:
+        form = self.query_one(EventForm)
+        error = self.query_one("#form-error", Static)
+        if not form.event_type:
+            error.update("[red]Pick an event type first[/red]")
+            return
+        try:
+            event = form.event()
+        except ValueError as err:
+            error.update(f"[red]{err}[/red]")
+            return
+        error.update("")
+        self.send(event)
+
+    @work(exclusive=True, group="fire")
+    async def send(self, event: dict[str, Any]) -> None:
+        """POST the event and show the envelope verbatim."""
+        answer = self.query_one("#answer", Static)
+        answer.update(f"sending {json.dumps(event)} …")
+        envelope = await self.app.send_event(event)  # type: ignore[attr-defined]
+        answer.set_classes("answer-ok" if envelope.get("ok") else "answer-failed")
+        answer.update("request:\n" + json.dumps(event, indent=2) + "\n\nanswer:\n"
+                      + json.dumps(envelope, indent=2))
+
+    def action_reload(self) -> None:
+        self.app.load_catalogue()  # type: ignore[attr-defined]

@@ -1,0 +1,88 @@
+"""The live event log: pause/resume, filter by type or session, failed only."""
+
+from __future__ import annotations
+
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.screen import Screen
+from textual.widgets import Footer, Input, Label
+
+from ramakv_console.widgets.connection_banner import ConnectionBanner
+from ramakv_console.widgets.stats_header import StatsHeader
+from ramakv_console.widgets.trace_log import TraceLog
+
+
+class TraceScreen(Screen[None]):
+    """Every event as it happens (the last 5,000 kept)."""
+
+    BINDINGS = [
+        Binding("p", "toggle_pause", "Pause/resume"),
+        Binding("slash", "focus_filter", "Filter"),
+        Binding("f", "toggle_failed", "Failed only"),
+        Binding("c", "clear_log", "Clear"),
+        Binding("escape", "focus_log", "Log", show=False),
+    ]
+
+    def compose(self) -> ComposeResult:
+        yield StatsHeader(id="stats")
+        yield ConnectionBanner(id="banner")
+        yield Input(placeholder="/ filter by event type or session id", id="trace-filter")
+        yield Label("", id="trace-status")
+        yield TraceLog(id="trace-log")
+        yield Footer()
+
+    @property
+    def log_widget(self) -> TraceLog:
+        """The event log."""
+        return self.query_one(TraceLog)
+
+    def on_mount(self) -> None:
+        self.sub_title = "Trace"
+        self.log_widget.show(self.app.state.events)  # type: ignore[attr-defined]
+        self.watch(self.app, "revision", self._on_revision, init=False)
+        self._status()
+        self.log_widget.focus()
+
+    def _on_revision(self, _revision: int) -> None:
+        self.log_widget.add(self.app.last_changes.events)  # type: ignore[attr-defined]
+        if self.log_widget.paused:
+            self._status()
+
+    def _status(self) -> None:
+        log = self.log_widget
+        parts = ["[b red]PAUSED[/] " + f"{len(log.held)} new waiting" if log.paused else "live"]
+        if log.filter_text:
+            parts.append(f"filter: '{log.filter_text}'")
+        if log.failed_only:
+            parts.append("failed only")
+        self.query_one("#trace-status", Label).update(" · ".join(parts))
+
+    def _redraw(self) -> None:
+        self.log_widget.show(self.app.state.events)  # type: ignore[attr-defined]
+        self._status()
+
+    def on_input_changed(self, event: Input.Changed) -> None:
+        self.log_widget.filter_text = event.value.strip()
+        self._redraw()
+
+    def on_input_submitted(self, _event: Input.Submitted) -> None:
+        self.log_widget.focus()
+
+    def action_toggle_pause(self) -> None:
+        shown = self.log_widget.set_paused(not self.log_widget.paused)
+        if not self.log_widget.paused and shown:
+            self.notify(f"Resumed: {shown} events caught up")
+        self._status()
+
+    def action_toggle_failed(self) -> None:
+        self.log_widget.failed_only = not self.log_widget.failed_only
+        self._redraw()
+
+    def action_clear_log(self) -> None:
+        self.log_widget.clear()
+
+    def action_focus_filter(self) -> None:
+        self.query_one("#trace-filter", Input).focus()
+
+    def action_focus_log(self) -> None:
+        self.log_widget.focus()

@@ -1,0 +1,1 @@
+"""Console widgets, one per module."""
