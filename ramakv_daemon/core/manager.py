@@ -114,8 +114,9 @@ class SessionManager:
         if session is not None and not session.suspended and self.turn_start_prefetch:
             hashes = session.unique_hashes()
         if session is not None:
-            # last_event_ts is advisory; it rides along with the next durable write.
-            self.sessions[session_id] = session.evolve(last_event_ts=now)
+            # last_event_ts is advisory; it rides along with the next durable write. _put
+            # records it so the trace delta carries the new last_event_ts too.
+            self._put(change, session.evolve(last_event_ts=now))
         change.prefetch = list(hashes)
         change.data = {"prefetch_sent": bool(hashes), "prefetch_count": len(hashes)}
         return change
