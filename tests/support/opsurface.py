@@ -1,0 +1,227 @@
+"""Helpers for the trace, admin and metrics suites: in-process daemon, ws clients, raw ws."""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import socket
+import struct
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from ramakv_daemon.config import Config
+from ramakv_daemon.http.app import SERVICE_KEY, init_app
+from ramakv_daemon.service import EventService
+
+TRACE_TIMEOUT = 10.0
+
+
+class Daemon:
+    """An in-process daemon behind aiohttp's TestClient, with event and trace helpers."""
+
+    def __init__(self, client: Any) -> None:
+        self.client = client
+
+    @property
+    def service(self) -> EventService:
+        """The daemon's EventService (for white-box checks only)."""
+        return self.client.server.app[SERVICE_KEY]
+
+    @property
+    def url(self) -> str:
+        """``http://127.0.0.1:PORT``."""
+        return str(self.client.make_url("")).rstrip("/")
+
+    async def post(self, body: Any) -> tuple[int, dict[str, Any]]:
+        """POST ``body`` to /event; returns (status, decoded answer)."""
+        data = body if isinstance(body, bytes | str) else json.dumps(body)
+        resp = await self.client.post("/event", data=data)
+        return resp.status, json.loads(await resp.text())
+
+    async def ok(self, type_: str, **fields: Any) -> dict[str, Any]:
+        """Send an event that must succeed; returns ``data``."""
+        status, body = await self.post({"type": type_, **fields})
+        assert status == 200 and body.get("ok") is True, body
+        assert set(body) == {"ok", "type", "data"}, body
+        return body["data"]
+
+    async def err(self, type_: str, **fields: Any) -> str:
+        """Send an event that must fail with HTTP 200 and ok:false; returns ``error``."""
+        status, body = await self.post({"type": type_, **fields})
+        assert status == 200 and body.get("ok") is False, body
+        assert "data" not in body and isinstance(body.get("error"), str), body
+        return body["error"]
+
+    async def turn_end(self, sid: str, hashes: list[str]) -> dict[str, Any]:
+        """A turn_end carrying ``hashes``."""
+        return await self.ok(
+            "turn_end", session_id=sid, kv_transfer_params={"chunk_hashes": hashes}
+        )
+
+    async def ws(self, query: str = "") -> aiohttp.ClientWebSocketResponse:
+        """Open ``/trace`` (``query`` like ``"?since=3"``)."""
+        return await self.client.ws_connect(f"/trace{query}")
+
+    async def metrics_text(self) -> str:
+        """GET /metrics as text."""
+        resp = await self.client.get("/metrics")
+        assert resp.status == 200
+        assert resp.headers["Content-Type"].startswith("text/plain")
+        return await resp.text()
+
+    async def metrics(self) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+        """GET /metrics parsed: (sample name, sorted labels) -> value."""
+        return parse_metrics(await self.metrics_text())
+
+    async def sessions_view(self) -> dict[str, dict[str, Any]]:
+        """list_sessions rows keyed by id."""
+        data = await self.ok("list_sessions", limit=10000)
+        return {row["session_id"]: row for row in data["sessions"]}
+
+
+def parse_metrics(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    """Prometheus text -> (sample name, sorted labels) -> value, via prometheus-client's parser."""
+    out: dict[tuple[str, tuple[tuple[str, str], ...]], float] = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            out[(sample.name, tuple(sorted(sample.labels.items())))] = sample.value
+    return out
+
+
+async def recv(ws: aiohttp.ClientWebSocketResponse, timeout: float = TRACE_TIMEOUT) -> dict:
+    """The next JSON trace message (fails on close or timeout)."""
+    msg = await ws.receive(timeout=timeout)
+    assert msg.type == aiohttp.WSMsgType.TEXT, (msg.type, msg.data, msg.extra)
+    return json.loads(msg.data)
+
+
+async def recv_n(ws: aiohttp.ClientWebSocketResponse, n: int) -> list[dict]:
+    """The next ``n`` trace messages."""
+    return [await recv(ws) for _ in range(n)]
+
+
+def apply_record(state: dict[str, Any], record: dict[str, Any]) -> None:
+    """Fold a snapshot or an event record into ``state`` ({"sessions", "refcounts"})."""
+    if record["kind"] == "snapshot":
+        state["sessions"] = {k: dict(v) for k, v in record["sessions"].items()}
+        state["refcounts"] = dict(record["refcounts"])
+        state["seq"] = record["seq"]
+        return
+    assert record["kind"] == "event", record
+    assert record["seq"] == state["seq"] + 1, (state["seq"], record["seq"])
+    state["seq"] = record["seq"]
+    for sid, value in record["delta"]["sessions"].items():
+        if value is None:
+            state["sessions"].pop(sid, None)
+        else:
+            state["sessions"][sid] = dict(value)
+    for h, n in record["delta"]["refcounts"].items():
+        if n == 0:
+            state["refcounts"].pop(h, None)
+        else:
+            state["refcounts"][h] = n
+
+
+StartDaemon = Callable[..., Awaitable[Daemon]]
+
+
+@pytest.fixture
+def make_config(tmp_path: Path) -> Callable[..., Config]:
+    """A Config on a tmp SQLite file with the noop backend; kwargs override."""
+
+    def make(**overrides: Any) -> Config:
+        base: dict[str, Any] = {
+            "session_store_path": str(tmp_path / "sessions.db"),
+            "noop_backend": True,
+            "debug_dir": str(tmp_path / "kvcache_debug"),
+        }
+        base.update(overrides)
+        return Config(**base)
+
+    return make
+
+
+@pytest.fixture
+def start_daemon(aiohttp_client: Any, make_config: Callable[..., Config]) -> StartDaemon:
+    """``await start_daemon(**config_overrides)``: an in-process daemon on loopback."""
+
+    async def start(**overrides: Any) -> Daemon:
+        return Daemon(await aiohttp_client(init_app(make_config(**overrides))))
+
+    return start
+
+
+@pytest.fixture
+async def daemon(start_daemon: StartDaemon) -> Daemon:
+    """An in-process daemon with the default test config."""
+    return await start_daemon()
+
+
+class RawWebSocket:
+    """A websocket client on a bare socket, so a test decides when (if ever) bytes are read."""
+
+    def __init__(self, host: str, port: int, path: str, rcvbuf: int = 4096) -> None:
+        self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        # A small receive window makes the server's writes back up quickly.
+        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, rcvbuf)
+        self.sock.settimeout(TRACE_TIMEOUT)
+        self.sock.connect((host, port))
+        key = base64.b64encode(os.urandom(16)).decode()
+        self.sock.sendall(
+            (
+                f"GET {path} HTTP/1.1\r\nHost: {host}:{port}\r\nUpgrade: websocket\r\n"
+                f"Connection: Upgrade\r\nSec-WebSocket-Key: {key}\r\n"
+                "Sec-WebSocket-Version: 13\r\n\r\n"
+            ).encode()
+        )
+        self.buf = b""
+        while b"\r\n\r\n" not in self.buf:
+            chunk = self.sock.recv(4096)
+            assert chunk, "server closed during the handshake"
+            self.buf += chunk
+        head, _, self.buf = self.buf.partition(b"\r\n\r\n")
+        assert head.startswith(b"HTTP/1.1 101"), head
+
+    def _need(self, n: int) -> None:
+        while len(self.buf) < n:
+            chunk = self.sock.recv(1 << 20)
+            if not chunk:
+                raise ConnectionError("server closed the socket")
+            self.buf += chunk
+
+    def frame(self) -> tuple[int, bytes]:
+        """Read one (unfragmented) frame: (opcode, payload)."""
+        self._need(2)
+        opcode, length = self.buf[0] & 0x0F, self.buf[1] & 0x7F
+        pos = 2
+        if length == 126:
+            self._need(4)
+            length, pos = struct.unpack(">H", self.buf[2:4])[0], 4
+        elif length == 127:
+            self._need(10)
+            length, pos = struct.unpack(">Q", self.buf[2:10])[0], 10
+        self._need(pos + length)
+        payload, self.buf = self.buf[pos : pos + length], self.buf[pos + length :]
+        return opcode, payload
+
+    def read_until_close(self, max_frames: int = 100000) -> tuple[list[dict], int, str]:
+        """Read text frames until the close frame: (messages, close code, close reason)."""
+        messages: list[dict] = []
+        for _ in range(max_frames):
+            opcode, payload = self.frame()
+            if opcode == 0x1:
+                messages.append(json.loads(payload))
+            elif opcode == 0x8:
+                code = struct.unpack(">H", payload[:2])[0] if len(payload) >= 2 else 1005
+                return messages, code, payload[2:].decode("utf-8", "replace")
+        raise AssertionError("no close frame")
+
+    def close(self) -> None:
+        """Drop the socket."""
+        self.sock.close()
