@@ -13,6 +13,7 @@ log = logging.getLogger("ramakv.config")
 
 DEFAULT_CONFIG_PATH = Path("/etc/ram-a-kv/config.toml")
 ENV_CONFIG = "RAM_A_KV_CONFIG"
+SECRET_KEYS = frozenset({"auth_token"})
 
 
 def default_store_path() -> str:
@@ -76,7 +77,8 @@ def _coerce(name: str, value: Any) -> Any:
         if name == "sqlite_synchronous" and value.upper() not in ("NORMAL", "FULL", "EXTRA"):
             raise TypeError("config key 'sqlite_synchronous' must be NORMAL, FULL or EXTRA")
         return value
-    raise TypeError(f"config key '{name}' must be {kind}, got {value!r}")
+    shown = "<hidden>" if name in SECRET_KEYS else repr(value)  # never log a secret
+    raise TypeError(f"config key '{name}' must be {kind}, got {shown}")
 
 
 def from_mapping(data: dict[str, Any], source: str = "<mapping>") -> tuple[Config, list[str]]:

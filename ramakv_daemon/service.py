@@ -100,10 +100,11 @@ class EventService:
         if "event_id" not in payload:
             return await self._handle(payload, None)
         event_id = payload["event_id"]
-        if not isinstance(event_id, str) or not 0 < len(event_id) <= 200:
+        if not isinstance(event_id, str) or not 0 < len(event_id) <= 200 or not _utf8(event_id):
             return 200, {
                 "ok": False, "type": payload.get("type"),
-                "error": "event_id must be a non-empty string of at most 200 characters",
+                "error": "event_id must be a non-empty string of at most 200 characters "
+                "(valid Unicode)",
             }
         known = self.answers.get(event_id)
         if known is not None:
@@ -136,7 +137,10 @@ class EventService:
             return 200, {"ok": False, "error": "missing or empty 'type' field"}
         sid = payload.get("session_id")
         session_id = sid if isinstance(sid, str) else None
-        log.info("ram-a-kv event received type=%s session_id=%s", type_, session_id or "")
+        log.info(
+            "ram-a-kv event received type=%s session_id=%s", _loggable(type_),
+            _loggable(session_id or ""),
+        )
         status = 200
         change: Change | None = None
         try:
@@ -182,7 +186,7 @@ class EventService:
         self.metrics.event(type_, True, elapsed)
         log.info(
             "ram-a-kv event completed type=%s session_id=%s ms=%.2f",
-            type_, session_id or "", elapsed * 1000,
+            type_, _loggable(session_id or ""), elapsed * 1000,
         )
         self._print_trace()
         return {"ok": True, "type": type_, "data": c.data}
@@ -192,7 +196,8 @@ class EventService:
     ) -> dict[str, Any]:
         self.metrics.event(type_, False, time.perf_counter() - started)
         log.warning(
-            "ram-a-kv event failed type=%s session_id=%s error=%s", type_, session_id or "", error
+            "ram-a-kv event failed type=%s session_id=%s error=%s", _loggable(type_),
+            _loggable(session_id or ""), _loggable(error, 500),
         )
         self.trace.publish(
             {"kind": "event", "ts": time.time(), "type": type_, "session_id": session_id,
@@ -284,3 +289,19 @@ class EventService:
         m.references.set(self.manager.refcounts.total_references())
         m.subscribers.set(len(self.trace.subscribers))
         m.evict_backlog.set(self.dispatcher.backlog)
+
+
+def _utf8(text: str) -> bool:
+    """True when ``text`` encodes as UTF-8 (no lone surrogates), so SQLite can store it."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def _loggable(text: str, limit: int = 200) -> str:
+    """``text`` as is when printable and short; else its repr, cut: one event, one log line."""
+    if len(text) <= limit and text.isprintable():
+        return text
+    return repr(text[:limit]) + ("..." if len(text) > limit else "")

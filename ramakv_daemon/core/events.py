@@ -57,7 +57,13 @@ def session_id_of(payload: dict[str, Any], field: str = "session_id") -> str:
         raise InvalidEvent(f"{field} must not be empty")
     if "\x00" in value:
         raise InvalidEvent(f"{field} must not contain NUL")
-    if len(value.encode("utf-8", "surrogatepass")) > MAX_SESSION_ID_BYTES:
+    try:
+        size = len(value.encode("utf-8"))
+    except UnicodeEncodeError:
+        # A lone surrogate ("\ud800" in the JSON) cannot be stored in SQLite's UTF-8:
+        # accepted, it would fail the whole group commit it rides in.
+        raise InvalidEvent(f"{field} must be valid Unicode (no lone surrogates)") from None
+    if size > MAX_SESSION_ID_BYTES:
         raise InvalidEvent(f"{field} longer than {MAX_SESSION_ID_BYTES} bytes")
     return value
 
