@@ -165,6 +165,13 @@ export interface SenderStats {
 
 interface QueuedEvent {
   body: Record<string, unknown>;
+  /**
+   * The sessions the event touches, in whose order it is sent: its session_id and,
+   * for a snapshot_restore from another session, source_session_id too (the restore
+   * must see the source's earlier turn_ends, and the source's later ones must not
+   * overtake it).
+   */
+  keys: string[];
 }
 
 /**
@@ -181,8 +188,9 @@ export class EventSender {
   private readonly warnIntervalMs: number;
   private readonly logger: Logger | null;
 
+  /** session -> its events not yet sent, oldest first */
   private readonly queues = new Map<string, QueuedEvent[]>();
-  private readonly ready: string[] = [];
+  /** sessions with an event in flight */
   private readonly busy = new Set<string>();
   private inFlight = 0;
   private queued = 0;
@@ -268,34 +276,41 @@ export class EventSender {
       }
       const body: Record<string, unknown> = { ...payload, type };
       const key = typeof body["session_id"] === "string" ? (body["session_id"] as string) : "";
-      let q = this.queues.get(key);
-      if (!q) {
-        q = [];
-        this.queues.set(key, q);
+      const source = body["source_session_id"];
+      const ev: QueuedEvent = {
+        body,
+        keys: typeof source === "string" && source !== key ? [key, source] : [key],
+      };
+      for (const k of ev.keys) {
+        const q = this.queues.get(k);
+        if (q) q.push(ev);
+        else this.queues.set(k, [ev]);
       }
-      q.push({ body });
       this.queued++;
-      if (q.length === 1 && !this.busy.has(key)) this.ready.push(key);
       this.pump();
     } catch (err) {
       this.warn(`ram-a-kv: could not queue ${type}: ${errText(err)}`);
     }
   }
 
+  /** Starts every event that is first in line for all its sessions, up to `concurrency`. */
   private pump(): void {
-    while (this.inFlight < this.concurrency && this.ready.length > 0) {
-      const key = this.ready.shift() as string;
-      const q = this.queues.get(key);
-      const ev = q?.shift();
-      if (!q || !ev) continue;
-      if (q.length === 0) this.queues.delete(key);
+    if (this.inFlight >= this.concurrency || this.queued === 0) return;
+    for (const q of this.queues.values()) {
+      if (this.inFlight >= this.concurrency) break;
+      const ev = q[0];
+      if (!ev || !ev.keys.every((k) => !this.busy.has(k) && this.queues.get(k)?.[0] === ev)) continue;
+      for (const k of ev.keys) {
+        const kq = this.queues.get(k) as QueuedEvent[];
+        kq.shift();
+        if (kq.length === 0) this.queues.delete(k);
+        this.busy.add(k);
+      }
       this.queued--;
       this.inFlight++;
-      this.busy.add(key);
       void this.deliver(ev).finally(() => {
         this.inFlight--;
-        this.busy.delete(key);
-        if ((this.queues.get(key)?.length ?? 0) > 0) this.ready.push(key);
+        for (const k of ev.keys) this.busy.delete(k);
         this.pump();
         this.checkIdle();
       });
