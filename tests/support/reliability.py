@@ -1,0 +1,181 @@
+"""Reliability-test helpers: read the SQLite file directly, check invariants, run processes."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sqlite3
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+from ramakv_daemon.core.manager import recompute_refcounts
+from ramakv_daemon.core.session import Session
+from support.daemon_proc import REPO_ROOT, DaemonProcess, free_port, trace_snapshot
+from support.loadgen import Model, SessionModel
+
+TESTS_DIR = REPO_ROOT / "tests"
+
+
+def db_model(path: Path | str) -> Model:
+    """Every stored session (sessions + session_state tables), read with plain sqlite3."""
+    con = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=10)
+    try:
+        rows = con.execute(
+            "SELECT s.session_id, s.map_json, s.turn_count, st.suspended, st.fork_holds_json "
+            "FROM sessions s LEFT JOIN session_state st ON st.session_id = s.session_id"
+        ).fetchall()
+    finally:
+        con.close()
+    return {
+        sid: SessionModel(json.loads(m), int(tc), bool(susp), json.loads(holds or "[]"))
+        for sid, m, tc, susp, holds in rows
+    }
+
+
+def db_outbox(path: Path | str) -> dict[str, str]:
+    """The evict_outbox table: hash -> mode."""
+    con = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=10)
+    try:
+        return dict(con.execute("SELECT chunk_hash, mode FROM evict_outbox").fetchall())
+    finally:
+        con.close()
+
+
+def as_sessions(model: Model) -> list[Session]:
+    """Core Session values for :func:`recompute_refcounts`."""
+    return [
+        Session(sid, tuple(s.chunk_hashes), s.turn_count, s.suspended,
+                tuple(tuple(h) for h in s.fork_holds))
+        for sid, s in model.items()
+    ]
+
+
+def model_refcounts(model: Model) -> dict[str, int]:
+    """Refcounts recomputed from first principles."""
+    return recompute_refcounts(as_sessions(model))
+
+
+def snapshot_model(snapshot: dict[str, Any]) -> Model:
+    """The sessions of a trace snapshot as a model."""
+    return {
+        sid: SessionModel(list(s["chunk_hashes"]), int(s["turn_count"]),
+                          s["state"] == "suspended", [list(h) for h in s["fork_holds"]])
+        for sid, s in snapshot["sessions"].items()
+    }
+
+
+def live_state(url: str) -> tuple[Model, dict[str, int]]:
+    """A running daemon's sessions and refcounts (the trace stream's snapshot)."""
+    snap = asyncio.run(trace_snapshot(url))
+    return snapshot_model(snap), snap["refcounts"]
+
+
+def diff(a: Model, b: Model, limit: int = 5) -> list[str]:
+    """Human-readable differences between two models (empty when equal)."""
+    out = []
+    for sid in sorted(set(a) | set(b)):
+        if a.get(sid) != b.get(sid):
+            out.append(f"{sid}: {a.get(sid)} != {b.get(sid)}")
+    return out[:limit]
+
+
+def http_json(url: str, body: Any | None = None, timeout: float = 10.0) -> Any:
+    """GET (body None) or POST JSON; the decoded answer."""
+    data = None if body is None else json.dumps(body).encode()
+    req = urllib.request.Request(url, data=data, headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(req, timeout=timeout) as resp:
+        return json.loads(resp.read())
+
+
+def metric(url: str, name: str, headers: dict[str, str] | None = None) -> float:
+    """Sum of every sample of ``name`` in a daemon's /metrics."""
+    req = urllib.request.Request(f"{url}/metrics", headers=headers or {})
+    with urllib.request.urlopen(req, timeout=10) as resp:
+        text = resp.read().decode()
+    total = 0.0
+    for line in text.splitlines():
+        if line.startswith(name) and line[len(name)] in " {":
+            total += float(line.rsplit(" ", 1)[1])
+    return total
+
+
+def wait_for(pred: Any, timeout: float = 10.0, every: float = 0.05) -> bool:
+    """Poll ``pred()`` until true or ``timeout``; returns the last verdict."""
+    deadline = time.monotonic() + timeout
+    while True:
+        if pred():
+            return True
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(every)
+
+
+def rss_kib(pid: int) -> int:
+    """Resident set size of ``pid`` in KiB (from /proc)."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1])
+    return 0
+
+
+class LMCacheDaemon(DaemonProcess):
+    """A daemon process that talks to an LMCache memory API (no ``--noop``)."""
+
+    def command(self) -> list[str]:
+        return [a for a in super().command() if a != "--noop"]
+
+
+class FakeLMCacheProcess:
+    """tests/fakes/lmcache_server.py in its own process, driven over its /_fake/ routes."""
+
+    def __init__(self, workdir: Path, port: int | None = None) -> None:
+        self.port = port or free_port()
+        self.log_path = Path(workdir) / "fake_lmcache.log"
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def start(self) -> FakeLMCacheProcess:
+        """Start and wait until it answers."""
+        with open(self.log_path, "ab") as log:
+            self.proc = subprocess.Popen(
+                [sys.executable, str(TESTS_DIR / "fakes" / "lmcache_server.py"),
+                 "--port", str(self.port)],
+                stdout=log, stderr=subprocess.STDOUT, cwd=str(REPO_ROOT),
+                env={"PYTHONPATH": str(REPO_ROOT), "PATH": "/usr/bin:/bin"},
+            )
+        if not wait_for(self._up, 20):
+            raise RuntimeError(f"fake lmcache did not start: {self.log_path.read_text()[-2000:]}")
+        return self
+
+    def _up(self) -> bool:
+        try:
+            self.requests()
+            return True
+        except OSError:
+            return False
+
+    def kill(self) -> None:
+        """SIGKILL it (the port then refuses connections)."""
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(10)
+
+    def fail(self, mode: str | None, times: int | None = None, delay: float = 0.0) -> None:
+        """Fail the next ``times`` memory calls (None: until healed) in ``mode``."""
+        http_json(f"{self.url}/_fake/fail", {"mode": mode, "times": times, "delay": delay})
+
+    def requests(self) -> list[dict[str, Any]]:
+        """Every request received, oldest first."""
+        return http_json(f"{self.url}/_fake/requests")
+
+    def evicted(self) -> list[str]:
+        """Every hash received in an evict call (failed or not)."""
+        return [h for r in self.requests() if r["path"] == "/memory/evict"
+                for h in (r["body"] or {}).get("chunk_hashes", [])]
