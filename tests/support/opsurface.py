@@ -149,10 +149,11 @@ def make_config(tmp_path: Path) -> Callable[..., Config]:
 
 @pytest.fixture
 def start_daemon(aiohttp_client: Any, make_config: Callable[..., Config]) -> StartDaemon:
-    """``await start_daemon(**config_overrides)``: an in-process daemon on loopback."""
+    """``await start_daemon(backend=None, **config_overrides)``: an in-process daemon."""
 
-    async def start(**overrides: Any) -> Daemon:
-        return Daemon(await aiohttp_client(init_app(make_config(**overrides))))
+    async def start(backend: Any = None, **overrides: Any) -> Daemon:
+        app = init_app(make_config(**overrides), backend=backend)
+        return Daemon(await aiohttp_client(app))
 
     return start
 
