@@ -246,7 +246,7 @@ class EventService:
             path = await asyncio.to_thread(
                 write_debug_file, self.config.debug_dir, session_id, turn, hashes, ctx
             )
-        except OSError as err:
+        except (OSError, ValueError) as err:  # ValueError: text that cannot be UTF-8
             log.warning("debug file write failed for session %s: %s", session_id, err)
             return
         change.data["debug_written"] = True

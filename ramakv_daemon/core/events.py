@@ -93,6 +93,14 @@ def chunk_hashes_of(value: Any, limits: Limits, field: str = "chunk_hashes") -> 
     for i, h in enumerate(value):
         if not isinstance(h, str) or not h:
             raise InvalidEvent(f"'{field}[{i}]' must be a non-empty string")
+        if not h.isascii():
+            try:
+                h.encode("utf-8")
+            except UnicodeEncodeError:
+                # As for session ids: SQLite and the backend's JSON cannot carry it.
+                raise InvalidEvent(
+                    f"'{field}[{i}]' must be valid Unicode (no lone surrogates)"
+                ) from None
         # Cheap length test first: only long strings pay for the encode.
         too_long = len(h) > limits.max_hash_bytes // 4 and (
             len(h.encode("utf-8", "surrogatepass")) > limits.max_hash_bytes

@@ -110,3 +110,20 @@ async def test_unwritable_debug_dir_does_not_fail_the_event(
     data = await d.turn_end("s1", ["a"], debug_context=DEBUG_CTX)
     assert data == {"evicted_count": 0, "map_updated": True, "debug_written": False}
     assert (await d.ok("session_map", session_id="s1"))["chunk_hashes"] == ["a"]
+
+
+async def test_unencodable_debug_context_does_not_fail_the_event(
+    debug_daemon: DaemonClient,
+) -> None:
+    """A lone surrogate in messages cannot be written as UTF-8: no file, but the turn is ok."""
+    raw = (
+        '{"type": "turn_end", "session_id": "s1", "kv_transfer_params": {"chunk_hashes": ["a"]},'
+        ' "debug_context": {"messages": [{"role": "user", "content": "\\udc00"}]}}'
+    )
+    status, body = await debug_daemon.post(raw)
+    assert status == 200, body
+    assert body == {
+        "ok": True, "type": "turn_end",
+        "data": {"evicted_count": 0, "map_updated": True, "debug_written": False},
+    }
+    assert (await debug_daemon.ok("session_map", session_id="s1"))["chunk_hashes"] == ["a"]

@@ -318,3 +318,41 @@ async def test_errors_never_stop_the_daemon(daemon: DaemonClient) -> None:
         assert body["ok"] is False and status in (200, 400)
     assert daemon.state() == state
     assert (await daemon.turn_end("s1", ["a"]))["map_updated"] is True
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        '{"type": "turn_end", "session_id": "s1", '
+        '"kv_transfer_params": {"chunk_hashes": ["ok", "h\\ud800"]}}',
+        '{"type": "turn_end", "session_id": "s1", '
+        '"kv_transfer_params": {"chunk_hashes": ["ok", "\\udfff"]}}',
+    ],
+)
+async def test_lone_surrogate_hash_rejected(daemon: DaemonClient, raw: str) -> None:
+    """SQLite (and the backend's JSON) cannot carry it: accepted, it broke later commits."""
+    await seed(daemon)
+    await expect_error(
+        daemon, raw,
+        "'kv_transfer_params.chunk_hashes[1]' must be valid Unicode (no lone surrogates)",
+    )
+    assert (await daemon.turn_end("s1", ["ok"]))["map_updated"] is True
+
+
+async def test_lone_surrogate_session_id_rejected(daemon: DaemonClient) -> None:
+    await seed(daemon)
+    await expect_error(
+        daemon,
+        '{"type": "turn_end", "session_id": "x\\ud800", "kv_transfer_params": {}}',
+        "session_id must be valid Unicode (no lone surrogates)",
+    )
+
+
+async def test_session_id_too_long(daemon: DaemonClient) -> None:
+    await seed(daemon)
+    await expect_error(
+        daemon, {"type": "session_map", "session_id": "x" * 1025},
+        "session_id longer than 1024 bytes",
+    )
+    status, body = await daemon.post({"type": "session_map", "session_id": "x" * 1024})
+    assert body["error"] == f"session '{'x' * 1024}' not found"
