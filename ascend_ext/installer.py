@@ -100,7 +100,8 @@ def patch_lookup_client_factory() -> bool:
     def create_lookup_client(*args: Any, **kwargs: Any) -> Any:
         client = orig(*args, **kwargs)
         if isinstance(unwrap_lookup_client(client), LMCacheAsyncLookupClient):
-            RamAKVAsyncLookupClient.from_existing(client)
+            metadata = kwargs.get("metadata", args[1] if len(args) > 1 else None)
+            RamAKVAsyncLookupClient.from_existing(client, metadata)
         return client
 
     create_lookup_client.__ramakv_wrapped__ = True  # type: ignore[attr-defined]

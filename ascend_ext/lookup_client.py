@@ -7,9 +7,15 @@ from typing import Any
 
 import msgspec
 import torch
+import zmq
 from lmcache.logging import init_logger
-from lmcache.v1.lookup_client.async_lookup_message import LookupRequestMsg
+from lmcache.v1.lookup_client.async_lookup_message import (
+    LookupCleanupMsg,
+    LookupRequestMsg,
+    LookupResponseMsg,
+)
 from lmcache.v1.lookup_client.lmcache_async_lookup_client import LMCacheAsyncLookupClient
+from lmcache.v1.rpc_utils import get_zmq_rpc_path_lmcache, get_zmq_socket
 
 from ascend_ext.hash_cache import DEFAULT_MAX_ENTRIES, DEFAULT_TTL_S, HashCache
 from ascend_ext.hashing import to_hex
@@ -44,8 +50,12 @@ class RamAKVAsyncLookupClient(LMCacheAsyncLookupClient):
         )
 
     @classmethod
-    def from_existing(cls, client: Any) -> RamAKVAsyncLookupClient:
-        """Upgrade the async client inside ``client``'s decorator chain in place and return it."""
+    def from_existing(cls, client: Any, metadata: Any = None) -> RamAKVAsyncLookupClient:
+        """Upgrade the async client inside ``client``'s decorator chain in place and return it.
+
+        ``metadata`` (the LMCacheMetadata it was built with) lets close() wake its
+        response thread; without it close() behaves as lmcache's.
+        """
         inner = unwrap_lookup_client(client)
         if isinstance(inner, cls):
             return inner
@@ -54,6 +64,7 @@ class RamAKVAsyncLookupClient(LMCacheAsyncLookupClient):
         # Swapping __class__ keeps the sockets, the lock and the running response thread.
         inner.__class__ = cls
         inner._init_hash_cache()
+        inner._scheduler_path = _scheduler_socket_path(metadata)
         return inner
 
     def _init_hash_cache(self) -> None:
@@ -105,6 +116,49 @@ class RamAKVAsyncLookupClient(LMCacheAsyncLookupClient):
     # update_state_after_alloc, before request_finished, so it must not drop hashes.
 
     def close(self) -> None:
-        """Close the sockets and forget every cached hash."""
+        """Forget every cached hash, stop the response thread, close the sockets."""
         self._hash_cache.clear()
+        self.running = False
+        # lmcache's close() joins the response thread for 1 s while it sits in recv(), then
+        # closes its socket under it, which aborts the process inside libzmq. One message
+        # to our own PULL socket lets the thread see running=False and exit first.
+        path = getattr(self, "_scheduler_path", None)
+        if path is not None and self.thread.is_alive():
+            _poke(self.ctx, path, LookupResponseMsg(lookup_id=_WAKE_ID, num_hit_tokens=0))
+            self.thread.join(timeout=2.0)
         super().close()
+        with self.lock:
+            self.res_for_each_worker.pop(_WAKE_ID, None)
+
+
+_WAKE_ID = "__ramakv_close__"
+
+
+def _scheduler_socket_path(metadata: Any) -> str | None:
+    """The ipc path the client's PULL socket is bound to, as lmcache computes it."""
+    if metadata is None or getattr(metadata, "engine_id", None) is None:
+        return None
+    extra = metadata.kv_connector_extra_config or {}
+    return get_zmq_rpc_path_lmcache(
+        metadata.engine_id, "lookup_scheduler", extra.get("lmcache_rpc_port", 0), 0
+    )
+
+
+def _poke(ctx: Any, path: str, msg: Any) -> None:
+    """Send one message to an ipc PULL socket from a short-lived PUSH socket."""
+    sock = get_zmq_socket(ctx, path, "ipc", zmq.PUSH, "connect")  # type: ignore[attr-defined]
+    try:
+        sock.send(msgspec.msgpack.encode(msg))
+    finally:
+        sock.close(linger=1000)
+
+
+def wake_lookup_server(server: Any, metadata: Any) -> None:
+    """Let an LMCacheAsyncLookupServer's thread leave recv() before server.close() (tests)."""
+    server.running = False
+    extra = metadata.kv_connector_extra_config or {}
+    path = get_zmq_rpc_path_lmcache(
+        metadata.engine_id, "lookup_worker", extra.get("lmcache_rpc_port", 0), metadata.worker_id
+    )
+    _poke(server.ctx, path, LookupCleanupMsg(lookup_id=_WAKE_ID))
+    server.thread.join(timeout=2.0)

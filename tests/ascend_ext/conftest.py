@@ -62,11 +62,14 @@ def blake3_engine_factory() -> Iterator[Callable[..., tuple[Any, Any, Any]]]:
         )
         server = LookupClientFactory.create_lookup_server(engine, metadata)
         engine.post_init(async_lookup_server=server)
-        built.append((instance, server))
+        built.append((instance, server, metadata))
         return engine, metadata, config
 
     yield make
-    for instance, server in built:
+    from ascend_ext.lookup_client import wake_lookup_server
+
+    for instance, server, metadata in built:
         if server is not None:
+            wake_lookup_server(server, metadata)  # else close() can abort inside libzmq
             server.close()
         LMCacheEngineBuilder.destroy(instance)
