@@ -1,0 +1,149 @@
+"""AsyncClient against a real daemon: every event, typed errors, config lookup."""
+
+from __future__ import annotations
+
+import json
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from ramakv_sdk import AsyncClient, DaemonUnavailable, RamAKvError
+from ramakv_sdk.config import DEFAULT_DAEMON_URL, auth_token, daemon_url, load_config
+from ramakv_sdk.events import hex_hash
+
+
+async def test_original_events_round_trip(daemon_proc) -> None:
+    async with AsyncClient(daemon_proc.url) as c:
+        assert await c.health() == {"status": "running", "sessions_count": 0}
+        specs = (await c.list_events())["events"]
+        for name in ("turn_start", "turn_end", "snapshot_restore", "session_map",
+                     "session_close", "session_suspend", "session_fork", "session_fork_end",
+                     "list_sessions", "chunk_info", "chunk_evict", "backend_query"):
+            assert name in specs
+        assert specs["turn_end"]["required"] == ["session_id", "kv_transfer_params"]
+        assert await c.turn_start("s") == {"prefetch_sent": False, "prefetch_count": 0}
+        end = await c.turn_end("s", {"chunk_hashes": ["-1a", "2b", 0x3c]})
+        assert end == {"evicted_count": 0, "map_updated": True, "debug_written": False}
+        assert await c.session_map("s") == {"session_id": "s", "chunk_hashes": ["-1a", "2b", "3c"]}
+        assert await c.session_fork("s") == {"forked": True}
+        assert await c.session_fork_end("s") == {"fork_end": True}
+        assert await c.session_suspend("s") == {"evicted_count": 3, "suspended": True}
+        assert await c.snapshot_restore("s") == {"prefetch_sent": True, "prefetch_count": 3}
+        assert await c.session_close("s") == {"evicted_count": 3, "closed": True}
+
+
+async def test_null_chunk_hashes_keep_the_map(daemon_proc) -> None:
+    async with AsyncClient(daemon_proc.url) as c:
+        await c.turn_end("s", {"chunk_hashes": ["a1", "b2"]})
+        for params in (None, {}, {"chunk_hashes": None}):
+            data = await c.turn_end("s", params)
+            assert data["map_updated"] is False and data["evicted_count"] == 0
+        assert (await c.session_map("s"))["chunk_hashes"] == ["a1", "b2"]
+
+
+async def test_resume_under_a_new_session_id(daemon_proc) -> None:
+    async with AsyncClient(daemon_proc.url) as c:
+        await c.turn_end("old", {"chunk_hashes": ["a1", "b2"]})
+        await c.session_suspend("old")
+        data = await c.snapshot_restore("new", source_session_id="old")
+        assert data == {"prefetch_sent": True, "prefetch_count": 2}
+        assert (await c.session_map("new"))["chunk_hashes"] == ["a1", "b2"]
+        listed = await c.list_sessions(state="suspended")
+        assert [s["session_id"] for s in listed["sessions"]] == ["old"]
+
+
+async def test_admin_events(daemon_proc) -> None:
+    async with AsyncClient(daemon_proc.url) as c:
+        await c.turn_end("a", {"chunk_hashes": ["11", "22"]})
+        await c.turn_end("b", {"chunk_hashes": ["22"]})
+        page = await c.list_sessions(limit=1, offset=1)
+        assert page["total"] == 2 and len(page["sessions"]) == 1
+        row = (await c.list_sessions())["sessions"][0]
+        assert set(row) >= {"session_id", "state", "turn_count", "chunk_count", "fork_holds",
+                            "last_event_ts"}
+        info = await c.chunk_info(["22"])
+        assert info["chunks"]["22"]["refcount"] == 2
+        assert sorted(info["chunks"]["22"]["holders"]) == ["a", "b"]
+        dry = await c.chunk_evict(["22"], dry_run=True)
+        assert dry["dry_run"] is True and dry["evicted"] == []
+        assert sorted(dry["refused"]["22"]) == ["a", "b"]
+        q = await c.backend_query(["11"])
+        assert q["backend"] == "noop" and q["ok"] is True and "11" in q["locations"]
+
+
+async def test_errors_carry_the_daemons_text(daemon_proc) -> None:
+    async with AsyncClient(daemon_proc.url) as c:
+        with pytest.raises(RamAKvError) as err:
+            await c.session_map("nobody")
+        assert err.value.message == "session 'nobody' not found"
+        assert err.value.type == "session_map"
+        assert not isinstance(err.value, DaemonUnavailable)
+        with pytest.raises(RamAKvError, match="unknown event type"):
+            await c.send({"type": "no_such_event"})
+        env = await c.raw({"type": "session_map", "session_id": "nobody"})
+        assert env == {"ok": False, "type": "session_map",
+                       "error": "session 'nobody' not found"}
+
+
+async def test_unreachable_daemon_raises_daemon_unavailable(daemon_proc) -> None:
+    url = daemon_proc.url
+    daemon_proc.kill()
+    async with AsyncClient(url, timeout=1.0) as c:
+        with pytest.raises(DaemonUnavailable) as err:
+            await c.health()
+        assert err.value.type == "health"
+        with pytest.raises(DaemonUnavailable):
+            await c.raw({"type": "health"})
+
+
+def start_with_token(factory, token: str):
+    """A daemon whose config has ``auth_token``; its health poll sends the token."""
+    d = factory(start=False, config={"auth_token": token})
+
+    def post(body, timeout: float = 10.0):
+        req = urllib.request.Request(
+            f"{d.url}/event", data=json.dumps(body).encode(),
+            headers={"Authorization": f"Bearer {token}"},
+        )
+        with urllib.request.urlopen(req, timeout=timeout) as resp:
+            return resp.status, json.loads(resp.read())
+
+    d.post = post
+    return d.start()
+
+
+async def test_bearer_token(daemon_proc_factory) -> None:
+    d = start_with_token(daemon_proc_factory, "s3cret")
+    async with AsyncClient(d.url) as c:
+        with pytest.raises(RamAKvError, match="bearer token"):
+            await c.health()
+    async with AsyncClient(d.url, token="s3cret") as c:
+        assert (await c.health())["status"] == "running"
+
+
+def test_hex_hash_keeps_strings_and_signs_ints() -> None:
+    assert hex_hash("-00ff") == "-00ff"
+    assert hex_hash(-255) == "-ff"
+    assert hex_hash(255) == "ff"
+
+
+def test_config_lookup(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path))
+    assert daemon_url() == DEFAULT_DAEMON_URL
+    cfg = tmp_path / "ram-a-kv" / "config.toml"
+    cfg.parent.mkdir()
+    cfg.write_text('daemon_url = "http://127.0.0.1:7777/"\nauth_token = "t"\n')
+    assert daemon_url() == "http://127.0.0.1:7777"
+    assert auth_token() == "t"
+    cfg.write_text("daemon_url = [broken")
+    assert load_config() is None and daemon_url() == DEFAULT_DAEMON_URL
+    cfg.write_text('auth_token = "only"\n')
+    assert load_config() is None
+
+
+def test_from_config_reads_url_and_token(tmp_path: Path) -> None:
+    cfg = tmp_path / "c.toml"
+    cfg.write_text('daemon_url = "http://127.0.0.1:7777"\nauth_token = "t"\n')
+    c = AsyncClient.from_config(str(cfg))
+    assert c.base_url == "http://127.0.0.1:7777" and c.token == "t"

@@ -1,0 +1,174 @@
+"""The fire-and-forget global client: order per session, never raising, flush, config."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+import ramakv_sdk as sdk
+from ramakv_sdk import AsyncClient
+from ramakv_sdk.global_client import _reset_for_tests
+
+
+@pytest.fixture(autouse=True)
+def fresh_global_client() -> Iterator[None]:
+    _reset_for_tests()
+    yield
+    _reset_for_tests()
+
+
+def replay(url: str) -> list[dict]:
+    """Every trace record since seq 0 (the daemon's replay ring)."""
+
+    async def run() -> list[dict]:
+        async with AsyncClient(url) as c:
+            sub = c.subscribe_trace(since=0)
+            out: list[dict] = []
+            try:
+                while True:
+                    out.append(await asyncio.wait_for(sub.__anext__(), 1.0))
+            except TimeoutError:
+                return out
+            finally:
+                await sub.aclose()
+
+    return asyncio.run(run())
+
+
+def test_per_session_order_under_concurrency(daemon_proc) -> None:
+    sdk.init(daemon_proc.url)
+    threads_n, sessions_per_thread, turns = 4, 4, 10
+
+    def host(t: int) -> None:
+        for k in range(turns):
+            for s in range(sessions_per_thread):
+                sid = f"t{t}s{s}"
+                sdk.turn_start(sid)
+                sdk.turn_end(sid, {"chunk_hashes": [f"{k:x}", "5a"]})
+
+    workers = [threading.Thread(target=host, args=(t,)) for t in range(threads_n)]
+    for w in workers:
+        w.start()
+    for w in workers:
+        w.join()
+    assert sdk.flush(30)
+    st = sdk.stats()
+    total = threads_n * sessions_per_thread * turns * 2
+    assert st["sent"] == total and st["dropped"] == 0 and st["failed"] == 0
+    seen: dict[str, list[str]] = {}
+    for rec in replay(daemon_proc.url):
+        if rec.get("type") == "turn_end":
+            state = rec["delta"]["sessions"][rec["session_id"]]
+            seen.setdefault(rec["session_id"], []).append(state["chunk_hashes"][0])
+    assert len(seen) == threads_n * sessions_per_thread
+    for sid, firsts in seen.items():
+        assert firsts == [f"{k:x}" for k in range(turns)], sid
+    assert daemon_proc.event("session_map", session_id="t3s3")["data"]["chunk_hashes"] == [
+        f"{turns - 1:x}", "5a"]
+
+
+def test_daemon_down_never_raises_and_counts_drops(unused_tcp_port: int) -> None:
+    sdk.init(f"http://127.0.0.1:{unused_tcp_port}", timeout=0.5)
+    for i in range(50):
+        sdk.turn_start(f"s{i}")
+        sdk.turn_end(f"s{i}", {"chunk_hashes": ["aa"]}, {"why": "test"})
+        sdk.snapshot_restore(f"s{i}", source_session_id="other")
+        sdk.session_fork(f"s{i}")
+        sdk.session_fork_end(f"s{i}")
+        sdk.session_suspend(f"s{i}")
+        sdk.session_close(f"s{i}")
+    assert sdk.flush(10)
+    st = sdk.stats()
+    assert st["dropped_unavailable"] == 350 and st["sent"] == 0
+
+
+def test_calls_are_cheap_even_when_the_daemon_is_down(unused_tcp_port: int) -> None:
+    sdk.init(f"http://127.0.0.1:{unused_tcp_port}", timeout=0.5)
+    sdk.turn_start("warm-up")  # starts the sender thread
+    n = 5000
+    t0 = time.perf_counter()
+    for _ in range(n):
+        sdk.turn_start("s")
+    per_call = (time.perf_counter() - t0) / n
+    assert per_call < 50e-6, f"{per_call * 1e6:.1f} us per call"
+    assert sdk.flush(10)
+
+
+def test_malformed_params_are_dropped_not_raised(daemon_proc) -> None:
+    sdk.init(daemon_proc.url)
+    sdk.turn_end("s", {"chunk_hashes": [object()]})  # type: ignore[list-item]
+    sdk.turn_end("s", {"chunk_hashes": "not-a-list"})  # the daemon answers ok:false
+    assert sdk.flush(10)
+    assert sdk.stats()["failed"] == 2
+
+
+def test_null_chunk_hashes_never_empty_the_map(daemon_proc) -> None:
+    sdk.init(daemon_proc.url)
+    sdk.turn_end("s", {"chunk_hashes": ["a1", "b2"]})
+    sdk.turn_end("s", {"chunk_hashes": None})
+    sdk.turn_end("s", {"other": 1})
+    sdk.turn_end("s")
+    assert sdk.flush(10)
+    assert sdk.stats()["sent"] == 4
+    assert daemon_proc.event("session_map", session_id="s")["data"]["chunk_hashes"] == [
+        "a1", "b2"]
+
+
+def test_flush_waits_for_delivery(daemon_proc) -> None:
+    sdk.init(daemon_proc.url)
+    for i in range(200):
+        sdk.turn_end(f"s{i % 7}", {"chunk_hashes": [f"{i:x}"]})
+    assert sdk.flush(10)
+    assert sdk.stats()["sent"] == 200
+    assert daemon_proc.event("health")["data"]["sessions_count"] == 7
+
+
+def test_init_once_later_inits_ignored(daemon_proc, tmp_path: Path, caplog) -> None:
+    sdk.init(daemon_proc.url)
+    other = tmp_path / "c.toml"
+    other.write_text('daemon_url = "http://127.0.0.1:1"\n')
+    with caplog.at_level(logging.WARNING, logger="ramakv_sdk"):
+        sdk.init_from_path(other)
+    assert "already initialised" in caplog.text
+    sdk.turn_start("s")
+    assert sdk.flush(10) and sdk.stats()["sent"] == 1
+
+
+def test_missing_or_broken_config_disables(tmp_path: Path) -> None:
+    assert not sdk.is_enabled()
+    bad = tmp_path / "bad.toml"
+    bad.write_text("daemon_url = ")
+    sdk.init_from_path(bad)
+    assert not sdk.is_enabled()
+    sdk.turn_start("s")  # a no-op
+    assert sdk.flush(1) and sdk.stats()["sent"] == 0
+    _reset_for_tests()
+    sdk.init_from_path(tmp_path / "missing.toml")
+    assert not sdk.is_enabled()
+
+
+def test_init_from_config_honours_xdg(daemon_proc, tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path))
+    (tmp_path / "ram-a-kv").mkdir()
+    (tmp_path / "ram-a-kv" / "config.toml").write_text(f'daemon_url = "{daemon_proc.url}"\n')
+    sdk.init_from_config()
+    assert sdk.is_enabled()
+    sdk.turn_end("x", {"chunk_hashes": ["-7f"]})
+    assert sdk.flush(10)
+    assert daemon_proc.event("session_map", session_id="x")["data"]["chunk_hashes"] == ["-7f"]
+
+
+async def test_calls_from_inside_an_event_loop_do_not_block_it(daemon_proc) -> None:
+    sdk.init(daemon_proc.url)
+    t0 = time.perf_counter()
+    for i in range(300):
+        sdk.turn_start(f"s{i % 10}")
+    assert time.perf_counter() - t0 < 0.5
+    assert await asyncio.to_thread(sdk.flush, 10)
+    assert sdk.stats()["sent"] == 300

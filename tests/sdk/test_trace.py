@@ -1,0 +1,93 @@
+"""subscribe_trace: snapshot then events, and resuming across drops (restart, 4008)."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from aiohttp import web
+
+from ramakv_sdk import AsyncClient
+
+
+async def next_msg(sub, timeout: float = 10.0) -> dict[str, Any]:
+    return await asyncio.wait_for(sub.__anext__(), timeout)
+
+
+async def test_snapshot_then_events_and_session_filter(daemon_proc) -> None:
+    async with AsyncClient(daemon_proc.url) as c:
+        await c.turn_end("a", {"chunk_hashes": ["aa"]})
+        async with c.subscribe_trace(session="b") as sub:
+            snap = await next_msg(sub)
+            assert snap["kind"] == "snapshot" and snap["sessions"] == {}
+            await c.turn_end("a", {"chunk_hashes": ["ab"]})
+            await c.turn_end("b", {"chunk_hashes": ["bb"]})
+            ev = await next_msg(sub)
+            assert (ev["kind"], ev["type"], ev["session_id"]) == ("event", "turn_end", "b")
+            assert ev["delta"]["refcounts"] == {"bb": 1}
+            assert sub.last_seq == ev["seq"]
+
+
+async def test_resumes_with_since_after_a_restart(daemon_proc) -> None:
+    async with AsyncClient(daemon_proc.url) as c:
+        async with c.subscribe_trace(max_backoff=0.2) as sub:
+            assert (await next_msg(sub))["kind"] == "snapshot"
+            await c.turn_end("s", {"chunk_hashes": ["aa"]})
+            seq = (await next_msg(sub))["seq"]
+            daemon_proc.kill()
+            down = await next_msg(sub)
+            assert down["kind"] == "disconnected" and down["last_seq"] == seq
+            daemon_proc.start()  # same port, same SQLite file; its seq starts again at 0
+            back = await next_msg(sub)
+            assert back == {"kind": "reconnected", "since": seq, "attempts": back["attempts"]}
+            snap = await next_msg(sub)  # since > the new daemon's seq: a fresh snapshot
+            assert snap["kind"] == "snapshot"
+            assert snap["sessions"]["s"]["chunk_hashes"] == ["aa"]
+            assert sub.reconnects == 1
+
+
+async def test_first_connection_failure_is_reported_once_then_retried(unused_tcp_port) -> None:
+    async with AsyncClient(f"http://127.0.0.1:{unused_tcp_port}") as c:
+        sub = c.subscribe_trace(max_backoff=0.05)
+        down = await next_msg(sub)
+        assert down["kind"] == "disconnected" and down["code"] is None
+        nothing = asyncio.ensure_future(sub.__anext__())
+        await asyncio.sleep(0.3)
+        assert not nothing.done()  # retrying quietly, no marker per attempt
+        nothing.cancel()
+        await sub.aclose()
+
+
+async def test_slow_close_4008_resumes_from_last_seq(unused_tcp_port) -> None:
+    """A stand-in /trace that drops the first connection with 4008 after two events."""
+    queries: list[dict[str, str]] = []
+
+    async def trace(request: web.Request) -> web.WebSocketResponse:
+        queries.append(dict(request.query))
+        ws = web.WebSocketResponse()
+        await ws.prepare(request)
+        if len(queries) == 1:
+            await ws.send_json({"kind": "snapshot", "seq": 5, "sessions": {}, "refcounts": {}})
+            await ws.send_json({"kind": "event", "seq": 6, "type": "health"})
+            await ws.close(code=4008, message=b"subscriber too slow")
+        else:
+            await ws.send_json({"kind": "event", "seq": 7, "type": "health"})
+            await ws.receive()
+        return ws
+
+    app = web.Application()
+    app.router.add_get("/trace", trace)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    await web.TCPSite(runner, "127.0.0.1", unused_tcp_port).start()
+    try:
+        async with AsyncClient(f"http://127.0.0.1:{unused_tcp_port}") as c:
+            async with c.subscribe_trace() as sub:
+                kinds = [await next_msg(sub) for _ in range(5)]
+        assert [m["kind"] for m in kinds] == [
+            "snapshot", "event", "disconnected", "reconnected", "event"]
+        assert kinds[2]["code"] == 4008 and kinds[2]["reason"] == "subscriber too slow"
+        assert kinds[3]["since"] == 6 and kinds[4]["seq"] == 7
+        assert queries == [{}, {"since": "6"}]
+    finally:
+        await runner.cleanup()
