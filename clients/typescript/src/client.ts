@@ -148,6 +148,12 @@ export interface SenderOptions extends HttpOptions {
   concurrency?: number;
   /** Warnings about dropped events at most this often (default 30000 ms). */
   warnIntervalMs?: number;
+  /**
+   * After a failed delivery (daemon unreachable or timed out) everything queued is
+   * dropped and new events are dropped at once for this long (default 1000 ms), so
+   * a dead daemon never backs events up or holds the process open at exit.
+   */
+  downBackoffMs?: number;
   /** Where warnings go (default console; null = silent). */
   logger?: Logger | null;
 }
@@ -186,6 +192,8 @@ export class EventSender {
   private readonly maxQueue: number;
   private readonly concurrency: number;
   private readonly warnIntervalMs: number;
+  private readonly downBackoffMs: number;
+  private downUntil = 0;
   private readonly logger: Logger | null;
 
   /** session -> its events not yet sent, oldest first */
@@ -205,6 +213,7 @@ export class EventSender {
     this.maxQueue = Math.max(1, opts.maxQueue ?? 1024);
     this.concurrency = Math.max(1, opts.concurrency ?? 4);
     this.warnIntervalMs = opts.warnIntervalMs ?? 30000;
+    this.downBackoffMs = Math.max(0, opts.downBackoffMs ?? 1000);
     this.logger = opts.logger === undefined ? console : opts.logger;
   }
 
@@ -274,6 +283,10 @@ export class EventSender {
         this.drop(`queue full (${this.maxQueue} events)`);
         return;
       }
+      if (Date.now() < this.downUntil) {
+        this.drop(`daemon at ${this.daemonUrl} was not reachable a moment ago`);
+        return;
+      }
       const body: Record<string, unknown> = { ...payload, type };
       const key = typeof body["session_id"] === "string" ? (body["session_id"] as string) : "";
       const source = body["source_session_id"];
@@ -327,7 +340,15 @@ export class EventSender {
         this.logger?.warn(`ram-a-kv: daemon rejected ${String(ev.body["type"])}: ${res.error ?? "unknown error"}`);
       }
     } catch (err) {
-      this.drop(`daemon at ${this.daemonUrl} not reachable: ${errText(err)}`);
+      this.downUntil = Date.now() + this.downBackoffMs;
+      const reason = `daemon at ${this.daemonUrl} not reachable: ${errText(err)}`;
+      this.drop(reason);
+      // the daemon is down: drop what waits too rather than trying each in turn
+      for (const [k, q] of this.queues) {
+        for (const queued of q) if (queued.keys[0] === k) this.drop(reason);
+      }
+      this.queues.clear();
+      this.queued = 0;
     }
   }
 

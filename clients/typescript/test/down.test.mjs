@@ -44,8 +44,10 @@ test("hanging daemon: bounded queue drops the overflow, flush times out, timeout
     const t0 = Date.now();
     assert.equal(await s.flush(100), false, "flush must give up after its timeout");
     assert.ok(Date.now() - t0 < 1000);
+    const t1 = Date.now();
     assert.equal(await s.flush(10000), true);
-    assert.equal(s.droppedCount, 20, "requests that time out are dropped too");
+    assert.equal(s.droppedCount, 20, "a timed-out request drops what waited behind it");
+    assert.ok(Date.now() - t1 < 2000, "one timeout, not one per queued event");
   } finally {
     await hang.close();
   }
@@ -54,4 +56,29 @@ test("hanging daemon: bounded queue drops the overflow, flush times out, timeout
 test("flush with nothing queued resolves true at once", async () => {
   const s = new EventSender("http://127.0.0.1:9", { logger: null });
   assert.equal(await s.flush(0), true);
+});
+
+test("after a failure new events are dropped for downBackoffMs, then sent again", async () => {
+  const port = await freePort();
+  const s = new EventSender(`http://127.0.0.1:${port}`, { logger: null, downBackoffMs: 300 });
+  s.turnStart("back");
+  assert.equal(await s.flush(5000), true);
+  assert.equal(s.droppedCount, 1);
+  const answered = [];
+  const up = await startServer((req, res, body) => {
+    answered.push(JSON.parse(body).type);
+    res.writeHead(200, { "Content-Type": "application/json" }).end('{"ok":true,"type":"x","data":{}}');
+  }, port);
+  try {
+    s.turnStart("back"); // inside the back-off window: dropped without trying
+    assert.equal(s.droppedCount, 2);
+    await new Promise((r) => setTimeout(r, 350));
+    s.turnEnd("back", { chunk_hashes: ["h"] });
+    s.sessionClose("back");
+    assert.equal(await s.flush(5000), true);
+    assert.deepEqual(answered, ["turn_end", "session_close"]);
+    assert.deepEqual(s.stats(), { sent: 2, rejected: 0, dropped: 2, pending: 0 });
+  } finally {
+    await up.close();
+  }
 });

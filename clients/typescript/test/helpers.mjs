@@ -98,7 +98,7 @@ export async function startDaemon() {
 }
 
 /** An HTTP server on a free loopback port; `handler(req, res, body)`. */
-export async function startServer(handler) {
+export async function startServer(handler, port = 0) {
   const sockets = new Set();
   const srv = createServer((req, res) => {
     let body = "";
@@ -109,7 +109,7 @@ export async function startServer(handler) {
     sockets.add(s);
     s.on("close", () => sockets.delete(s));
   });
-  await new Promise((r) => srv.listen(0, "127.0.0.1", r));
+  await new Promise((r) => srv.listen(port, "127.0.0.1", r));
   return {
     url: `http://127.0.0.1:${srv.address().port}`,
     close: () =>
