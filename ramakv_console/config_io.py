@@ -26,7 +26,7 @@ class FieldSpec:
     """One editable key: its kind, default and a line of help."""
 
     name: str
-    kind: str  # "str" | "bool" | "int" | "float" | "addr" | "url" | "path" | "secret"
+    kind: str  # str | bool | int | float | addr | url | path | secret | choice:A,B,C
     default: Any
     help: str
 
@@ -55,6 +55,11 @@ DAEMON_FIELDS: tuple[FieldSpec, ...] = (
     FieldSpec("trace_queue", "int", 1000, "per-subscriber queue before it is dropped"),
     FieldSpec("backend_timeout_s", "float", 5.0, "LMCache call timeout (seconds)"),
     FieldSpec("auth_token", "secret", "", "bearer token (needed for a non-loopback bind)"),
+    FieldSpec("max_sessions", "int", 1_000_000, "most live sessions accepted"),
+    FieldSpec("idempotency_window", "int", 10000, "event ids remembered for de-duplication"),
+    FieldSpec("idempotency_ttl_s", "float", 3600.0, "how long an event id is remembered (s)"),
+    FieldSpec("sqlite_synchronous", "choice:NORMAL,FULL,EXTRA", "NORMAL",
+              "SQLite synchronous mode: NORMAL, FULL or EXTRA"),
 )
 SDK_FIELDS: tuple[FieldSpec, ...] = (
     FieldSpec("daemon_url", "url", "http://127.0.0.1:6998", "where SDK clients and the console "
@@ -130,6 +135,11 @@ def parse_value(spec: FieldSpec, text: str) -> Any:
         if not t or "\x00" in t:
             raise ValueError(f"{spec.name}: expected a file system path")
         return t
+    if kind.startswith("choice:"):
+        options = kind.split(":", 1)[1].split(",")
+        if t.upper() not in options:
+            raise ValueError(f"{spec.name}: expected one of {', '.join(options)}")
+        return t.upper()
     return text  # str / secret: taken as typed
 
 

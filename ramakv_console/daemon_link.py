@@ -11,6 +11,8 @@ from ramakv_sdk.client import AsyncClient
 from ramakv_sdk.config import auth_token, daemon_url
 from ramakv_sdk.errors import DaemonUnavailable, RamAKvError
 
+SLOW_CLOSE_CODE = 4008  # the daemon closed a subscriber that fell behind
+
 
 class LinkDown(Exception):
     """The daemon could not be reached."""
@@ -60,14 +62,18 @@ class SdkLink:
             return {"ok": False, "type": event.get("type"), "error": str(err)}
 
     async def trace(self) -> AsyncIterator[dict[str, Any]]:
-        """The SDK's self-resuming subscription; its markers become ``_status`` records.
+        """The SDK's subscription; its markers become ``_status`` records.
 
-        A refused handshake (bad token) is retried too, every few seconds, so the banner
-        stays up instead of the console dying.
+        After a slow-subscriber close (4008) the SDK resumes with ``?since=``. Any other
+        drop may be a daemon restart, whose sequence numbers start again from 0, so a
+        ``since`` from before would replay the wrong range: the console then subscribes
+        afresh and rebuilds from the new snapshot. A refused handshake (bad token) is
+        retried every few seconds, so the banner stays up instead of the console dying.
         """
         connected = False
         while True:
             sub = self.client.subscribe_trace()
+            had_data = False
             try:
                 async for rec in sub:
                     kind = rec.get("kind")
@@ -76,11 +82,14 @@ class SdkLink:
                         code = rec.get("code")
                         why = rec.get("reason") or "connection lost"
                         yield status(False, f"{why} (code {code})" if code else str(why))
+                        if had_data and code != SLOW_CLOSE_CODE:
+                            break  # resubscribe for a fresh snapshot (see above)
                         continue
                     if kind == "reconnected" or not connected:
                         connected = True
                         yield status(True, "connected")
                     if kind in ("snapshot", "event"):
+                        had_data = True
                         yield rec
             except RamAKvError as err:
                 connected = False

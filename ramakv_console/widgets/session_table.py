@@ -92,6 +92,7 @@ class SessionTable(DataTable[Any]):
         if changes.reset:
             self.rebuild()
             return
+        added = False
         for sid in changes.sessions:
             present = sid in self._cells
             if not self.wants(sid):
@@ -102,12 +103,32 @@ class SessionTable(DataTable[Any]):
             cells = self.cells(sid)
             if not present:
                 self.add_row(*cells, key=sid)
+                added = True
             else:
                 old = self._cells[sid]
                 for (key, _), before, after in zip(COLUMNS, old, cells, strict=True):
                     if str(before) != str(after):
                         self.update_cell(sid, key, after)
             self._cells[sid] = cells
+        if added:
+            self.resort()
+
+    def resort(self) -> None:
+        """Put rows back in sort order (after new rows were appended)."""
+        st = self.state
+        sessions = st.sessions
+
+        def by(row: Any) -> Any:
+            sid = str(row)
+            s = sessions.get(sid)
+            if s is None:
+                return (1, sid)
+            extra: Any = {"state": s.state, "turns": -s.turn_count,
+                          "chunks": -len(s.chunk_hashes), "age": -s.last_event_ts}.get(
+                              self.sort_key, "")
+            return (0, extra, sid)
+
+        self.sort("id", key=by)
 
     def refresh_ages(self) -> None:
         """Update the age column of the rows on screen only (cheap with 10,000 rows)."""

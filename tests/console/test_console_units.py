@@ -1,0 +1,136 @@
+"""Pure parts of the console: state mirror, event form building, config files, themes."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
+
+import pytest
+
+from ramakv_console import config_io
+from ramakv_console.event_fields import build_event, form_fields
+from ramakv_console.state import ConsoleState
+from ramakv_console.themes import load_themes, parse_theme
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def ev(seq: int, sessions: dict, refcounts: dict, sid: str = "s") -> dict:
+    return {"kind": "event", "seq": seq, "ts": 1.0, "type": "turn_end", "session_id": sid,
+            "ok": True, "data": {}, "delta": {"sessions": sessions, "refcounts": refcounts}}
+
+
+def sess(sid: str, hashes: list[str], state: str = "active", holds=None) -> dict:
+    return {"session_id": sid, "state": state, "turn_count": 1, "chunk_hashes": hashes,
+            "fork_holds": holds or [], "last_event_ts": 1.0}
+
+
+def test_state_follows_deltas_and_tracks_sharing() -> None:
+    st = ConsoleState()
+    st.apply([{"kind": "snapshot", "seq": 3, "sessions": {"a": sess("a", ["x", "y"])},
+               "refcounts": {"x": 1, "y": 1}}])
+    ch = st.apply([ev(4, {"b": sess("b", ["x", "z"])}, {"x": 2, "z": 1}, "b")])
+    assert ch.sessions == {"a", "b"}  # a's x became shared
+    assert st.shared_count("a") == 1 and st.shared_count("b") == 1
+    assert st.holders["x"] == {"a", "b"} and st.seq == 4
+    ch = st.apply([ev(5, {"a": sess("a", ["x", "y"], "suspended")}, {"x": 1, "y": 0}, "a")])
+    assert st.refcounts == {"x": 1, "z": 1}
+    assert st.shared_count("b") == 0  # a suspended: its map no longer holds x
+    st.apply([ev(6, {"a": None}, {}, "a")])
+    assert "a" not in st.sessions and [e["seq"] for e in st.session_events("a")] == [5, 6]
+
+
+def test_fork_holds_count_as_holders() -> None:
+    st = ConsoleState()
+    st.apply([ev(1, {"a": sess("a", ["x"], "suspended", [["x"]])}, {"x": 1})])
+    assert st.holders["x"] == {"a"}
+
+
+def test_build_event_from_form() -> None:
+    fields = form_fields({"required": ["session_id", "kv_transfer_params"],
+                          "optional": ["debug_context"]})
+    event = build_event("turn_end", fields, {"session_id": " s1 ",
+                                             "kv_transfer_params": "h1\n\n h2 \n",
+                                             "debug_context": ""})
+    assert event == {"type": "turn_end", "session_id": "s1",
+                     "kv_transfer_params": {"chunk_hashes": ["h1", "h2"]}}
+    with pytest.raises(ValueError, match="debug_context: invalid JSON"):
+        build_event("turn_end", fields, {"session_id": "s", "kv_transfer_params": "h",
+                                         "debug_context": "{nope"})
+    with pytest.raises(ValueError, match="session_id is required"):
+        build_event("turn_end", fields, {"kv_transfer_params": "h"})
+    evict = form_fields({"required": ["chunk_hashes"], "optional": ["dry_run", "force"]})
+    assert build_event("chunk_evict", evict, {"chunk_hashes": "a\nb", "dry_run": True}) == {
+        "type": "chunk_evict", "chunk_hashes": ["a", "b"], "dry_run": True}
+
+
+def test_config_round_trip_keeps_unknown_keys_not_comments(tmp_path: Path) -> None:
+    path = tmp_path / "config.toml"
+    path.write_text('# operator note\nlisten_addr = "127.0.0.1:7000"\nfuture_key = 5\n'
+                    '[extra]\nx = "y"\n')
+    original = config_io.load(path)
+    edits = {s.name: s.default for s in config_io.DAEMON_FIELDS}
+    edits["listen_addr"] = "127.0.0.1:7001"
+    merged, diffs = config_io.merge(original, edits, config_io.DAEMON_FIELDS)
+    assert [d.key for d in diffs] == ["listen_addr"] and diffs[0].needs_restart
+    backup = config_io.write_atomic(path, merged)
+    assert backup is not None and "operator note" in backup.read_text()
+    data = tomllib.loads(path.read_text())
+    assert data == {"listen_addr": "127.0.0.1:7001", "future_key": 5, "extra": {"x": "y"}}
+    assert "operator note" not in path.read_text()  # tomli-w: comments do not survive
+    assert config_io.COMMENTS_SURVIVE is False
+
+
+@pytest.mark.parametrize(("name", "text"), [
+    ("listen_addr", "nohost"), ("lmcache_url", "ftp://x"), ("trace_queue", "-1"),
+    ("backend_timeout_s", "soon"), ("debug_enabled", "maybe")])
+def test_config_validation(name: str, text: str) -> None:
+    spec = next(s for s in config_io.DAEMON_FIELDS if s.name == name)
+    with pytest.raises(ValueError, match=name):
+        config_io.parse_value(spec, text)
+
+
+def test_config_fields_match_the_daemon_dataclass() -> None:
+    """The editor must offer every daemon key (read from the source, never imported)."""
+    import ast
+
+    tree = ast.parse((REPO / "ramakv_daemon" / "config.py").read_text())
+    cls = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "Config")
+    keys = {n.target.id for n in cls.body if isinstance(n, ast.AnnAssign)
+            and isinstance(n.target, ast.Name)}
+    assert keys == {s.name for s in config_io.DAEMON_FIELDS}
+
+
+def test_shipped_themes_parse_and_one_is_light() -> None:
+    themes, problems = load_themes([REPO / "themes"])
+    assert not problems and len(themes) >= 3
+    assert any(not t.dark for t in themes)
+
+
+def test_broken_theme_is_reported(tmp_path: Path) -> None:
+    (tmp_path / "bad.toml").write_text('name = "bad"\nprimary = "not-a-colour"\n')
+    (tmp_path / "worse.toml").write_text("name = [\n")
+    themes, problems = load_themes([tmp_path])
+    assert themes == [] and {p.path.name for p in problems} == {"bad.toml", "worse.toml"}
+    with pytest.raises(ValueError, match="bad colour"):
+        parse_theme(tmp_path / "bad.toml")
+
+
+def test_console_never_imports_the_daemon() -> None:
+    """Statically and at run time: ramakv_console talks to the daemon only via ramakv_sdk."""
+    import ast
+
+    for path in (REPO / "ramakv_console").rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = []
+            if isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                names = [node.module or ""]
+            assert not any(n.split(".")[0] == "ramakv_daemon" for n in names), path
+    code = ("import sys, ramakv_console.app, ramakv_console.__main__; "
+            "bad = [m for m in sys.modules if m.startswith('ramakv_daemon')]; "
+            "assert not bad, bad")
+    subprocess.run([sys.executable, "-c", code], check=True, cwd=REPO)
