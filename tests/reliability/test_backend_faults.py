@@ -1,0 +1,223 @@
+"""Backend down, slow or erroring: events stay fast, evictions wait in a durable outbox."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from fakes.lmcache_server import FakeLMCacheServer
+from support.daemon_app import DaemonClient
+from support.daemon_proc import DaemonProcess, free_port
+from support.reliability import (
+    FakeLMCacheProcess,
+    LMCacheDaemon,
+    db_model,
+    db_outbox,
+    metric,
+    wait_for,
+)
+
+from ramakv_daemon.config import Config
+
+BACKEND_TIMEOUT = 0.3
+FAST = 0.25  # an event's reply must never wait for the backend
+FAULTS = ("refused", "slow", "500", "503", "malformed")
+
+
+async def lm_daemon(
+    start_daemon: Callable[..., Any], make_config: Callable[..., Config], url: str
+) -> DaemonClient:
+    """An in-process daemon on the LMCache backend at ``url``, short timeout and backoff."""
+    cfg = make_config(noop_backend=False, lmcache_url=url, backend_timeout_s=BACKEND_TIMEOUT)
+    d = await start_daemon(cfg)
+    d.service.dispatcher.base_backoff_s = 0.05
+    return d
+
+
+async def inject(fake: FakeLMCacheServer, fault: str) -> None:
+    """Make the fake fail every call in ``fault`` until healed."""
+    if fault == "refused":
+        await fake.refuse()
+    elif fault == "slow":
+        await fake.set_failure("slow", delay=BACKEND_TIMEOUT * 4)
+    else:
+        await fake.set_failure(fault)
+
+
+async def eventually(pred: Callable[[], bool], timeout: float = 10.0) -> None:
+    """Await until ``pred()`` holds."""
+    deadline = time.monotonic() + timeout
+    while not pred():
+        assert time.monotonic() < deadline, "condition not reached in time"
+        await asyncio.sleep(0.02)
+
+
+async def metric_value(d: DaemonClient, name: str, **labels: str) -> float:
+    """One sample (or the sum over matching samples) from GET /metrics."""
+    resp = await d.client.get("/metrics")
+    text = await resp.text()
+    total = 0.0
+    for line in text.splitlines():
+        if not line.startswith(name + ("{" if labels else "")) and not line.startswith(name + " "):
+            continue
+        if all(f'{k}="{v}"' in line for k, v in labels.items()):
+            total += float(line.rsplit(" ", 1)[1])
+    return total
+
+
+async def timed_ok(d: DaemonClient, type_: str, **fields: Any) -> dict[str, Any]:
+    """A successful event answered within FAST seconds."""
+    t0 = time.perf_counter()
+    data = await d.ok(type_, **fields)
+    took = time.perf_counter() - t0
+    assert took < FAST, f"{type_} took {took:.3f}s while the backend was failing"
+    return data
+
+
+def evicted_since(fake: FakeLMCacheServer, index: int) -> list[str]:
+    """Hashes in evict calls the fake received from request number ``index`` on."""
+    return [h for r in fake.requests[index:] if r.path == "/memory/evict"
+            for h in (r.body or {}).get("chunk_hashes", [])]
+
+
+@pytest.mark.parametrize("fault", FAULTS)
+async def test_fault_keeps_events_fast_and_evictions_queued_until_recovery(
+    fault: str, start_daemon: Any, make_config: Any, fake_lmcache: FakeLMCacheServer
+) -> None:
+    d = await lm_daemon(start_daemon, make_config, fake_lmcache.url)
+    fake_lmcache.put(["a", "b", "c"])
+    ws = await d.client.ws_connect("/trace")
+    assert (await ws.receive_json(timeout=5))["kind"] == "snapshot"
+    await timed_ok(
+        d, "turn_end", session_id="s1", kv_transfer_params={"chunk_hashes": ["a", "b", "c"]}
+    )
+    await inject(fake_lmcache, fault)
+
+    data = await timed_ok(
+        d, "turn_end", session_id="s1", kv_transfer_params={"chunk_hashes": ["c"]}
+    )
+    assert data["evicted_count"] == 2
+    await timed_ok(d, "turn_start", session_id="s1")  # a prefetch that will fail too
+    await timed_ok(d, "turn_end", session_id="s2", kv_transfer_params={"chunk_hashes": ["c", "d"]})
+    await timed_ok(d, "session_map", session_id="s1")
+
+    # The failure is visible: metrics, the trace, the outbox table.
+    errors = d.service.metrics.backend_errors
+    await eventually(lambda: errors.labels("evict_delete")._value.get() >= 1)
+    assert await metric_value(d, "ramakv_backend_errors_total", op="evict_delete") >= 1
+    assert await metric_value(d, "ramakv_evict_outbox") == 2
+    record = None
+    while record is None:
+        msg = await ws.receive_json(timeout=5)
+        if msg["kind"] == "backend" and msg["op"] == "evict_delete":
+            record = msg
+    assert record["ok"] is False and record["backlog"] == 2 and record["count"] == 2
+    assert db_outbox(d.config.session_store_path) == {"a": "delete", "b": "delete"}
+    assert "a" in fake_lmcache.tiers  # nothing evicted yet
+
+    await fake_lmcache.heal()
+    d.service.dispatcher.poke()
+    await eventually(lambda: d.service.dispatcher.backlog == 0)
+    assert "a" not in fake_lmcache.tiers and "b" not in fake_lmcache.tiers
+    assert "c" in fake_lmcache.tiers
+    await eventually(lambda: not db_outbox(d.config.session_store_path))
+    assert await metric_value(d, "ramakv_evict_outbox") == 0
+    prefetches = fake_lmcache.calls("prefetch")
+    d.service.dispatcher.poke()
+    await asyncio.sleep(0.3)
+    assert fake_lmcache.calls("prefetch") == prefetches  # best effort: never retried
+    d.assert_consistent()
+    await ws.close()
+
+
+async def test_rereferenced_chunk_is_dropped_from_the_outbox_never_evicted(
+    start_daemon: Any, make_config: Any, fake_lmcache: FakeLMCacheServer
+) -> None:
+    d = await lm_daemon(start_daemon, make_config, fake_lmcache.url)
+    fake_lmcache.put(["a0", "b0", "cafe", "c0"])
+    await fake_lmcache.set_failure("503")
+    await d.turn_end("s1", ["cafe", "a0", "b0"])
+    await d.turn_end("t", ["c0"])
+    await d.ok("session_suspend", session_id="t")  # c0: a demotion waits in the outbox too
+    await d.turn_end("s1", ["cafe"])  # a0 and b0: deletions wait in the outbox
+    await eventually(lambda: set(evicted_since(fake_lmcache, 0)) >= {"a0", "b0", "c0"})
+    outbox = db_outbox(d.config.session_store_path)
+    assert outbox == {"a0": "delete", "b0": "delete", "c0": "demote"}
+
+    mark = len(fake_lmcache.requests)
+    await d.turn_end("s2", ["a0"])  # a0 is wanted again before the retry
+    await d.ok("snapshot_restore", session_id="t")  # so is c0
+    await fake_lmcache.heal()
+    d.service.dispatcher.poke()
+    await eventually(lambda: d.service.dispatcher.backlog == 0)
+    assert evicted_since(fake_lmcache, mark) == ["b0"]
+    assert "a0" in fake_lmcache.tiers and "c0" in fake_lmcache.tiers
+    await eventually(lambda: not db_outbox(d.config.session_store_path))
+
+    # Released again later: a fresh eviction intent, delivered normally.
+    mark = len(fake_lmcache.requests)
+    await d.ok("session_close", session_id="s2")
+    await eventually(lambda: evicted_since(fake_lmcache, mark) == ["a0"])
+    d.assert_consistent()
+
+
+async def test_prefetch_is_not_retried(
+    start_daemon: Any, make_config: Any, fake_lmcache: FakeLMCacheServer
+) -> None:
+    d = await lm_daemon(start_daemon, make_config, fake_lmcache.url)
+    await d.turn_end("s1", ["d1", "d2"])
+    await fake_lmcache.refuse()
+    await timed_ok(d, "turn_start", session_id="s1")
+    await eventually(lambda: d.service.metrics.backend_errors.labels("prefetch")._value.get() == 1)
+    await fake_lmcache.heal()
+    d.service.dispatcher.poke()
+    await asyncio.sleep(0.5)
+    assert fake_lmcache.calls("prefetch") == []
+    assert await metric_value(d, "ramakv_backend_calls_total", op="prefetch") == 1
+
+
+def test_outbox_survives_kill_while_backend_down(
+    daemon_proc_factory: Callable[..., DaemonProcess], tmp_path: Path
+) -> None:
+    port = free_port()  # nothing listens here yet: connection refused
+    d = daemon_proc_factory(
+        start=False, config={"lmcache_url": f"http://127.0.0.1:{port}", "backend_timeout_s": 0.5}
+    )
+    d.__class__ = LMCacheDaemon
+    d.start()
+
+    def te(sid: str, hashes: list[str]) -> bool:
+        body = d.event("turn_end", session_id=sid, kv_transfer_params={"chunk_hashes": hashes})
+        return body["ok"]
+
+    assert te("s", ["a0", "b1"])
+    assert te("s", ["b1"])
+    assert te("t", ["d0", "e0"])
+    assert d.event("session_suspend", session_id="t")["ok"]
+    assert te("u", ["e2"])
+    assert d.event("session_close", session_id="u")["ok"]
+    assert wait_for(lambda: metric(d.url, "ramakv_backend_errors_total") >= 1)
+    assert metric(d.url, "ramakv_evict_outbox") == 4
+    # e2 is wanted again while the backend is still down: it must never be evicted.
+    assert te("v", ["e2"])
+    d.kill()
+    assert set(db_outbox(d.store)) <= {"a0", "d0", "e0", "e2"}
+    assert {"a0", "d0", "e0"} <= set(db_outbox(d.store))
+
+    fake = FakeLMCacheProcess(tmp_path, port).start()
+    try:
+        d.start()
+        assert wait_for(lambda: not db_outbox(d.store), 15), db_outbox(d.store)
+        calls = [r["body"] for r in fake.requests() if r["path"] == "/memory/evict"]
+        sent = sorted(h for c in calls for h in c["chunk_hashes"])
+        assert sent == ["a0", "d0", "e0"], calls
+        demote = [c for c in calls if "d0" in c["chunk_hashes"]]
+        assert demote and demote[0]["locations"] == ["LocalCPUBackend"]
+        assert set(db_model(d.store)) == {"s", "t", "v"}
+        assert metric(d.url, "ramakv_evict_outbox") == 0
+    finally:
+        fake.kill()
