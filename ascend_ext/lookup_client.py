@@ -58,6 +58,8 @@ class RamAKVAsyncLookupClient(LMCacheAsyncLookupClient):
         """
         inner = unwrap_lookup_client(client)
         if isinstance(inner, cls):
+            if getattr(inner, "_scheduler_path", None) is None:
+                inner._scheduler_path = _scheduler_socket_path(metadata)
             return inner
         if not isinstance(inner, LMCacheAsyncLookupClient):
             raise TypeError(f"not an LMCacheAsyncLookupClient: {type(inner).__name__}")
