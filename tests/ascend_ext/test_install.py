@@ -61,3 +61,14 @@ def test_install_in_a_fresh_process_and_opt_out() -> None:
         [sys.executable, "-c", code_off], env=env, capture_output=True, text=True, check=True
     )
     assert out.stdout.strip().splitlines()[-1] == "{}"
+
+
+def test_vllm_connector_module_needs_vllm() -> None:
+    """Without vLLM the connector module fails with ImportError, after install() ran."""
+    if importlib.util.find_spec("vllm") is not None:
+        pytest.skip("vLLM present: covered by a real deployment")
+    with pytest.raises(ImportError):
+        importlib.import_module("ascend_ext.vllm_connector")
+    import ascend_ext.installer as inst
+
+    assert inst._done.get("blake3_hash") is True
