@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
 from support.daemon_app import DaemonClient, RecordingBackend
 
 
@@ -218,3 +219,29 @@ async def test_shared_chunk_across_fork_and_sessions(daemon: DaemonClient) -> No
     await daemon.ok("session_close", session_id="p")
     assert daemon.refcounts() == {"sys": 1, "p1": 1, "c1": 1}
     daemon.assert_consistent()
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="daemon bug: chunks demoted by a suspend and then dropped from the map by a "
+    "turn_end (or a snapshot_restore from another source) are never deleted from disk, and "
+    "stay in manager.demoted until a restart forgets them",
+)
+@pytest.mark.parametrize("resume", ["turn_end", "restore_from_source"])
+async def test_resumed_suspended_session_deletes_abandoned_chunks(
+    rec_daemon: tuple[DaemonClient, RecordingBackend], resume: str
+) -> None:
+    d, backend = rec_daemon
+    await d.turn_end("src", ["c"])
+    await d.turn_end("s", ["a", "b", "c"])
+    await d.ok("session_suspend", session_id="s")  # a, b demoted (c still held by src)
+    if resume == "turn_end":
+        await d.turn_end("s", ["c"])
+    else:
+        await d.ok("snapshot_restore", session_id="s", source_session_id="src")
+    await d.settle()
+    assert sorted(backend.of("demote")) == ["a", "b"]
+    # a and b left every map and nobody references them: they must go from every tier,
+    # as session_close of the suspended session would have done.
+    assert sorted(backend.of("delete")) == ["a", "b"]
+    assert d.service.manager.demoted == set()
