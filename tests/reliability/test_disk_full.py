@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 from support.daemon_app import DaemonClient
 from support.daemon_proc import REPO_ROOT, free_port, write_config
+from support.reliability import daemon_state
 
 from ramakv_daemon.adapters.sqlite_store import SqliteSessionStore
 
@@ -94,13 +95,13 @@ async def assert_reads_work(d: DaemonClient) -> None:
 
 async def assert_writes_refused(d: DaemonClient, error: str) -> None:
     """Every write fails with a clear error; memory and file stay exactly as they were."""
-    before = d.state()
+    before = daemon_state(d.service)
     for w in WRITES:  # one at a time: see test_read_during_a_failing_commit below
         status, body = await d.post(w)
         assert status == 503, (w["type"], body)
         assert body["ok"] is False and "data" not in body, body
         assert body["error"].startswith("persistence failed:") and error in body["error"], body
-    assert d.state() == before
+    assert daemon_state(d.service) == before
     d.assert_consistent()
 
 
@@ -126,12 +127,12 @@ async def test_disk_full_on_a_tiny_tmpfs(
     assert again == body
     await d.ok("session_close", session_id="big")
     d.assert_consistent()
-    expected = d.state()
+    expected = daemon_state(d.service)
     await d.close()
 
     d2 = await start_daemon(cfg)
-    assert d2.state()["sessions"] == expected["sessions"]
-    assert d2.state()["refcounts"] == expected["refcounts"]
+    assert daemon_state(d2.service)["sessions"] == expected["sessions"]
+    assert daemon_state(d2.service)["refcounts"] == expected["refcounts"]
     rows = {r["session_id"]: r["turn_count"] for r in (await d2.ok("list_sessions"))["sessions"]}
     assert rows["s1"] == turns["s1"] + 1  # the retried event applied once
     assert "big" not in rows
@@ -182,7 +183,7 @@ async def test_concurrent_writes_on_a_full_disk_all_roll_back(
     d = await start_daemon(cfg, store=store)
     await seed(d)
     store.full = True
-    before = d.state()
+    before = daemon_state(d.service)
     burst = [
         {"type": "turn_end", "session_id": f"s{i % 7}",
          "kv_transfer_params": {"chunk_hashes": ["sys", f"h{i}", f"h{i + 1}"]}}
@@ -193,7 +194,7 @@ async def test_concurrent_writes_on_a_full_disk_all_roll_back(
     ]
     answers = await asyncio.gather(*(d.post(e) for e in burst))
     assert all(s == 503 and not b["ok"] and "disk is full" in b["error"] for s, b in answers)
-    assert d.state() == before
+    assert daemon_state(d.service) == before
     await assert_reads_work(d)
     store.full = False
     answers = await asyncio.gather(*(d.post(e) for e in burst))

@@ -15,7 +15,7 @@ from typing import Any
 from ramakv_daemon.core.manager import recompute_refcounts
 from ramakv_daemon.core.session import Session
 from support.daemon_proc import REPO_ROOT, DaemonProcess, free_port, trace_snapshot
-from support.loadgen import Model, SessionModel
+from support.loadgen import Model, SessionModel, model_to_json
 
 TESTS_DIR = REPO_ROOT / "tests"
 
@@ -179,3 +179,15 @@ class FakeLMCacheProcess:
         """Every hash received in an evict call (failed or not)."""
         return [h for r in self.requests() if r["path"] == "/memory/evict"
                 for h in (r["body"] or {}).get("chunk_hashes", [])]
+
+
+def daemon_state(service: Any) -> dict[str, Any]:
+    """An in-process daemon's sessions and refcounts, and the rows of its SQLite file."""
+    m = service.manager
+    path = service.config.session_store_path
+    return {
+        "sessions": {sid: s.to_dict() for sid, s in m.sessions.items()},
+        "refcounts": m.refcounts.as_dict(),
+        "db": model_to_json(db_model(path)) if Path(path).exists() else {},
+        "outbox": db_outbox(path) if Path(path).exists() else {},
+    }
