@@ -56,6 +56,7 @@ class RefcountTable(DataTable[Any]):
         if changes.reset or len(changes.chunks) > 2000:
             self.rebuild()
             return
+        added = False
         for h in changes.chunks:
             present = h in self.rows
             if not self.wants(h):
@@ -66,9 +67,13 @@ class RefcountTable(DataTable[Any]):
             if present:
                 for key, value in zip(("mark", "hash", "refcount", "holders"), cells,
                                       strict=True):
-                    self.update_cell(h, key, value)
+                    self.update_cell(h, key, value, update_width=True)
             else:
                 self.add_row(*cells, key=h)
+                added = True
+        if added:
+            rc = self.state.refcounts
+            self.sort("hash", key=lambda h: (-rc.get(str(h), 0), str(h)))
 
     def current_hash(self) -> str | None:
         """The chunk under the cursor."""

@@ -108,7 +108,7 @@ class SessionTable(DataTable[Any]):
                 old = self._cells[sid]
                 for (key, _), before, after in zip(COLUMNS, old, cells, strict=True):
                     if str(before) != str(after):
-                        self.update_cell(sid, key, after)
+                        self.update_cell(sid, key, after, update_width=True)
             self._cells[sid] = cells
         if added:
             self.resort()
