@@ -10,6 +10,7 @@ from dataclasses import dataclass
 
 import aiohttp
 from aiohttp import web
+from yarl import URL
 
 from ramakv_sdk import events
 from ramakv_sdk.client import AsyncClient
@@ -95,7 +96,8 @@ async def forward(request: web.Request) -> web.StreamResponse:
     if sid is not None:
         sender.submit({"type": "turn_start", "session_id": sid})
     headers = [(k, v) for k, v in request.headers.items() if k.lower() not in DROP_REQUEST]
-    url = settings.upstream + request.rel_url.raw_path_qs
+    # encoded=True: the path and query go upstream byte for byte (no re-quoting).
+    url = URL(settings.upstream + request.rel_url.raw_path_qs, encoded=True)
     try:
         upstream = await request.app[UPSTREAM].request(
             request.method, url, headers=headers, data=body, allow_redirects=False

@@ -1,0 +1,209 @@
+"""ramakv-proxy with the stand-in engine and a real daemon."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import aiohttp
+from support.daemon_proc import free_port
+from support.openai_engine import chunk_hashes, prompt_of
+from yarl import URL
+
+CHAT = {"model": "m", "messages": [
+    {"role": "system", "content": "You are a careful agent with a long shared prompt."},
+    {"role": "user", "content": "List the files in the repository, then summarise them."}]}
+
+
+def expected_hashes(body: dict) -> list[str]:
+    return chunk_hashes(prompt_of(body))
+
+
+def session_map(daemon, sid: str) -> list[str] | None:
+    answer = daemon.event("session_map", session_id=sid)
+    return answer["data"]["chunk_hashes"] if answer["ok"] else None
+
+
+async def session_events(daemon, sid: str) -> list[str]:
+    """Types of the turn_* trace records of ``sid`` (the daemon's replay ring, from seq 0)."""
+    out: list[str] = []
+    async with aiohttp.ClientSession() as http:
+        async with http.ws_connect(f"{daemon.url}/trace?since=0&session={sid}") as ws:
+            while True:
+                try:
+                    msg = await ws.receive_json(timeout=0.5)
+                except TimeoutError:
+                    return [t for t in out if t.startswith("turn_")]
+                out.append(msg["type"])
+
+
+async def test_non_streaming_chat_reports_the_turn(daemon_proc, engine, start_proxy) -> None:
+    proxy = await start_proxy(engine.url, daemon_proc.url)
+    async with aiohttp.ClientSession() as http:
+        async with http.post(f"{proxy.url}/v1/chat/completions", json=CHAT,
+                             headers={"X-Session-Id": "agent-1"}) as r:
+            assert r.status == 200
+            via_proxy = await r.json()
+        async with http.post(f"{engine.url}/v1/chat/completions", json=CHAT) as r:
+            direct = await r.json()
+    for answer in (via_proxy, direct):
+        answer.pop("created")
+    assert via_proxy == direct
+    assert await proxy.sender.flush(10)
+    assert session_map(daemon_proc, "agent-1") == expected_hashes(CHAT)
+    assert await session_events(daemon_proc, "agent-1") == ["turn_start", "turn_end"]
+    assert proxy.sender.stats.sent == 2
+
+
+async def test_streaming_is_relayed_as_it_comes(daemon_proc, engine, start_proxy) -> None:
+    proxy = await start_proxy(engine.url, daemon_proc.url)
+    body = {**CHAT, "stream": True, "user": "agent-2"}
+    arrivals: list[float] = []
+    raw = b""
+    async with aiohttp.ClientSession() as http:
+        t0 = time.perf_counter()
+        async with http.post(f"{proxy.url}/v1/chat/completions", json=body,
+                             headers={"X-Engine-Delay": "0.1"}) as r:
+            assert r.status == 200
+            assert r.headers["Content-Type"].startswith("text/event-stream")
+            async for piece in r.content.iter_any():
+                arrivals.append(time.perf_counter() - t0)
+                raw += piece
+    # 6 words x 0.1 s: the first bytes arrive long before the stream ends (no buffering).
+    assert arrivals[0] < 0.3 and arrivals[-1] > 0.5
+    lines = [ln for ln in raw.decode().split("\n") if ln.startswith("data: ")]
+    assert lines[-1] == "data: [DONE]"
+    final = json.loads(lines[-2][6:])
+    assert final["kv_transfer_params"]["chunk_hashes"] == expected_hashes(CHAT)
+    assert await proxy.sender.flush(10)
+    assert session_map(daemon_proc, "agent-2") == expected_hashes(CHAT)
+
+
+async def test_streaming_completions_endpoint(daemon_proc, engine, start_proxy) -> None:
+    proxy = await start_proxy(engine.url, daemon_proc.url)
+    body = {"model": "m", "prompt": "x" * 100, "stream": True}
+    async with aiohttp.ClientSession() as http:
+        async with http.post(f"{proxy.url}/v1/completions", json=body,
+                             headers={"X-Session-Id": "c1"}) as r:
+            await r.read()
+    assert await proxy.sender.flush(10)
+    assert session_map(daemon_proc, "c1") == chunk_hashes("x" * 100) and len(
+        chunk_hashes("x" * 100)) == 6
+
+
+async def test_requests_without_a_session_send_nothing(daemon_proc, engine, start_proxy) -> None:
+    proxy = await start_proxy(engine.url, daemon_proc.url)
+    async with aiohttp.ClientSession() as http:
+        async with http.post(f"{proxy.url}/v1/chat/completions", json=CHAT) as r:
+            assert r.status == 200 and "kv_transfer_params" in await r.json()
+    assert await proxy.sender.flush(10)
+    assert proxy.sender.stats.as_dict()["sent"] == 0
+    assert daemon_proc.event("health")["data"]["sessions_count"] == 0
+
+
+async def test_missing_or_null_hashes_keep_the_map(daemon_proc, engine, start_proxy) -> None:
+    proxy = await start_proxy(engine.url, daemon_proc.url)
+    hdr = {"X-Session-Id": "s"}
+    async with aiohttp.ClientSession() as http:
+        await (await http.post(f"{proxy.url}/v1/chat/completions", json=CHAT, headers=hdr)).read()
+        for mode, stream in (("null-hashes", False), ("none", False), ("null-hashes", True),
+                             ("none", True)):
+            async with http.post(f"{proxy.url}/v1/chat/completions",
+                                 json={**CHAT, "stream": stream},
+                                 headers={**hdr, "X-Engine-Params": mode}) as r:
+                assert r.status == 200
+                await r.read()
+    assert await proxy.sender.flush(10)
+    assert session_map(daemon_proc, "s") == expected_hashes(CHAT)
+    listed = daemon_proc.event("list_sessions")["data"]["sessions"]
+    assert listed[0]["turn_count"] == 5 and proxy.sender.stats.failed == 0
+
+
+async def test_daemon_down_never_breaks_the_chat(engine, start_proxy) -> None:
+    proxy = await start_proxy(engine.url, f"http://127.0.0.1:{free_port()}")
+    async with aiohttp.ClientSession() as http:
+        for stream in (False, True):
+            async with http.post(f"{proxy.url}/v1/chat/completions",
+                                 json={**CHAT, "stream": stream},
+                                 headers={"X-Session-Id": "s"}) as r:
+                assert r.status == 200
+                assert b"kv_transfer_params" in await r.read()
+    assert await proxy.sender.flush(10)
+    assert proxy.sender.stats.dropped_unavailable == 4
+
+
+async def test_engine_errors_pass_through_without_turn_end(daemon_proc, engine,
+                                                           start_proxy) -> None:
+    proxy = await start_proxy(engine.url, daemon_proc.url)
+    async with aiohttp.ClientSession() as http:
+        async with http.post(f"{proxy.url}/v1/chat/completions", json=CHAT,
+                             headers={"X-Session-Id": "e", "X-Engine-Status": "503"}) as r:
+            assert r.status == 503
+            assert (await r.json())["error"]["message"] == "stand-in failure"
+    assert await proxy.sender.flush(10)
+    assert await session_events(daemon_proc, "e") == ["turn_start"]
+
+
+async def test_everything_else_is_forwarded_unchanged(daemon_proc, engine, start_proxy) -> None:
+    proxy = await start_proxy(engine.url, daemon_proc.url)
+    async with aiohttp.ClientSession() as http:
+        async with http.get(f"{proxy.url}/v1/models") as r:
+            assert (await r.json())["data"][0]["id"] == "stand-in-model"
+        async with http.put(URL(f"{proxy.url}/any/path?a=1&b=%2F", encoded=True),
+                            data=b"\x00raw body",
+                            headers={"X-Custom": "yes", "Authorization": "Bearer up"}) as r:
+            echo = await r.json()
+            assert r.headers["X-Engine-Echo"] == "1"
+    assert (echo["method"], echo["raw_path"]) == ("PUT", "/any/path?a=1&b=%2F")
+    assert echo["headers"]["X-Custom"] == "yes"
+    assert echo["headers"]["Authorization"] == "Bearer up"
+    assert echo["body"] == "\x00raw body"
+    assert proxy.sender.stats.sent == 0
+
+
+async def test_engine_down_answers_502(daemon_proc, start_proxy) -> None:
+    proxy = await start_proxy(f"http://127.0.0.1:{free_port()}", daemon_proc.url)
+    async with aiohttp.ClientSession() as http:
+        async with http.post(f"{proxy.url}/v1/chat/completions", json=CHAT) as r:
+            assert r.status == 502
+            assert (await r.json())["error"]["type"] == "upstream_unavailable"
+
+
+async def test_console_script_end_to_end(daemon_proc, engine, tmp_path: Path) -> None:
+    port = free_port()
+    exe = Path(sys.executable).with_name("ramakv-proxy")
+    env = {**os.environ, "XDG_CONFIG_HOME": str(tmp_path)}
+    proc = subprocess.Popen(
+        [str(exe), "--upstream", engine.url, "--listen", f"127.0.0.1:{port}",
+         "--daemon", daemon_proc.url], env=env,
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+    )
+    try:
+        async with aiohttp.ClientSession() as http:
+            for _ in range(100):
+                try:
+                    async with http.get(f"http://127.0.0.1:{port}/_ramakv/stats") as r:
+                        if r.status == 200:
+                            break
+                except aiohttp.ClientError:
+                    await asyncio.sleep(0.1)
+            async with http.post(f"http://127.0.0.1:{port}/v1/chat/completions",
+                                 json={**CHAT, "stream": True, "user": "cli-agent"}) as r:
+                assert r.status == 200
+                await r.read()
+            for _ in range(100):
+                async with http.get(f"http://127.0.0.1:{port}/_ramakv/stats") as r:
+                    st = await r.json()
+                if st["sent"] == 2:
+                    break
+                await asyncio.sleep(0.05)
+        assert session_map(daemon_proc, "cli-agent") == expected_hashes(CHAT)
+    finally:
+        proc.terminate()
+        out, _ = proc.communicate(timeout=10)
+    assert proc.returncode == 0, out.decode()

@@ -1,0 +1,173 @@
+"""A stand-in OpenAI-compatible engine that answers like vLLM with the LMCache connector.
+
+``POST /v1/chat/completions`` and ``/v1/completions`` answer with a completion whose
+``kv_transfer_params`` carries ``chunk_hashes`` (signed hex, chained over the prompt in
+``chunk_chars``-character chunks, as LMCache's token database does over tokens); with
+``"stream": true`` they stream SSE chunks, the last one before ``[DONE]`` carrying
+kv_transfer_params. Behaviour per request, by header:
+
+* ``X-Engine-Params: none`` (no kv_transfer_params) or ``null-hashes`` (chunk_hashes null)
+* ``X-Engine-Status: 503`` answer that status with an OpenAI error body
+* ``X-Engine-Delay: 0.01`` seconds between streamed chunks
+
+``GET /v1/models`` lists one model; any other path echoes method, path, query, headers and
+body as JSON (to check the proxy forwards everything unchanged). Every request is kept in
+``engine.requests``. Run it alone: ``python tests/support/openai_engine.py --listen
+127.0.0.1:8000``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import hashlib
+import json
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from aiohttp import web
+
+MODEL = "stand-in-model"
+
+
+def chunk_hashes(text: str, chunk_chars: int = 16) -> list[str]:
+    """Chained 64-bit signed hashes of ``text``'s full chunks, as signed hex strings."""
+    out: list[str] = []
+    prev = b""
+    data = text.encode()
+    for i in range(0, len(data) - chunk_chars + 1, chunk_chars):
+        digest = hashlib.blake2b(prev + data[i : i + chunk_chars], digest_size=8).digest()
+        prev = digest
+        out.append(f"{int.from_bytes(digest, 'big', signed=True):x}")
+    return out
+
+
+def prompt_of(body: dict[str, Any]) -> str:
+    """The prompt text: chat messages' contents joined, or the completion prompt."""
+    if isinstance(body.get("messages"), list):
+        return "".join(f"<{m.get('role')}>{m.get('content')}" for m in body["messages"])
+    prompt = body.get("prompt", "")
+    return prompt if isinstance(prompt, str) else json.dumps(prompt)
+
+
+@dataclass
+class StandInEngine:
+    """The stand-in engine's state: settings and every request it saw."""
+
+    chunk_chars: int = 16
+    reply: str = "Hello from the stand-in engine."
+    requests: list[dict[str, Any]] = field(default_factory=list)
+    url: str = ""
+    _runner: web.AppRunner | None = None
+
+    def kv_params(self, body: dict[str, Any], mode: str) -> dict[str, Any] | None:
+        if mode == "none":
+            return None
+        hashes = None if mode == "null-hashes" else chunk_hashes(prompt_of(body), self.chunk_chars)
+        return {"chunk_hashes": hashes, "do_remote_prefill": False, "do_remote_decode": False}
+
+    async def completions(self, request: web.Request) -> web.StreamResponse:
+        body = await request.json()
+        self.requests.append({"path": request.path, "headers": dict(request.headers),
+                              "body": body})
+        status = int(request.headers.get("X-Engine-Status", "200"))
+        if status != 200:
+            return web.json_response(
+                {"error": {"message": "stand-in failure", "type": "server_error",
+                           "code": status}}, status=status)
+        params = self.kv_params(body, request.headers.get("X-Engine-Params", ""))
+        chat = request.path.endswith("/chat/completions")
+        if body.get("stream"):
+            delay = float(request.headers.get("X-Engine-Delay", "0"))
+            return await self._stream(request, chat, params, delay)
+        answer: dict[str, Any] = {
+            "id": "cmpl-standin", "object": "chat.completion" if chat else "text_completion",
+            "created": int(time.time()), "model": body.get("model", MODEL),
+            "choices": [
+                {"index": 0, "finish_reason": "stop",
+                 **({"message": {"role": "assistant", "content": self.reply}} if chat
+                    else {"text": self.reply})}
+            ],
+            "usage": {"prompt_tokens": 10, "completion_tokens": 7, "total_tokens": 17},
+        }
+        if params is not None:
+            answer["kv_transfer_params"] = params
+        return web.json_response(answer)
+
+    async def _stream(
+        self, request: web.Request, chat: bool, params: dict[str, Any] | None, delay: float
+    ) -> web.StreamResponse:
+        out = web.StreamResponse(headers={"Content-Type": "text/event-stream",
+                                          "Cache-Control": "no-cache"})
+        await out.prepare(request)
+        kind = "chat.completion.chunk" if chat else "text_completion"
+
+        def chunk(piece: str | None, finish: str | None = None) -> dict[str, Any]:
+            choice: dict[str, Any] = {"index": 0, "finish_reason": finish}
+            if chat:
+                choice["delta"] = {} if piece is None else {"content": piece}
+            else:
+                choice["text"] = piece or ""
+            return {"id": "cmpl-standin", "object": kind, "created": int(time.time()),
+                    "model": MODEL, "choices": [choice]}
+
+        for word in self.reply.split(" "):
+            await out.write(f"data: {json.dumps(chunk(word + ' '))}\n\n".encode())
+            if delay:
+                await asyncio.sleep(delay)
+        last = chunk(None, "stop")
+        if params is not None:
+            last["kv_transfer_params"] = params
+        await out.write(f"data: {json.dumps(last)}\n\n".encode())
+        await out.write(b"data: [DONE]\n\n")
+        await out.write_eof()
+        return out
+
+    async def models(self, request: web.Request) -> web.Response:
+        return web.json_response({"object": "list", "data": [{"id": MODEL, "object": "model"}]})
+
+    async def echo(self, request: web.Request) -> web.Response:
+        body = await request.read()
+        self.requests.append({"path": request.path, "headers": dict(request.headers),
+                              "body": body.decode("utf-8", "replace")})
+        return web.json_response(
+            {"method": request.method, "path": request.path, "raw_path": request.raw_path,
+             "headers": dict(request.headers), "body": body.decode("utf-8", "replace")},
+            headers={"X-Engine-Echo": "1"},
+        )
+
+    def app(self) -> web.Application:
+        app = web.Application()
+        app.router.add_post("/v1/chat/completions", self.completions)
+        app.router.add_post("/v1/completions", self.completions)
+        app.router.add_get("/v1/models", self.models)
+        app.router.add_route("*", "/{tail:.*}", self.echo)
+        return app
+
+    async def start(self, host: str = "127.0.0.1", port: int = 0) -> StandInEngine:
+        """Serve on ``host:port`` (0 = a free port); ``url`` is set when it returns."""
+        self._runner = web.AppRunner(self.app(), access_log=None)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, host, port)
+        await site.start()
+        sock = site._server.sockets[0]  # type: ignore[union-attr]
+        self.url = f"http://{host}:{sock.getsockname()[1]}"
+        return self
+
+    async def stop(self) -> None:
+        if self._runner is not None:
+            await self._runner.cleanup()
+            self._runner = None
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--listen", default="127.0.0.1:8000", help="HOST:PORT (127.0.0.1:8000)")
+    args = p.parse_args()
+    host, _, port = args.listen.rpartition(":")
+    web.run_app(StandInEngine().app(), host=host, port=int(port), access_log=None)
+
+
+if __name__ == "__main__":
+    main()
