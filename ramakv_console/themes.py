@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import site
 import sys
 import tomllib
 from dataclasses import dataclass
@@ -24,10 +25,11 @@ class ThemeProblem:
 
 def theme_dirs() -> list[Path]:
     """Where themes live: the repo's themes/ (source checkout or editable install),
-    then the wheel's copy inside the package, then <prefix>/share/ram-a-kv/themes."""
+    then the wheel's data files: <prefix>/share/ram-a-kv/themes (or the --user base)."""
     here = Path(__file__).resolve().parent
-    return [here.parent / "themes", here / "themes",
-            Path(sys.prefix) / "share" / "ram-a-kv" / "themes"]
+    share = Path("share") / "ram-a-kv" / "themes"
+    return [here.parent / "themes", Path(sys.prefix) / share,
+            Path(site.getuserbase()) / share]
 
 
 def parse_theme(path: Path) -> Theme:
