@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import json
 import sqlite3
 from collections.abc import Sequence
@@ -99,7 +100,11 @@ class DaemonClient:
         return {
             "sessions": {sid: s.to_dict() for sid, s in m.sessions.items()},
             "refcounts": m.refcounts.as_dict(),
-            "demoted": sorted(m.demoted),
+            # The manager's bookkeeping of suspended sessions' chunks, whatever it is called.
+            "parked": {
+                name: copy.copy(getattr(m, name))
+                for name in ("parked", "demoted") if hasattr(m, name)
+            },
             "db": db_rows(self.config.session_store_path),
         }
 
