@@ -35,3 +35,17 @@ def test_fire_event_form(snap_compare: Any, fake_app: Any) -> None:
         await pilot.pause(0.4)
 
     assert snap_compare(fake_app(), terminal_size=SIZE, run_before=open_form)
+
+
+async def test_broken_theme_falls_back_with_a_notice(fake_app: Any, tmp_path: Any) -> None:
+    themes = tmp_path / "themes"
+    themes.mkdir()
+    (themes / "broken.toml").write_text('name = "broken"\nprimary = "#zzzzzz"\n')
+    (themes / "fine.toml").write_text('name = "fine"\nprimary = "#336699"\ndark = false\n')
+    app = fake_app(theme="broken", theme_dirs=[themes])
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.pause(0.2)
+        notes = [n.message for n in app._notifications]
+        assert any("broken.toml" in m for m in notes), notes
+        assert app.theme == "textual-dark"  # the default ramakv-dusk is not in this folder
+        assert "fine" in app.available_themes
