@@ -222,7 +222,10 @@ async def test_force_drops_references_and_says_so(
     rec = await recv(ws)
     assert rec["ok"] is True and rec["session_id"] is None
     assert rec["notes"] == {"forced": True}
-    assert sorted(rec["evict"]) == ["c1", "nope", "sys"]
+    # "sys" is also in the suspended session's stored map: the backend may be told to
+    # demote rather than delete it; either way all three leave DDR.
+    assert sorted(rec["evict"] + rec["demote"]) == ["c1", "nope", "sys"]
+    assert {"c1", "nope"} <= set(rec["evict"])
     assert rec["delta"]["refcounts"] == {"sys": 0, "c1": 0}
     assert rec["delta"]["sessions"]["a"]["chunk_hashes"] == ["a1", "a2"]
     assert rec["delta"]["sessions"]["c"]["fork_holds"] == [[]]
