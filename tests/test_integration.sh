@@ -116,8 +116,12 @@ fi
 if ! command -v curl >/dev/null 2>&1; then
     echo "ERROR: curl is required"; exit 1
 fi
-HOST_PY=""
-if command -v python3 >/dev/null 2>&1; then HOST_PY=python3; fi
+HOST_PY=""   # for the JSON fallback, the free port and SQLite reads: python3, python, or the venv's
+for cand in python3 python "${PYTHON:-$REPO_ROOT/.venv/bin/python}"; do
+    if command -v "$cand" >/dev/null 2>&1 && "$cand" -c 'import json, sqlite3, socket' 2>/dev/null; then
+        HOST_PY="$cand"; break
+    fi
+done
 USE_JQ=0
 if [ "${RAMAKV_NO_JQ:-0}" != "1" ] && command -v jq >/dev/null 2>&1; then USE_JQ=1; fi
 if [ "$USE_JQ" = "0" ] && [ -z "$HOST_PY" ]; then
