@@ -35,7 +35,7 @@ export interface HttpOptions {
 /** POST one event; resolves to the daemon's JSON answer, rejects on transport errors. */
 export async function postEvent(
   daemonUrl: string,
-  event: Record<string, unknown>,
+  event: Record<string, unknown> | string,
   opts: HttpOptions = {},
 ): Promise<EventResponse> {
   const headers: Record<string, string> = { "Content-Type": "application/json" };
@@ -43,7 +43,7 @@ export async function postEvent(
   const res = await fetch(`${daemonUrl.replace(/\/+$/, "")}/event`, {
     method: "POST",
     headers,
-    body: JSON.stringify(event),
+    body: typeof event === "string" ? event : JSON.stringify(event),
     signal: AbortSignal.timeout(opts.requestTimeoutMs ?? 5000),
   });
   const text = await res.text();
@@ -116,9 +116,22 @@ export class DaemonClient {
 }
 
 /**
- * The turn_end body. `chunk_hashes` missing, null or not a list means "the engine
- * did not say": the key is left out, so the daemon counts the turn but does not
- * touch the session's map (it never reads as "no chunks", which would evict it).
+ * A chunk hash as the daemon wants it: strings verbatim, integers (bigint, or a
+ * number that is a safe integer) as signed hex ("-1f"), as the Python SDK does.
+ * Anything else gives undefined.
+ */
+export function hexHash(h: unknown): string | undefined {
+  if (typeof h === "string") return h;
+  if (typeof h === "bigint") return h.toString(16);
+  if (typeof h === "number" && Number.isSafeInteger(h)) return h.toString(16);
+  return undefined;
+}
+
+/**
+ * The turn_end body. `chunk_hashes` missing, null, not a list, or holding
+ * something that is not a hash means "the engine did not say": the key is left
+ * out, so the daemon counts the turn but does not touch the session's map (it
+ * never reads as "no chunks", which would evict the whole session).
  */
 export function turnEndPayload(
   sessionId: string,
@@ -129,7 +142,12 @@ export function turnEndPayload(
     kvTransferParams && typeof kvTransferParams === "object" && !Array.isArray(kvTransferParams)
       ? { ...kvTransferParams }
       : {};
-  if (!Array.isArray(params["chunk_hashes"])) delete params["chunk_hashes"];
+  const raw: unknown = params["chunk_hashes"];
+  delete params["chunk_hashes"];
+  if (Array.isArray(raw)) {
+    const hashes = raw.map(hexHash);
+    if (hashes.every((h) => h !== undefined)) params["chunk_hashes"] = hashes;
+  }
   const payload: Record<string, unknown> = { session_id: sessionId, kv_transfer_params: params };
   if (debugContext) payload["debug_context"] = debugContext;
   return payload;
@@ -171,6 +189,8 @@ export interface SenderStats {
 
 interface QueuedEvent {
   body: Record<string, unknown>;
+  /** the body as sent, serialised when queued */
+  json: string;
   /**
    * The sessions the event touches, in whose order it is sent: its session_id and,
    * for a snapshot_restore from another session, source_session_id too (the restore
@@ -292,6 +312,7 @@ export class EventSender {
       const source = body["source_session_id"];
       const ev: QueuedEvent = {
         body,
+        json: JSON.stringify(body),
         keys: typeof source === "string" && source !== key ? [key, source] : [key],
       };
       for (const k of ev.keys) {
@@ -302,6 +323,7 @@ export class EventSender {
       this.queued++;
       this.pump();
     } catch (err) {
+      this.counters.dropped++;
       this.warn(`ram-a-kv: could not queue ${type}: ${errText(err)}`);
     }
   }
@@ -332,7 +354,7 @@ export class EventSender {
 
   private async deliver(ev: QueuedEvent): Promise<void> {
     try {
-      const res = await postEvent(this.daemonUrl, ev.body, this.http);
+      const res = await postEvent(this.daemonUrl, ev.json, this.http);
       if (res.ok) {
         this.counters.sent++;
       } else {

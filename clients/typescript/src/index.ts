@@ -6,6 +6,7 @@ export {
   RamAKvError,
   postEvent,
   turnEndPayload,
+  hexHash,
   type HttpOptions,
   type SenderOptions,
   type SenderStats,

@@ -56,6 +56,25 @@ describe("DaemonClient (request/response)", () => {
 });
 
 describe("turnEndPayload", () => {
+  test("integer hashes become signed hex like the Python SDK; anything else drops the key", () => {
+    assert.deepEqual(turnEndPayload("s", { chunk_hashes: ["ab", 31, -31, -0x6ed9a448787a198fn] }).kv_transfer_params,
+      { chunk_hashes: ["ab", "1f", "-1f", "-6ed9a448787a198f"] });
+    for (const bad of [[1.5], [2 ** 60], [true], [null], [{}]]) {
+      assert.deepEqual(turnEndPayload("s", { chunk_hashes: bad, other: 1 }).kv_transfer_params, { other: 1 });
+    }
+  });
+
+  test("an event that cannot be serialised is dropped with a warning, not thrown", async () => {
+    const warnings = [];
+    const s = new EventSender("http://127.0.0.1:9", { logger: { warn: (m) => warnings.push(m) } });
+    const loop = {};
+    loop.self = loop;
+    s.turnEnd("s", { chunk_hashes: ["a"] }, { messages: [loop] });
+    assert.equal(s.droppedCount, 1);
+    assert.equal(s.stats().pending, 0);
+    assert.match(warnings[0], /could not queue turn_end/);
+  });
+
   test("null, missing or non-list chunk_hashes are left out", () => {
     for (const kv of [undefined, null, {}, { chunk_hashes: null }, { chunk_hashes: "x" }]) {
       const p = turnEndPayload("s", kv);
