@@ -276,7 +276,8 @@ class EventService:
         else:
             picked = {sid: s.to_dict() for sid, s in sessions.items()}
             counts = self.manager.refcounts.as_dict()
-        return {"kind": "snapshot", "seq": self.trace.seq, "ts": time.time(),
+        return {"kind": "snapshot", "seq": self.trace.seq, "epoch": self.trace.epoch,
+                "ts": time.time(),
                 "sessions": picked, "refcounts": counts}
 
     def refresh_gauges(self) -> None:

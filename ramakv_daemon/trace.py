@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import secrets
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -59,6 +60,9 @@ class TraceHub:
     """Assigns gap-free sequence numbers and fans records out without ever blocking."""
 
     def __init__(self, buffer_size: int = 10000, queue_size: int = 1000) -> None:
+        # seq restarts at 0 with the process; the epoch tells a client that its ?since=
+        # belongs to an earlier run (then it gets a fresh snapshot, never a wrong replay).
+        self.epoch = secrets.token_hex(8)
         self.seq = 0
         self.queue_size = queue_size
         self.ring: deque[tuple[int, dict[str, Any]]] = deque(maxlen=buffer_size)
@@ -70,6 +74,7 @@ class TraceHub:
         """Number ``record``, keep it for replay and offer it to every subscriber."""
         self.seq += 1
         record["seq"] = self.seq
+        record["epoch"] = self.epoch
         self.ring.append((self.seq, record))
         if self.subscribers:
             message = json.dumps(record)

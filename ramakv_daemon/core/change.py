@@ -16,6 +16,7 @@ class Change:
         durable: True when the store must commit before the reply.
         prev_sessions: session id -> state before the event (None = did not exist).
         prev_counts: chunk hash -> refcount before the event (0 = absent).
+        prev_parked: chunk hash -> suspended-map count before the event.
         prefetch: hashes to bring into DDR, in reuse order.
         evict_delete: hashes no live session references: drop from every tier.
         evict_demote: hashes released by a suspend: drop from DDR, keep on disk.
@@ -26,7 +27,7 @@ class Change:
     durable: bool = False
     prev_sessions: dict[str, Session | None] = field(default_factory=dict)
     prev_counts: dict[str, int] = field(default_factory=dict)
-    prev_demoted: dict[str, bool] = field(default_factory=dict)
+    prev_parked: dict[str, int] = field(default_factory=dict)
     prefetch: list[str] = field(default_factory=list)
     evict_delete: list[str] = field(default_factory=list)
     evict_demote: list[str] = field(default_factory=list)

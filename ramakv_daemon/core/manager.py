@@ -23,9 +23,10 @@ class SessionManager:
     def __init__(self, *, turn_start_prefetch: bool = True, max_sessions: int = 0) -> None:
         self.sessions: dict[str, Session] = {}
         self.refcounts = RefcountTable()
-        # Chunks demoted by a suspend and referenced by nobody since; a later close of
-        # the suspended session deletes exactly these, so no chunk is deleted twice.
-        self.demoted: set[str] = set()
+        # hash -> number of suspended sessions whose stored map contains it. Derived from
+        # the sessions (rebuilt exactly at start-up): a chunk that drops to 0 while parked is
+        # demoted, not deleted, because a suspended session will want it back from disk.
+        self.parked: dict[str, int] = {}
         self.turn_start_prefetch = turn_start_prefetch
         self.max_sessions = max_sessions  # 0 = no cap
 
@@ -72,36 +73,42 @@ class SessionManager:
             change.prev_sessions[session_id] = self.sessions.get(session_id)
         self.sessions.pop(session_id, None)
 
-    def _set_demoted(self, change: Change, hashes: Iterable[str], value: bool) -> None:
+    def _park(self, change: Change, hashes: Iterable[str], step: int) -> None:
+        parked = self.parked
         for h in hashes:
-            was = h in self.demoted
-            if was == value:
-                continue
-            change.prev_demoted.setdefault(h, was)
-            if value:
-                self.demoted.add(h)
+            old = parked.get(h, 0)
+            change.prev_parked.setdefault(h, old)
+            if old + step:
+                parked[h] = old + step
             else:
-                self.demoted.discard(h)
+                del parked[h]
 
     def _reference(self, change: Change, hashes: Iterable[str]) -> None:
-        hashes = list(hashes)
         self.refcounts.incr(hashes, change.prev_counts)
-        self._set_demoted(change, hashes, False)
 
     def _release(self, change: Change, hashes: Iterable[str], *, demote: bool = False) -> None:
         zeros = self.refcounts.decr(hashes, change.prev_counts)
-        if demote:
-            change.evict_demote.extend(zeros)
-            self._set_demoted(change, zeros, True)
-        else:
-            change.evict_delete.extend(zeros)
+        parked = self.parked
+        for h in zeros:
+            if demote or h in parked:
+                change.evict_demote.append(h)
+            else:
+                change.evict_delete.append(h)
 
     def _swap_map(self, change: Change, old: Session, new_hashes: Sequence[str]) -> None:
         """Reference ``new_hashes`` in place of ``old``'s held map, diffing the two."""
+        if old.suspended:
+            self._park(change, old.unique_hashes(), -1)
         old_set = old.held_hashes()
         new_unique = unique(tuple(new_hashes))
         new_set = set(new_unique)
         self._reference(change, [h for h in new_unique if h not in old_set])
+        if old.suspended:
+            # Demoted at suspend and now left out of the map: nobody will want them back.
+            change.evict_delete.extend(
+                h for h in old.unique_hashes()
+                if h not in new_set and h not in self.refcounts and h not in self.parked
+            )
         dropped = [h for h in unique(old.chunk_hashes) if h in old_set and h not in new_set]
         self._release(change, dropped)
 
@@ -183,6 +190,7 @@ class SessionManager:
         change = Change(durable=True)
         if not session.suspended:
             self._release(change, session.unique_hashes(), demote=True)
+            self._park(change, session.unique_hashes(), +1)
             self._put(change, session.evolve(suspended=True, last_event_ts=now))
         change.data = {"evicted_count": change.evicted_count, "suspended": True}
         return change
@@ -194,13 +202,13 @@ class SessionManager:
             return Change(data={"evicted_count": 0, "closed": False})
         change = Change(durable=True)
         if session.suspended:
-            # Its chunks were demoted at suspend; delete those nobody took up since.
-            gone = [
-                h for h in session.unique_hashes()
-                if h in self.demoted and h not in self.refcounts
-            ]
-            change.evict_delete.extend(gone)
-            self._set_demoted(change, gone, False)
+            # Its chunks were demoted at suspend; delete those no live session references
+            # and no other suspended session will want back.
+            mine = session.unique_hashes()
+            self._park(change, mine, -1)
+            change.evict_delete.extend(
+                h for h in mine if h not in self.refcounts and h not in self.parked
+            )
         else:
             self._release(change, session.unique_hashes())
         for hold in reversed(session.fork_holds):
@@ -265,7 +273,6 @@ class SessionManager:
             for sid, dropped in released.items():
                 self._force_release(change, self.sessions[sid], set(dropped), now)
             change.evict_delete.extend(free)
-            self._set_demoted(change, free, False)
         change.data = {
             "dry_run": dry_run,
             "force": force,
@@ -279,8 +286,11 @@ class SessionManager:
         self, change: Change, session: Session, dropped: set[str], now: float
     ) -> None:
         """Take ``dropped`` out of a session's map and fork holds, releasing references."""
-        if not session.suspended:
-            self._release(change, [h for h in session.unique_hashes() if h in dropped])
+        mine = [h for h in session.unique_hashes() if h in dropped]
+        if session.suspended:
+            self._park(change, mine, -1)
+        else:
+            self._release(change, mine)
         for hold in session.fork_holds:
             self._release(change, [h for h in hold if h in dropped])
         self._put(
@@ -307,23 +317,17 @@ class SessionManager:
             else:
                 self.sessions[sid] = prev
         self.refcounts.restore(change.prev_counts)
-        for h, was in change.prev_demoted.items():
-            if was:
-                self.demoted.add(h)
+        for h, n in change.prev_parked.items():
+            if n:
+                self.parked[h] = n
             else:
-                self.demoted.discard(h)
+                self.parked.pop(h, None)
 
     def load(self, sessions: Iterable[Session]) -> None:
         """Replace all state with stored sessions and rebuild refcounts from them."""
         self.sessions = {s.session_id: s for s in sessions}
         self.refcounts.replace_all(recompute_refcounts(self.sessions.values()))
-        self.demoted = {
-            h
-            for s in self.sessions.values()
-            if s.suspended
-            for h in s.chunk_hashes
-            if h not in self.refcounts
-        }
+        self.parked = recompute_parked(self.sessions.values())
 
 
 def recompute_refcounts(sessions: Iterable[Session]) -> dict[str, int]:
@@ -334,5 +338,15 @@ def recompute_refcounts(sessions: Iterable[Session]) -> dict[str, int]:
             counts[h] = counts.get(h, 0) + 1
         for hold in s.fork_holds:
             for h in hold:
+                counts[h] = counts.get(h, 0) + 1
+    return counts
+
+
+def recompute_parked(sessions: Iterable[Session]) -> dict[str, int]:
+    """hash -> number of suspended sessions whose map contains it."""
+    counts: dict[str, int] = {}
+    for s in sessions:
+        if s.suspended:
+            for h in s.unique_hashes():
                 counts[h] = counts.get(h, 0) + 1
     return counts

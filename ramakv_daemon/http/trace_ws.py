@@ -11,7 +11,10 @@ from ramakv_daemon.trace import SLOW_CLOSE_CODE
 
 
 async def trace_handler(request: web.Request) -> web.StreamResponse:
-    """Stream the trace; ``?since=SEQ`` resumes, ``?session=ID`` filters."""
+    """Stream the trace; ``?since=SEQ&epoch=E`` resumes, ``?session=ID`` filters.
+
+    A resume whose epoch is not this run's (the daemon restarted) gets a fresh snapshot.
+    """
     from ramakv_daemon.http.app import SERVICE_KEY
 
     service = request.app[SERVICE_KEY]
@@ -29,7 +32,9 @@ async def trace_handler(request: web.Request) -> web.StreamResponse:
     # Subscribing and choosing the first messages happen with no await in between,
     # so no event can slip between the snapshot/replay and the live stream.
     sub = hub.subscribe(session)
-    replay = hub.replay(since) if since is not None else None
+    epoch = request.query.get("epoch")
+    same_run = epoch is None or epoch == hub.epoch
+    replay = hub.replay(since) if since is not None and same_run else None
     if replay is None:
         first = [json.dumps(service.snapshot(session))]
     else:

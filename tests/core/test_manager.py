@@ -143,3 +143,12 @@ def test_undo_restores_state(m: SessionManager) -> None:
     change = m.session_close("a")
     m.undo(change)
     assert (dict(m.sessions), m.refcounts.as_dict()) == before
+
+
+def test_zero_chunk_still_in_a_suspended_map_is_demoted_not_deleted(m: SessionManager) -> None:
+    m.turn_end("a", ["x"])
+    m.turn_end("b", ["x"])
+    m.session_suspend("a")  # x still held by b
+    change = m.turn_end("b", ["y"])  # x drops to 0, but a will want it back
+    assert change.evict_demote == ["x"] and change.evict_delete == []
+    assert m.session_close("a").evict_delete == ["x"]

@@ -10,7 +10,7 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
 from ramakv_daemon.core.change import Change
 from ramakv_daemon.core.errors import RamAKvError
-from ramakv_daemon.core.manager import SessionManager, recompute_refcounts
+from ramakv_daemon.core.manager import SessionManager, recompute_parked, recompute_refcounts
 
 SIDS = st.sampled_from(["s1", "s2", "s3", "s4"])
 HASHES = st.lists(st.sampled_from([f"h{i}" for i in range(10)]), max_size=8)
@@ -104,7 +104,7 @@ class ManagerMachine(RuleBasedStateMachine):
 
     @rule(sid=SIDS, hashes=HASHES, op=st.sampled_from(["turn_end", "close", "fork", "suspend"]))
     def undo_restores_everything(self, sid: str, hashes: list[str], op: str) -> None:
-        before = (dict(self.m.sessions), self.m.refcounts.as_dict(), set(self.m.demoted))
+        before = (dict(self.m.sessions), self.m.refcounts.as_dict(), dict(self.m.parked))
         calls = {
             "turn_end": lambda: self.m.turn_end(sid, hashes),
             "close": lambda: self.m.session_close(sid),
@@ -116,7 +116,7 @@ class ManagerMachine(RuleBasedStateMachine):
         except RamAKvError:
             return
         self.m.undo(change)
-        assert (dict(self.m.sessions), self.m.refcounts.as_dict(), set(self.m.demoted)) == before
+        assert (dict(self.m.sessions), self.m.refcounts.as_dict(), dict(self.m.parked)) == before
 
     @rule()
     def restart(self) -> None:
@@ -131,9 +131,8 @@ class ManagerMachine(RuleBasedStateMachine):
         assert self.m.refcounts.as_dict() == recompute_refcounts(self.m.sessions.values())
 
     @invariant()
-    def demoted_chunks_are_unreferenced(self) -> None:
-        for h in self.m.demoted:
-            assert h not in self.m.refcounts
+    def parked_counts_match_model(self) -> None:
+        assert self.m.parked == recompute_parked(self.m.sessions.values())
 
 
 ManagerMachine.TestCase.settings = settings(max_examples=300, stateful_step_count=40, deadline=None)

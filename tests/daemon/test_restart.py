@@ -20,7 +20,7 @@ def full_state(d: DaemonClient) -> dict[str, Any]:
             for sid, s in m.sessions.items()
         },
         "refcounts": m.refcounts.as_dict(),
-        "demoted": set(m.demoted),
+        "parked": dict(m.parked),
     }
 
 
@@ -41,7 +41,7 @@ async def test_restart_restores_everything(start_daemon, make_config) -> None:  
     assert before["refcounts"] == {
         "sys": 4, "a2": 1, "a3": 1, "f1": 1, "f2": 1, "f3": 2,
     }
-    assert before["demoted"] == {"s1", "s2"}
+    assert before["parked"] == {"sys": 1, "s1": 1, "s2": 1}
     await d.close()
 
     d2 = await start_daemon(config)
@@ -193,11 +193,8 @@ async def test_concurrent_events_memory_equals_disk(start_daemon, make_config) -
         assert all(status == 200 for status, _ in answers)
         d.assert_consistent()
     before = full_state(d)
-    # `demoted` is left out: see test_semantics_http's xfail on abandoned demoted chunks.
-    before.pop("demoted")
     await d.close()
     d2 = await start_daemon(config)
     after = full_state(d2)
-    after.pop("demoted")
     assert after == before
     d2.assert_consistent()

@@ -112,8 +112,9 @@ async def test_suspend_keeps_map_restore_brings_it_back(
 async def test_turn_end_on_suspended_session_reactivates(daemon: DaemonClient) -> None:
     await daemon.turn_end("s1", ["a", "b"])
     await daemon.ok("session_suspend", session_id="s1")
+    # a was demoted at suspend and is now left out of the map: deleted, and counted.
     assert await daemon.turn_end("s1", ["b", "c"]) == {
-        "evicted_count": 0, "map_updated": True, "debug_written": False,
+        "evicted_count": 1, "map_updated": True, "debug_written": False,
     }
     assert daemon.service.manager.sessions["s1"].suspended is False
     assert daemon.refcounts() == {"b": 1, "c": 1}
@@ -221,12 +222,6 @@ async def test_shared_chunk_across_fork_and_sessions(daemon: DaemonClient) -> No
     daemon.assert_consistent()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="daemon bug: chunks demoted by a suspend and then dropped from the map by a "
-    "turn_end (or a snapshot_restore from another source) are never deleted from disk, and "
-    "stay in manager.demoted until a restart forgets them",
-)
 @pytest.mark.parametrize("resume", ["turn_end", "restore_from_source"])
 async def test_resumed_suspended_session_deletes_abandoned_chunks(
     rec_daemon: tuple[DaemonClient, RecordingBackend], resume: str
@@ -244,4 +239,4 @@ async def test_resumed_suspended_session_deletes_abandoned_chunks(
     # a and b left every map and nobody references them: they must go from every tier,
     # as session_close of the suspended session would have done.
     assert sorted(backend.of("delete")) == ["a", "b"]
-    assert d.service.manager.demoted == set()
+    assert d.service.manager.parked == {}
