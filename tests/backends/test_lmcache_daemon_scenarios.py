@@ -1,0 +1,104 @@
+"""The daemon's EventService steering a real CPU LMCache through LMCacheBackend."""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("lmcache")
+pytestmark = pytest.mark.lmcache
+
+import httpx  # noqa: E402
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "ascend_ext"))
+from memapi_helpers import cpu_engine, serve, tokens  # noqa: E402
+
+from ascend_ext.devserver import create_app  # noqa: E402
+from ramakv_daemon.adapters.backends.lmcache import LMCacheBackend  # noqa: E402
+from ramakv_daemon.adapters.sqlite_store import SqliteSessionStore  # noqa: E402
+from ramakv_daemon.config import Config  # noqa: E402
+from ramakv_daemon.service import EventService  # noqa: E402
+
+CPU, DISK = "LocalCPUBackend", "LocalDiskBackend"
+
+
+@pytest.fixture
+async def rig(tmp_path):
+    """(service, devserver url) with a real engine behind the daemon's LMCacheBackend."""
+    with cpu_engine(tmp_path / "disk", ddr_mb=4) as engine, serve(create_app(engine)) as url:
+        db = str(tmp_path / "s.db")
+        svc = EventService(Config(session_store_path=db), SqliteSessionStore(db),
+                           LMCacheBackend(url))
+        await svc.start()
+        try:
+            yield svc, url
+        finally:
+            await svc.stop()
+            await svc.backend.close()
+
+
+async def _turn(url, toks):
+    async with httpx.AsyncClient() as c:
+        r = await c.post(url + "/engine/turn", json={"token_ids": toks})
+        return r.json()["kv_transfer_params"]
+
+
+async def _where(url, hashes, want=None, timeout=10.0):
+    """Query (until every hash is in `want`, when given)."""
+    deadline = time.monotonic() + timeout
+    async with httpx.AsyncClient() as c:
+        while True:
+            got = (await c.post(url + "/memory/query", json={"chunk_hashes": hashes})).json()
+            if want is None or all(v == want for v in got.values()):
+                return got
+            if time.monotonic() > deadline:
+                return got
+            await asyncio.sleep(0.02)
+
+
+async def _event(svc, **body):
+    status, answer = await svc.handle(body)
+    assert status == 200 and answer["ok"], answer
+    await svc.dispatcher.drain()
+    return answer["data"]
+
+
+async def test_turn_end_drop_removes_unshared_chunks(rig):
+    svc, url = rig
+    kv1 = await _turn(url, tokens(3))
+    await _where(url, kv1["chunk_hashes"], [CPU, DISK])
+    await _event(svc, type="turn_end", session_id="a", kv_transfer_params=kv1)
+    kv2 = await _turn(url, tokens(1, start=900))
+    data = await _event(svc, type="turn_end", session_id="a", kv_transfer_params=kv2)
+    assert data["evicted_count"] == 3
+    assert await _where(url, kv1["chunk_hashes"], []) == {h: [] for h in kv1["chunk_hashes"]}
+
+
+async def test_suspend_and_restore_move_chunks_out_and_back(rig):
+    svc, url = rig
+    kv = await _turn(url, tokens(3, start=2000))
+    hashes = kv["chunk_hashes"]
+    await _where(url, hashes, [CPU, DISK])
+    await _event(svc, type="turn_end", session_id="b", kv_transfer_params=kv)
+    await _event(svc, type="session_suspend", session_id="b")
+    assert await _where(url, hashes, [DISK]) == {h: [DISK] for h in hashes}
+    await _event(svc, type="snapshot_restore", session_id="b")
+    assert await _where(url, hashes, [CPU, DISK]) == {h: [CPU, DISK] for h in hashes}
+
+
+async def test_shared_chunk_survives_another_sessions_close(rig):
+    svc, url = rig
+    shared = await _turn(url, tokens(2, start=4000))
+    own = await _turn(url, tokens(1, start=5000))
+    await _where(url, shared["chunk_hashes"] + own["chunk_hashes"], [CPU, DISK])
+    await _event(svc, type="turn_end", session_id="c",
+                 kv_transfer_params={"chunk_hashes": shared["chunk_hashes"] + own["chunk_hashes"]})
+    await _event(svc, type="turn_end", session_id="d", kv_transfer_params=shared)
+    await _event(svc, type="session_close", session_id="c")
+    got = await _where(url, shared["chunk_hashes"] + own["chunk_hashes"])
+    assert all(got[h] == [CPU, DISK] for h in shared["chunk_hashes"])
+    assert got[own["chunk_hashes"][0]] == []
