@@ -23,9 +23,14 @@ class TraceSubscription:
 
     * ``{"kind": "disconnected", "code": int | None, "reason": str, "last_seq": n}`` once per
       outage (also when the first connection fails), then it retries with backoff;
-    * ``{"kind": "reconnected", "since": n, "attempts": k}`` when it is back. What follows
-      is either the events after ``since`` (nothing was missed) or, when the daemon could
-      not replay them (restart, ring overrun), a fresh ``snapshot`` that replaces all state.
+    * ``{"kind": "reconnected", "since": n | None, "attempts": k}`` when it is back.
+
+    Only a slow-subscriber close (4008, the same daemon still running) resumes with
+    ``?since=<last seq>``: the events after ``since`` follow, or a fresh ``snapshot`` when
+    they fell out of the daemon's ring. After any other drop the daemon may have restarted,
+    and its sequence numbers start again from 0, so a ``since`` from before could replay the
+    wrong range: it reconnects without one (``since`` None in the marker) and a fresh
+    ``snapshot`` follows. Either way a ``snapshot`` means: replace all state.
 
     Iteration ends only by ``aclose()`` (or ``break``); a refused handshake (bad token,
     wrong path) raises :class:`RamAKvError` instead of retrying forever.
@@ -135,7 +140,11 @@ class TraceSubscription:
         if self._closed:
             raise StopAsyncIteration
         self._outage_reported = True
-        return {"kind": "disconnected", "code": code, "reason": reason, "last_seq": self.last_seq}
+        marker = {"kind": "disconnected", "code": code, "reason": reason,
+                  "last_seq": self.last_seq}
+        if code != SLOW_CLOSE_CODE:
+            self.last_seq = None  # maybe a restart: ask for a snapshot, not a replay
+        return marker
 
     async def aclose(self) -> None:
         """Stop: close the websocket; iteration then ends."""
