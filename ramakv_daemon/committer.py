@@ -53,6 +53,7 @@ class GroupCommitter:
         self._task: asyncio.Task[None] | None = None
         self._closing = False
         self._commits = 0
+        self._last: asyncio.Future[None] | None = None
 
     def start(self) -> None:
         """Start the writer task on the running loop."""
@@ -67,8 +68,23 @@ class GroupCommitter:
         outbox += [(h, "demote") for h in change.evict_demote]
         fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._pending.append(_Pending(change, sessions, outbox, event_id, fut))
+        self._last = fut
         self._wake.set()
         return fut
+
+    @property
+    def busy(self) -> bool:
+        """True while some submitted change is not yet committed or rolled back."""
+        return self._last is not None and not self._last.done()
+
+    async def barrier(self) -> None:
+        """Wait until every change submitted so far is committed or rolled back.
+
+        Reads call this first so they never answer from a change that may still fail.
+        """
+        last = self._last
+        if last is not None and not last.done():
+            await asyncio.wait([last])
 
     def forget_outbox(self, hashes: list[str]) -> None:
         """Queue the removal of delivered (or no longer wanted) evictions; nobody waits."""

@@ -149,8 +149,7 @@ class EventService:
             if handler.query is not None:
                 change = await handler.query(self.ctx, payload, self.backend)
             else:
-                assert handler.apply is not None
-                change = handler.apply(self.ctx, payload, time.time())
+                change = await self._apply(handler.apply, payload)
                 # The delta is taken now, before any await, so it is this event's alone.
                 change.notes["_delta"] = self._delta(change)
                 if change.durable or change.evict_delete or change.evict_demote:
@@ -170,6 +169,26 @@ class EventService:
         if type_ == "turn_end" and self.config.debug_enabled:
             await self._write_debug(session_id or "", change)
         return 200, self._succeeded(type_, session_id, change, started)
+
+    async def _apply(self, apply: Any, payload: dict[str, Any]) -> Change:
+        """Apply a handler; a read or a refusal never answers from a change still in doubt.
+
+        While earlier changes wait for their commit, an answer that changes nothing (a
+        read, or an error) could be contradicted by their rollback: wait for them, then
+        apply again (a read or a refusal changed nothing, so applying again is safe).
+        """
+        busy = self.committer.busy
+        try:
+            change = apply(self.ctx, payload, time.time())
+        except RamAKvError:
+            if not busy:
+                raise
+            await self.committer.barrier()
+            return apply(self.ctx, payload, time.time())
+        if busy and not (change.durable or change.evict_delete or change.evict_demote):
+            await self.committer.barrier()
+            change = apply(self.ctx, payload, time.time())
+        return change
 
     def _succeeded(
         self, type_: str, session_id: str | None, change: Change, started: float
