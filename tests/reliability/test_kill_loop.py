@@ -3,68 +3,29 @@
 from __future__ import annotations
 
 import copy
-import json
 import os
 import random
-import subprocess
-import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from support.daemon_proc import DaemonProcess
-from support.loadgen import Model, applied, apply, model_from_json, model_to_json
+from support.loadgen import Model, applied, apply, model_from_json
 from support.reliability import (
-    TESTS_DIR,
     db_model,
     db_outbox,
     diff,
+    finish,
     live_state,
     model_refcounts,
+    run_loadgen,
     wait_for,
+    wait_ready,
 )
 
 KILLS = int(os.environ.get("RAMAKV_KILLS", "5"))
 SESSIONS = 12
-
-
-def run_loadgen(
-    url: str, workdir: Path, model: Model, seed: int, *, mode: str = "stop",
-    duration: float = 20.0, max_events: int = 4000, rate: float = 0.0,
-    sessions: int = SESSIONS,
-) -> subprocess.Popen[str]:
-    """Start the load generator process on ``model``; it prints ``ready`` when under way."""
-    state = workdir / f"state{seed}.json"
-    state.write_text(json.dumps(model_to_json(model)))
-    return subprocess.Popen(
-        [sys.executable, str(TESTS_DIR / "support" / "loadgen.py"), "--url", url,
-         "--out", str(workdir / f"result{seed}.json"), "--state-in", str(state),
-         "--sessions", str(sessions), "--seed", str(seed), "--prefix", f"r{seed}",
-         "--mode", mode, "--duration", str(duration), "--max-events", str(max_events),
-         "--rate", str(rate)],
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-    )
-
-
-def wait_ready(proc: subprocess.Popen[str], timeout: float = 20.0) -> None:
-    """Block until the load generator printed ``ready`` (or fail with its output)."""
-    assert proc.stdout is not None
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        line = proc.stdout.readline()
-        if line.strip() == "ready":
-            return
-        if not line and proc.poll() is not None:
-            break
-    raise AssertionError(f"load generator not ready: {proc.stdout.read()}")
-
-
-def finish(proc: subprocess.Popen[str], workdir: Path, seed: int) -> dict[str, Any]:
-    """Wait for the load generator; its result document."""
-    out, _ = proc.communicate(timeout=60)
-    assert proc.returncode == 0, out
-    return json.loads((workdir / f"result{seed}.json").read_text())
 
 
 def check_after_kill(store: Path, acked: Model, pending: dict[str, dict[str, Any]]) -> None:

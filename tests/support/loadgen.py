@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import copy
+import hashlib
 import json
 import random
 import sys
@@ -113,7 +114,14 @@ def session_ids(n: int) -> list[str]:
     return [f"s{i:03d}" if i % 5 else f"sess-ü-{i:03d}" for i in range(n)]
 
 
-def next_event(rng: random.Random, sid: str, model: Model, counter: int) -> dict[str, Any]:
+def hexed(name: str) -> str:
+    """A stable hex chunk hash for ``name`` (LMCache's memory API accepts hex only)."""
+    return hashlib.blake2b(name.encode(), digest_size=16).hexdigest()
+
+
+def next_event(
+    rng: random.Random, sid: str, model: Model, counter: int, hex_hashes: bool = False
+) -> dict[str, Any]:
     """A mostly-valid next event for ``sid`` (some are expected to fail; that is fine)."""
     s = model.get(sid)
     roll = rng.random()
@@ -122,6 +130,8 @@ def next_event(rng: random.Random, sid: str, model: Model, counter: int) -> dict
         own = [f"{sid}-{counter - k}" for k in range(rng.randrange(0, 12))]
         shared = [f"g{rng.randrange(40)}" for _ in range(rng.randrange(0, 6))]
         hashes = prefix + shared + own
+        if hex_hashes:
+            hashes = [hexed(h) for h in hashes]
         if s is not None and rng.random() < 0.5:
             hashes = s.chunk_hashes[: rng.randrange(len(s.chunk_hashes) + 1)] + hashes
         return {"type": "turn_end", "session_id": sid,
@@ -186,7 +196,8 @@ async def _send(http: Any, url: str, event: dict[str, Any], timeout: float) -> d
 
 
 async def worker(
-    run: Run, http: Any, url: str, sid: str, seed: int, prefix: str, timeout: float
+    run: Run, http: Any, url: str, sid: str, seed: int, prefix: str, timeout: float,
+    hex_hashes: bool = False,
 ) -> None:
     """Drive one session, one event at a time."""
     import aiohttp
@@ -195,7 +206,7 @@ async def worker(
     n = 0
     while run.more():
         n += 1
-        event = next_event(rng, sid, run.model, n)
+        event = next_event(rng, sid, run.model, n, hex_hashes)
         event["event_id"] = f"{prefix}-{sid}-{n}"
         await run.pace()
         run.sent += 1
@@ -214,7 +225,8 @@ async def worker(
                     return
                 await asyncio.sleep(0.1)
         run.latencies.append(time.monotonic() - started)
-        expect = apply(copy.deepcopy(run.model), event)
+        own = run.model.get(sid)
+        expect = apply({sid: copy.deepcopy(own)} if own is not None else {}, event)
         if body.get("ok") is not expect:
             run.mismatches.append(f"{event} -> {body} (expected ok={expect})")
             return
@@ -245,7 +257,7 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
     connector = aiohttp.TCPConnector(limit=args.sessions + 4)
     async with aiohttp.ClientSession(connector=connector) as http:
         await asyncio.gather(*(
-            worker(run, http, args.url, sid, args.seed, args.prefix, args.timeout)
+            worker(run, http, args.url, sid, args.seed, args.prefix, args.timeout, args.hex)
             for sid in session_ids(args.sessions)
         ))
     lat = sorted(run.latencies) or [0.0]
@@ -272,6 +284,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--max-events", type=int, default=5000)
     p.add_argument("--rate", type=float, default=0.0, help="events/s over all sessions")
     p.add_argument("--timeout", type=float, default=10.0)
+    p.add_argument("--hex", action="store_true", help="hex chunk hashes (for LMCache)")
     args = p.parse_args(argv)
     result = asyncio.run(main_async(args))
     Path(args.out).write_text(json.dumps(result))

@@ -191,3 +191,41 @@ def daemon_state(service: Any) -> dict[str, Any]:
         "db": model_to_json(db_model(path)) if Path(path).exists() else {},
         "outbox": db_outbox(path) if Path(path).exists() else {},
     }
+
+
+def run_loadgen(
+    url: str, workdir: Path, model: Model, seed: int, *, mode: str = "stop",
+    duration: float = 20.0, max_events: int = 4000, rate: float = 0.0,
+    sessions: int = 12, hex_hashes: bool = False,
+) -> subprocess.Popen[str]:
+    """Start the load generator process on ``model``; it prints ``ready`` when under way."""
+    state = workdir / f"state{seed}.json"
+    state.write_text(json.dumps(model_to_json(model)))
+    return subprocess.Popen(
+        [sys.executable, str(TESTS_DIR / "support" / "loadgen.py"), "--url", url,
+         "--out", str(workdir / f"result{seed}.json"), "--state-in", str(state),
+         "--sessions", str(sessions), "--seed", str(seed), "--prefix", f"r{seed}",
+         "--mode", mode, "--duration", str(duration), "--max-events", str(max_events),
+         "--rate", str(rate), *(["--hex"] if hex_hashes else [])],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    )
+
+
+def wait_ready(proc: subprocess.Popen[str], timeout: float = 20.0) -> None:
+    """Block until the load generator printed ``ready`` (or fail with its output)."""
+    assert proc.stdout is not None
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        line = proc.stdout.readline()
+        if line.strip() == "ready":
+            return
+        if not line and proc.poll() is not None:
+            break
+    raise AssertionError(f"load generator not ready: {proc.stdout.read()}")
+
+
+def finish(proc: subprocess.Popen[str], workdir: Path, seed: int) -> dict[str, Any]:
+    """Wait for the load generator; its result document."""
+    out, _ = proc.communicate(timeout=60)
+    assert proc.returncode == 0, out
+    return json.loads((workdir / f"result{seed}.json").read_text())
