@@ -7,6 +7,7 @@ import atexit
 import logging
 import os
 import threading
+import weakref
 from collections import deque
 from collections.abc import Mapping
 from pathlib import Path
@@ -47,7 +48,7 @@ class BackgroundClient:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
         self._sender: EventSender | None = None
-        os.register_at_fork(after_in_child=self._forget_thread)
+        _LIVE.add(self)
 
     # ---- caller side (any thread) ----
     def emit(self, event: dict[str, Any]) -> None:
@@ -136,6 +137,17 @@ class BackgroundClient:
         self._lock = threading.Lock()
         self._wake_pending = False
         self._inbox.clear()
+
+
+_LIVE: weakref.WeakSet[BackgroundClient] = weakref.WeakSet()
+
+
+def _after_fork_in_child() -> None:
+    for client in list(_LIVE):
+        client._forget_thread()
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 # ---- the module-level API, as the original SDK ----

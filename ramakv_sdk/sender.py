@@ -52,14 +52,25 @@ class RateLimitedLog:
         log.warning(msg + suffix, *args)
 
 
+@dataclass(slots=True)
+class _Barrier:
+    """Placed in a session's queue; resolved when that session's drain reaches it."""
+
+    reached: asyncio.Future[None]
+
+
+_Item = _Barrier | tuple[dict[str, Any], "asyncio.Future[None] | None"]
+
+
 class EventSender:
     """Sends events without ever raising into the caller; call ``submit`` on its loop.
 
     Events of one session go out one after another in submission order; different sessions
-    go out concurrently (at most ``concurrency`` requests at once). At most ``max_queue``
-    events wait; beyond that, and while the daemon is unreachable, events are dropped and
-    counted. After a failed connection, events are dropped without trying for a short,
-    growing pause (up to ``max_pause`` s), so a dead daemon costs the host nothing.
+    go out concurrently (at most ``concurrency`` requests at once), except that an event
+    with ``source_session_id`` waits for the source session's earlier events. At most
+    ``max_queue`` events wait; beyond that, and while the daemon is unreachable, events are
+    dropped and counted. After a failed connection, events are dropped without trying for
+    a short, growing pause (up to ``max_pause`` s), so a dead daemon costs the host nothing.
     """
 
     def __init__(
@@ -75,7 +86,7 @@ class EventSender:
         self.max_pause = max_pause
         self.stats = stats or SenderStats()
         self.pending = 0
-        self._queues: dict[str, deque[dict[str, Any]]] = {}
+        self._queues: dict[str, deque[_Item]] = {}
         self._tasks: set[asyncio.Task[None]] = set()
         self._sem = asyncio.Semaphore(concurrency)
         self._idle = asyncio.Event()
@@ -99,16 +110,30 @@ class EventSender:
             task = asyncio.get_running_loop().create_task(self._drain(key, queue))
             self._tasks.add(task)
             task.add_done_callback(self._tasks.discard)
-        queue.append(dict(event))
+        after: asyncio.Future[None] | None = None
+        source = event.get("source_session_id")
+        if isinstance(source, str) and source != key and source in self._queues:
+            # A restore from another session waits for that session's queued events
+            # (its turn_end or suspend must land before its map is copied).
+            after = asyncio.get_running_loop().create_future()
+            self._queues[source].append(_Barrier(after))
+        queue.append((dict(event), after))
         self.pending += 1
         self._idle.clear()
         return True
 
-    async def _drain(self, key: str, queue: deque[dict[str, Any]]) -> None:
+    async def _drain(self, key: str, queue: deque[_Item]) -> None:
         try:
             while queue:
-                event = queue.popleft()
+                item = queue.popleft()
+                if isinstance(item, _Barrier):
+                    if not item.reached.done():
+                        item.reached.set_result(None)
+                    continue
+                event, after = item
                 try:
+                    if after is not None:
+                        await after
                     async with self._sem:
                         await self._send_one(event)
                 finally:

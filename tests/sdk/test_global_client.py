@@ -172,3 +172,34 @@ async def test_calls_from_inside_an_event_loop_do_not_block_it(daemon_proc) -> N
     assert time.perf_counter() - t0 < 0.5
     assert await asyncio.to_thread(sdk.flush, 10)
     assert sdk.stats()["sent"] == 300
+
+
+def test_a_forked_child_sends_with_its_own_thread(daemon_proc) -> None:
+    import os
+
+    sdk.init(daemon_proc.url)
+    sdk.turn_start("parent")
+    assert sdk.flush(10)
+    pid = os.fork()
+    if pid == 0:  # the child: its first call starts a new sender thread
+        code = 1
+        try:
+            sdk.turn_end("child", {"chunk_hashes": ["c0"]})
+            code = 0 if sdk.flush(10) and sdk.stats()["sent"] == 2 else 1
+        finally:
+            os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+    assert daemon_proc.event("session_map", session_id="child")["data"]["chunk_hashes"] == ["c0"]
+
+
+def test_restore_from_another_session_waits_for_its_events(daemon_proc) -> None:
+    sdk.init(daemon_proc.url)
+    for i in range(20):
+        sdk.turn_end("src", {"chunk_hashes": [f"{i:x}", "ab"]})
+    sdk.session_suspend("src")
+    sdk.snapshot_restore("dst", source_session_id="src")
+    assert sdk.flush(10)
+    assert sdk.stats()["failed"] == 0
+    assert daemon_proc.event("session_map", session_id="dst")["data"]["chunk_hashes"] == [
+        "13", "ab"]
