@@ -64,13 +64,20 @@ class BackendDispatcher:
         self._not_before.pop(chunk_hash, None)
 
     def evictions_committed(self, delete: list[str], demote: list[str]) -> None:
-        """Queue evictions whose outbox rows are durable now."""
-        for h in delete:
-            self._queue(h, EvictMode.DELETE)
-        for h in demote:
-            self._queue(h, EvictMode.DEMOTE)
-        if delete or demote:
-            self._wake.set()
+        """Queue evictions whose outbox rows are durable now (hot path: kept inline)."""
+        if not (delete or demote):
+            return
+        outbox, v = self.outbox, self._version
+        for mode, hashes in ((EvictMode.DELETE, delete), (EvictMode.DEMOTE, demote)):
+            for h in hashes:
+                v += 1
+                outbox[h] = (mode, v)
+        self._version = v
+        if self._attempts:  # a fresh intent starts its backoff afresh
+            for h in (*delete, *demote):
+                self._attempts.pop(h, None)
+                self._not_before.pop(h, None)
+        self._wake.set()
 
     def prefetch(self, session_id: str | None, hashes: list[str]) -> None:
         """Send one prefetch in the background."""
@@ -118,14 +125,18 @@ class BackendDispatcher:
 
     async def _deliver_due(self) -> None:
         now = time.monotonic()
-        due = [h for h in self.outbox if self._not_before.get(h, 0.0) <= now]
-        retaken = [h for h in due if h in self.manager.refcounts]
+        not_before = self._not_before
+        due = (
+            [h for h in self.outbox if not_before.get(h, 0.0) <= now]
+            if not_before else list(self.outbox)
+        )
+        refs = self.manager.refcounts.counts
+        retaken = [h for h in due if h in refs]
         if retaken:
             for h in retaken:
                 self._forget(h)
             self.committer.forget_outbox(retaken)
         for mode in (EvictMode.DELETE, EvictMode.DEMOTE):
-            refs = self.manager.refcounts
             hashes = [
                 h for h in due if h in self.outbox and self.outbox[h][0] == mode and h not in refs
             ]
@@ -155,8 +166,9 @@ class BackendDispatcher:
 
     def _forget(self, chunk_hash: str) -> None:
         self.outbox.pop(chunk_hash, None)
-        self._attempts.pop(chunk_hash, None)
-        self._not_before.pop(chunk_hash, None)
+        if self._attempts:
+            self._attempts.pop(chunk_hash, None)
+            self._not_before.pop(chunk_hash, None)
 
     def _report(self, op: str, count: int, result: BackendResult) -> None:
         if not result.ok:

@@ -233,13 +233,13 @@ class EventService:
 
     def _delta(self, c: Change) -> dict[str, Any]:
         sessions = self.manager.sessions
-        counts = self.manager.refcounts
+        counts = self.manager.refcounts.counts
         return {
             "sessions": {
                 sid: (sessions[sid].to_dict() if sid in sessions else None)
                 for sid in c.prev_sessions
             },
-            "refcounts": {h: counts.get(h) for h in c.prev_counts},
+            "refcounts": {h: counts.get(h, 0) for h in c.prev_counts},
         }
 
     def _publish(self, type_: str, session_id: str | None, ok: bool, c: Change) -> None:

@@ -88,6 +88,23 @@ def chunk_hashes_of(value: Any, limits: Limits, field: str = "chunk_hashes") -> 
             f"'{field}' has {len(value)} hashes, more than the limit of "
             f"{limits.max_hashes_per_event}"
         )
+    # Fast path, all in C: plain ASCII strings, none empty, none near the byte limit.
+    try:
+        out = list(map(sys.intern, value))
+    except TypeError:
+        out = None
+    if (
+        out is not None
+        and all(out)
+        and "".join(out).isascii()
+        and max(map(len, out), default=0) <= limits.max_hash_bytes
+    ):
+        return out
+    return _chunk_hashes_slow(value, limits, field)
+
+
+def _chunk_hashes_slow(value: list[Any], limits: Limits, field: str) -> list[str]:
+    """Check each hash in turn; raises on the first bad one with its index."""
     out: list[str] = []
     intern = sys.intern
     for i, h in enumerate(value):

@@ -17,6 +17,14 @@ class RefcountTable:
     def __init__(self) -> None:
         self._counts: dict[str, int] = {}
 
+    @property
+    def counts(self) -> dict[str, int]:
+        """The live table, for hot loops that must not pay a method call per hash.
+
+        Read it, never write it: every change goes through incr/decr/restore.
+        """
+        return self._counts
+
     def get(self, chunk_hash: str) -> int:
         """Current count, 0 when absent."""
         return self._counts.get(chunk_hash, 0)
