@@ -260,6 +260,14 @@ async def test_since_falls_back_to_snapshot_when_ring_lost_events(
     for bad in (now + 1000, -1):
         first = await recv_snapshot(d, f"?since={bad}")
         assert first["kind"] == "snapshot" and first["seq"] == now
+    # The epoch of another run (a restarted daemon numbers from 1 again): snapshot, never a
+    # replay of this run's records; this run's epoch: replay.
+    epoch = first["epoch"]
+    assert isinstance(epoch, str) and epoch
+    first = await recv_snapshot(d, f"?since={now - 1}&epoch=0000000000000000")
+    assert first["kind"] == "snapshot" and first["seq"] == now
+    first = await recv_snapshot(d, f"?since={now - 1}&epoch={epoch}")
+    assert first["kind"] == "event" and first["seq"] == now and first["epoch"] == epoch
     resp = await d.client.get("/trace?since=abc")
     assert resp.status == 400
     assert "since must be an integer" in await resp.text()
