@@ -25,12 +25,12 @@ class TraceSubscription:
       outage (also when the first connection fails), then it retries with backoff;
     * ``{"kind": "reconnected", "since": n | None, "attempts": k}`` when it is back.
 
-    Only a slow-subscriber close (4008, the same daemon still running) resumes with
-    ``?since=<last seq>``: the events after ``since`` follow, or a fresh ``snapshot`` when
-    they fell out of the daemon's ring. After any other drop the daemon may have restarted,
-    and its sequence numbers start again from 0, so a ``since`` from before could replay the
-    wrong range: it reconnects without one (``since`` None in the marker) and a fresh
-    ``snapshot`` follows. Either way a ``snapshot`` means: replace all state.
+    It resumes with ``?since=<last seq>&epoch=<daemon run>``: the same daemon run replays
+    the events after ``since`` (or sends a fresh ``snapshot`` when they fell out of its
+    ring); a restarted daemon, whose sequence numbers start again from 0, sees another
+    epoch and sends a fresh ``snapshot``. A daemon that sends no epoch is only resumed after
+    a slow-subscriber close (4008); after other drops it is asked for a snapshot (``since``
+    None in the marker). Either way a ``snapshot`` means: replace all state.
 
     Iteration ends only by ``aclose()`` (or ``break``); a refused handshake (bad token,
     wrong path) raises :class:`RamAKvError` instead of retrying forever.
@@ -49,6 +49,7 @@ class TraceSubscription:
         self.url = base_url.rstrip("/") + "/trace"
         self.session = session
         self.last_seq = since
+        self.epoch: str | None = None
         self.max_backoff = max_backoff
         self.heartbeat = heartbeat
         self.connected = False
@@ -62,6 +63,8 @@ class TraceSubscription:
         params: dict[str, str] = {}
         if self.last_seq is not None:
             params["since"] = str(self.last_seq)
+            if self.epoch is not None:
+                params["epoch"] = self.epoch
         if self.session is not None:
             params["session"] = self.session
         return params
@@ -120,6 +123,8 @@ class TraceSubscription:
                 if isinstance(data, dict):
                     if isinstance(data.get("seq"), int):
                         self.last_seq = data["seq"]
+                    if isinstance(data.get("epoch"), str):
+                        self.epoch = data["epoch"]
                     return data
                 continue
             if msg.type in (aiohttp.WSMsgType.PING, aiohttp.WSMsgType.PONG):
@@ -142,8 +147,8 @@ class TraceSubscription:
         self._outage_reported = True
         marker = {"kind": "disconnected", "code": code, "reason": reason,
                   "last_seq": self.last_seq}
-        if code != SLOW_CLOSE_CODE:
-            self.last_seq = None  # maybe a restart: ask for a snapshot, not a replay
+        if code != SLOW_CLOSE_CODE and self.epoch is None:
+            self.last_seq = None  # maybe a restart we could not detect: ask for a snapshot
         return marker
 
     async def aclose(self) -> None:

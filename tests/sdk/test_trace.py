@@ -42,8 +42,8 @@ async def test_after_a_restart_it_starts_over_from_a_snapshot(daemon_proc) -> No
             for i in range(seq + 3):  # the new daemon's seq passes the old one
                 daemon_proc.event("turn_start", session_id=f"n{i}")
             back = await next_msg(sub)
-            assert back == {"kind": "reconnected", "since": None, "attempts": back["attempts"]}
-            snap = await next_msg(sub)
+            assert back == {"kind": "reconnected", "since": seq, "attempts": back["attempts"]}
+            snap = await next_msg(sub)  # another epoch: a snapshot, not a replay
             assert snap["kind"] == "snapshot"
             assert snap["sessions"]["s"]["chunk_hashes"] == ["aa"]
             assert sub.reconnects == 1
@@ -59,6 +59,48 @@ async def test_first_connection_failure_is_reported_once_then_retried(unused_tcp
         assert not nothing.done()  # retrying quietly, no marker per attempt
         nothing.cancel()
         await sub.aclose()
+
+
+async def test_a_drop_resumes_within_the_same_run(daemon_proc, unused_tcp_port) -> None:
+    """A TCP relay is cut under the subscriber; the daemon lives on: a replay, no snapshot."""
+    host, port = "127.0.0.1", int(daemon_proc.url.rsplit(":", 1)[1])
+    conns: list[asyncio.StreamWriter] = []
+
+    async def pipe(r: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
+        try:
+            while data := await r.read(65536):
+                w.write(data)
+                await w.drain()
+        except (ConnectionError, asyncio.CancelledError):
+            pass
+        finally:
+            w.close()
+
+    async def relay(r: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
+        ur, uw = await asyncio.open_connection(host, port)
+        conns.extend([w, uw])
+        await asyncio.gather(pipe(r, uw), pipe(ur, w))
+
+    server = await asyncio.start_server(relay, "127.0.0.1", unused_tcp_port)
+    try:
+        async with AsyncClient(daemon_proc.url) as c:
+            async with AsyncClient(f"http://127.0.0.1:{unused_tcp_port}") as via:
+                async with via.subscribe_trace(max_backoff=0.1) as sub:
+                    assert (await next_msg(sub))["kind"] == "snapshot"
+                    await c.turn_end("r", {"chunk_hashes": ["aa"]})
+                    seq = (await next_msg(sub))["seq"]
+                    for w in conns:
+                        w.transport.abort()
+                    conns.clear()
+                    assert (await next_msg(sub))["kind"] == "disconnected"
+                    await c.turn_end("r", {"chunk_hashes": ["bb"]})  # while it is away
+                    back = await next_msg(sub)
+                    assert back["kind"] == "reconnected" and back["since"] == seq
+                    missed = await next_msg(sub)
+                    assert missed["kind"] == "event" and missed["seq"] == seq + 1
+                    assert missed["delta"]["refcounts"] == {"aa": 0, "bb": 1}
+    finally:
+        server.close()
 
 
 async def test_slow_close_4008_resumes_from_last_seq(unused_tcp_port) -> None:
