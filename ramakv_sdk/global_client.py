@@ -16,7 +16,7 @@ from typing import Any
 from ramakv_sdk import events
 from ramakv_sdk.client import AsyncClient
 from ramakv_sdk.config import config_path, load_config
-from ramakv_sdk.sender import EventSender, SenderStats
+from ramakv_sdk.sender import EventSender, RateLimitedLog, SenderStats
 
 log = logging.getLogger("ramakv_sdk")
 
@@ -42,6 +42,7 @@ class BackgroundClient:
         self.max_queue = max_queue
         self.concurrency = concurrency
         self.stats = SenderStats()
+        self._log = RateLimitedLog()
         self._inbox: deque[dict[str, Any]] = deque()
         self._wake_pending = False
         self._lock = threading.Lock()
@@ -56,6 +57,8 @@ class BackgroundClient:
         try:
             if len(self._inbox) >= self.max_queue:
                 self.stats.dropped_full += 1
+                self._log.warn("full", "ram-a-kv SDK queue full (%d events); event dropped",
+                               self.max_queue)
                 return
             self._inbox.append(event)
             if not self._wake_pending:
