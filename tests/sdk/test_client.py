@@ -147,3 +147,12 @@ def test_from_config_reads_url_and_token(tmp_path: Path) -> None:
     cfg.write_text('daemon_url = "http://127.0.0.1:7777"\nauth_token = "t"\n')
     c = AsyncClient.from_config(str(cfg))
     assert c.base_url == "http://127.0.0.1:7777" and c.token == "t"
+
+
+def test_one_client_across_two_event_loops(daemon_proc) -> None:
+    import asyncio
+
+    c = AsyncClient(daemon_proc.url)
+    assert asyncio.run(c.health())["status"] == "running"
+    assert asyncio.run(c.health())["status"] == "running"  # a new loop: a new pool
+    asyncio.run(c.aclose())
