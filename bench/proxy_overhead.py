@@ -3,7 +3,8 @@
 Three processes (stand-in engine, real daemon, ramakv-proxy); requests alternate between
 the engine and the proxy on keep-alive connections, so drift hits both alike. Every proxied
 request names a session, so turn_start and turn_end really reach the daemon.
-Run: ``.venv/bin/python -m bench.proxy_overhead [N]``.
+Run: ``.venv/bin/python -m bench.proxy_overhead [N] [--no-session | --daemon-down |
+--bare-daemon]`` (no session id; daemon unreachable; a constant-answer stand-in daemon).
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from pathlib import Path
 
 import aiohttp
 
-from bench.procs import ROOT, daemon, free_port
+from bench.procs import ROOT, bare_server, daemon, free_port
 
 SID = (lambda i: "") if "--no-session" in sys.argv else (lambda i: f"s{i % 32}")  # noqa: E731
 BODY = {"model": "m", "messages": [
@@ -83,8 +84,12 @@ def main() -> None:
     n = int(sys.argv[1]) if len(sys.argv) > 1 and sys.argv[1].isdigit() else 500
     engine_port, proxy_port, dead = free_port(), free_port(), free_port()
     engine_py = str(Path(ROOT) / "tests" / "support" / "openai_engine.py")
-    with daemon() as (daemon_port, _):
-        target = dead if "--daemon-down" in sys.argv else daemon_port
+    with daemon() as (daemon_port, _), bare_server() as bare_port:
+        target = daemon_port
+        if "--daemon-down" in sys.argv:
+            target = dead
+        elif "--bare-daemon" in sys.argv:  # a constant-answer stand-in: the proxy's own cost
+            target = bare_port
         engine = start([sys.executable, engine_py, "--listen", f"127.0.0.1:{engine_port}"],
                        f"http://127.0.0.1:{engine_port}/v1/models")
         proxy = start([sys.executable, "-m", "ramakv_sdk.proxy", "--upstream",
