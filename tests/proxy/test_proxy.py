@@ -207,3 +207,21 @@ async def test_console_script_end_to_end(daemon_proc, engine, tmp_path: Path) ->
         proc.terminate()
         out, _ = proc.communicate(timeout=10)
     assert proc.returncode == 0, out.decode()
+
+
+async def test_client_leaving_mid_stream(daemon_proc, engine, start_proxy) -> None:
+    """The client goes away after the first chunk: the proxy survives, sends no turn_end
+    (no kv_transfer_params went by), and the next request is served."""
+    proxy = await start_proxy(engine.url, daemon_proc.url)
+    async with aiohttp.ClientSession() as http:
+        r = await http.post(f"{proxy.url}/v1/chat/completions", json={**CHAT, "stream": True},
+                            headers={"X-Session-Id": "gone", "X-Engine-Delay": "0.2"})
+        await r.content.readany()
+        r.close()  # drop the connection
+        await asyncio.sleep(1.5)  # the engine finishes writing into the void
+        async with http.post(f"{proxy.url}/v1/chat/completions", json=CHAT,
+                             headers={"X-Session-Id": "next"}) as r2:
+            assert r2.status == 200
+    assert await proxy.sender.flush(10)
+    assert await session_events(daemon_proc, "gone") == ["turn_start"]
+    assert session_map(daemon_proc, "next") == expected_hashes(CHAT)
