@@ -121,22 +121,27 @@ class SqliteSessionStore:
                 rows = await cur.fetchall()
         except sqlite3.Error as err:
             raise StoreError(f"cannot read session store {self.path}: {err}") from err
+        loads = json.loads
         for sid, map_json, turn_count, suspended, holds_json, ts in rows:
             try:
-                hashes = json.loads(map_json)
-                holds = json.loads(holds_json or "[]")
-                if not isinstance(hashes, list) or not all(isinstance(h, str) for h in hashes):
+                hashes = loads(map_json)
+                holds = loads(holds_json or "[]")
+                if not isinstance(hashes, list) or not isinstance(holds, list):
                     raise ValueError("map_json is not a list of strings")
-            except ValueError as err:
+                # sys.intern only takes str: a non-string element raises TypeError here,
+                # which checks every element in C instead of a Python-level loop.
+                chunk_hashes = tuple(map(intern, hashes))
+                fork_holds = tuple(tuple(map(intern, hold)) for hold in holds)
+            except (ValueError, TypeError) as err:
                 log.warning("skipping stored session %r: %s", sid, err)
                 continue
             out.append(
                 Session(
                     session_id=sid,
-                    chunk_hashes=tuple(intern(h) for h in hashes),
+                    chunk_hashes=chunk_hashes,
                     turn_count=int(turn_count or 0),
                     suspended=bool(suspended),
-                    fork_holds=tuple(tuple(intern(h) for h in hold) for hold in holds),
+                    fork_holds=fork_holds,
                     last_event_ts=float(ts or 0.0),
                 )
             )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Iterable, Sequence
 
 from ramakv_daemon.core.change import Change
@@ -47,12 +48,19 @@ class SessionManager:
         except KeyError:
             raise SessionNotFound(session_id) from None
 
-    def holders_of(self, hashes: Iterable[str]) -> dict[str, list[str]]:
-        """hash -> sessions holding a reference on it (map or fork hold), one pass."""
+    def holders_of(
+        self, hashes: Iterable[str], *, with_suspended: bool = False
+    ) -> dict[str, list[str]]:
+        """hash -> sessions holding a reference on it (map or fork hold), one pass.
+
+        ``with_suspended`` also counts suspended sessions whose stored map lists the hash
+        (they hold no reference, but would want it back at snapshot_restore).
+        """
         wanted = set(hashes)
         out: dict[str, list[str]] = {h: [] for h in wanted}
         for sid, s in self.sessions.items():
-            held = s.held_hashes() & wanted
+            mine = set(s.chunk_hashes) if with_suspended else s.held_hashes()
+            held = mine & wanted
             for hold in s.fork_holds:
                 held.update(wanted.intersection(hold))
             for h in held:
@@ -259,9 +267,11 @@ class SessionManager:
         reaches 0 and is deleted from every tier). ``dry_run`` changes nothing.
         """
         wanted = unique(tuple(hashes))
-        holders = self.holders_of(h for h in wanted if h in self.refcounts)
-        free = [h for h in wanted if h not in self.refcounts]
+        holders = self.holders_of(
+            (h for h in wanted if h in self.refcounts or h in self.parked), with_suspended=True
+        )
         refused = {h: sids for h, sids in holders.items() if sids}
+        free = [h for h in wanted if h not in refused]
         released: dict[str, list[str]] = {}
         if force:
             for h, sids in refused.items():
@@ -272,6 +282,10 @@ class SessionManager:
         if not dry_run:
             for sid, dropped in released.items():
                 self._force_release(change, self.sessions[sid], set(dropped), now)
+            # The operator asked for these gone from every tier, parked or not.
+            forced = set(refused) if force else set()
+            change.evict_delete.extend(h for h in change.evict_demote if h in forced)
+            change.evict_demote[:] = [h for h in change.evict_demote if h not in forced]
             change.evict_delete.extend(free)
         change.data = {
             "dry_run": dry_run,
@@ -332,21 +346,20 @@ class SessionManager:
 
 def recompute_refcounts(sessions: Iterable[Session]) -> dict[str, int]:
     """Refcounts from first principles: each active map's unique hashes + every fork hold."""
-    counts: dict[str, int] = {}
+    counts: Counter[str] = Counter()
     for s in sessions:
-        for h in s.held_hashes():
-            counts[h] = counts.get(h, 0) + 1
+        # Counter.update over an iterable counts in C; this runs over every stored
+        # reference at start-up.
+        counts.update(s.held_hashes())
         for hold in s.fork_holds:
-            for h in hold:
-                counts[h] = counts.get(h, 0) + 1
-    return counts
+            counts.update(hold)
+    return dict(counts)
 
 
 def recompute_parked(sessions: Iterable[Session]) -> dict[str, int]:
     """hash -> number of suspended sessions whose map contains it."""
-    counts: dict[str, int] = {}
+    counts: Counter[str] = Counter()
     for s in sessions:
         if s.suspended:
-            for h in s.unique_hashes():
-                counts[h] = counts.get(h, 0) + 1
-    return counts
+            counts.update(set(s.chunk_hashes))
+    return dict(counts)

@@ -88,5 +88,8 @@ class RefcountTable:
                 counts.pop(h, None)
 
     def replace_all(self, counts: dict[str, int]) -> None:
-        """Load a whole table (start-up rebuild)."""
-        self._counts = {h: n for h, n in counts.items() if n > 0}
+        """Take over a whole table (start-up rebuild); every count must be positive.
+
+        The dict is adopted, not copied: at start-up it holds millions of entries.
+        """
+        self._counts = counts
