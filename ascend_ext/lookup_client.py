@@ -22,6 +22,9 @@ from ascend_ext.hashing import to_hex
 
 logger = init_logger(__name__)
 
+#: How long close() waits for a ZMQ receive thread to leave recv() before giving up on it.
+STOP_TIMEOUT_S = 10.0
+
 #: lmcache ``extra_config`` keys that size the hash cache.
 MAX_ENTRIES_KEY = "ramakv.hash_cache_max_entries"
 TTL_KEY = "ramakv.hash_cache_ttl_s"
@@ -118,17 +121,33 @@ class RamAKVAsyncLookupClient(LMCacheAsyncLookupClient):
     # update_state_after_alloc, before request_finished, so it must not drop hashes.
 
     def close(self) -> None:
-        """Forget every cached hash, stop the response thread, close the sockets."""
+        """Forget every cached hash, stop the response thread, then close the sockets.
+
+        lmcache's close() joins the response thread for 1 s while it sits in recv(), then
+        closes the socket under it (libzmq sockets are not thread-safe: that can abort the
+        process), and terminates the process-wide ``zmq.Context.instance()``, which blocks
+        for ever while any other socket of that shared context is open. Here one message to
+        our own PULL socket lets the thread see ``running = False`` and leave recv() first;
+        a thread that still does not stop keeps its socket (a leak, not a crash); and a
+        shared context is left alive for the next user.
+        """
         self._hash_cache.clear()
         self.running = False
-        # lmcache's close() joins the response thread for 1 s while it sits in recv(), then
-        # closes its socket under it, which aborts the process inside libzmq. One message
-        # to our own PULL socket lets the thread see running=False and exit first.
         path = getattr(self, "_scheduler_path", None)
         if path is not None and self.thread.is_alive():
             _poke(self.ctx, path, LookupResponseMsg(lookup_id=_WAKE_ID, num_hit_tokens=0))
-            self.thread.join(timeout=2.0)
-        super().close()
+        self.thread.join(timeout=STOP_TIMEOUT_S)
+        if self.thread.is_alive():
+            logger.error(
+                "lookup client thread did not stop within %.0f s; leaving its sockets open",
+                STOP_TIMEOUT_S,
+            )
+            return
+        for s in self.push_sockets:
+            s.close(linger=0)  # type: ignore[arg-type]
+        self.pull_socket.close(linger=0)  # type: ignore[arg-type]
+        if self.ctx is not getattr(zmq.Context, "_instance", None):
+            self.ctx.term()
         with self.lock:
             self.res_for_each_worker.pop(_WAKE_ID, None)
 
@@ -155,12 +174,58 @@ def _poke(ctx: Any, path: str, msg: Any) -> None:
         sock.close(linger=1000)
 
 
-def wake_lookup_server(server: Any, metadata: Any) -> None:
-    """Let an LMCacheAsyncLookupServer's thread leave recv() before server.close() (tests)."""
+def wake_lookup_server(server: Any, metadata: Any, timeout: float = STOP_TIMEOUT_S) -> bool:
+    """Make an LMCacheAsyncLookupServer's receive thread leave recv() and exit; True if it did.
+
+    The thread checks ``running`` after each message, so one message to its own PULL
+    socket is enough even with a backlog of lookups queued behind it.
+    """
     server.running = False
+    if not server.thread.is_alive():
+        return True
     extra = metadata.kv_connector_extra_config or {}
     path = get_zmq_rpc_path_lmcache(
         metadata.engine_id, "lookup_worker", extra.get("lmcache_rpc_port", 0), metadata.worker_id
     )
     _poke(server.ctx, path, LookupCleanupMsg(lookup_id=_WAKE_ID))
-    server.thread.join(timeout=2.0)
+    server.thread.join(timeout=timeout)
+    return not server.thread.is_alive()
+
+
+def shutdown_engine_and_lookup_server(
+    instance_id: str, server: Any | None, metadata: Any, timeout: float = STOP_TIMEOUT_S
+) -> bool:
+    """Destroy an LMCacheEngine built with an async lookup server, in an order libzmq survives.
+
+    Two threads use the server's sockets: its receive thread (``pull_socket``) and the
+    engine's storage-manager event loop, which answers finished lookups through
+    ``server.push_socket``. ``server.close()`` closes both sockets from the caller's thread
+    while they may still be in use (lookups in flight at shutdown), which can abort the
+    process inside libzmq. So: stop the receive thread, destroy the engine (which stops and
+    joins the event loop), and close the sockets only once neither thread is alive.
+    Returns True when everything was closed; False when a thread would not stop and the
+    sockets were left open rather than closed under it.
+    """
+    from lmcache.v1.cache_engine import LMCacheEngineBuilder
+
+    receiver_stopped = True if server is None else wake_lookup_server(server, metadata, timeout)
+    engine = LMCacheEngineBuilder._instances.get(instance_id)
+    LMCacheEngineBuilder.destroy(instance_id)
+    sm = getattr(engine, "storage_manager", None)
+    loop_thread = getattr(sm, "thread", None)
+    if loop_thread is not None and loop_thread.is_alive():
+        loop_thread.join(timeout=timeout)
+    loop_stopped = loop_thread is None or not loop_thread.is_alive()
+    if server is None:
+        return loop_stopped
+    if not (receiver_stopped and loop_stopped):
+        logger.error(
+            "lookup server of %s: a thread did not stop (receiver=%s, event loop=%s); "
+            "leaving its sockets open", instance_id, receiver_stopped, loop_stopped,
+        )
+        return False
+    if not server.ctx.closed:  # idempotent
+        server.push_socket.close(linger=0)
+        server.pull_socket.close(linger=0)
+        server.ctx.term()
+    return True

@@ -60,16 +60,16 @@ def blake3_engine_factory() -> Iterator[Callable[..., tuple[Any, Any, Any]]]:
             instance, config, metadata, MockGPUConnector(KV_SHAPE), lambda *a: None,
             lambda *a: None,
         )
+        built.append((instance, None, metadata))  # destroyed even if the rest fails
         server = LookupClientFactory.create_lookup_server(engine, metadata)
+        built[-1] = (instance, server, metadata)
         engine.post_init(async_lookup_server=server)
-        built.append((instance, server, metadata))
         return engine, metadata, config
 
     yield make
-    from ascend_ext.lookup_client import wake_lookup_server
+    from ascend_ext.lookup_client import shutdown_engine_and_lookup_server
 
-    for instance, server, metadata in built:
-        if server is not None:
-            wake_lookup_server(server, metadata)  # else close() can abort inside libzmq
-            server.close()
-        LMCacheEngineBuilder.destroy(instance)
+    # Not server.close() then destroy(): the engine's event loop answers lookups through the
+    # server's socket, so closing it first races libzmq ("Fatal Python error: Aborted").
+    for instance, server, metadata in reversed(built):
+        assert shutdown_engine_and_lookup_server(instance, server, metadata), instance

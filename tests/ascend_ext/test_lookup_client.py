@@ -196,3 +196,27 @@ def test_concurrent_lookups_and_pops(engine_and_client) -> None:
         t.join()
     assert not errors
     assert len(client.hash_cache) == 0
+
+
+def test_teardown_with_lookups_in_flight(blake3_engine_factory) -> None:
+    """Lookups still being answered at shutdown: the engine's event loop sends through the
+    server's socket, so it must be stopped before that socket is closed (else libzmq can
+    abort the process). Proven by the fixture's shutdown, which also runs here."""
+    from lmcache.v1.lookup_client.factory import LookupClientFactory
+
+    from ascend_ext.lookup_client import shutdown_engine_and_lookup_server
+
+    engine, md, cfg = blake3_engine_factory()
+    toks = list(range(64))
+    engine.store(tokens=toks)
+    client = LookupClientFactory.create_lookup_client(cfg, md)
+    client.lookup_backoff_time = 0.0
+    for i in range(200):
+        client.lookup(toks, lookup_id=f"burst-{i}")
+    client.close()
+    assert not client.thread.is_alive() and client.pull_socket.closed
+    # Shut down here (the fixture's second call is then a no-op).
+    server = engine.storage_manager.async_lookup_server
+    assert shutdown_engine_and_lookup_server(md.engine_id, server, md)
+    assert server.pull_socket.closed and server.push_socket.closed
+    assert not engine.storage_manager.thread.is_alive()
