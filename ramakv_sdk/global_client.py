@@ -35,8 +35,10 @@ class BackgroundClient:
         timeout: float = 2.0,
         max_queue: int = 10000,
         concurrency: int = 8,
+        retry_for: float = 5.0,
     ) -> None:
         self.daemon_url = daemon_url
+        self.retry_for = retry_for
         self.token = token
         self.timeout = timeout
         self.max_queue = max_queue
@@ -107,7 +109,8 @@ class BackgroundClient:
                 asyncio.set_event_loop(loop)
                 client = AsyncClient(self.daemon_url, timeout=self.timeout, token=self.token)
                 self._sender = EventSender(
-                    client, self.max_queue, self.concurrency, stats=self.stats
+                    client, self.max_queue, self.concurrency, retry_for=self.retry_for,
+                    stats=self.stats,
                 )
                 ready.set()
                 loop.run_forever()
@@ -162,7 +165,8 @@ _init_lock = threading.Lock()
 def init(daemon_url: str, auth_token: str | None = None, **options: Any) -> None:
     """Enable the global client for ``daemon_url``; only the first init of a process counts.
 
-    ``options`` go to :class:`BackgroundClient` (timeout, max_queue, concurrency).
+    ``options`` go to :class:`BackgroundClient` (timeout, max_queue, concurrency,
+    retry_for).
     """
     global _client, _initialised
     with _init_lock:

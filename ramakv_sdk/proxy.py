@@ -40,6 +40,7 @@ class ProxySettings:
     token: str | None = None
     session_header: str = "X-Session-Id"
     daemon_timeout: float = 2.0
+    retry_for: float = 5.0
     max_body_bytes: int = 256 * 1024 * 1024
 
 
@@ -61,7 +62,7 @@ def make_app(settings: ProxySettings) -> web.Application:
             connector=aiohttp.TCPConnector(limit=0),
         )
         client = AsyncClient(settings.daemon_url, settings.daemon_timeout, settings.token)
-        app[SENDER] = EventSender(client)
+        app[SENDER] = EventSender(client, retry_for=settings.retry_for)
         yield
         await app[UPSTREAM].close()
         await app[SENDER].aclose(timeout=5.0)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+import uuid
 from collections import deque
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass
@@ -14,6 +15,11 @@ from ramakv_sdk.client import AsyncClient
 from ramakv_sdk.errors import DaemonUnavailable, RamAKvError
 
 log = logging.getLogger("ramakv_sdk")
+
+
+# State-changing events: retried through a short outage, with an event_id.
+RETRIED = frozenset({"turn_end", "snapshot_restore", "session_fork", "session_fork_end",
+                     "session_suspend", "session_close"})
 
 
 @dataclass(slots=True)
@@ -68,9 +74,13 @@ class EventSender:
     Events of one session go out one after another in submission order; different sessions
     go out concurrently (at most ``concurrency`` requests at once), except that an event
     with ``source_session_id`` waits for the source session's earlier events. At most
-    ``max_queue`` events wait; beyond that, and while the daemon is unreachable, events are
-    dropped and counted. After a failed connection, events are dropped without trying for
-    a short, growing pause (up to ``max_pause`` s), so a dead daemon costs the host nothing.
+    ``max_queue`` events wait; beyond that they are dropped and counted.
+
+    When the daemon cannot be reached, events that change state (:data:`RETRIED`) carry an
+    ``event_id`` and are retried, in order, for up to ``retry_for`` seconds of outage (a
+    daemon restart); ``turn_start`` hints and anything after that are dropped and counted.
+    While it is down, attempts pause for a short, growing interval (up to ``max_pause``
+    s), so a dead daemon costs the host next to nothing.
     """
 
     def __init__(
@@ -79,9 +89,11 @@ class EventSender:
         max_queue: int = 10000,
         concurrency: int = 8,
         max_pause: float = 2.0,
+        retry_for: float = 5.0,
         stats: SenderStats | None = None,
     ) -> None:
         self.client = client
+        self.retry_for = retry_for
         self.max_queue = max_queue
         self.max_pause = max_pause
         self.stats = stats or SenderStats()
@@ -92,6 +104,7 @@ class EventSender:
         self._idle = asyncio.Event()
         self._idle.set()
         self._down_until = 0.0
+        self._down_since: float | None = None
         self._pause = 0.0
         self._log = RateLimitedLog()
 
@@ -134,8 +147,7 @@ class EventSender:
                 try:
                     if after is not None:
                         await after
-                    async with self._sem:
-                        await self._send_one(event)
+                    await self._send_one(event)
                 finally:
                     self.pending -= 1
         finally:
@@ -145,33 +157,58 @@ class EventSender:
                 self._idle.set()
 
     async def _send_one(self, event: dict[str, Any]) -> None:
+        """Deliver one event; state changes are retried through a short outage."""
         type_ = event.get("type")
-        if time.monotonic() < self._down_until:
-            self.stats.dropped_unavailable += 1
-            return
-        try:
-            env = await self.client.raw(event)
-        except DaemonUnavailable as err:
-            self.stats.dropped_unavailable += 1
-            self._pause = min(self.max_pause, max(0.05, self._pause * 2))
-            self._down_until = time.monotonic() + self._pause
-            self._log.warn("down", "ram-a-kv daemon unavailable, events dropped: %s", err)
-            return
-        except RamAKvError as err:
-            self.stats.failed += 1
-            self._log.warn("bad", "ram-a-kv event %s got a bad answer: %s", type_, err)
-            return
-        except Exception:  # never let a bug here reach the host
-            self.stats.failed += 1
-            log.exception("ram-a-kv event %s could not be sent", type_)
-            return
+        retry = type_ in RETRIED
+        if retry and "event_id" not in event:
+            # One id per logical event, reused on every retry: the daemon answers a retry
+            # that already landed with the first answer instead of applying it twice.
+            event["event_id"] = uuid.uuid4().hex
+        while True:
+            now = time.monotonic()
+            if now < self._down_until:
+                outage = now - (self._down_since or now)
+                if not retry or outage >= self.retry_for:
+                    self._drop_unavailable()
+                    return
+                await asyncio.sleep(min(self._down_until - now, self.retry_for - outage))
+                continue
+            try:
+                async with self._sem:
+                    env = await self.client.raw(event)
+            except DaemonUnavailable as err:
+                now = time.monotonic()
+                if self._down_since is None:
+                    self._down_since = now
+                self._pause = min(self.max_pause, max(0.05, self._pause * 2))
+                self._down_until = now + self._pause
+                self._log.warn("down", "ram-a-kv daemon unavailable: %s", err)
+                if not retry or now - self._down_since >= self.retry_for:
+                    self._drop_unavailable()
+                    return
+                continue
+            except RamAKvError as err:
+                self.stats.failed += 1
+                self._log.warn("bad", "ram-a-kv event %s got a bad answer: %s", type_, err)
+                return
+            except Exception:  # never let a bug here reach the host
+                self.stats.failed += 1
+                log.exception("ram-a-kv event %s could not be sent", type_)
+                return
+            break
         self._pause = 0.0
+        self._down_since = None
+        self._down_until = 0.0
         if env["ok"]:
             self.stats.sent += 1
         else:
             self.stats.failed += 1
             self._log.warn(f"failed:{type_}", "ram-a-kv event %s failed: %s", type_,
                            env.get("error"))
+
+    def _drop_unavailable(self) -> None:
+        self.stats.dropped_unavailable += 1
+        self._log.warn("dropped", "ram-a-kv daemon unavailable: events dropped")
 
     async def flush(self, timeout: float | None = None) -> bool:
         """Wait until every queued event was sent or dropped; False on timeout."""

@@ -125,7 +125,7 @@ async def test_missing_or_null_hashes_keep_the_map(daemon_proc, engine, start_pr
 
 
 async def test_daemon_down_never_breaks_the_chat(engine, start_proxy) -> None:
-    proxy = await start_proxy(engine.url, f"http://127.0.0.1:{free_port()}")
+    proxy = await start_proxy(engine.url, f"http://127.0.0.1:{free_port()}", retry_for=0.3)
     async with aiohttp.ClientSession() as http:
         for stream in (False, True):
             async with http.post(f"{proxy.url}/v1/chat/completions",

@@ -74,7 +74,7 @@ def test_per_session_order_under_concurrency(daemon_proc) -> None:
 
 
 def test_daemon_down_never_raises_and_counts_drops(unused_tcp_port: int) -> None:
-    sdk.init(f"http://127.0.0.1:{unused_tcp_port}", timeout=0.5)
+    sdk.init(f"http://127.0.0.1:{unused_tcp_port}", timeout=0.5, retry_for=0.5)
     for i in range(50):
         sdk.turn_start(f"s{i}")
         sdk.turn_end(f"s{i}", {"chunk_hashes": ["aa"]}, {"why": "test"})
@@ -203,3 +203,60 @@ def test_restore_from_another_session_waits_for_its_events(daemon_proc) -> None:
     assert sdk.stats()["failed"] == 0
     assert daemon_proc.event("session_map", session_id="dst")["data"]["chunk_hashes"] == [
         "13", "ab"]
+
+
+def test_events_made_during_a_restart_are_delivered_in_order(daemon_proc) -> None:
+    sdk.init(daemon_proc.url, retry_for=30.0)
+    sdk.turn_end("r", {"chunk_hashes": ["a0"]})
+    assert sdk.flush(10)
+    daemon_proc.kill()
+    for i in range(1, 6):
+        sdk.turn_start("r")  # a hint: dropped while the daemon is away
+        sdk.turn_end("r", {"chunk_hashes": [f"a{i}"]})
+    sdk.session_fork("r")
+    time.sleep(0.5)
+    daemon_proc.start()  # same port, same SQLite file
+    assert sdk.flush(30)
+    st = sdk.stats()
+    # every state change landed; the turn_start hints were sent or dropped, depending on
+    # whether they were tried while the daemon was away
+    assert st["sent"] >= 7 and st["sent"] + st["dropped_unavailable"] == 12
+    assert st["failed"] == 0
+    rows = daemon_proc.event("list_sessions")["data"]["sessions"]
+    assert rows == [{**rows[0], "session_id": "r", "turn_count": 6, "chunk_count": 1,
+                     "fork_holds": 1}]
+    assert daemon_proc.event("session_map", session_id="r")["data"]["chunk_hashes"] == ["a5"]
+
+
+async def test_a_timed_out_event_is_retried_with_the_same_event_id(unused_tcp_port) -> None:
+    """A stand-in daemon that answers the first try too late: the retry carries its id."""
+    from aiohttp import web
+
+    from ramakv_sdk.sender import EventSender
+
+    seen: list[dict] = []
+
+    async def event(request: web.Request) -> web.Response:
+        body = await request.json()
+        seen.append(body)
+        if len(seen) == 1:
+            await asyncio.sleep(1.0)  # past the client's timeout: "maybe applied"
+        return web.json_response({"ok": True, "type": body["type"], "data": {}})
+
+    app = web.Application()
+    app.router.add_post("/event", event)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    await web.TCPSite(runner, "127.0.0.1", unused_tcp_port).start()
+    try:
+        sender = EventSender(AsyncClient(f"http://127.0.0.1:{unused_tcp_port}", timeout=0.3))
+        sender.submit({"type": "session_fork_end", "session_id": "f"})
+        sender.submit({"type": "turn_start", "session_id": "f"})
+        assert await sender.flush(10)
+        await sender.aclose()
+    finally:
+        await runner.cleanup()
+    assert [b["type"] for b in seen] == ["session_fork_end", "session_fork_end", "turn_start"]
+    assert seen[0]["event_id"] == seen[1]["event_id"] and len(seen[0]["event_id"]) == 32
+    assert "event_id" not in seen[2]
+    assert sender.stats.sent == 2 and sender.stats.dropped == 0
