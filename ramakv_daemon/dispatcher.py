@@ -15,6 +15,7 @@ log = logging.getLogger("ramakv.backend")
 
 MAX_BATCH = 1000
 MAX_BACKOFF_S = 60.0
+RECHECK_S = 0.05
 
 
 class BackendDispatcher:
@@ -73,7 +74,7 @@ class BackendDispatcher:
                 v += 1
                 outbox[h] = (mode, v)
         self._version = v
-        if self._attempts:  # a fresh intent starts its backoff afresh
+        if self._not_before:  # a fresh intent starts its backoff afresh
             for h in (*delete, *demote):
                 self._attempts.pop(h, None)
                 self._not_before.pop(h, None)
@@ -132,7 +133,12 @@ class BackendDispatcher:
         )
         refs = self.manager.refcounts.counts
         retaken = [h for h in due if h in refs]
-        if retaken:
+        if retaken and self.committer.busy:
+            # The new reference may still be rolled back (its commit is in flight):
+            # look again shortly rather than forget an eviction that may be needed.
+            for h in retaken:
+                self._not_before[h] = now + RECHECK_S
+        elif retaken:
             for h in retaken:
                 self._forget(h)
             self.committer.forget_outbox(retaken)
@@ -166,7 +172,7 @@ class BackendDispatcher:
 
     def _forget(self, chunk_hash: str) -> None:
         self.outbox.pop(chunk_hash, None)
-        if self._attempts:
+        if self._not_before:
             self._attempts.pop(chunk_hash, None)
             self._not_before.pop(chunk_hash, None)
 
