@@ -25,6 +25,9 @@ class EngineSpec:
     world_size: int = 1
     worker_id: int = 0
     instance_id: str = "ramakv-dev"
+    #: lmcache's ``pre_caching_hash_algorithm``; "blake3" is ascend_ext.hashing's chain hash,
+    #: identical in every process whatever PYTHONHASHSEED ("builtin" is Python's hash()).
+    hash_algorithm: str = "blake3"
 
 
 def build_engine(spec: EngineSpec) -> Any:
@@ -35,6 +38,9 @@ def build_engine(spec: EngineSpec) -> Any:
     from lmcache.v1.gpu_connector.mock_gpu_connector import MockGPUConnector
     from lmcache.v1.metadata import LMCacheMetadata
 
+    from ascend_ext.installer import register_blake3
+
+    register_blake3()  # before the engine builds its token database
     os.makedirs(spec.disk_dir, exist_ok=True)
     config = LMCacheEngineConfig.from_defaults(
         chunk_size=spec.chunk_size,
@@ -43,6 +49,7 @@ def build_engine(spec: EngineSpec) -> Any:
         local_disk=spec.disk_dir,
         max_local_disk_size=spec.disk_mb / 1024,
         lmcache_instance_id=spec.instance_id,
+        pre_caching_hash_algorithm=spec.hash_algorithm,
     )
     shape = (spec.num_layers, 2, spec.chunk_size, spec.num_heads, spec.head_size)
     metadata = LMCacheMetadata(

@@ -12,7 +12,6 @@ import argparse
 import asyncio
 import json
 import os
-import sys
 import tempfile
 from types import SimpleNamespace
 from typing import Any
@@ -22,10 +21,8 @@ from fastapi.responses import JSONResponse
 
 from ascend_ext.memory_api import forget_engine, ops_for, router
 
-# lmcache's builtin chunk hash is Python's hash(): fix the seed so hashes survive restarts
-# and agree between processes (scheduler, workers, tests).
-HASH_SEED = "0"
-
+# lmcache phones home on import unless told not to; a development tool stays offline.
+os.environ.setdefault("LMCACHE_TRACK_USAGE", "false")
 
 def create_app(engine: Any | None = None, worker_urls: list[str] | None = None) -> FastAPI:
     """A FastAPI app with the memory API; a worker when given an engine, else a scheduler."""
@@ -84,11 +81,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 
 def main(argv: list[str] | None = None) -> None:
-    """Re-exec with a fixed PYTHONHASHSEED if needed, build the engine, serve."""
-    if os.environ.get("PYTHONHASHSEED") != HASH_SEED:
-        env = dict(os.environ, PYTHONHASHSEED=HASH_SEED, LMCACHE_TRACK_USAGE="false")
-        args = sys.argv[1:] if argv is None else argv
-        os.execve(sys.executable, [sys.executable, "-m", "ascend_ext.devserver", *args], env)
+    """Build the engine (blake3 chunk hashes: no PYTHONHASHSEED needed), serve."""
     args = parse_args(argv)
     import uvicorn
 

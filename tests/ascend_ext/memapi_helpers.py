@@ -64,10 +64,15 @@ def serve(app: Any) -> Iterator[str]:
 
 
 @contextmanager
-def devserver(*args: str, port: int | None = None) -> Iterator[tuple[str, subprocess.Popen]]:
-    """``python -m ascend_ext.devserver`` in a child process; yields (url, process)."""
+def devserver(
+    *args: str, port: int | None = None, hash_seed: str = "random"
+) -> Iterator[tuple[str, subprocess.Popen]]:
+    """``python -m ascend_ext.devserver`` in a child process; yields (url, process).
+
+    Chunk hashes are blake3 chains, so processes with different PYTHONHASHSEEDs agree.
+    """
     port = port or free_port()
-    env = dict(os.environ, LMCACHE_TRACK_USAGE="false", PYTHONHASHSEED="0")
+    env = dict(os.environ, LMCACHE_TRACK_USAGE="false", PYTHONHASHSEED=hash_seed)
     proc = subprocess.Popen(
         [sys.executable, "-m", "ascend_ext.devserver", "--port", str(port), *args],
         cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,

@@ -41,6 +41,19 @@ def _settle(client, hashes, want, timeout=10.0):
         time.sleep(0.02)
 
 
+def test_engine_turn_hands_out_blake3_chain_hashes(api):
+    """The devserver engine stores under ascend_ext.hashing's chain, as install() makes vLLM's
+    connector do, so hashes agree with any other process (no PYTHONHASHSEED needed)."""
+    from ascend_ext.hashing import chain_hashes_hex, lmcache_hash_func
+
+    client, engine = api
+    toks = tokens(2) + [7, 8, 9]  # a partial tail chunk is neither saved nor reported
+    turn = _turn(client, toks)
+    assert engine.token_database.hash_func is lmcache_hash_func
+    assert turn["kv_transfer_params"]["chunk_hashes"] == chain_hashes_hex(tokens(2), 16)
+    assert turn["tail_tokens"] == 3
+
+
 def test_demote_prefetch_delete_round_trip(api):
     client, _ = api
     first = _turn(client, tokens(3))

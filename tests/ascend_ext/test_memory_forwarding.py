@@ -12,6 +12,8 @@ pytestmark = pytest.mark.lmcache
 import httpx  # noqa: E402
 from memapi_helpers import devserver, tokens  # noqa: E402
 
+from ascend_ext.hashing import chain_hashes_hex  # noqa: E402
+
 CPU, DISK = "LocalCPUBackend", "LocalDiskBackend"
 
 
@@ -27,13 +29,16 @@ def _wait_disk(url: str, hashes: list[str]) -> None:
 
 def test_scheduler_forwards_merges_and_reports_a_dead_worker(tmp_path):
     common = ("--world-size", "2", "--ddr-mb", "4")
-    with devserver(*common, "--worker-id", "0", "--disk-dir", str(tmp_path / "w0")) as (w0, _), \
-         devserver(*common, "--worker-id", "1", "--disk-dir", str(tmp_path / "w1")) as (w1, p1), \
+    w0_args = (*common, "--worker-id", "0", "--disk-dir", str(tmp_path / "w0"))
+    w1_args = (*common, "--worker-id", "1", "--disk-dir", str(tmp_path / "w1"))
+    with devserver(*w0_args, hash_seed="1") as (w0, _), \
+         devserver(*w1_args, hash_seed="2") as (w1, p1), \
          devserver("--workers", f"{w0},{w1}") as (sched, _):
         h0 = httpx.post(w0 + "/engine/turn", json={"token_ids": tokens(3)}).json()
         h1 = httpx.post(w1 + "/engine/turn", json={"token_ids": tokens(2)}).json()
         hashes = h0["kv_transfer_params"]["chunk_hashes"]
-        # same prompt, same seed: both workers name the shared prefix chunks alike
+        # blake3 chain hashes: workers with different PYTHONHASHSEEDs name chunks alike
+        assert hashes == chain_hashes_hex(tokens(3), 16)
         assert h1["kv_transfer_params"]["chunk_hashes"] == hashes[:2]
         _wait_disk(w0, hashes)
         _wait_disk(w1, hashes[:2])
