@@ -83,6 +83,7 @@ class SimBackend:
         st, pol, now = self.store, self.policy, self.clock.now
         deadline = now + self.lead_s
         chunks = [int(h, 16) for h in chunk_hashes]
+        ahead = st.backlog_s(now, deadline) if pol.cap else 0.0
         for i, c in enumerate(chunks):
             if pol.skip_touch and st.touch(c):
                 st.stats.prefetch_skipped_ddr += 1
@@ -92,9 +93,11 @@ class SimBackend:
             if c not in st.ssd:
                 st.stats.prefetch_skipped_missing += 1
                 continue
-            if pol.cap and now + st.backlog_s(now, deadline) + st.chunk_s > deadline:
-                st.stats.prefetch_dropped_cap += len(chunks) - i
-                break
+            if pol.cap:
+                if now + ahead + st.chunk_s > deadline:
+                    st.stats.prefetch_dropped_cap += len(chunks) - i
+                    break
+                ahead += st.chunk_s
             st.enqueue(c, False, deadline, now)
         return BackendResult(True, 200)
 

@@ -69,6 +69,7 @@ class RunResult:
     ttft_mean_ms: float = 0.0
     ttft_p50_ms: float = 0.0
     ttft_p99_ms: float = 0.0
+    ttft_oracle_ms: float = 0.0  # mean TTFT if every reused chunk were a DDR hit (a bound)
     ssd_util: float = 0.0
     daemon_events: int = 0
     daemon_errors: int = 0
@@ -146,6 +147,7 @@ async def replay(trace: Trace, policy: Policy, capacity: float, lead_s: float,
     clock = Clock()
     res = RunResult(policy.name, capacity, lead_s)
     ttfts: list[float] = []
+    oracle = 0.0
     heap: list[tuple[float, int, int, str, Any]] = []
     svc: EventService | None = None
     backend: SimBackend | None = None
@@ -194,6 +196,7 @@ async def replay(trace: Trace, policy: Policy, capacity: float, lead_s: float,
             res.ssd += loads
             res.recompute += rec
             res.new_tokens += e.new_tokens
+            oracle += cost.ttft(hits + loads + rec, 0, 0, e.new_tokens, 0.0)
             if req.outstanding == 0:
                 finish(req)
             continue
@@ -208,6 +211,7 @@ async def replay(trace: Trace, policy: Policy, capacity: float, lead_s: float,
     if svc is not None:
         await svc.stop()
     res.ttft_mean_ms = statistics.fmean(ttfts) * 1000 if ttfts else 0.0
+    res.ttft_oracle_ms = oracle / max(1, res.turns) * 1000
     if ttfts:
         q = statistics.quantiles(ttfts, n=100)
         res.ttft_p50_ms, res.ttft_p99_ms = q[49] * 1000, q[98] * 1000

@@ -12,7 +12,15 @@ from dataclasses import asdict, replace
 from typing import Any
 
 from bench.cache_sim.cost_model import CostModel
-from bench.cache_sim.policy import LRU, STEERED, VARIANTS, Policy
+from bench.cache_sim.policy import (
+    ASCEND_EXT,
+    CAPPED,
+    LRU,
+    SKIP_TOUCH,
+    STEERED,
+    VARIANTS,
+    Policy,
+)
 from bench.cache_sim.runner import RunResult, replay
 from bench.cache_sim.workload import Trace, WorkloadParams, generate
 
@@ -22,9 +30,13 @@ SEED = 1
 COMMAND = "python -m bench.cache_sim"
 # Sensitivity at C = 25 %, L = 1 s: a slower SSD (LMCache's local-disk path below the
 # drive's rating) and longer agent contexts (compaction at 64k tokens instead of 24k).
+# 1 GB/s drives the SSD queue into saturation under LRU alone.
 SENSITIVITY: dict[str, dict[str, Any]] = {
-    "ssd_2GBps": {"cost": {"ssd_bytes_per_s": 2e9}},
-    "compact_64k": {"workload": {"compact_tokens": 65536}},
+    "ssd_2GBps": {"cost": {"ssd_bytes_per_s": 2e9},
+                  "policies": (LRU, ASCEND_EXT, SKIP_TOUCH, STEERED, CAPPED)},
+    "ssd_1GBps": {"cost": {"ssd_bytes_per_s": 1e9},
+                  "policies": (LRU, ASCEND_EXT, STEERED, CAPPED)},
+    "compact_64k": {"workload": {"compact_tokens": 65536}, "policies": (LRU, STEERED)},
 }
 
 
@@ -61,7 +73,7 @@ def _jobs(quick: bool, params: WorkloadParams, cost: CostModel) -> list[tuple]:
         for name, change in SENSITIVITY.items():
             p2 = replace(params, **change.get("workload", {}))
             c2 = replace(cost, **change.get("cost", {}))
-            for pol in (LRU, STEERED):
+            for pol in change["policies"]:
                 jobs.append((p2, c2, pol, 0.25, 1.0, f"sens:{name}"))
     return jobs
 
@@ -73,6 +85,8 @@ def _pair(lru: dict[str, Any], steered: dict[str, Any]) -> dict[str, Any]:
             "hit_rate_lru": lru["hit_rate"], "hit_rate_steered": steered["hit_rate"],
             "ttft_mean_ms_lru": round(lru["ttft_mean_ms"], 2),
             "ttft_mean_ms_steered": round(steered["ttft_mean_ms"], 2),
+            "ttft_reduction_bound": round(1.0 - lru["ttft_oracle_ms"] / lru["ttft_mean_ms"], 4)
+            if lru["ttft_mean_ms"] else 0.0,
             "slow_path_lru": lru["slow_path"], "slow_path_steered": steered["slow_path"]}
 
 
@@ -119,8 +133,9 @@ def run(quick: bool = False, out_dir: str | None = "bench/results", plots: bool 
     sens: dict[str, Any] = {}
     for name in SENSITIVITY:
         pair = {r["policy"]: r for r in runs if r["tag"] == f"sens:{name}"}
-        if len(pair) == 2:
-            sens[name] = _pair(pair[LRU.name], pair[STEERED.name])
+        if LRU.name in pair:
+            sens[name] = {pol: _pair(pair[LRU.name], r) for pol, r in pair.items()
+                          if pol != LRU.name}
     result["sensitivity"] = sens
     result["runs"] = runs
     result["wall_s"] = round(time.perf_counter() - started, 1)
@@ -176,6 +191,7 @@ def table(result: dict[str, Any]) -> str:
                 lines.append(_row(r, b))
     c25 = result["capacity_25"]
     lines += ["", f"cache.capacity_25.slow_path_gain = {c25['slow_path_gain']}  (target >= 2.5)",
-              f"cache.capacity_25.ttft_reduction = {c25['ttft_reduction']}  (target >= 0.40)",
+              f"cache.capacity_25.ttft_reduction = {c25['ttft_reduction']}  (target >= 0.40; "
+              f"bound with every reused chunk in DDR: {c25['ttft_reduction_bound']})",
               f"wall {result['wall_s']} s"]
     return "\n".join(lines)
