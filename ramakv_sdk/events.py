@@ -5,6 +5,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+_STR_ONLY = frozenset({str})
+
 
 def hex_hash(h: str | int) -> str:
     """A chunk hash as the daemon wants it: strings verbatim, ints as signed hex ("-1f")."""
@@ -19,7 +21,10 @@ def hash_list(hashes: Iterable[str | int]) -> list[str]:
     """Hashes in the caller's order, ints converted with :func:`hex_hash`."""
     if isinstance(hashes, str | bytes):
         raise TypeError("chunk hashes must be a list of strings, not one string")
-    return [hex_hash(h) for h in hashes]
+    out = list(hashes)
+    if set(map(type, out)) <= _STR_ONLY:  # the usual case, checked in C: a copy is enough
+        return out
+    return [hex_hash(h) for h in out]
 
 
 def kv_params(kv_transfer_params: Mapping[str, Any] | None) -> dict[str, Any] | None:
