@@ -191,6 +191,10 @@ class EventSender:
                 self.stats.failed += 1
                 self._log.warn("bad", "ram-a-kv event %s got a bad answer: %s", type_, err)
                 return
+            except (TypeError, ValueError) as err:  # json.dumps refused the payload
+                self.stats.failed += 1
+                self._log.warn("json", "ram-a-kv event %s dropped: not JSON: %s", type_, err)
+                return
             except Exception:  # never let a bug here reach the host
                 self.stats.failed += 1
                 log.exception("ram-a-kv event %s could not be sent", type_)
