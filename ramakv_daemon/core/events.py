@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import sys
 from dataclasses import dataclass
 from typing import Any
 
@@ -76,7 +75,10 @@ def optional_session_id(payload: dict[str, Any], field: str) -> str | None:
 
 
 def chunk_hashes_of(value: Any, limits: Limits, field: str = "chunk_hashes") -> list[str]:
-    """Validate a chunk hash list and intern its strings (shared maps share memory).
+    """Validate a chunk hash list (returned as a new list of the same strings).
+
+    Hashes are not interned: most chunks belong to one session, and the interned-string
+    table would cost more per chunk (about 40 bytes) than the few shared chunks' copies.
 
     Raises:
         InvalidEvent: not a list of non-empty strings, too many, or one too long.
@@ -90,23 +92,22 @@ def chunk_hashes_of(value: Any, limits: Limits, field: str = "chunk_hashes") -> 
         )
     # Fast path, all in C: plain ASCII strings, none empty, none near the byte limit.
     try:
-        out = list(map(sys.intern, value))
+        joined = "".join(value)  # raises TypeError on any non-string, in C
     except TypeError:
-        out = None
+        joined = None
     if (
-        out is not None
-        and all(out)
-        and "".join(out).isascii()
-        and max(map(len, out), default=0) <= limits.max_hash_bytes
+        joined is not None
+        and joined.isascii()
+        and all(value)
+        and max(map(len, value), default=0) <= limits.max_hash_bytes
     ):
-        return out
+        return list(value)
     return _chunk_hashes_slow(value, limits, field)
 
 
 def _chunk_hashes_slow(value: list[Any], limits: Limits, field: str) -> list[str]:
     """Check each hash in turn; raises on the first bad one with its index."""
     out: list[str] = []
-    intern = sys.intern
     for i, h in enumerate(value):
         if not isinstance(h, str) or not h:
             raise InvalidEvent(f"'{field}[{i}]' must be a non-empty string")
@@ -126,7 +127,7 @@ def _chunk_hashes_slow(value: list[Any], limits: Limits, field: str) -> list[str
             raise InvalidEvent(
                 f"'{field}[{i}]' is longer than {limits.max_hash_bytes} bytes"
             )
-        out.append(intern(h))
+        out.append(h)
     return out
 
 

@@ -1,0 +1,50 @@
+"""Memory held by the daemon's state: bytes per chunk reference and per distinct chunk."""
+
+from __future__ import annotations
+
+import gc
+import json
+import tracemalloc
+
+from bench.dataset import session_maps
+from ramakv_daemon.core.events import Limits, chunk_hashes_of
+from ramakv_daemon.core.manager import SessionManager
+
+
+def measure(n_sessions: int = 10000, chunks: int = 512) -> dict:
+    """Feed every map through the live turn_end path (JSON decode, validation, interning)
+    and count what the manager keeps; input buffers are freed before measuring."""
+    blobs = [json.dumps(m).encode() for m in session_maps(n_sessions, chunks)]
+    limits = Limits(max_hashes_per_event=max(1000, chunks))
+    gc.collect()
+    tracemalloc.start()
+    base = tracemalloc.get_traced_memory()[0]
+    m = SessionManager()
+    for i, blob in enumerate(blobs):
+        m.turn_end(f"sess-{i}", chunk_hashes_of(json.loads(blob), limits))
+    del blobs
+    gc.collect()
+    held = tracemalloc.get_traced_memory()[0] - base
+    tracemalloc.stop()
+    refs = m.refcounts.total_references()
+    distinct = len(m.refcounts)
+    return {
+        "sessions": n_sessions, "hashes_per_session": chunks, "references": refs,
+        "distinct_chunks": distinct, "bytes": held,
+        "bytes_per_reference": held / refs, "bytes_per_distinct_chunk": held / distinct,
+    }
+
+
+def table(res: dict) -> str:
+    """One-line Markdown table."""
+    return (
+        "| sessions x hashes | references | distinct | MiB | B/reference | B/distinct |\n"
+        "|---|---|---|---|---|---|\n"
+        f"| {res['sessions']} x {res['hashes_per_session']} | {res['references']} | "
+        f"{res['distinct_chunks']} | {res['bytes'] / 2**20:.0f} | "
+        f"{res['bytes_per_reference']:.1f} | {res['bytes_per_distinct_chunk']:.1f} |"
+    )
+
+
+if __name__ == "__main__":
+    print(table(measure(2000)))

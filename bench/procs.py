@@ -1,0 +1,82 @@
+"""Start and stop the processes a benchmark measures (daemon, bare server) on free ports."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def free_port() -> int:
+    """A free loopback TCP port."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_http(port: int, path: str = "/event", timeout: float = 30.0) -> None:
+    """Block until the server at ``port`` answers a POST of {"type":"health"}."""
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        try:
+            req = urllib.request.Request(
+                f"http://127.0.0.1:{port}{path}", data=b'{"type":"health"}', method="POST"
+            )
+            urllib.request.urlopen(req, timeout=1).read()
+            return
+        except OSError:
+            time.sleep(0.05)
+    raise RuntimeError(f"server on port {port} did not come up")
+
+
+@contextlib.contextmanager
+def daemon(
+    store: str | None = None, log_level: str = "WARNING", extra_config: str = ""
+) -> Iterator[tuple[int, subprocess.Popen]]:
+    """A real daemon (noop backend, SQLite on disk) on a free port; yields (port, process)."""
+    with tempfile.TemporaryDirectory(prefix="ramakv-bench-") as tmp:
+        port = free_port()
+        cfg = Path(tmp) / "config.toml"
+        cfg.write_text(
+            f'listen_addr = "127.0.0.1:{port}"\nnoop_backend = true\n'
+            f'session_store_path = "{store or Path(tmp) / "sessions.db"}"\n{extra_config}'
+        )
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "ramakv_daemon", "--config", str(cfg), "--log-level", log_level],
+            cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+            env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        )
+        try:
+            wait_http(port, timeout=300)
+            yield port, proc
+        finally:
+            proc.terminate()
+            try:
+                proc.wait(10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+
+
+@contextlib.contextmanager
+def bare_server() -> Iterator[int]:
+    """The bare aiohttp reference server on a free port."""
+    port = free_port()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "bench.bare_server", str(port)], cwd=ROOT,
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )
+    try:
+        wait_http(port)
+        yield port
+    finally:
+        proc.terminate()
+        proc.wait(10)
