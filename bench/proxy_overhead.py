@@ -58,7 +58,8 @@ def pct(xs: list[float], q: float) -> float:
     return xs[min(len(xs) - 1, int(q * len(xs)))]
 
 
-async def measure(engine: str, proxy: str, n: int) -> None:
+async def measure(engine: str, proxy: str, n: int) -> dict:
+    out: dict = {}
     async with aiohttp.ClientSession() as http:
         for stream in (False, True):
             direct: list[tuple[float, float]] = []
@@ -74,21 +75,32 @@ async def measure(engine: str, proxy: str, n: int) -> None:
                 dd = [x[k] * 1e3 for x in direct]
                 pp = [x[k] * 1e3 for x in via]
                 diff = [b - a for a, b in zip(dd, pp, strict=True)]
+                out[f"{label}.{name.replace(' ', '_')}"] = {
+                    "direct_p50_ms": statistics.median(dd),
+                    "proxy_p50_ms": statistics.median(pp),
+                    "added_p50_ms": statistics.median(diff),
+                }
                 print(f"{label:14} {name:10} direct p50 {statistics.median(dd):6.2f} ms  "
                       f"proxy p50 {statistics.median(pp):6.2f} ms  added p50 "
                       f"{statistics.median(diff):5.2f} ms  p99 "
                       f"{pct(pp, .99) - pct(dd, .99):5.2f} ms")
+    return out
 
 
 def main() -> None:
-    n = int(sys.argv[1]) if len(sys.argv) > 1 and sys.argv[1].isdigit() else 500
+    collect(int(sys.argv[1]) if len(sys.argv) > 1 and sys.argv[1].isdigit() else 500, sys.argv)
+
+
+def collect(n: int = 300, argv: list[str] | None = None) -> dict:
+    """Added latency of the proxy against the stand-in engine, with a real daemon behind."""
+    argv = argv or []
     engine_port, proxy_port, dead = free_port(), free_port(), free_port()
     engine_py = str(Path(ROOT) / "tests" / "support" / "openai_engine.py")
     with daemon() as (daemon_port, _), bare_server() as bare_port:
         target = daemon_port
-        if "--daemon-down" in sys.argv:
+        if "--daemon-down" in argv:
             target = dead
-        elif "--bare-daemon" in sys.argv:  # a constant-answer stand-in: the proxy's own cost
+        elif "--bare-daemon" in argv:  # a constant-answer stand-in: the proxy's own cost
             target = bare_port
         engine = start([sys.executable, engine_py, "--listen", f"127.0.0.1:{engine_port}"],
                        f"http://127.0.0.1:{engine_port}/v1/models")
@@ -98,11 +110,12 @@ def main() -> None:
                       f"http://127.0.0.1:{proxy_port}/_ramakv/stats")
         try:
             print(f"ramakv-proxy overhead, {n} requests each way, sequential, keep-alive")
-            asyncio.run(measure(f"http://127.0.0.1:{engine_port}",
-                                f"http://127.0.0.1:{proxy_port}", n))
+            result = asyncio.run(measure(f"http://127.0.0.1:{engine_port}",
+                                         f"http://127.0.0.1:{proxy_port}", n))
             stats = urllib.request.urlopen(
                 f"http://127.0.0.1:{proxy_port}/_ramakv/stats", timeout=5).read().decode()
             print(f"proxy event counters: {stats}")
+            return result
         finally:
             for p in (proxy, engine):
                 p.terminate()

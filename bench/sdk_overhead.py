@@ -32,7 +32,7 @@ def timed(fn, arg: str, n: int) -> list[int]:  # noqa: ANN001
     return out
 
 
-def run(url: str, label: str, bursts: int) -> None:
+def run(url: str, label: str, bursts: int) -> dict:
     client = BackgroundClient(url, retry_for=0.5)
 
     def turn_start(sid: str) -> None:
@@ -54,20 +54,31 @@ def run(url: str, label: str, bursts: int) -> None:
         ends += timed(turn_end, f"s{b}", 1000)
         client.flush(30)
     b50 = statistics.median(base)
-    for name, xs in (("turn_start", starts), ("turn_end (64 hashes)", ends)):
+    out: dict = {"noop_call_p50_us": b50 / 1e3}
+    for name, xs in (("turn_start", starts), ("turn_end_64", ends)):
         xs.sort()
-        print(f"daemon {label:4} {name:21} p50 {(statistics.median(xs) - b50) / 1e3:5.2f} us  "
-              f"p99 {(xs[int(len(xs) * 0.99)] - b50) / 1e3:6.2f} us  (no-op call p50 "
-              f"{b50 / 1e3:.2f} us)")
-    print(f"daemon {label:4} counters {client.stats.as_dict()}")
+        out[name] = {
+            "p50_us": (statistics.median(xs) - b50) / 1e3,
+            "p99_us": (xs[int(len(xs) * 0.99)] - b50) / 1e3,
+        }
+        print(f"daemon {label:4} {name:12} p50 {out[name]['p50_us']:5.2f} us  "
+              f"p99 {out[name]['p99_us']:6.2f} us  (no-op call p50 {b50 / 1e3:.2f} us)")
+    out["counters"] = client.stats.as_dict()
+    print(f"daemon {label:4} counters {out['counters']}")
     client.close(5)
+    return out
+
+
+def collect(bursts: int = 10) -> dict:
+    """Caller-side cost with the daemon up and down."""
+    with daemon() as (port, _):
+        up = run(f"http://127.0.0.1:{port}", "up", bursts)
+    down = run(f"http://127.0.0.1:{free_port()}", "down", bursts)
+    return {"up": up, "down": down}
 
 
 def main() -> None:
-    bursts = int(sys.argv[1]) if len(sys.argv) > 1 else 20
-    with daemon() as (port, _):
-        run(f"http://127.0.0.1:{port}", "up", bursts)
-    run(f"http://127.0.0.1:{free_port()}", "down", bursts)
+    collect(int(sys.argv[1]) if len(sys.argv) > 1 else 20)
 
 
 if __name__ == "__main__":

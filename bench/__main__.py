@@ -1,0 +1,114 @@
+"""`make bench`: every benchmark, side by side, into bench/results/latest.{json,md}.
+
+Usage: python -m bench [--quick] [--only NAME[,NAME]] — names: throughput, recovery, memory,
+sdk, proxy, cache.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+RESULTS = Path(__file__).resolve().parent / "results"
+
+
+def _throughput(quick: bool) -> tuple[dict, str]:
+    from bench import throughput
+
+    res = throughput.run(seconds=3.0 if quick else 5.0, rounds=1 if quick else 2)
+    return res, throughput.table(res)
+
+
+def _recovery(quick: bool) -> tuple[dict, str]:
+    from bench import recovery
+
+    res = recovery.run((1000, 5000) if quick else (1000, 10000, 50000))
+    return res, recovery.table(res)
+
+
+def _memory(quick: bool) -> tuple[dict, str]:
+    from bench import memory
+
+    res = memory.measure(2000 if quick else 10000)
+    return res, memory.table(res)
+
+
+def _sdk(quick: bool) -> tuple[dict, str]:
+    from bench import sdk_overhead
+
+    res = sdk_overhead.collect(3 if quick else 10)
+    lines = ["| daemon | call | p50 µs | p99 µs |", "|---|---|---|---|"]
+    for side in ("up", "down"):
+        for call in ("turn_start", "turn_end_64"):
+            r = res[side][call]
+            lines.append(f"| {side} | {call} | {r['p50_us']:.2f} | {r['p99_us']:.2f} |")
+    return res, "\n".join(lines)
+
+
+def _proxy(quick: bool) -> tuple[dict, str]:
+    from bench import proxy_overhead
+
+    res = proxy_overhead.collect(100 if quick else 300)
+    lines = ["| request | measured at | direct p50 ms | via proxy p50 ms | added p50 ms |",
+             "|---|---|---|---|---|"]
+    for key, r in res.items():
+        mode, point = key.split(".")
+        lines.append(f"| {mode} | {point} | {r['direct_p50_ms']:.2f} | "
+                     f"{r['proxy_p50_ms']:.2f} | {r['added_p50_ms']:.2f} |")
+    return res, "\n".join(lines)
+
+
+def _cache(quick: bool) -> tuple[dict, str]:
+    from bench.cache_sim import suite
+
+    res = suite.run(quick=quick, out_dir=str(RESULTS))
+    res = {k: v for k, v in res.items() if k != "runs"} | {"runs": res["runs"]}
+    return res, "```\n" + suite.table(res) + "\n```"
+
+
+BENCHES: dict[str, Callable[[bool], tuple[dict, str]]] = {
+    "throughput": _throughput, "recovery": _recovery, "memory": _memory,
+    "sdk": _sdk, "proxy": _proxy, "cache": _cache,
+}
+
+
+def main() -> None:
+    """Run the selected benchmarks; print and write a table per benchmark."""
+    p = argparse.ArgumentParser(prog="python -m bench")
+    p.add_argument("--quick", action="store_true", help="shorter runs (about 3 minutes)")
+    p.add_argument("--only", default="", help="comma-separated subset of " + ",".join(BENCHES))
+    args = p.parse_args()
+    names = [n for n in args.only.split(",") if n] or list(BENCHES)
+    results: dict[str, Any] = {
+        "machine": {"cpus": os.cpu_count(), "python": platform.python_version(),
+                    "platform": platform.platform(),
+                    "loadavg_start": os.getloadavg()},
+        "quick": args.quick, "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+    }
+    sections = []
+    for name in names:
+        t0 = time.perf_counter()
+        print(f"== {name} ...", flush=True)
+        res, text = BENCHES[name](args.quick)
+        res["wall_s"] = round(time.perf_counter() - t0, 1)
+        results[name] = res
+        sections.append(f"## {name}\n\n{text}\n")
+        print(text, flush=True)
+    results["machine"]["loadavg_end"] = os.getloadavg()
+    RESULTS.mkdir(exist_ok=True)
+    (RESULTS / "latest.json").write_text(json.dumps(results, indent=1, default=str))
+    header = (f"# ram-a-kv benchmarks ({results['started']}, {os.cpu_count()} CPUs, "
+              f"load {results['machine']['loadavg_start'][0]:.1f} at start)\n\n"
+              "Every speed figure is a ratio against a reference measured in the same run.\n\n")
+    (RESULTS / "latest.md").write_text(header + "\n".join(sections))
+    print(f"wrote {RESULTS / 'latest.json'} and {RESULTS / 'latest.md'}")
+
+
+if __name__ == "__main__":
+    main()
