@@ -1,1 +1,1 @@
-"""ram-a-kv benchmarks: every speed figure is a ratio against a reference measured in the same run."""
+"""ram-a-kv benchmarks: each speed figure is a ratio against a reference from the same run."""
