@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from ramakv_daemon.core.change import Change
@@ -23,7 +23,7 @@ class _Pending:
 
     change: Change | None
     sessions: dict
-    outbox: list[tuple[str, str | None]]
+    outbox: list[tuple[tuple[str, str], str | None]]
     event_id: tuple[str, str, float] | None
     future: asyncio.Future[None] | None
 
@@ -40,12 +40,15 @@ class GroupCommitter:
     def __init__(
         self,
         store: SessionStore,
-        manager: SessionManager,
+        managers: Mapping[str, SessionManager] | SessionManager,
         on_commit: Callable[[float, int], None] | None = None,
         event_id_ttl_s: float = 3600.0,
     ) -> None:
         self.store = store
-        self.manager = manager
+        # namespace -> manager; the service's live dict, so namespaces added later are seen.
+        if isinstance(managers, SessionManager):
+            managers = {managers.namespace: managers}
+        self.managers: Mapping[str, SessionManager] = managers
         self.on_commit = on_commit
         self.event_id_ttl_s = event_id_ttl_s
         self._pending: list[_Pending] = []
@@ -63,9 +66,13 @@ class GroupCommitter:
         self, change: Change, event_id: tuple[str, str, float] | None = None
     ) -> asyncio.Future[None]:
         """Queue ``change``'s sessions, evictions and answer; await the commit."""
-        sessions = {sid: self.manager.sessions.get(sid) for sid in change.prev_sessions}
-        outbox: list[tuple[str, str | None]] = [(h, "delete") for h in change.evict_delete]
-        outbox += [(h, "demote") for h in change.evict_demote]
+        ns = change.namespace
+        live = self.managers[ns].sessions
+        sessions = {sid: live.get(sid) for sid in change.prev_sessions}
+        outbox: list[tuple[tuple[str, str], str | None]] = [
+            ((ns, h), "delete") for h in change.evict_delete
+        ]
+        outbox += [((ns, h), "demote") for h in change.evict_demote]
         fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._pending.append(_Pending(change, sessions, outbox, event_id, fut))
         self._last = fut
@@ -86,10 +93,13 @@ class GroupCommitter:
         if last is not None and not last.done():
             await asyncio.wait([last])
 
-    def forget_outbox(self, hashes: list[str]) -> None:
+    def forget_outbox(self, hashes: list[str], namespace: str = "") -> None:
         """Queue the removal of delivered (or no longer wanted) evictions; nobody waits."""
         if hashes:
-            self._pending.append(_Pending(None, {}, [(h, None) for h in hashes], None, None))
+            rows: list[tuple[tuple[str, str], str | None]] = [
+                ((namespace, h), None) for h in hashes
+            ]
+            self._pending.append(_Pending(None, {}, rows, None, None))
             self._wake.set()
 
     async def _run(self) -> None:
@@ -105,7 +115,7 @@ class GroupCommitter:
 
     async def _commit(self, batch: list[_Pending]) -> None:
         sessions: dict = {}
-        outbox: dict[str, str | None] = {}
+        outbox: dict[tuple[str, str], str | None] = {}
         answers = []
         for p in batch:
             sessions.update(p.sessions)
@@ -133,7 +143,7 @@ class GroupCommitter:
         self._pending = []
         for p in reversed(failed):
             if p.change is not None:
-                self.manager.undo(p.change)
+                self.managers[p.change.namespace].undo(p.change)
         error = err if isinstance(err, StoreError) else StoreError(f"persistence failed: {err}")
         log.error("commit of %d writes failed, state rolled back: %s", len(failed), error)
         for p in failed:

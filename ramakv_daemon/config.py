@@ -9,6 +9,8 @@ from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
+from ramakv_daemon.deployments import Deployment, locations_of, parse_deployments
+
 log = logging.getLogger("ramakv.config")
 
 DEFAULT_CONFIG_PATH = Path("/etc/ram-a-kv/config.toml")
@@ -48,6 +50,11 @@ class Config:
     idempotency_window: int = 10000
     idempotency_ttl_s: float = 3600.0
     sqlite_synchronous: str = "NORMAL"
+    # Namespaces and the DDR budget (docs/namespaces.md):
+    deployments: tuple[Deployment, ...] = ()
+    evict_locations: tuple[str, ...] = ()  # refcount-zero eviction tiers; () = every tier
+    ddr_budget_chunks: int = 0  # budget of the unnamed default namespace; 0 = none
+    turn_in_flight_timeout_s: float = 600.0  # a turn_start with no turn_end stops pinning
 
     @property
     def host_port(self) -> tuple[str, int]:
@@ -86,6 +93,16 @@ def from_mapping(data: dict[str, Any], source: str = "<mapping>") -> tuple[Confi
     warnings: list[str] = []
     values: dict[str, Any] = {}
     for key, value in data.items():
+        if key == "deployments":
+            values[key], more = parse_deployments(value)
+            warnings += [f"{source}: {w}" for w in more]
+            continue
+        if key == "evict_locations":
+            try:
+                values[key] = locations_of(value, "evict_locations")
+            except TypeError as err:
+                warnings.append(f"{source}: config key {err}; using the default")
+            continue
         if key not in _TYPES:
             warnings.append(f"{source}: unknown config key '{key}' ignored")
             continue

@@ -35,7 +35,9 @@ class BackendDispatcher:
         on_result: Callable[[str, int, BackendResult], None] | None = None,
         on_failure: Callable[[str, int, BackendResult, int], None] | None = None,
         base_backoff_s: float = 0.5,
+        namespace: str = "",
     ) -> None:
+        self.namespace = namespace  # one dispatcher per namespace, with its own backend
         self.backend = backend
         self.manager = manager
         self.committer = committer
@@ -87,6 +89,24 @@ class BackendDispatcher:
         task = asyncio.get_running_loop().create_task(self._prefetch(session_id, hashes))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
+
+    def demote(self, hashes: list[str]) -> None:
+        """Budget demotion of still-referenced chunks (DDR -> disk), best effort.
+
+        Not in the outbox: losing one to a crash only leaves a chunk in DDR, and the
+        outbox's re-check would (rightly) drop an eviction of a referenced chunk.
+        """
+        if not hashes:
+            return
+        task = asyncio.get_running_loop().create_task(self._demote(hashes))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _demote(self, hashes: list[str]) -> None:
+        for i in range(0, len(hashes), MAX_BATCH):
+            part = hashes[i : i + MAX_BATCH]
+            result = await self.backend.evict(part, EvictMode.DEMOTE)
+            self._report("budget_demote", len(part), result)
 
     async def _prefetch(self, session_id: str | None, hashes: list[str]) -> None:
         for i in range(0, len(hashes), MAX_BATCH):
@@ -141,7 +161,7 @@ class BackendDispatcher:
         elif retaken:
             for h in retaken:
                 self._forget(h)
-            self.committer.forget_outbox(retaken)
+            self.committer.forget_outbox(retaken, self.namespace)
         for mode in (EvictMode.DELETE, EvictMode.DEMOTE):
             hashes = [
                 h for h in due if h in self.outbox and self.outbox[h][0] == mode and h not in refs
@@ -158,7 +178,7 @@ class BackendDispatcher:
             done = [h for h in hashes if self.outbox.get(h, (None, -1))[1] == versions[h]]
             for h in done:
                 self._forget(h)
-            self.committer.forget_outbox(done)
+            self.committer.forget_outbox(done, self.namespace)
             return
         now = time.monotonic()
         for h in hashes:

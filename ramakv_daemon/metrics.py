@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
+from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
@@ -52,6 +53,60 @@ class DaemonMetrics:
             "ramakv_sqlite_commit_batch_events", "Events per SQLite commit",
             buckets=(1, 2, 4, 8, 16, 32, 64, 128, 256), registry=r,
         )
+
+        # Per namespace; the label is the deployment's name ("default" for the unnamed one,
+        # "unconfigured" for every namespace found only in the database): bounded by config.
+        self.ns_sessions = Gauge(
+            "ramakv_namespace_sessions", "Sessions by namespace and state",
+            ["namespace", "state"], registry=r,
+        )
+        self.ns_chunks = Gauge(
+            "ramakv_namespace_chunks_referenced", "Distinct chunks referenced, by namespace",
+            ["namespace"], registry=r,
+        )
+        self.ns_budget = Gauge(
+            "ramakv_ddr_budget_chunks", "Configured DDR budget in chunks (0 = none)",
+            ["namespace"], registry=r,
+        )
+        self.ns_demoted = Gauge(
+            "ramakv_budget_demoted_sessions", "Sessions whose private chunks the budget "
+            "moved out of DDR", ["namespace"], registry=r,
+        )
+        self.budget_victims = Counter(
+            "ramakv_budget_demotions", "Sessions demoted by the DDR budget", ["namespace"],
+            registry=r,
+        )
+        self.budget_chunks = Counter(
+            "ramakv_budget_demoted_chunks", "Chunks demoted by the DDR budget", ["namespace"],
+            registry=r,
+        )
+
+    def budget(self, label: str, sessions: int, chunks: int) -> None:
+        """Count one budget demotion round."""
+        self.budget_victims.labels(label).inc(sessions)
+        self.budget_chunks.labels(label).inc(chunks)
+
+    def namespaces(self, spaces: Iterable[Any]) -> None:
+        """Refresh the per-namespace gauges (``spaces``: the service's Namespace objects)."""
+        spaces = list(spaces)
+        if len(spaces) < 2:
+            return  # only the unnamed default namespace: the totals above say it all
+        totals: dict[str, list[int]] = {}
+        for ns in spaces:
+            m = ns.manager
+            suspended = sum(1 for s in m.sessions.values() if s.suspended)
+            t = totals.setdefault(ns.metric_label, [0, 0, 0, 0, 0])
+            t[0] += len(m.sessions) - suspended
+            t[1] += suspended
+            t[2] += len(m.refcounts)
+            t[3] += ns.budget.budget
+            t[4] += len(ns.budget.demoted)
+        for label, (active, suspended, chunks, budget, demoted) in totals.items():
+            self.ns_sessions.labels(label, "active").set(active)
+            self.ns_sessions.labels(label, "suspended").set(suspended)
+            self.ns_chunks.labels(label).set(chunks)
+            self.ns_budget.labels(label).set(budget)
+            self.ns_demoted.labels(label).set(demoted)
 
     def event(self, type_: str, ok: bool, seconds: float) -> None:
         """Count one event; unknown types share one label so clients cannot blow it up."""

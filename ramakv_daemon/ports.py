@@ -100,8 +100,8 @@ class SessionStore(Protocol):
         """Every stored session (corrupt rows are skipped and logged)."""
         ...
 
-    async def load_outbox(self) -> dict[str, str]:
-        """Evictions acknowledged but not yet confirmed by the backend: hash -> mode."""
+    async def load_outbox(self) -> dict[tuple[str, str], str]:
+        """Evictions acknowledged but not yet confirmed: (namespace, hash) -> mode."""
         ...
 
     async def load_event_ids(self, limit: int) -> list[tuple[str, str]]:
@@ -111,7 +111,7 @@ class SessionStore(Protocol):
     async def write(
         self,
         sessions: dict[str, Session | None],
-        outbox: dict[str, str | None] | None = None,
+        outbox: dict[str | tuple[str, str], str | None] | None = None,
         event_ids: list[tuple[str, str, float]] | None = None,
         prune_event_ids_before: float | None = None,
     ) -> None:
@@ -119,7 +119,8 @@ class SessionStore(Protocol):
 
         Args:
             sessions: session id -> new state, or None to delete the session.
-            outbox: chunk hash -> eviction mode to remember, or None to forget it.
+            outbox: chunk hash (default namespace) or (namespace, hash) -> eviction mode
+                to remember, or None to forget it.
             event_ids: (event_id, response JSON, timestamp) answers to remember.
             prune_event_ids_before: forget answers older than this timestamp.
         Raises:

@@ -14,11 +14,12 @@ from ramakv_daemon.core.change import Change
 from ramakv_daemon.core.errors import InvalidEvent, RamAKvError
 from ramakv_daemon.core.events import Limits, check_required
 from ramakv_daemon.core.manager import SessionManager
+from ramakv_daemon.core.session import Session
 from ramakv_daemon.debug_files import wants_debug_file, write_debug_file
-from ramakv_daemon.dispatcher import BackendDispatcher
-from ramakv_daemon.handlers import DEFAULT_REGISTRY, HandlerContext, Registry
+from ramakv_daemon.handlers import DEFAULT_REGISTRY, Registry
 from ramakv_daemon.idempotency import AnswerCache
 from ramakv_daemon.metrics import DaemonMetrics
+from ramakv_daemon.namespaces import BackendFactory, Namespace, Namespaces
 from ramakv_daemon.ports import Backend, SessionStore, StoreError
 from ramakv_daemon.trace import TraceHub
 
@@ -34,25 +35,32 @@ class EventService:
         store: SessionStore,
         backend: Backend,
         registry: Registry = DEFAULT_REGISTRY,
+        backend_factory: BackendFactory | None = None,
     ) -> None:
+        """``backend`` steers the unnamed default namespace and every deployment without
+        its own lmcache_url; ``backend_factory(url, evict_locations)`` builds the others."""
         self.config = config
         self.store = store
         self.backend = backend
         self.registry = registry
-        self.manager = SessionManager(
-            turn_start_prefetch=config.turn_start_prefetch, max_sessions=config.max_sessions
-        )
         self.limits = Limits(config.max_hashes_per_event, config.max_hash_bytes)
-        self.ctx = HandlerContext(self.manager, self.limits, registry)
         self.metrics = DaemonMetrics({s.name for s in registry.specs()})
         self.trace = TraceHub(config.trace_buffer, config.trace_queue)
         self.trace.on_drop = self.metrics.dropped_subscribers.inc
+        self.namespaces = Namespaces(
+            config, registry, self.limits, lambda: self.committer, backend,
+            backend_factory or _lmcache_factory(config), self.metrics.backend,
+            self._backend_failed,
+        )
         self.committer = GroupCommitter(
-            store, self.manager, self.metrics.commit, config.idempotency_ttl_s
+            store, self.namespaces.managers, self.metrics.commit, config.idempotency_ttl_s
         )
-        self.dispatcher = BackendDispatcher(
-            backend, self.manager, self.committer, self.metrics.backend, self._backend_failed
-        )
+        self.namespaces.setup()
+        default = self.namespaces[self.namespaces.default]
+        # The default namespace's parts under their pre-namespace names (tests, admin).
+        self.manager: SessionManager = default.manager
+        self.ctx = default.ctx
+        self.dispatcher = default.dispatcher
         self.answers = AnswerCache(config.idempotency_window)
         self.started_at = time.time()
 
@@ -61,32 +69,52 @@ class EventService:
         """Open the store, restore every session, start the writer."""
         t0 = time.perf_counter()
         await self.store.open()
-        sessions = await self.store.load_all()
-        self.manager.load(sessions)
-        self.dispatcher.load(await self.store.load_outbox())
+        groups: dict[str, list[Session]] = {key: [] for key in self.namespaces.managers}
+        for s in await self.store.load_all():
+            groups.setdefault(s.namespace, []).append(s)
+        for key, group in groups.items():
+            self.namespaces.add(key).manager.load(group)
+        outbox: dict[str, dict[str, str]] = {}
+        for (key, h), mode in (await self.store.load_outbox()).items():
+            outbox.setdefault(key, {})[h] = mode
+        for key, rows in outbox.items():
+            self.namespaces.add(key).dispatcher.load(rows)
         for event_id, body in await self.store.load_event_ids(self.config.idempotency_window):
             self.answers.remember(event_id, json.loads(body))
+        managers = self.namespaces.managers.values()
         log.info(
-            "ram-a-kv restored %d sessions, %d chunks, %d references in %.3fs from %s",
-            len(self.manager.sessions), len(self.manager.refcounts),
-            self.manager.refcounts.total_references(), time.perf_counter() - t0,
-            self.config.session_store_path,
+            "ram-a-kv restored %d sessions, %d chunks, %d references in %d namespaces "
+            "in %.3fs from %s",
+            sum(len(m.sessions) for m in managers), sum(len(m.refcounts) for m in managers),
+            sum(m.refcounts.total_references() for m in managers), len(managers),
+            time.perf_counter() - t0, self.config.session_store_path,
         )
-        if self.dispatcher.backlog:
-            log.info(
-                "ram-a-kv %d evictions from the outbox will be retried", self.dispatcher.backlog
-            )
         self.committer.start()
-        self.dispatcher.start()
+        for ns in self.namespaces:
+            if ns.dispatcher.backlog:
+                log.info(
+                    "ram-a-kv %d evictions of namespace %r from the outbox %s",
+                    ns.dispatcher.backlog, ns.key,
+                    "will be retried" if ns.delivers else
+                    "are kept (namespace not configured: nothing is sent)",
+                )
+            if ns.delivers:
+                ns.dispatcher.start()
 
     async def stop(self) -> None:
         """Close subscribers, flush commits and backend calls, close the store."""
         self.trace.close_all("daemon shutting down")
-        await self.dispatcher.close()
-        await self.dispatcher.drain()
+        for ns in self.namespaces:
+            await ns.dispatcher.close()
+        for ns in self.namespaces:
+            if ns.delivers:
+                await ns.dispatcher.drain()
         await self.committer.close()
         await self.store.close()
         await self.backend.close()
+        for ns in self.namespaces:
+            if ns.own_backend is not None:
+                await ns.own_backend.close()
 
     # ---- events ----------------------------------------------------------------------
     async def handle(self, payload: Any) -> tuple[int, dict[str, Any]]:
@@ -146,10 +174,12 @@ class EventService:
         try:
             handler = self.registry.get(type_)
             check_required(handler.spec, payload)
+            ns = self.namespaces[self.namespaces.resolve(payload)]
             if handler.query is not None:
-                change = await handler.query(self.ctx, payload, self.backend)
+                change = await handler.query(ns.ctx, payload, ns.dispatcher.backend)
+                change.namespace = ns.key
             else:
-                change = await self._apply(handler.apply, payload)
+                change = await self._apply(handler.apply, payload, ns)
                 # The delta is taken now, before any await, so it is this event's alone.
                 change.notes["_delta"] = self._delta(change)
                 if change.durable or change.evict_delete or change.evict_demote:
@@ -170,7 +200,7 @@ class EventService:
             await self._write_debug(session_id or "", change)
         return 200, self._succeeded(type_, session_id, change, started)
 
-    async def _apply(self, apply: Any, payload: dict[str, Any]) -> Change:
+    async def _apply(self, apply: Any, payload: dict[str, Any], ns: Namespace) -> Change:
         """Apply a handler; a read or a refusal never answers from a change still in doubt.
 
         While earlier changes wait for their commit, an answer that changes nothing (a
@@ -179,15 +209,18 @@ class EventService:
         """
         busy = self.committer.busy
         try:
-            change = apply(self.ctx, payload, time.time())
+            change = apply(ns.ctx, payload, time.time())
         except RamAKvError:
             if not busy:
                 raise
             await self.committer.barrier()
-            return apply(self.ctx, payload, time.time())
+            change = apply(ns.ctx, payload, time.time())
+            change.namespace = ns.key
+            return change
         if busy and not (change.durable or change.evict_delete or change.evict_demote):
             await self.committer.barrier()
-            change = apply(self.ctx, payload, time.time())
+            change = apply(ns.ctx, payload, time.time())
+        change.namespace = ns.key
         return change
 
     def _succeeded(
@@ -198,9 +231,15 @@ class EventService:
             log.warning(
                 "chunk_evict force: released references %s", c.data.get("released")
             )
-        self.dispatcher.evictions_committed(c.evict_delete, c.evict_demote)
-        self.dispatcher.prefetch(session_id, c.prefetch)
+        ns = self.namespaces[c.namespace]
+        ns.dispatcher.evictions_committed(c.evict_delete, c.evict_demote)
+        prefetch = c.prefetch
+        if ns.budget.budget and "_delta" in c.notes:
+            prefetch = self._budget_after(type_, session_id, c, ns)
+        ns.dispatcher.prefetch(session_id, prefetch)
         self._publish(type_, session_id, True, c)
+        if c.notes.get("_budget"):
+            self.trace.publish(c.notes["_budget"])  # type: ignore[arg-type]
         elapsed = time.perf_counter() - started
         self.metrics.event(type_, True, elapsed)
         log.info(
@@ -231,9 +270,39 @@ class EventService:
              "status": result.status, "detail": result.detail, "backlog": backlog}
         )
 
+    def _budget_after(
+        self, type_: str, session_id: str | None, c: Change, ns: Namespace
+    ) -> list[str]:
+        """Track turns in flight, prefetch a demoted session back, demote over budget."""
+        m, b, now = ns.manager, ns.budget, time.time()
+        session = m.sessions.get(session_id) if session_id else None
+        back = b.observe(type_, session_id, session is not None, now)
+        prefetch = c.prefetch
+        if back and not prefetch and session is not None and not session.suspended:
+            prefetch = list(session.unique_hashes())
+        if len(m.refcounts) > b.budget:  # resident <= referenced: cheap test first
+            plan = b.plan(m.sessions, now)
+            if plan.victims:
+                b.apply(plan)
+                ns.dispatcher.demote(plan.demote)
+                self.metrics.budget(ns.label, len(plan.victims), len(plan.demote))
+                if plan.over:
+                    log.warning(
+                        "namespace %r over its DDR budget (%d > %d chunks): the rest is "
+                        "in flight", ns.key, plan.usage_after, plan.budget,
+                    )
+                c.notes["_budget"] = {
+                    "kind": "budget", "ts": now, "namespace": ns.key,
+                    "victims": plan.victims, "demote": plan.demote,
+                    "usage_before": plan.usage_before, "usage_after": plan.usage_after,
+                    "budget": plan.budget,
+                }
+        return prefetch
+
     def _delta(self, c: Change) -> dict[str, Any]:
-        sessions = self.manager.sessions
-        counts = self.manager.refcounts.counts
+        manager = self.namespaces.managers[c.namespace]
+        sessions = manager.sessions
+        counts = manager.refcounts.counts
         return {
             "sessions": {
                 sid: (sessions[sid].to_dict() if sid in sessions else None)
@@ -249,7 +318,11 @@ class EventService:
             "ok": ok, "data": c.data, "delta": delta,
             "prefetch": c.prefetch, "evict": c.evict_delete, "demote": c.evict_demote,
         }
-        notes = {k: v for k, v in c.notes.items() if k not in ("debug_context", "_delta")}
+        if c.namespace:
+            record["namespace"] = c.namespace
+        notes = {
+            k: v for k, v in c.notes.items() if k not in ("debug_context", "_delta", "_budget")
+        }
         if notes:
             record["notes"] = notes
         self.trace.publish(record)
@@ -258,7 +331,7 @@ class EventService:
         ctx = change.notes.get("debug_context")
         if not isinstance(ctx, dict) or not wants_debug_file(ctx):
             return
-        session = self.manager.sessions.get(session_id)
+        session = self.namespaces.managers[change.namespace].sessions.get(session_id)
         hashes = list(session.chunk_hashes) if session else []
         turn = int(change.notes.get("turn", 0))  # type: ignore[arg-type]
         try:
@@ -274,41 +347,83 @@ class EventService:
     def _print_trace(self) -> None:
         if not self.config.trace_events:
             return
-        sessions = self.manager.sessions
-        if not sessions:
-            log.info("[trace] sessions: <empty>")
-        for sid, s in sessions.items():
-            log.info(
-                "[trace] session map session_id=%s state=%s turn_count=%d chunk_hashes=%s",
-                sid, s.state, s.turn_count, list(s.chunk_hashes),
-            )
-        log.info("[trace] global refcounts %s", self.manager.refcounts.as_dict())
+        for key, m in self.namespaces.managers.items():
+            where = f" namespace={key}" if key else ""
+            if not m.sessions and not key:
+                log.info("[trace] sessions: <empty>")
+            for sid, s in m.sessions.items():
+                log.info(
+                    "[trace] session map session_id=%s state=%s turn_count=%d "
+                    "chunk_hashes=%s%s", sid, s.state, s.turn_count, list(s.chunk_hashes), where,
+                )
+            if m.sessions or not key:
+                log.info("[trace] global refcounts%s %s", where, m.refcounts.as_dict())
 
     # ---- views for the HTTP layer -------------------------------------------------------
     def snapshot(self, session: str | None = None) -> dict[str, Any]:
         """The trace stream's first message: all sessions and refcounts at ``seq``."""
-        sessions = self.manager.sessions
+        managers = self.namespaces.managers
+        others: dict[str, Any] = {}
         if session is not None:
+            owner = self.namespaces.owner(session)
+            m = managers[owner] if owner is not None else self.manager
+            sessions = m.sessions
             picked = {session: sessions[session].to_dict()} if session in sessions else {}
             wanted = set(picked[session]["chunk_hashes"]) if picked else set()  # type: ignore[arg-type]
-            counts = {h: n for h, n in self.manager.refcounts.items() if h in wanted}
+            counts = {h: n for h, n in m.refcounts.items() if h in wanted}
+            if m is not self.manager:
+                others[m.namespace] = {"refcounts": counts}
+                counts = {}
         else:
-            picked = {sid: s.to_dict() for sid, s in sessions.items()}
+            picked = {}
+            for m in managers.values():
+                picked.update((sid, s.to_dict()) for sid, s in m.sessions.items())
             counts = self.manager.refcounts.as_dict()
-        return {"kind": "snapshot", "seq": self.trace.seq, "epoch": self.trace.epoch,
+            # Hashes mean something only within a namespace: the top-level refcounts are
+            # the default namespace's, the others' are listed under "namespaces".
+            others = {
+                key: {"refcounts": m.refcounts.as_dict()}
+                for key, m in managers.items() if m is not self.manager and len(m.refcounts)
+            }
+        snap = {"kind": "snapshot", "seq": self.trace.seq, "epoch": self.trace.epoch,
                 "ts": time.time(),
                 "sessions": picked, "refcounts": counts}
+        if others:
+            snap["namespaces"] = others
+        return snap
 
     def refresh_gauges(self) -> None:
         """Bring the state gauges up to date before /metrics renders."""
         m = self.metrics
-        suspended = sum(1 for s in self.manager.sessions.values() if s.suspended)
-        m.sessions.labels("active").set(len(self.manager.sessions) - suspended)
+        rows = self.namespaces.describe()
+        active = sum(r["sessions"]["active"] for r in rows)
+        suspended = sum(r["sessions"]["suspended"] for r in rows)
+        m.sessions.labels("active").set(active)
         m.sessions.labels("suspended").set(suspended)
-        m.chunks.set(len(self.manager.refcounts))
-        m.references.set(self.manager.refcounts.total_references())
+        m.chunks.set(sum(r["chunks"] for r in rows))
+        m.references.set(
+            sum(x.refcounts.total_references() for x in self.namespaces.managers.values())
+        )
         m.subscribers.set(len(self.trace.subscribers))
-        m.evict_backlog.set(self.dispatcher.backlog)
+        m.evict_backlog.set(sum(r["evict_backlog"] for r in rows))
+        m.namespaces(self.namespaces)
+
+
+def _lmcache_factory(config: Config) -> BackendFactory:
+    """Builds a deployment's own backend: LMCache at its URL (noop when noop_backend)."""
+
+    def make(url: str, evict_locations: tuple[str, ...]) -> Backend:
+        if config.noop_backend:
+            from ramakv_daemon.adapters.backends.noop import NoopBackend
+
+            return NoopBackend()
+        from ramakv_daemon.adapters.backends.lmcache import LMCacheBackend
+
+        return LMCacheBackend(
+            url, timeout=config.backend_timeout_s, delete_locations=evict_locations or None
+        )
+
+    return make
 
 
 def _utf8(text: str) -> bool:

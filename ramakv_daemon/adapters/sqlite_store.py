@@ -35,9 +35,22 @@ CREATE TABLE IF NOT EXISTS session_state (
     session_id TEXT PRIMARY KEY,
     suspended INTEGER NOT NULL DEFAULT 0,
     fork_holds_json TEXT NOT NULL DEFAULT '[]',
-    last_event_ts REAL NOT NULL DEFAULT 0
+    last_event_ts REAL NOT NULL DEFAULT 0,
+    namespace TEXT NOT NULL DEFAULT ''
+);
+CREATE TABLE IF NOT EXISTS ns_evict_outbox (
+    namespace TEXT NOT NULL,
+    chunk_hash TEXT NOT NULL,
+    mode TEXT NOT NULL,
+    PRIMARY KEY (namespace, chunk_hash)
 );
 """
+# Files written before namespaces existed: session_state gains the column (default '').
+# The default namespace's evictions stay in evict_outbox; named namespaces' in ns_evict_outbox.
+_MIGRATIONS = (
+    ("session_state", "namespace", "ALTER TABLE session_state ADD COLUMN namespace "
+     "TEXT NOT NULL DEFAULT ''"),
+)
 
 _UPSERT_SESSION = (
     "INSERT INTO sessions (session_id, map_json, turn_count) VALUES (?, ?, ?) "
@@ -45,10 +58,17 @@ _UPSERT_SESSION = (
     "turn_count=excluded.turn_count"
 )
 _UPSERT_STATE = (
-    "INSERT INTO session_state (session_id, suspended, fork_holds_json, last_event_ts) "
-    "VALUES (?, ?, ?, ?) ON CONFLICT(session_id) DO UPDATE SET suspended=excluded.suspended, "
-    "fork_holds_json=excluded.fork_holds_json, last_event_ts=excluded.last_event_ts"
+    "INSERT INTO session_state (session_id, suspended, fork_holds_json, last_event_ts, "
+    "namespace) VALUES (?, ?, ?, ?, ?) ON CONFLICT(session_id) DO UPDATE SET "
+    "suspended=excluded.suspended, fork_holds_json=excluded.fork_holds_json, "
+    "last_event_ts=excluded.last_event_ts, namespace=excluded.namespace"
 )
+
+OutboxKey = str | tuple[str, str]  # a hash (default namespace) or (namespace, hash)
+
+
+def _split_key(key: OutboxKey) -> tuple[str, str]:
+    return key if isinstance(key, tuple) else ("", key)
 
 
 class SqliteSessionStore:
@@ -79,11 +99,22 @@ class SqliteSessionStore:
             await self._db.execute("PRAGMA journal_mode=WAL")
             await self._db.execute(f"PRAGMA synchronous={self.synchronous}")
             await self._db.execute("PRAGMA busy_timeout=5000")
+            await self._migrate()
             await self._db.executescript(SCHEMA)
             await self._db.commit()
             self._writer = await self._in_thread(self._open_writer)
         except (OSError, sqlite3.Error) as err:
             raise StoreError(f"cannot open session store {self.path}: {err}") from err
+
+    async def _migrate(self) -> None:
+        """Add columns that older files lack (never touches the original sessions table)."""
+        db = self.db
+        for table, column, ddl in _MIGRATIONS:
+            async with db.execute(f"PRAGMA table_info({table})") as cur:
+                columns = {row[1] for row in await cur.fetchall()}
+            if columns and column not in columns:
+                await db.execute(ddl)
+                log.info("session store: added %s.%s", table, column)
 
     def _open_writer(self) -> sqlite3.Connection:
         conn = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
@@ -111,7 +142,7 @@ class SqliteSessionStore:
         out: list[Session] = []
         query = (
             "SELECT s.session_id, s.map_json, s.turn_count, st.suspended, "
-            "st.fork_holds_json, st.last_event_ts FROM sessions s "
+            "st.fork_holds_json, st.last_event_ts, st.namespace FROM sessions s "
             "LEFT JOIN session_state st ON st.session_id = s.session_id"
         )
         try:
@@ -120,7 +151,7 @@ class SqliteSessionStore:
         except sqlite3.Error as err:
             raise StoreError(f"cannot read session store {self.path}: {err}") from err
         loads = json.loads
-        for sid, map_json, turn_count, suspended, holds_json, ts in rows:
+        for sid, map_json, turn_count, suspended, holds_json, ts, ns in rows:
             try:
                 hashes = loads(map_json)
                 holds = loads(holds_json or "[]")
@@ -145,15 +176,21 @@ class SqliteSessionStore:
                     suspended=bool(suspended),
                     fork_holds=fork_holds,
                     last_event_ts=float(ts or 0.0),
+                    namespace=ns or "",
                 )
             )
         return out
 
-    async def load_outbox(self) -> dict[str, str]:
-        """Evictions acknowledged but not yet confirmed by the backend: hash -> mode."""
+    async def load_outbox(self) -> dict[tuple[str, str], str]:
+        """Evictions acknowledged but not yet confirmed: (namespace, hash) -> mode."""
         try:
             async with self.db.execute("SELECT chunk_hash, mode FROM evict_outbox") as cur:
-                return {h: m for h, m in await cur.fetchall()}
+                out = {("", h): m for h, m in await cur.fetchall()}
+            async with self.db.execute(
+                "SELECT namespace, chunk_hash, mode FROM ns_evict_outbox"
+            ) as cur:
+                out.update({(ns, h): m for ns, h, m in await cur.fetchall()})
+            return out
         except sqlite3.Error as err:
             raise StoreError(f"cannot read evict outbox: {err}") from err
 
@@ -172,11 +209,14 @@ class SqliteSessionStore:
     async def write(
         self,
         sessions: dict[str, Session | None],
-        outbox: dict[str, str | None] | None = None,
+        outbox: dict[OutboxKey, str | None] | None = None,
         event_ids: list[tuple[str, str, float]] | None = None,
         prune_event_ids_before: float | None = None,
     ) -> None:
-        """One transaction: sessions (None = delete), outbox rows (None = delete), answers."""
+        """One transaction: sessions (None = delete), outbox rows (None = delete), answers.
+
+        Outbox keys are hashes of the default namespace or (namespace, hash) pairs.
+        """
         if self._writer is None:
             raise StoreError("session store is not open")
         await self._in_thread(
@@ -186,7 +226,7 @@ class SqliteSessionStore:
     def _write_sync(
         self,
         sessions: dict[str, Session | None],
-        outbox: dict[str, str | None],
+        outbox: dict[OutboxKey, str | None],
         event_ids: list[tuple[str, str, float]],
         prune_before: float | None,
     ) -> None:
@@ -205,7 +245,8 @@ class SqliteSessionStore:
                 db.executemany(
                     _UPSERT_STATE,
                     [
-                        (s.session_id, int(s.suspended), dumps(s.fork_holds), s.last_event_ts)
+                        (s.session_id, int(s.suspended), dumps(s.fork_holds), s.last_event_ts,
+                         s.namespace)
                         for s in upserts
                     ],
                 )
@@ -213,15 +254,7 @@ class SqliteSessionStore:
                 db.executemany("DELETE FROM sessions WHERE session_id = ?", deletes)
                 db.executemany("DELETE FROM session_state WHERE session_id = ?", deletes)
             if outbox:
-                db.executemany(
-                    "INSERT INTO evict_outbox (chunk_hash, mode) VALUES (?, ?) "
-                    "ON CONFLICT(chunk_hash) DO UPDATE SET mode=excluded.mode",
-                    [(h, m) for h, m in outbox.items() if m is not None],
-                )
-                db.executemany(
-                    "DELETE FROM evict_outbox WHERE chunk_hash = ?",
-                    [(h,) for h, m in outbox.items() if m is None],
-                )
+                self._write_outbox(db, outbox)
             if event_ids:
                 db.executemany(
                     "INSERT OR REPLACE INTO event_ids (event_id, response_json, ts) "
@@ -238,6 +271,37 @@ class SqliteSessionStore:
                 except sqlite3.Error:
                     log.exception("rollback after a failed write also failed")
             raise StoreError(f"persistence failed: {err}") from err
+
+    @staticmethod
+    def _write_outbox(db: sqlite3.Connection, outbox: dict[OutboxKey, str | None]) -> None:
+        plain: list[tuple[str, str | None]] = []
+        named: list[tuple[str, str, str | None]] = []
+        for key, mode in outbox.items():
+            ns, h = _split_key(key)
+            if ns:
+                named.append((ns, h, mode))
+            else:
+                plain.append((h, mode))
+        if plain:
+            db.executemany(
+                "INSERT INTO evict_outbox (chunk_hash, mode) VALUES (?, ?) "
+                "ON CONFLICT(chunk_hash) DO UPDATE SET mode=excluded.mode",
+                [(h, m) for h, m in plain if m is not None],
+            )
+            db.executemany(
+                "DELETE FROM evict_outbox WHERE chunk_hash = ?",
+                [(h,) for h, m in plain if m is None],
+            )
+        if named:
+            db.executemany(
+                "INSERT INTO ns_evict_outbox (namespace, chunk_hash, mode) VALUES (?, ?, ?) "
+                "ON CONFLICT(namespace, chunk_hash) DO UPDATE SET mode=excluded.mode",
+                [(ns, h, m) for ns, h, m in named if m is not None],
+            )
+            db.executemany(
+                "DELETE FROM ns_evict_outbox WHERE namespace = ? AND chunk_hash = ?",
+                [(ns, h) for ns, h, m in named if m is None],
+            )
 
     async def close(self) -> None:
         """Close both connections and the writer thread (idempotent)."""

@@ -21,6 +21,7 @@ class Change:
         evict_delete: hashes no live session references: drop from every tier.
         evict_demote: hashes released by a suspend: drop from DDR, keep on disk.
         notes: extra facts for the trace and logs (never in ``data``).
+        namespace: the namespace whose manager produced the change (set by the service).
     """
 
     data: dict[str, object] = field(default_factory=dict)
@@ -32,6 +33,7 @@ class Change:
     evict_delete: list[str] = field(default_factory=list)
     evict_demote: list[str] = field(default_factory=list)
     notes: dict[str, object] = field(default_factory=dict)
+    namespace: str = ""
 
     @property
     def evicted_count(self) -> int:

@@ -21,7 +21,11 @@ class SessionManager:
     refcount reaches 0, and every drop to 0 is evicted exactly once.
     """
 
-    def __init__(self, *, turn_start_prefetch: bool = True, max_sessions: int = 0) -> None:
+    def __init__(
+        self, *, turn_start_prefetch: bool = True, max_sessions: int = 0, namespace: str = ""
+    ) -> None:
+        # One manager per compatibility namespace: its hashes mean nothing in another one.
+        self.namespace = namespace
         self.sessions: dict[str, Session] = {}
         self.refcounts = RefcountTable()
         # hash -> number of suspended sessions whose stored map contains it. Derived from
@@ -38,7 +42,7 @@ class SessionManager:
                 f"session limit of {self.max_sessions} reached; close sessions or raise "
                 "max_sessions"
             )
-        return Session(session_id)
+        return Session(session_id, namespace=self.namespace)
 
     # ---- queries -------------------------------------------------------------------
     def get(self, session_id: str) -> Session:

@@ -18,6 +18,8 @@ class Session:
         fork_holds: one snapshot of unique hashes per open fork, oldest first; each holds
             one reference on each of its hashes until its fork_end.
         last_event_ts: wall-clock time of the last event that touched the session.
+        namespace: the compatibility namespace the session belongs to ("" = the unnamed
+            default); its chunk hashes mean something only within it.
     """
 
     session_id: str
@@ -26,6 +28,7 @@ class Session:
     suspended: bool = False
     fork_holds: tuple[tuple[str, ...], ...] = ()
     last_event_ts: float = 0.0
+    namespace: str = ""
 
     @property
     def state(self) -> str:
@@ -46,7 +49,7 @@ class Session:
 
     def to_dict(self) -> dict[str, object]:
         """The JSON shape used by the trace stream and admin events."""
-        return {
+        out: dict[str, object] = {
             "session_id": self.session_id,
             "state": self.state,
             "turn_count": self.turn_count,
@@ -54,6 +57,9 @@ class Session:
             "fork_holds": [list(h) for h in self.fork_holds],
             "last_event_ts": self.last_event_ts,
         }
+        if self.namespace:  # the default namespace's shape is unchanged
+            out["namespace"] = self.namespace
+        return out
 
 
 def unique(hashes: tuple[str, ...] | list[str]) -> tuple[str, ...]:

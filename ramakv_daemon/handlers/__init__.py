@@ -6,6 +6,7 @@ from ramakv_daemon.handlers import (  # noqa: F401  (import registers)
     chunk_info,
     health,
     list_events,
+    list_namespaces,
     list_sessions,
     session_close,
     session_fork,

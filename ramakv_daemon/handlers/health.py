@@ -6,4 +6,6 @@ from ramakv_daemon.handlers.registry import HandlerContext, event
 
 @event("health", "Health check")
 def health(ctx: HandlerContext, payload: dict, now: float) -> Change:
-    return ctx.manager.health()
+    change = ctx.manager.health()
+    change.data["sessions_count"] = sum(len(m.sessions) for m in ctx.every().values())
+    return change

@@ -19,7 +19,8 @@ def _int_field(payload: dict, name: str, default: int, maximum: int) -> int:
 @event(
     "list_sessions",
     "Admin: list sessions (id, state, turn_count, chunk_count, fork_holds, last_event_ts), "
-    "sorted by id",
+    "sorted by id; every namespace unless the event names one (rows outside the unnamed "
+    "default namespace carry 'namespace')",
     optional=("state", "limit", "offset"),
 )
 def list_sessions(ctx: HandlerContext, payload: dict, now: float) -> Change:
@@ -28,19 +29,25 @@ def list_sessions(ctx: HandlerContext, payload: dict, now: float) -> Change:
         raise InvalidEvent("'state' must be \"active\" or \"suspended\"")
     limit = _int_field(payload, "limit", 1000, MAX_LIMIT)
     offset = _int_field(payload, "offset", 0, 2**31)
-    sessions = ctx.manager.sessions
+    if payload.get("namespace") is not None:
+        sessions = ctx.manager.sessions
+    else:
+        sessions = {}
+        for m in ctx.every().values():
+            sessions.update(m.sessions)
     ids = sorted(sid for sid, s in sessions.items() if state is None or s.state == state)
     rows = []
     for sid in ids[offset : offset + limit]:
         s = sessions[sid]
-        rows.append(
-            {
-                "session_id": sid,
-                "state": s.state,
-                "turn_count": s.turn_count,
-                "chunk_count": len(s.chunk_hashes),
-                "fork_holds": len(s.fork_holds),
-                "last_event_ts": s.last_event_ts,
-            }
-        )
+        row = {
+            "session_id": sid,
+            "state": s.state,
+            "turn_count": s.turn_count,
+            "chunk_count": len(s.chunk_hashes),
+            "fork_holds": len(s.fork_holds),
+            "last_event_ts": s.last_event_ts,
+        }
+        if s.namespace:
+            row["namespace"] = s.namespace
+        rows.append(row)
     return Change(data={"total": len(ids), "sessions": rows})

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -14,11 +14,21 @@ from ramakv_daemon.core.manager import SessionManager
 
 @dataclass(slots=True)
 class HandlerContext:
-    """What a handler may use: the manager, the limits and the registry itself."""
+    """What a handler may use: the manager, the limits and the registry itself.
+
+    ``manager`` is the event's namespace's; ``namespaces`` maps every namespace to its
+    manager (health and list_sessions count across all of them).
+    """
 
     manager: SessionManager
     limits: Limits
     registry: Registry
+    namespaces: Mapping[str, SessionManager] | None = None
+    namespace_info: Callable[[], list[dict[str, Any]]] | None = None
+
+    def every(self) -> Mapping[str, SessionManager]:
+        """namespace -> manager, for the events that look across namespaces."""
+        return self.namespaces or {self.manager.namespace: self.manager}
 
 
 ApplyFn = Callable[[HandlerContext, dict[str, Any], float], Change]

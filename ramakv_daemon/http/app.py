@@ -28,7 +28,10 @@ def make_backend(config: Config) -> Backend:
         return NoopBackend()
     from ramakv_daemon.adapters.backends.lmcache import LMCacheBackend
 
-    return LMCacheBackend(config.lmcache_url, timeout=config.backend_timeout_s)
+    return LMCacheBackend(
+        config.lmcache_url, timeout=config.backend_timeout_s,
+        delete_locations=config.evict_locations or None,
+    )
 
 
 def _json(status: int, body: dict) -> web.Response:

@@ -1,0 +1,165 @@
+"""DDR budget per namespace: which whole sessions' private chunks to demote, purely."""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+
+from ramakv_daemon.core.retention import Candidate, retention_order
+from ramakv_daemon.core.session import Session
+
+
+@dataclass(frozen=True, slots=True)
+class Holder:
+    """A session as the budget sees it.
+
+    Attributes:
+        candidate: its retention facts.
+        hashes: every chunk it holds a reference on (active map and fork holds).
+        demoted: True when the budget already moved its private chunks out of DDR.
+    """
+
+    candidate: Candidate
+    hashes: frozenset[str]
+    demoted: bool = False
+
+    @property
+    def in_ddr(self) -> bool:
+        """Entitled to DDR: not demoted, or using its chunks right now (turn in flight)."""
+        return not self.demoted or self.candidate.in_flight
+
+
+@dataclass(slots=True)
+class Plan:
+    """What to demote to get back under budget.
+
+    Attributes:
+        victims: sessions demoted now, in retention order.
+        demote: their private chunks (held by no session still entitled to DDR).
+        usage_before: DDR-resident chunks before (held by a not-demoted session).
+        usage_after: the same after the plan.
+        budget: the budget in chunks.
+    """
+
+    victims: list[str] = field(default_factory=list)
+    demote: list[str] = field(default_factory=list)
+    usage_before: int = 0
+    usage_after: int = 0
+    budget: int = 0
+
+    @property
+    def over(self) -> bool:
+        """Still over budget: every eligible session is demoted (the rest are in flight)."""
+        return self.usage_after > self.budget
+
+
+def resident(holders: Iterable[Holder]) -> set[str]:
+    """Chunks a holder entitled to DDR references: what the daemon expects in DDR."""
+    out: set[str] = set()
+    for h in holders:
+        if h.in_ddr:
+            out |= h.hashes
+    return out
+
+
+def plan_demotions(holders: Iterable[Holder], budget: int) -> Plan:
+    """Demote whole sessions in retention order until resident chunks fit ``budget``.
+
+    A chunk is demoted only when the victim is its last not-demoted holder, so a chunk
+    shared with a session still entitled to DDR (in particular one with a turn in flight,
+    which is never a victim) is never demoted. ``budget <= 0`` means no budget.
+    """
+    holders = list(holders)
+    held: Counter[str] = Counter()
+    for h in holders:
+        if h.in_ddr:
+            held.update(h.hashes)
+    usage = len(held)
+    plan = Plan(usage_before=usage, usage_after=usage, budget=budget)
+    if budget <= 0 or usage <= budget:
+        return plan
+    by_id = {h.candidate.session_id: h for h in holders if h.in_ddr}
+    for sid in retention_order(h.candidate for h in by_id.values()):
+        if usage <= budget:
+            break
+        victim = by_id[sid]
+        private = sorted(x for x in victim.hashes if held[x] == 1)
+        for x in victim.hashes:
+            held[x] -= 1
+            if not held[x]:
+                del held[x]
+        plan.victims.append(sid)
+        plan.demote.extend(private)
+        usage -= len(private)
+    plan.usage_after = usage
+    return plan
+
+
+def holder_of(
+    session: Session, *, demoted: bool, in_flight: bool
+) -> Holder:
+    """The budget's view of a session: active map (unless suspended) plus fork holds."""
+    hashes = set(session.held_hashes())
+    for hold in session.fork_holds:
+        hashes.update(hold)
+    return Holder(
+        Candidate(session.session_id, session.suspended, session.last_event_ts, in_flight),
+        frozenset(hashes),
+        demoted,
+    )
+
+
+@dataclass(slots=True)
+class BudgetState:
+    """One namespace's budget bookkeeping (advisory, in memory; rebuilt empty at start).
+
+    Attributes:
+        budget: chunks allowed in DDR (0 = no budget).
+        in_flight_timeout_s: a turn_start older than this no longer pins its session.
+        demoted: sessions whose private chunks the budget moved to disk.
+        in_flight: session id -> time of its turn_start not yet matched by a turn_end.
+    """
+
+    budget: int = 0
+    in_flight_timeout_s: float = 600.0
+    demoted: set[str] = field(default_factory=set)
+    in_flight: dict[str, float] = field(default_factory=dict)
+
+    def observe(self, type_: str, session_id: str | None, exists: bool, now: float) -> bool:
+        """Track one successful event; True when the session comes back from demotion."""
+        if session_id is None:
+            return False
+        back = False
+        if type_ == "turn_start" and exists:
+            self.in_flight[session_id] = now
+            back = session_id in self.demoted
+            self.demoted.discard(session_id)
+        elif type_ in ("turn_end", "snapshot_restore"):
+            self.in_flight.pop(session_id, None)
+            back = session_id in self.demoted
+            self.demoted.discard(session_id)
+        elif type_ in ("session_suspend", "session_close"):
+            self.in_flight.pop(session_id, None)
+        if not exists:
+            self.demoted.discard(session_id)
+            self.in_flight.pop(session_id, None)
+        return back
+
+    def plan(self, sessions: Mapping[str, Session], now: float) -> Plan:
+        """The demotions needed now (does not apply them; see :meth:`apply`)."""
+        self.demoted &= sessions.keys()
+        stale = now - self.in_flight_timeout_s
+        holders = [
+            holder_of(
+                s,
+                demoted=sid in self.demoted,
+                in_flight=self.in_flight.get(sid, -1.0) >= stale,
+            )
+            for sid, s in sessions.items()
+        ]
+        return plan_demotions(holders, self.budget)
+
+    def apply(self, plan: Plan) -> None:
+        """Record the plan's victims as demoted."""
+        self.demoted.update(plan.victims)
