@@ -186,3 +186,23 @@ def test_prefetch_with_ddr_full_does_not_hang(tmp_path):
             for key in pinned:
                 cpu.unpin(key)
         client.close()
+
+
+def test_prefetch_of_a_ddr_chunk_marks_it_recently_used(api):
+    """A chunk already in DDR is skipped by the prefetch but moved to the LRU's safe end,
+    so the next eviction under pressure takes an older chunk, not the one about to be used."""
+    from ascend_ext.memory_ops import MemoryOps
+
+    client, engine = api
+    first = _turn(client, tokens(2))["kv_transfer_params"]["chunk_hashes"]
+    second = _turn(client, tokens(2, start=1000))["kv_transfer_params"]["chunk_hashes"]
+    _settle(client, first + second, [CPU, DISK])
+    cpu = engine.storage_manager.storage_backends[CPU]
+    key = MemoryOps(engine).key_for(first[0])
+    with cpu.cpu_lock:
+        assert list(cpu.hot_cache).index(key) < len(cpu.hot_cache) - 1  # not newest yet
+    r = client.post("/memory/prefetch", json={"chunk_hashes": [first[0]], "lookup_id": "t1"})
+    assert r.status_code == 200, r.text
+    assert wait_prefetch(client, "t1")["already_ddr"] == 1
+    with cpu.cpu_lock:
+        assert list(cpu.hot_cache)[-1] == key  # most recently used now
