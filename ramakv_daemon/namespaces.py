@@ -139,13 +139,19 @@ class Namespaces:
         elif dep is None or not dep.steered:
             backend = own = UnsteeredBackend()
             budget = 0
-            why = "; ".join(dep.problems) if dep else "not configured any more"
-            # Loud, once: a miss is always preferred to a wrong hit.
-            log.error(
-                "namespace %r (%s) has no valid deployment identity: its events are "
-                "accepted and recorded, but NO prefetch or evict is sent (%s)",
-                key, dep.name if dep else "from the database", why,
-            )
+            if dep is not None:
+                # Loud, once: a miss is always preferred to a wrong hit.
+                log.error(
+                    "deployment %r has no valid identity (%s): its events are accepted "
+                    "and recorded under %r, but NO prefetch or evict is sent",
+                    dep.name, "; ".join(dep.problems), key,
+                )
+            else:
+                log.warning(
+                    "namespace %r is in the database but not configured: its sessions are "
+                    "kept (never deleted automatically), nothing is sent to any cache; "
+                    "ramakv-admin purge-namespace removes them", key,
+                )
         else:
             budget = dep.ddr_budget_chunks
             if dep.lmcache_url is None and dep.evict_locations is None:

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
+import os
 import sqlite3
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -89,12 +91,14 @@ class SqliteSessionStore:
         self._db: aiosqlite.Connection | None = None
         self._writer: sqlite3.Connection | None = None
         self._thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="ramakv-sqlite")
+        self._lock_fd: int | None = None
 
     async def open(self) -> None:
         """Create the parent directory, open the file, enable WAL, create tables."""
         try:
             if self.path != ":memory:":
                 Path(self.path).parent.mkdir(parents=True, exist_ok=True)
+            self._take_lock()
             self._db = await aiosqlite.connect(self.path)
             await self._db.execute("PRAGMA journal_mode=WAL")
             await self._db.execute(f"PRAGMA synchronous={self.synchronous}")
@@ -105,6 +109,29 @@ class SqliteSessionStore:
             self._writer = await self._in_thread(self._open_writer)
         except (OSError, sqlite3.Error) as err:
             raise StoreError(f"cannot open session store {self.path}: {err}") from err
+
+    def _take_lock(self) -> None:
+        """Hold a shared flock on ``<path>.lock`` while open: ramakv-admin asks for an
+        exclusive one, so it knows a daemon is using the file (several daemons may share)."""
+        if self.path == ":memory:" or self._lock_fd is not None:
+            return
+        try:
+            import fcntl
+        except ImportError:  # not POSIX: no lock, ramakv-admin falls back to health checks
+            return
+        try:
+            fd = os.open(self.path + ".lock", os.O_RDWR | os.O_CREAT, 0o600)
+        except OSError as err:
+            log.warning("cannot create %s.lock (%s): ramakv-admin cannot see this daemon",
+                        self.path, err)
+            return
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except OSError:
+            os.close(fd)
+            log.warning("%s.lock is held by ramakv-admin; opening the store anyway", self.path)
+            return
+        self._lock_fd = fd
 
     async def _migrate(self) -> None:
         """Add columns that older files lack (never touches the original sessions table)."""
@@ -312,3 +339,7 @@ class SqliteSessionStore:
             db, self._db = self._db, None
             await db.close()
         self._thread.shutdown(wait=False)
+        if self._lock_fd is not None:
+            fd, self._lock_fd = self._lock_fd, None
+            with contextlib.suppress(OSError):
+                os.close(fd)

@@ -100,7 +100,7 @@ async def test_unresolved_deployment_records_but_steers_nothing(
     cfg = config(tmp_path, [{"name": "half", **ident(kv_dtype="auto"), "lmcache_url": fa.url}])
     async with Rig(cfg) as r:
         assert "NO prefetch or evict is sent" in caplog.text and "kv_dtype" in caplog.text
-        assert caplog.text.count("has no valid deployment identity") == 1
+        assert caplog.text.count("has no valid identity") == 1
         await r.turn_end("s", ["0a01"])
         await r.ev("turn_start", session_id="s")
         await r.ev("session_close", session_id="s")

@@ -1,0 +1,434 @@
+"""``ramakv-admin``: reports and explicit clean-ups of a daemon's SQLite file; never automatic."""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import re
+import sqlite3
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections import Counter
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TextIO
+
+from ramakv_daemon import config as config_mod
+from ramakv_daemon.config import Config
+from ramakv_daemon.core.manager import SessionManager
+from ramakv_daemon.core.session import Session
+from ramakv_daemon.deployments import DEFAULT_NAMESPACE
+
+EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_RUNNING = 0, 1, 2, 4
+IDLE_BUCKETS = ((60, "<1m"), (600, "<10m"), (3600, "<1h"), (86400, "<1d"), (604800, "<7d"))
+_DURATION = re.compile(r"^(\d+(?:\.\d+)?)([smhdw]?)$")
+_UNITS = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
+
+
+def parse_duration(text: str) -> float:
+    """``90``, ``90s``, ``15m``, ``12h``, ``7d``, ``2w`` -> seconds."""
+    m = _DURATION.match(text.strip())
+    if not m:
+        raise argparse.ArgumentTypeError(f"not a duration: {text!r} (e.g. 30m, 12h, 7d)")
+    return float(m.group(1)) * _UNITS[m.group(2)]
+
+
+# ---- reading the file --------------------------------------------------------------------
+def connect(path: str, *, write: bool) -> sqlite3.Connection:
+    """Open the store; read-only unless ``write`` (never creates a file)."""
+    if not Path(path).exists():
+        raise FileNotFoundError(f"no session store at {path}")
+    mode = "rw" if write else "ro"
+    con = sqlite3.connect(f"file:{path}?mode={mode}", uri=True, timeout=5)
+    con.execute("PRAGMA busy_timeout=5000")
+    return con
+
+
+def _columns(con: sqlite3.Connection, table: str) -> set[str]:
+    return {row[1] for row in con.execute(f"PRAGMA table_info({table})")}
+
+
+def load_sessions(con: sqlite3.Connection) -> list[Session]:
+    """Every stored session, as the daemon would load it (corrupt rows skipped)."""
+    has_ns = "namespace" in _columns(con, "session_state")
+    ns_col = "st.namespace" if has_ns else "''"
+    rows = con.execute(
+        "SELECT s.session_id, s.map_json, s.turn_count, st.suspended, st.fork_holds_json, "
+        f"st.last_event_ts, {ns_col} FROM sessions s "
+        "LEFT JOIN session_state st ON st.session_id = s.session_id"
+    ).fetchall()
+    out = []
+    for sid, map_json, turns, suspended, holds, ts, ns in rows:
+        try:
+            hashes = tuple(json.loads(map_json))
+            forks = tuple(tuple(h) for h in json.loads(holds or "[]"))
+        except (ValueError, TypeError):
+            continue
+        out.append(Session(sid, hashes, int(turns or 0), bool(suspended), forks,
+                           float(ts or 0.0), ns or ""))
+    return out
+
+
+def load_outbox(con: sqlite3.Connection) -> Counter[tuple[str, str]]:
+    """(namespace, mode) -> evictions waiting for delivery."""
+    out: Counter[tuple[str, str]] = Counter()
+    for (mode,) in con.execute("SELECT mode FROM evict_outbox"):
+        out[(DEFAULT_NAMESPACE, mode)] += 1
+    tables = {r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+    if "ns_evict_outbox" in tables:
+        for ns, mode in con.execute("SELECT namespace, mode FROM ns_evict_outbox"):
+            out[(ns, mode)] += 1
+    return out
+
+
+# ---- is the daemon running? -----------------------------------------------------------------
+@contextlib.contextmanager
+def exclusive(path: str) -> Iterator[bool]:
+    """Yield True while holding ``<path>.lock`` exclusively (no daemon has the file open)."""
+    try:
+        import fcntl
+    except ImportError:
+        yield True
+        return
+    lock = path + ".lock"
+    try:
+        fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o600)
+    except OSError:
+        yield True  # cannot create the lock: no daemon could have either
+        return
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            yield False
+            return
+        try:
+            yield True
+        finally:
+            fcntl.flock(fd, fcntl.LOCK_UN)
+    finally:
+        os.close(fd)
+
+
+def daemon_url(cfg: Config, url: str | None) -> str:
+    """The daemon's base URL: --url, else listen_addr from the config."""
+    if url:
+        return url.rstrip("/")
+    host, port = cfg.host_port
+    host = "127.0.0.1" if host in ("0.0.0.0", "") else host
+    return f"http://{'[' + host + ']' if ':' in host else host}:{port}"
+
+
+def post_event(url: str, token: str, body: dict[str, Any], timeout: float = 5.0) -> dict:
+    """POST one event to the daemon; its JSON answer."""
+    req = urllib.request.Request(
+        url + "/event", data=json.dumps(body).encode(), method="POST",
+        headers={"Content-Type": "application/json",
+                 **({"Authorization": f"Bearer {token}"} if token else {})},
+    )
+    with urllib.request.urlopen(req, timeout=timeout) as resp:  # noqa: S310 - operator URL
+        return json.loads(resp.read())
+
+
+def daemon_alive(url: str, token: str) -> bool:
+    """True when a daemon answers health at ``url``."""
+    try:
+        return bool(post_event(url, token, {"type": "health"}, timeout=1.0).get("ok"))
+    except (OSError, ValueError, urllib.error.URLError):
+        return False
+
+
+# ---- reports ------------------------------------------------------------------------------
+def report(sessions: list[Session], outbox: Counter, cfg: Config, now: float) -> dict:
+    """Sessions per namespace and state, idle ages, chunks, budget use, outbox, strays."""
+    configured = {DEFAULT_NAMESPACE: "default"}
+    budgets = {DEFAULT_NAMESPACE: cfg.ddr_budget_chunks}
+    for d in cfg.deployments:
+        configured[d.key] = d.name
+        budgets[d.key] = d.ddr_budget_chunks
+    spaces: dict[str, dict[str, Any]] = {}
+    refs: dict[str, Counter[str]] = {}
+    for s in sessions:
+        row = spaces.setdefault(s.namespace, _empty_row(s.namespace, configured, budgets))
+        row["sessions"][s.state] += 1
+        row["idle"][_bucket(now - s.last_event_ts if s.last_event_ts else None)] += 1
+        counts = refs.setdefault(s.namespace, Counter())
+        counts.update(s.held_hashes())
+        for hold in s.fork_holds:
+            counts.update(hold)
+        row["stored_chunks"].update(s.chunk_hashes)
+    for (ns, mode), n in outbox.items():
+        spaces.setdefault(ns, _empty_row(ns, configured, budgets))["outbox"][mode] += n
+    for ns, row in spaces.items():
+        counts = refs.get(ns, Counter())
+        row["chunks_referenced"] = len(counts)
+        row["references"] = sum(counts.values())
+        row["stored_chunks"] = len(row["stored_chunks"])
+        budget = row["ddr_budget_chunks"]
+        row["budget_use"] = round(len(counts) / budget, 3) if budget else None
+        row["outbox"] = dict(row["outbox"])
+    unconfigured = sorted(ns for ns in spaces if ns not in configured)
+    return {"namespaces": dict(sorted(spaces.items())), "unconfigured": unconfigured,
+            "sessions_total": len(sessions)}
+
+
+def _empty_row(ns: str, configured: dict[str, str], budgets: dict[str, int]) -> dict:
+    return {
+        "deployment": configured.get(ns), "configured": ns in configured,
+        "sessions": {"active": 0, "suspended": 0},
+        "idle": dict.fromkeys([b for _, b in IDLE_BUCKETS] + [">=7d", "never"], 0),
+        "stored_chunks": set(), "ddr_budget_chunks": budgets.get(ns, 0),
+        "outbox": Counter(),
+    }
+
+
+def _bucket(age: float | None) -> str:
+    if age is None:
+        return "never"
+    for limit, name in IDLE_BUCKETS:
+        if age < limit:
+            return name
+    return ">=7d"
+
+
+def print_report(rep: dict, out: TextIO) -> None:
+    """The report as text."""
+    print(f"sessions: {rep['sessions_total']}", file=out)
+    for ns, row in rep["namespaces"].items():
+        name = row["deployment"] or "NOT CONFIGURED"
+        print(f"\nnamespace {ns or '(default)'}  [{name}]", file=out)
+        print(f"  sessions: {row['sessions']['active']} active, "
+              f"{row['sessions']['suspended']} suspended", file=out)
+        idle = ", ".join(f"{k} {v}" for k, v in row["idle"].items() if v)
+        print(f"  idle age: {idle or '-'}", file=out)
+        print(f"  chunks: {row['chunks_referenced']} referenced ({row['references']} "
+              f"references), {row['stored_chunks']} in stored maps", file=out)
+        if row["ddr_budget_chunks"]:
+            print(f"  DDR budget: {row['chunks_referenced']} / {row['ddr_budget_chunks']} "
+                  f"chunks referenced ({row['budget_use']:.0%})", file=out)
+        box = ", ".join(f"{m} {n}" for m, n in row["outbox"].items())
+        print(f"  eviction outbox: {box or 'empty'}", file=out)
+    if rep["unconfigured"]:
+        print("\nin the database but not configured (never deleted automatically; "
+              "`ramakv-admin purge-namespace NS` to remove):", file=out)
+        for ns in rep["unconfigured"]:
+            print(f"  {ns}", file=out)
+
+
+# ---- clean-ups ----------------------------------------------------------------------------
+@dataclass(slots=True)
+class Cleanup:
+    """What a clean-up will do: sessions to close, and the evictions that follow."""
+
+    sessions: list[Session]
+    evict: dict[str, dict[str, str]]  # namespace -> hash -> mode
+
+    def describe(self, out: TextIO, now: float) -> None:
+        for s in self.sessions:
+            idle = now - s.last_event_ts if s.last_event_ts else float("inf")
+            print(f"close {s.session_id}  namespace={s.namespace or '(default)'}  "
+                  f"state={s.state}  idle={_fmt_age(idle)}  chunks={len(s.chunk_hashes)}",
+                  file=out)
+        n = sum(len(v) for v in self.evict.values())
+        print(f"{len(self.sessions)} sessions, {n} chunks to evict once the daemon runs",
+              file=out)
+
+
+def _fmt_age(age: float) -> str:
+    if age == float("inf"):
+        return "never"
+    for unit, secs in (("d", 86400), ("h", 3600), ("m", 60)):
+        if age >= secs:
+            return f"{age / secs:.1f}{unit}"
+    return f"{age:.0f}s"
+
+
+def plan_close(all_sessions: list[Session], victims: list[Session]) -> Cleanup:
+    """Close ``victims`` the way the daemon's session_close would (the pure core decides)."""
+    by_ns: dict[str, list[Session]] = {}
+    for s in all_sessions:
+        by_ns.setdefault(s.namespace, []).append(s)
+    evict: dict[str, dict[str, str]] = {}
+    for ns in sorted({v.namespace for v in victims}):
+        m = SessionManager(max_sessions=0, namespace=ns)
+        m.load(by_ns.get(ns, []))
+        for v in victims:
+            if v.namespace == ns:
+                change = m.session_close(v.session_id)
+                rows = evict.setdefault(ns, {})
+                rows.update(dict.fromkeys(change.evict_delete, "delete"))
+                rows.update(dict.fromkeys(change.evict_demote, "demote"))
+    return Cleanup(sorted(victims, key=lambda s: (s.namespace, s.session_id)), evict)
+
+
+def apply_offline(con: sqlite3.Connection, plan: Cleanup) -> None:
+    """Delete the sessions and queue their evictions, in one transaction."""
+    has_ns_box = "namespace" in _columns(con, "ns_evict_outbox")
+    with con:
+        for s in plan.sessions:
+            con.execute("DELETE FROM sessions WHERE session_id = ?", (s.session_id,))
+            con.execute("DELETE FROM session_state WHERE session_id = ?", (s.session_id,))
+        for ns, rows in plan.evict.items():
+            for h, mode in rows.items():
+                if ns == DEFAULT_NAMESPACE:
+                    con.execute(
+                        "INSERT INTO evict_outbox (chunk_hash, mode) VALUES (?, ?) "
+                        "ON CONFLICT(chunk_hash) DO UPDATE SET mode=excluded.mode", (h, mode))
+                elif has_ns_box:
+                    con.execute(
+                        "INSERT INTO ns_evict_outbox (namespace, chunk_hash, mode) "
+                        "VALUES (?, ?, ?) ON CONFLICT(namespace, chunk_hash) DO UPDATE SET "
+                        "mode=excluded.mode", (ns, h, mode))
+
+
+def apply_online(url: str, token: str, plan: Cleanup, out: TextIO) -> int:
+    """Close exactly the planned sessions through the running daemon's session_close."""
+    failed = 0
+    for s in plan.sessions:
+        body = post_event(url, token, {"type": "session_close", "session_id": s.session_id,
+                                       "namespace": s.namespace})
+        if not body.get("ok"):
+            failed += 1
+            print(f"session_close {s.session_id}: {body.get('error')}", file=sys.stderr)
+    print(f"closed {len(plan.sessions) - failed} sessions through the daemon at {url}",
+          file=out)
+    return EXIT_FAILED if failed else EXIT_OK
+
+
+# ---- command line -------------------------------------------------------------------------
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser."""
+    p = argparse.ArgumentParser(
+        prog="ramakv-admin",
+        description="Reports and explicit clean-ups of a ram-a-kv session store. Never runs "
+        "by itself; clean-ups are dry runs unless --yes. Exit: 0 ok, 1 failed, 2 usage, "
+        "4 refused because the daemon is running.",
+    )
+    p.add_argument("--config", help="daemon config (else $RAM_A_KV_CONFIG, else "
+                   "/etc/ram-a-kv/config.toml)")
+    p.add_argument("--db", help="SQLite file (default: session_store_path of the config)")
+    p.add_argument("--url", help="daemon URL (default: from listen_addr)")
+    sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    r = sub.add_parser("report", help="sessions, idle ages, chunks, budget use, outbox")
+    r.add_argument("--json", action="store_true")
+    c = sub.add_parser("close-idle", help="close sessions idle longer than --older-than")
+    c.add_argument("--older-than", type=parse_duration, required=True, metavar="DURATION")
+    c.add_argument("--namespace", help="only this namespace (name or kvp-...; '' = default)")
+    c.add_argument("--state", choices=("active", "suspended"))
+    c.add_argument("--yes", action="store_true", help="act (default: dry run)")
+    g = sub.add_parser("purge-namespace", help="close every session of one namespace")
+    g.add_argument("namespace", help="kvp-... (or a configured deployment's name)")
+    g.add_argument("--yes", action="store_true", help="act (default: dry run)")
+    v = sub.add_parser("vacuum", help="VACUUM the file (daemon must be stopped)")
+    v.add_argument("--yes", action="store_true", help="act (default: dry run)")
+    i = sub.add_parser("identity", help="print a deployment identity's namespace")
+    i.add_argument("--from", dest="path", required=True)
+    i.add_argument("--json", action="store_true")
+    return p
+
+
+def main(argv: list[str] | None = None, out: TextIO | None = None) -> int:
+    """Run one command."""
+    out = out or sys.stdout
+    args = build_parser().parse_args(argv)
+    if args.command == "identity":
+        from ramakv_daemon.identity import main as identity_main
+
+        return identity_main(["--from", args.path] + (["--json"] if args.json else []), out)
+    cfg, warnings = config_mod.load(args.config)
+    for w in warnings:
+        if "not found" not in w:
+            print(f"ramakv-admin: {w}", file=sys.stderr)
+    path = args.db or cfg.session_store_path
+    try:
+        return _run(args, cfg, path, out)
+    except FileNotFoundError as err:
+        print(f"ramakv-admin: {err}", file=sys.stderr)
+        return EXIT_USAGE
+    except sqlite3.Error as err:
+        print(f"ramakv-admin: {path}: {err}", file=sys.stderr)
+        return EXIT_FAILED
+
+
+def _run(args: argparse.Namespace, cfg: Config, path: str, out: TextIO) -> int:
+    now = time.time()
+    if args.command == "report":
+        con = connect(path, write=False)
+        try:
+            rep = report(load_sessions(con), load_outbox(con), cfg, now)
+        finally:
+            con.close()
+        if args.json:
+            json.dump(rep, out, indent=2, sort_keys=True)
+            print(file=out)
+        else:
+            print_report(rep, out)
+        return EXIT_OK
+    con = connect(path, write=False)
+    try:
+        sessions = load_sessions(con)
+    finally:
+        con.close()
+    if args.command == "vacuum":
+        size = Path(path).stat().st_size
+        print(f"VACUUM {path} ({size} bytes)", file=out)
+        if not args.yes:
+            print("dry run: nothing changed (add --yes to act)", file=out)
+            return EXIT_OK
+        return _offline(path, cfg, args, out, lambda con: con.execute("VACUUM"))
+    aliases = {d.name: d.key for d in cfg.deployments}
+    if args.command == "purge-namespace":
+        ns = aliases.get(args.namespace, args.namespace)
+        victims = [s for s in sessions if s.namespace == ns]
+    else:
+        ns = None if args.namespace is None else aliases.get(args.namespace, args.namespace)
+        victims = [
+            s for s in sessions
+            if now - s.last_event_ts > args.older_than
+            and (ns is None or s.namespace == ns)
+            and (args.state is None or s.state == args.state)
+        ]
+    plan = plan_close(sessions, victims)
+    plan.describe(out, now)
+    if not args.yes:
+        print("dry run: nothing changed (add --yes to act)", file=out)
+        return EXIT_OK
+    if not plan.sessions:
+        return EXIT_OK
+    return _offline(path, cfg, args, out, lambda con: apply_offline(con, plan), plan)
+
+
+def _offline(path: str, cfg: Config, args: argparse.Namespace, out: TextIO,
+             act: Any, plan: Cleanup | None = None) -> int:
+    """Act on the file if no daemon has it open; else through the daemon, or refuse.
+
+    A daemon holds a shared lock on ``<db>.lock`` while the file is open, so a free lock
+    means no daemon uses this file (whatever answers at the URL)."""
+    url = daemon_url(cfg, args.url)
+    with exclusive(path) as free:
+        if free:
+            if args.command == "vacuum":
+                con = sqlite3.connect(path, isolation_level=None, timeout=5)
+            else:
+                con = connect(path, write=True)
+            try:
+                act(con)
+            finally:
+                con.close()
+            print(f"done: {path} changed", file=out)
+            return EXIT_OK
+    if plan is not None and daemon_alive(url, cfg.auth_token):
+        return apply_online(url, cfg.auth_token, plan, out)
+    print(f"ramakv-admin: the daemon is running on {path} (its lock is held"
+          f"{'' if plan is None else ' and it does not answer at ' + url}); stop it first",
+          file=sys.stderr)
+    return EXIT_RUNNING
+
+
+if __name__ == "__main__":
+    sys.exit(main())
