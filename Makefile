@@ -39,11 +39,12 @@ daemon: $(VENV)/.base
 console: $(VENV)/.base
 	$(VENV)/bin/ramakv-console --url $(RAMAKV_URL)
 
+# pytest runs last so its summary is the closing line.
 test: $(VENV)/.test
 	$(VENV)/bin/ruff check .
-	$(PY) -m pytest -q
 	PYTHON=$(PY) bash tests/test_integration.sh
 	@$(MAKE) --no-print-directory ts-test
+	$(PY) -m pytest -q
 
 ts-test:
 	@if command -v node >/dev/null 2>&1 && [ -x clients/typescript/run-tests.sh ]; then \
