@@ -55,6 +55,7 @@ class Config:
     evict_locations: tuple[str, ...] = ()  # refcount-zero eviction tiers; () = every tier
     ddr_budget_chunks: int = 0  # budget of the unnamed default namespace; 0 = none
     turn_in_flight_timeout_s: float = 600.0  # a turn_start with no turn_end stops pinning
+    budget_check_interval_s: float = 1.0  # at most one budget pass per namespace this often
 
     @property
     def host_port(self) -> tuple[str, int]:

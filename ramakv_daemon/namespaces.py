@@ -168,7 +168,8 @@ class Namespaces:
         )
         ns = Namespace(
             key, manager, ctx, dispatcher,
-            BudgetState(budget, cfg.turn_in_flight_timeout_s), dep, own,
+            BudgetState(budget, cfg.turn_in_flight_timeout_s, cfg.budget_check_interval_s),
+            dep, own,
         )
         self.by_key[key] = ns
         return ns

@@ -280,7 +280,7 @@ class EventService:
         prefetch = c.prefetch
         if back and not prefetch and session is not None and not session.suspended:
             prefetch = list(session.unique_hashes())
-        if len(m.refcounts) > b.budget:  # resident <= referenced: cheap test first
+        if b.due(type_, len(m.refcounts), now):  # resident <= referenced: cheap test first
             plan = b.plan(m.sessions, now)
             if plan.victims:
                 b.apply(plan)

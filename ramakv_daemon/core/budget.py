@@ -9,6 +9,9 @@ from dataclasses import dataclass, field
 from ramakv_daemon.core.retention import Candidate, retention_order
 from ramakv_daemon.core.session import Session
 
+# Events that can bring chunks into DDR (a new map, a restore, a session coming back).
+GROWS = frozenset({"turn_end", "turn_start", "snapshot_restore", "session_fork"})
+
 
 @dataclass(frozen=True, slots=True)
 class Holder:
@@ -119,10 +122,14 @@ class BudgetState:
         in_flight_timeout_s: a turn_start older than this no longer pins its session.
         demoted: sessions whose private chunks the budget moved to disk.
         in_flight: session id -> time of its turn_start not yet matched by a turn_end.
+        check_interval_s: a pass costs O(references): at most one per this many seconds.
+        last_check: when the last pass ran.
     """
 
     budget: int = 0
     in_flight_timeout_s: float = 600.0
+    check_interval_s: float = 1.0
+    last_check: float = float("-inf")
     demoted: set[str] = field(default_factory=set)
     in_flight: dict[str, float] = field(default_factory=dict)
 
@@ -145,6 +152,17 @@ class BudgetState:
             self.demoted.discard(session_id)
             self.in_flight.pop(session_id, None)
         return back
+
+    def due(self, type_: str, referenced: int, now: float) -> bool:
+        """Whether to run a pass after ``type_``: only events that can bring chunks into
+        DDR, only when more chunks are referenced than the budget, at most every
+        ``check_interval_s``."""
+        if not self.budget or referenced <= self.budget or type_ not in GROWS:
+            return False
+        if now - self.last_check < self.check_interval_s:
+            return False
+        self.last_check = now
+        return True
 
     def plan(self, sessions: Mapping[str, Session], now: float) -> Plan:
         """The demotions needed now (does not apply them; see :meth:`apply`)."""

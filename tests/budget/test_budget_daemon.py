@@ -11,7 +11,8 @@ CPU = "LocalCPUBackend"
 
 def budget_cfg(tmp_path, url, budget=4, **top):
     return config(tmp_path, [{"name": "qwen", **ident(), "lmcache_url": url,
-                              "ddr_budget_chunks": budget}], **top)
+                              "ddr_budget_chunks": budget}],
+                  **{"budget_check_interval_s": 0.0, **top})
 
 
 def demotes(fake) -> list[tuple[list[str], list[str] | None]]:
@@ -124,6 +125,19 @@ async def test_budget_trace_record_marks_demote(tmp_path, two_fakes) -> None:
         assert rec[0]["usage_before"] == 2 and rec[0]["usage_after"] == 1
         assert rec[0]["namespace"] == r.svc.namespaces.default
         await r.settle()
+
+
+async def test_budget_passes_are_rate_limited(tmp_path, two_fakes) -> None:
+    fake, _ = two_fakes
+    async with Rig(budget_cfg(tmp_path, fake.url, budget=1,
+                              budget_check_interval_s=3600.0)) as r:
+        await r.turn_end("a", ["0001"])
+        await tick()
+        await r.turn_end("b", ["0002"])  # first pass: a goes
+        await tick()
+        await r.turn_end("c", ["0003"])  # within the interval: no pass
+        await r.settle()
+        assert demotes(fake) == [(["0001"], [CPU])]
 
 
 async def test_no_budget_no_demotion(tmp_path, two_fakes) -> None:
