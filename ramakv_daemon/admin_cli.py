@@ -76,14 +76,9 @@ def load_sessions(con: sqlite3.Connection) -> list[Session]:
 
 def load_outbox(con: sqlite3.Connection) -> Counter[tuple[str, str]]:
     """(namespace, mode) -> evictions waiting for delivery."""
-    out: Counter[tuple[str, str]] = Counter()
-    for (mode,) in con.execute("SELECT mode FROM evict_outbox"):
-        out[(DEFAULT_NAMESPACE, mode)] += 1
-    tables = {r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type='table'")}
-    if "ns_evict_outbox" in tables:
-        for ns, mode in con.execute("SELECT namespace, mode FROM ns_evict_outbox"):
-            out[(ns, mode)] += 1
-    return out
+    from ramakv_daemon.adapters.sqlite_store import outbox_view
+
+    return Counter((ns, mode) for (ns, _h), mode in outbox_view(con).items())
 
 
 # ---- is the daemon running? -----------------------------------------------------------------

@@ -23,7 +23,7 @@ class _Pending:
 
     change: Change | None
     sessions: dict
-    outbox: list[tuple[tuple[str, str], str | None]]
+    done_rows: list[int]
     event_id: tuple[str, str, float] | None
     future: asyncio.Future[None] | None
 
@@ -56,6 +56,7 @@ class GroupCommitter:
         self._task: asyncio.Task[None] | None = None
         self._closing = False
         self._commits = 0
+        self.next_row_id = 1  # the service sets it above the stored rows at start-up
         self._last: asyncio.Future[None] | None = None
 
     def start(self) -> None:
@@ -66,15 +67,10 @@ class GroupCommitter:
         self, change: Change, event_id: tuple[str, str, float] | None = None
     ) -> asyncio.Future[None]:
         """Queue ``change``'s sessions, evictions and answer; await the commit."""
-        ns = change.namespace
-        live = self.managers[ns].sessions
+        live = self.managers[change.namespace].sessions
         sessions = {sid: live.get(sid) for sid in change.prev_sessions}
-        outbox: list[tuple[tuple[str, str], str | None]] = [
-            ((ns, h), "delete") for h in change.evict_delete
-        ]
-        outbox += [((ns, h), "demote") for h in change.evict_demote]
         fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self._pending.append(_Pending(change, sessions, outbox, event_id, fut))
+        self._pending.append(_Pending(change, sessions, [], event_id, fut))
         self._last = fut
         self._wake.set()
         return fut
@@ -93,13 +89,10 @@ class GroupCommitter:
         if last is not None and not last.done():
             await asyncio.wait([last])
 
-    def forget_outbox(self, hashes: list[str], namespace: str = "") -> None:
-        """Queue the removal of delivered (or no longer wanted) evictions; nobody waits."""
-        if hashes:
-            rows: list[tuple[tuple[str, str], str | None]] = [
-                ((namespace, h), None) for h in hashes
-            ]
-            self._pending.append(_Pending(None, {}, rows, None, None))
+    def forget_rows(self, row_ids: list[int]) -> None:
+        """Queue the deletion of outbox rows none of whose entries waits; nobody waits."""
+        if row_ids:
+            self._pending.append(_Pending(None, {}, list(row_ids), None, None))
             self._wake.set()
 
     async def _run(self) -> None:
@@ -115,20 +108,37 @@ class GroupCommitter:
 
     async def _commit(self, batch: list[_Pending]) -> None:
         sessions: dict = {}
-        outbox: dict[tuple[str, str], str | None] = {}
+        evictions: dict[str, list[tuple[str, str]]] = {}
+        done: list[int] = []
         answers = []
         for p in batch:
             sessions.update(p.sessions)
-            outbox.update(p.outbox)  # in order: a later intent replaces an earlier one
+            done.extend(p.done_rows)
+            c = p.change
+            if c is not None and (c.evict_delete or c.evict_demote):
+                entries = evictions.setdefault(c.namespace, [])
+                entries.extend((h, "delete") for h in c.evict_delete)
+                entries.extend((h, "demote") for h in c.evict_demote)
             if p.event_id is not None:
                 answers.append(p.event_id)
+        # One outbox row per namespace for the whole batch; each change learns its row id
+        # so the dispatcher can delete the row once none of its entries waits any more.
+        row_of: dict[str, int] = {}
+        for ns in evictions:
+            row_of[ns] = self.next_row_id
+            self.next_row_id += 1
+        for p in batch:
+            c = p.change
+            if c is not None and c.namespace in row_of and (c.evict_delete or c.evict_demote):
+                c.notes["_outbox_row"] = row_of[c.namespace]
+        rows = [(row_of[ns], ns, entries) for ns, entries in evictions.items()]
         self._commits += 1
         prune = None
         if answers and self._commits % PRUNE_EVERY_COMMITS == 0:
             prune = time.time() - self.event_id_ttl_s
         started = time.perf_counter()
         try:
-            await self.store.write(sessions, outbox, answers, prune)
+            await self.store.write(sessions, rows, done, answers, prune)
         except Exception as err:  # noqa: BLE001 - any failure must undo, not kill the loop
             self._fail(batch, err)
             return

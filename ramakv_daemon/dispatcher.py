@@ -44,8 +44,11 @@ class BackendDispatcher:
         self.on_result = on_result
         self.on_failure = on_failure
         self.base_backoff_s = base_backoff_s
-        # hash -> (mode, version); the version tells a re-queued intent from a delivered one.
-        self.outbox: dict[str, tuple[EvictMode, int]] = {}
+        # hash -> (mode, version, outbox row); the version tells a re-queued intent from a
+        # delivered one; the row is the stored evict_log row that holds this intent.
+        self.outbox: dict[str, tuple[EvictMode, int, int]] = {}
+        self._row_live: dict[int, int] = {}  # row -> entries of it still waiting
+        self._rows_done: list[int] = []
         self._attempts: dict[str, int] = {}
         self._not_before: dict[str, float] = {}
         self._version = 0
@@ -55,27 +58,45 @@ class BackendDispatcher:
         self._closing = False
 
     # ---- feeding ---------------------------------------------------------------------
-    def load(self, rows: dict[str, str]) -> None:
-        """Evictions left over from a previous run (delivered again if still unreferenced)."""
-        for h, mode in rows.items():
-            self._queue(h, EvictMode(mode))
+    def load(self, row_id: int, entries: list[tuple[str, str]]) -> None:
+        """One stored outbox row left from a previous run (rows in commit order); its
+        entries are delivered again if still unreferenced."""
+        delete = [h for h, m in entries if m == EvictMode.DELETE.value]
+        demote = [h for h, m in entries if m == EvictMode.DEMOTE.value]
+        self.evictions_committed(delete, demote, row_id)
+        if not (delete or demote):
+            self._rows_done.append(row_id)
+        self._flush_rows()
 
-    def _queue(self, chunk_hash: str, mode: EvictMode) -> None:
-        self._version += 1
-        self.outbox[chunk_hash] = (mode, self._version)
-        self._attempts.pop(chunk_hash, None)
-        self._not_before.pop(chunk_hash, None)
+    def _release_row(self, row: int) -> None:
+        left = self._row_live.get(row, 0) - 1
+        if left > 0:
+            self._row_live[row] = left
+        else:
+            self._row_live.pop(row, None)
+            self._rows_done.append(row)
 
-    def evictions_committed(self, delete: list[str], demote: list[str]) -> None:
-        """Queue evictions whose outbox rows are durable now (hot path: kept inline)."""
+    def _flush_rows(self) -> None:
+        if self._rows_done:
+            self.committer.forget_rows(self._rows_done)
+            self._rows_done = []
+
+    def evictions_committed(self, delete: list[str], demote: list[str], row: int = 0) -> None:
+        """Queue evictions whose outbox row ``row`` is durable now (hot path: kept inline)."""
         if not (delete or demote):
             return
         outbox, v = self.outbox, self._version
+        live = self._row_live
         for mode, hashes in ((EvictMode.DELETE, delete), (EvictMode.DEMOTE, demote)):
             for h in hashes:
                 v += 1
-                outbox[h] = (mode, v)
+                old = outbox.get(h)
+                outbox[h] = (mode, v, row)
+                live[row] = live.get(row, 0) + 1
+                if old is not None:  # the older intent's row no longer needs this entry
+                    self._release_row(old[2])
         self._version = v
+        self._flush_rows()
         if self._not_before:  # a fresh intent starts its backoff afresh
             for h in (*delete, *demote):
                 self._attempts.pop(h, None)
@@ -161,7 +182,7 @@ class BackendDispatcher:
         elif retaken:
             for h in retaken:
                 self._forget(h)
-            self.committer.forget_outbox(retaken, self.namespace)
+            self._flush_rows()
         for mode in (EvictMode.DELETE, EvictMode.DEMOTE):
             hashes = [
                 h for h in due if h in self.outbox and self.outbox[h][0] == mode and h not in refs
@@ -175,14 +196,14 @@ class BackendDispatcher:
         op = f"evict_{mode.value}"
         self._report(op, len(hashes), result)
         if result.ok:
-            done = [h for h in hashes if self.outbox.get(h, (None, -1))[1] == versions[h]]
-            for h in done:
-                self._forget(h)
-            self.committer.forget_outbox(done, self.namespace)
+            for h in hashes:
+                if self.outbox.get(h, (None, -1, 0))[1] == versions[h]:
+                    self._forget(h)
+            self._flush_rows()
             return
         now = time.monotonic()
         for h in hashes:
-            if self.outbox.get(h, (None, -1))[1] != versions[h]:
+            if self.outbox.get(h, (None, -1, 0))[1] != versions[h]:
                 continue
             n = self._attempts.get(h, 0) + 1
             self._attempts[h] = n
@@ -191,7 +212,9 @@ class BackendDispatcher:
             self.on_failure(op, len(hashes), result, self.backlog)
 
     def _forget(self, chunk_hash: str) -> None:
-        self.outbox.pop(chunk_hash, None)
+        entry = self.outbox.pop(chunk_hash, None)
+        if entry is not None:
+            self._release_row(entry[2])
         if self._not_before:
             self._attempts.pop(chunk_hash, None)
             self._not_before.pop(chunk_hash, None)

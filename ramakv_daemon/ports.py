@@ -100,8 +100,9 @@ class SessionStore(Protocol):
         """Every stored session (corrupt rows are skipped and logged)."""
         ...
 
-    async def load_outbox(self) -> dict[tuple[str, str], str]:
-        """Evictions acknowledged but not yet confirmed: (namespace, hash) -> mode."""
+    async def load_outbox(self) -> list[tuple[int, str, list[tuple[str, str]]]]:
+        """Evictions acknowledged but not yet confirmed by the backend, as stored rows
+        (row id, namespace, [(hash, mode)]) in commit order."""
         ...
 
     async def load_event_ids(self, limit: int) -> list[tuple[str, str]]:
@@ -111,7 +112,8 @@ class SessionStore(Protocol):
     async def write(
         self,
         sessions: dict[str, Session | None],
-        outbox: dict[str | tuple[str, str], str | None] | None = None,
+        outbox_add: list[tuple[int, str, list[tuple[str, str]]]] | None = None,
+        outbox_done: list[int] | None = None,
         event_ids: list[tuple[str, str, float]] | None = None,
         prune_event_ids_before: float | None = None,
     ) -> None:
@@ -119,8 +121,8 @@ class SessionStore(Protocol):
 
         Args:
             sessions: session id -> new state, or None to delete the session.
-            outbox: chunk hash (default namespace) or (namespace, hash) -> eviction mode
-                to remember, or None to forget it.
+            outbox_add: new outbox rows (row id, namespace, [(hash, mode)]).
+            outbox_done: ids of outbox rows none of whose entries waits any more.
             event_ids: (event_id, response JSON, timestamp) answers to remember.
             prune_event_ids_before: forget answers older than this timestamp.
         Raises:

@@ -74,11 +74,9 @@ class EventService:
             groups.setdefault(s.namespace, []).append(s)
         for key, group in groups.items():
             self.namespaces.add(key).manager.load(group)
-        outbox: dict[str, dict[str, str]] = {}
-        for (key, h), mode in (await self.store.load_outbox()).items():
-            outbox.setdefault(key, {})[h] = mode
-        for key, rows in outbox.items():
-            self.namespaces.add(key).dispatcher.load(rows)
+        for row_id, key, entries in await self.store.load_outbox():
+            self.committer.next_row_id = max(self.committer.next_row_id, row_id + 1)
+            self.namespaces.add(key).dispatcher.load(row_id, entries)
         for event_id, body in await self.store.load_event_ids(self.config.idempotency_window):
             self.answers.remember(event_id, json.loads(body))
         managers = self.namespaces.managers.values()
@@ -232,7 +230,9 @@ class EventService:
                 "chunk_evict force: released references %s", c.data.get("released")
             )
         ns = self.namespaces[c.namespace]
-        ns.dispatcher.evictions_committed(c.evict_delete, c.evict_demote)
+        ns.dispatcher.evictions_committed(
+            c.evict_delete, c.evict_demote, c.notes.get("_outbox_row", 0)  # type: ignore[arg-type]
+        )
         prefetch = c.prefetch
         if ns.budget.budget and "_delta" in c.notes:
             prefetch = self._budget_after(type_, session_id, c, ns)
@@ -321,7 +321,8 @@ class EventService:
         if c.namespace:
             record["namespace"] = c.namespace
         notes = {
-            k: v for k, v in c.notes.items() if k not in ("debug_context", "_delta", "_budget")
+            # Keys starting with "_" are the daemon's own bookkeeping, not facts for clients.
+            k: v for k, v in c.notes.items() if k != "debug_context" and not k.startswith("_")
         }
         if notes:
             record["notes"] = notes

@@ -39,14 +39,14 @@ class MemoryStore:
     async def load_all(self) -> list[Session]:
         return []
 
-    async def load_outbox(self) -> dict[str, str]:
-        return {}
+    async def load_outbox(self) -> list[tuple[int, str, list[tuple[str, str]]]]:
+        return []
 
     async def load_event_ids(self, limit: int) -> list[tuple[str, str]]:
         return []
 
-    async def write(self, sessions: dict, outbox: dict | None = None,
-                    event_ids: list | None = None,
+    async def write(self, sessions: dict, outbox_add: list | None = None,
+                    outbox_done: list | None = None, event_ids: list | None = None,
                     prune_event_ids_before: float | None = None) -> None:
         return None
 

@@ -46,7 +46,18 @@ CREATE TABLE IF NOT EXISTS ns_evict_outbox (
     mode TEXT NOT NULL,
     PRIMARY KEY (namespace, chunk_hash)
 );
+CREATE TABLE IF NOT EXISTS evict_log (
+    id INTEGER PRIMARY KEY,
+    namespace TEXT NOT NULL DEFAULT '',
+    entries_json TEXT NOT NULL
+);
 """
+# The daemon's outbox is evict_log: one row per group commit and namespace holding
+# [[hash, mode], ...] (a later row's intent for a hash replaces an earlier one's); a row is
+# deleted once none of its entries waits any more. One row per commit instead of one per
+# chunk keeps a turn_end that evicts dozens of chunks to one INSERT (and later one DELETE).
+# evict_outbox / ns_evict_outbox (one row per chunk) are what ramakv-admin writes while the
+# daemon is stopped; open() folds them into evict_log.
 # Files written before namespaces existed: session_state gains the column (default '').
 # The default namespace's evictions stay in evict_outbox; named namespaces' in ns_evict_outbox.
 _MIGRATIONS = (
@@ -66,11 +77,53 @@ _UPSERT_STATE = (
     "last_event_ts=excluded.last_event_ts, namespace=excluded.namespace"
 )
 
-OutboxKey = str | tuple[str, str]  # a hash (default namespace) or (namespace, hash)
+OutboxRow = tuple[int, str, list[tuple[str, str]]]  # (row id, namespace, [(hash, mode)])
 
 
-def _split_key(key: OutboxKey) -> tuple[str, str]:
-    return key if isinstance(key, tuple) else ("", key)
+def outbox_view(con: sqlite3.Connection) -> dict[tuple[str, str], str]:
+    """(namespace, hash) -> mode of every eviction still on disk, in any of the formats.
+
+    For tools and tests; a row kept for one waiting entry may list delivered ones too
+    (delivering those again is harmless: they are re-checked against the refcounts).
+    """
+    out: dict[tuple[str, str], str] = {}
+    tables = {r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+    if "evict_outbox" in tables:
+        rows = con.execute("SELECT chunk_hash, mode FROM evict_outbox")
+        out.update({("", h): m for h, m in rows})
+    if "ns_evict_outbox" in tables:
+        out.update({
+            (ns, h): m
+            for ns, h, m in con.execute("SELECT namespace, chunk_hash, mode FROM ns_evict_outbox")
+        })
+    if "evict_log" in tables:
+        for ns, entries in con.execute("SELECT namespace, entries_json FROM evict_log ORDER BY id"):
+            out.update({(ns, h): m for h, m in json.loads(entries)})
+    return out
+
+
+def _fold_legacy_outbox(con: sqlite3.Connection) -> None:
+    """Move per-chunk outbox rows (written by ramakv-admin) into evict_log, atomically."""
+    legacy: dict[str, list[tuple[str, str]]] = {}
+    for h, m in con.execute("SELECT chunk_hash, mode FROM evict_outbox"):
+        legacy.setdefault("", []).append((h, m))
+    for ns, h, m in con.execute("SELECT namespace, chunk_hash, mode FROM ns_evict_outbox"):
+        legacy.setdefault(ns, []).append((h, m))
+    if not legacy:
+        return
+    con.execute("BEGIN IMMEDIATE")
+    try:
+        for ns, entries in legacy.items():
+            con.execute(
+                "INSERT INTO evict_log (namespace, entries_json) VALUES (?, ?)",
+                (ns, json.dumps(entries)),
+            )
+        con.execute("DELETE FROM evict_outbox")
+        con.execute("DELETE FROM ns_evict_outbox")
+        con.execute("COMMIT")
+    except BaseException:
+        con.execute("ROLLBACK")
+        raise
 
 
 class SqliteSessionStore:
@@ -208,18 +261,24 @@ class SqliteSessionStore:
             )
         return out
 
-    async def load_outbox(self) -> dict[tuple[str, str], str]:
-        """Evictions acknowledged but not yet confirmed: (namespace, hash) -> mode."""
+    async def load_outbox(self) -> list[OutboxRow]:
+        """Evictions acknowledged but not yet confirmed, as rows in commit order."""
         try:
-            async with self.db.execute("SELECT chunk_hash, mode FROM evict_outbox") as cur:
-                out = {("", h): m for h, m in await cur.fetchall()}
+            assert self._writer is not None
+            await self._in_thread(_fold_legacy_outbox, self._writer)
             async with self.db.execute(
-                "SELECT namespace, chunk_hash, mode FROM ns_evict_outbox"
+                "SELECT id, namespace, entries_json FROM evict_log ORDER BY id"
             ) as cur:
-                out.update({(ns, h): m for ns, h, m in await cur.fetchall()})
-            return out
-        except sqlite3.Error as err:
+                rows = await cur.fetchall()
+        except (sqlite3.Error, AssertionError) as err:
             raise StoreError(f"cannot read evict outbox: {err}") from err
+        out: list[OutboxRow] = []
+        for row_id, ns, entries in rows:
+            try:
+                out.append((row_id, ns, [(str(h), str(m)) for h, m in json.loads(entries)]))
+            except (ValueError, TypeError) as err:
+                log.warning("skipping corrupt outbox row %s: %s", row_id, err)
+        return out
 
     async def load_event_ids(self, limit: int) -> list[tuple[str, str]]:
         """The newest ``limit`` remembered answers, oldest first: (event_id, response_json)."""
@@ -236,24 +295,24 @@ class SqliteSessionStore:
     async def write(
         self,
         sessions: dict[str, Session | None],
-        outbox: dict[OutboxKey, str | None] | None = None,
+        outbox_add: list[OutboxRow] | None = None,
+        outbox_done: list[int] | None = None,
         event_ids: list[tuple[str, str, float]] | None = None,
         prune_event_ids_before: float | None = None,
     ) -> None:
-        """One transaction: sessions (None = delete), outbox rows (None = delete), answers.
-
-        Outbox keys are hashes of the default namespace or (namespace, hash) pairs.
-        """
+        """One transaction: sessions (None = delete), outbox rows added and done, answers."""
         if self._writer is None:
             raise StoreError("session store is not open")
         await self._in_thread(
-            self._write_sync, sessions, outbox or {}, event_ids or [], prune_event_ids_before
+            self._write_sync, sessions, outbox_add or [], outbox_done or [], event_ids or [],
+            prune_event_ids_before,
         )
 
     def _write_sync(
         self,
         sessions: dict[str, Session | None],
-        outbox: dict[OutboxKey, str | None],
+        outbox_add: list[OutboxRow],
+        outbox_done: list[int],
         event_ids: list[tuple[str, str, float]],
         prune_before: float | None,
     ) -> None:
@@ -280,8 +339,13 @@ class SqliteSessionStore:
             if deletes:
                 db.executemany("DELETE FROM sessions WHERE session_id = ?", deletes)
                 db.executemany("DELETE FROM session_state WHERE session_id = ?", deletes)
-            if outbox:
-                self._write_outbox(db, outbox)
+            if outbox_add:
+                db.executemany(
+                    "INSERT INTO evict_log (id, namespace, entries_json) VALUES (?, ?, ?)",
+                    [(i, ns, dumps(entries)) for i, ns, entries in outbox_add],
+                )
+            if outbox_done:
+                db.executemany("DELETE FROM evict_log WHERE id = ?", [(i,) for i in outbox_done])
             if event_ids:
                 db.executemany(
                     "INSERT OR REPLACE INTO event_ids (event_id, response_json, ts) "
@@ -298,37 +362,6 @@ class SqliteSessionStore:
                 except sqlite3.Error:
                     log.exception("rollback after a failed write also failed")
             raise StoreError(f"persistence failed: {err}") from err
-
-    @staticmethod
-    def _write_outbox(db: sqlite3.Connection, outbox: dict[OutboxKey, str | None]) -> None:
-        plain: list[tuple[str, str | None]] = []
-        named: list[tuple[str, str, str | None]] = []
-        for key, mode in outbox.items():
-            ns, h = _split_key(key)
-            if ns:
-                named.append((ns, h, mode))
-            else:
-                plain.append((h, mode))
-        if plain:
-            db.executemany(
-                "INSERT INTO evict_outbox (chunk_hash, mode) VALUES (?, ?) "
-                "ON CONFLICT(chunk_hash) DO UPDATE SET mode=excluded.mode",
-                [(h, m) for h, m in plain if m is not None],
-            )
-            db.executemany(
-                "DELETE FROM evict_outbox WHERE chunk_hash = ?",
-                [(h,) for h, m in plain if m is None],
-            )
-        if named:
-            db.executemany(
-                "INSERT INTO ns_evict_outbox (namespace, chunk_hash, mode) VALUES (?, ?, ?) "
-                "ON CONFLICT(namespace, chunk_hash) DO UPDATE SET mode=excluded.mode",
-                [(ns, h, m) for ns, h, m in named if m is not None],
-            )
-            db.executemany(
-                "DELETE FROM ns_evict_outbox WHERE namespace = ? AND chunk_hash = ?",
-                [(ns, h) for ns, h, m in named if m is None],
-            )
 
     async def close(self) -> None:
         """Close both connections and the writer thread (idempotent)."""

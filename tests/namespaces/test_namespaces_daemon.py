@@ -7,6 +7,7 @@ import sqlite3
 from support.ns_rig import Rig, config, ident
 
 from ramakv_daemon.adapters.backends.lmcache import LMCacheBackend
+from ramakv_daemon.adapters.sqlite_store import outbox_view
 from ramakv_daemon.core.identity import namespace_of
 
 NS_A = namespace_of(ident())
@@ -122,9 +123,8 @@ async def test_namespace_survives_restart_with_its_outbox(tmp_path, two_fakes) -
         await r.ev("session_suspend", session_id="a")
     db = sqlite3.connect(cfg.session_store_path)
     assert set(db.execute("SELECT session_id, namespace FROM session_state")) == {("a", NS_A)}
-    assert sorted(db.execute("SELECT namespace, chunk_hash, mode FROM ns_evict_outbox")) == [
+    assert sorted((ns, h, m) for (ns, h), m in outbox_view(db).items()) == [
         (NS_B, "0a01", "delete"), (NS_B, "0a02", "delete")]
-    assert list(db.execute("SELECT * FROM evict_outbox")) == []
     db.close()
     await fb.accept()
     async with Rig(cfg) as r:

@@ -37,10 +37,12 @@ def db_model(path: Path | str) -> Model:
 
 
 def db_outbox(path: Path | str) -> dict[str, str]:
-    """The evict_outbox table: hash -> mode."""
+    """The default namespace's stored evictions (every outbox format): hash -> mode."""
+    from ramakv_daemon.adapters.sqlite_store import outbox_view
+
     con = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=10)
     try:
-        return dict(con.execute("SELECT chunk_hash, mode FROM evict_outbox").fetchall())
+        return {h: m for (ns, h), m in outbox_view(con).items() if ns == ""}
     finally:
         con.close()
 

@@ -1,0 +1,97 @@
+"""The eviction outbox on disk: one row per group commit, deleted once nothing in it waits."""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+from collections.abc import Sequence
+from typing import Any
+
+from support.daemon_app import RecordingBackend
+
+from ramakv_daemon.adapters.sqlite_store import outbox_view
+from ramakv_daemon.ports import BackendResult, EvictMode
+
+
+class FlakyBackend(RecordingBackend):
+    """Records calls; refuses evictions of the hashes in ``refuse``."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.refuse: set[str] = set()
+
+    async def evict(self, chunk_hashes: Sequence[str], mode: EvictMode) -> BackendResult:
+        if self.refuse & set(chunk_hashes):
+            return BackendResult(ok=False, status=503, detail="no engine")
+        return await super().evict(chunk_hashes, mode)
+
+
+def rows(path: str) -> list[tuple[int, str]]:
+    con = sqlite3.connect(path)
+    try:
+        return list(con.execute("SELECT id, entries_json FROM evict_log ORDER BY id"))
+    finally:
+        con.close()
+
+
+async def settle(d: Any) -> None:
+    for _ in range(3):
+        await d.service.dispatcher.drain()
+        await d.service.committer.barrier()
+        await asyncio.sleep(0.01)
+
+
+async def test_one_row_per_commit_and_deleted_when_delivered(
+    start_daemon: Any, make_config: Any
+) -> None:
+    cfg = make_config()
+    backend = FlakyBackend()
+    d = await start_daemon(cfg, backend=backend)
+    hashes = [f"h{i}" for i in range(40)]
+    await d.turn_end("s", hashes)
+    await d.turn_end("s", hashes[:10])  # drops 30: one row with 30 entries, not 30 rows
+    await settle(d)
+    assert sorted(backend.of("delete")) == sorted(hashes[10:])
+    assert rows(cfg.session_store_path) == []  # delivered: the row is gone
+
+
+async def test_a_row_stays_while_one_entry_waits_and_survives_restart(
+    start_daemon: Any, make_config: Any
+) -> None:
+    cfg = make_config()
+    backend = FlakyBackend()
+    backend.refuse = {"stuck"}
+    d = await start_daemon(cfg, backend=backend)
+    await d.turn_end("a", ["ok1", "stuck"])
+    await d.ok("session_close", session_id="a")
+    await settle(d)
+    # "stuck" was refused (sent in the same call as ok1, so both wait; nothing is lost).
+    stored = rows(cfg.session_store_path)
+    assert len(stored) == 1
+    con = sqlite3.connect(cfg.session_store_path)
+    assert outbox_view(con) == {("", "ok1"): "delete", ("", "stuck"): "delete"}
+    con.close()
+    await d.close()
+    backend2 = FlakyBackend()
+    d2 = await start_daemon(cfg, backend=backend2)
+    await settle(d2)
+    assert sorted(backend2.of("delete")) == ["ok1", "stuck"]
+    assert rows(cfg.session_store_path) == []
+
+
+async def test_re_evicted_hash_moves_to_the_newer_row(start_daemon: Any, make_config: Any) -> None:
+    cfg = make_config()
+    backend = FlakyBackend()
+    backend.refuse = {"x"}
+    d = await start_daemon(cfg, backend=backend)
+    await d.turn_end("a", ["x", "y"])
+    await d.ok("session_close", session_id="a")  # row 1: x, y (x refused, y with it)
+    await settle(d)
+    await d.turn_end("b", ["x"])  # x referenced again: its old intent must not be sent
+    await settle(d)
+    await d.ok("session_close", session_id="b")  # row 2: x again
+    backend.refuse = set()
+    d.service.dispatcher.poke()
+    await settle(d)
+    assert backend.of("delete").count("x") == 1
+    assert rows(cfg.session_store_path) == []
