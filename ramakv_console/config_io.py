@@ -60,7 +60,18 @@ DAEMON_FIELDS: tuple[FieldSpec, ...] = (
     FieldSpec("idempotency_ttl_s", "float", 3600.0, "how long an event id is remembered (s)"),
     FieldSpec("sqlite_synchronous", "choice:NORMAL,FULL,EXTRA", "NORMAL",
               "SQLite synchronous mode: NORMAL, FULL or EXTRA"),
+    FieldSpec("evict_locations", "list", [], "tiers a refcount-zero chunk is deleted from, "
+              "comma-separated (empty = every tier)"),
+    FieldSpec("ddr_budget_chunks", "count", 0, "DDR budget of the default namespace in "
+              "chunks (0 = none)"),
+    FieldSpec("turn_in_flight_timeout_s", "float", 600.0, "a turn_start without turn_end "
+              "stops protecting its session after this long (s)"),
+    FieldSpec("budget_check_interval_s", "float0", 1.0, "at most one budget pass per "
+              "namespace this often (s)"),
 )
+# Keys the form does not edit but every save keeps as they are: [[deployments]] tables
+# (edit them in the file; docs/namespaces.md).
+KEPT_AS_IS = frozenset({"deployments"})
 SDK_FIELDS: tuple[FieldSpec, ...] = (
     FieldSpec("daemon_url", "url", "http://127.0.0.1:6998", "where SDK clients and the console "
               "find the daemon"),
@@ -113,14 +124,24 @@ def parse_value(spec: FieldSpec, text: str) -> Any:
         if n <= 0:
             raise ValueError(f"{spec.name}: must be greater than 0")
         return n
-    if kind == "float":
+    if kind == "count":
+        if not t.isdigit():
+            raise ValueError(f"{spec.name}: expected a whole number, 0 or more")
+        return int(t)
+    if kind in ("float", "float0"):
         try:
             x = float(t)
         except ValueError:
             raise ValueError(f"{spec.name}: expected a number") from None
-        if x <= 0:
+        if x < 0 or (x == 0 and kind == "float"):
             raise ValueError(f"{spec.name}: must be greater than 0")
         return x
+    if kind == "list":
+        items = [p.strip() for p in t.split(",") if p.strip()]
+        if any(not p.isidentifier() for p in items):
+            raise ValueError(f"{spec.name}: expected tier names like LocalCPUBackend, "
+                             "comma-separated")
+        return items
     if kind == "addr":
         host, _, port = t.rpartition(":")
         if not host or not port.isdigit() or not 0 < int(port) < 65536:
@@ -147,6 +168,8 @@ def format_value(value: Any) -> str:
     """A value as the form shows it."""
     if isinstance(value, bool):
         return "true" if value else "false"
+    if isinstance(value, list | tuple):
+        return ", ".join(str(v) for v in value)
     return "" if value is None else str(value)
 
 

@@ -100,7 +100,26 @@ def test_config_fields_match_the_daemon_dataclass() -> None:
     cls = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "Config")
     keys = {n.target.id for n in cls.body if isinstance(n, ast.AnnAssign)
             and isinstance(n.target, ast.Name)}
-    assert keys == {s.name for s in config_io.DAEMON_FIELDS}
+    assert keys == {s.name for s in config_io.DAEMON_FIELDS} | config_io.KEPT_AS_IS
+
+
+def test_deployments_tables_survive_an_edit(tmp_path: Path) -> None:
+    """[[deployments]] is not in the form; saving any edit keeps it exactly."""
+    path = tmp_path / "config.toml"
+    path.write_text('listen_addr = "127.0.0.1:6998"\n\n[[deployments]]\nname = "qwen"\n'
+                    'namespace = "kvp-0123"\nlmcache_url = "http://127.0.0.1:7001"\n')
+    spec = {s.name: s for s in config_io.DAEMON_FIELDS}
+    edits = {"ddr_budget_chunks": config_io.parse_value(spec["ddr_budget_chunks"], "512"),
+             "evict_locations": config_io.parse_value(spec["evict_locations"],
+                                                      "LocalCPUBackend, LocalDiskBackend")}
+    merged, diffs = config_io.merge(config_io.load(path), edits, config_io.DAEMON_FIELDS)
+    config_io.write_atomic(path, merged)
+    again = config_io.load(path)
+    assert again["deployments"] == [{"name": "qwen", "namespace": "kvp-0123",
+                                     "lmcache_url": "http://127.0.0.1:7001"}]
+    assert again["ddr_budget_chunks"] == 512
+    assert again["evict_locations"] == ["LocalCPUBackend", "LocalDiskBackend"]
+    assert {d.key for d in diffs} == {"ddr_budget_chunks", "evict_locations"}
 
 
 def test_shipped_themes_parse_and_one_is_light() -> None:
