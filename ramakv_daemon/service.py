@@ -62,6 +62,7 @@ class EventService:
         self.ctx = default.ctx
         self.dispatcher = default.dispatcher
         self.answers = AnswerCache(config.idempotency_window)
+        self._budget_warned: dict[str, float] = {}
         self.started_at = time.time()
 
     # ---- life cycle ------------------------------------------------------------------
@@ -286,7 +287,9 @@ class EventService:
                 b.apply(plan)
                 ns.dispatcher.demote(plan.demote)
                 self.metrics.budget(ns.label, len(plan.victims), len(plan.demote))
-                if plan.over:
+                if plan.over and now - self._budget_warned.get(ns.key, 0.0) >= 60.0:
+                    # Once a minute per namespace: under sustained pressure every pass is over.
+                    self._budget_warned[ns.key] = now
                     log.warning(
                         "namespace %r over its DDR budget (%d > %d chunks): the rest is "
                         "in flight", ns.key, plan.usage_after, plan.budget,

@@ -29,6 +29,8 @@ class Policy:
             could not land before the deadline (saturation guard).
         hint: "request" = turn_start sent L before the lookup (when the request leaves);
             "tool" = sent when the tool call starts instead; "both" = at both moments.
+        budget: the daemon's ddr_budget_chunks as a fraction of DDR capacity (0 = off):
+            the daemon demotes whole idle sessions' private chunks in retention order.
     """
 
     name: str
@@ -39,6 +41,7 @@ class Policy:
     need_order: bool = False
     cap: bool = False
     hint: str = "request"
+    budget: float = 0.0
 
 
 LRU = Policy("LRU alone", steered=False)
@@ -52,8 +55,10 @@ CAPPED = Policy("+ saturation cap", skip_touch=True, need_order=True, cap=True)
 TOOL_HINT = Policy("+ hint at tool start", skip_touch=True, need_order=True, hint="tool")
 BOTH_HINTS = Policy("+ hint at tool start and request", skip_touch=True, need_order=True,
                     hint="both")
+BUDGET = Policy("+ DDR budget 90%", skip_touch=True, need_order=True, budget=0.9)
 STEERED = NEED_ORDER
-VARIANTS = (EVICT_ONLY, NAIVE, ASCEND_EXT, SKIP_TOUCH, NEED_ORDER, CAPPED, TOOL_HINT, BOTH_HINTS)
+VARIANTS = (EVICT_ONLY, NAIVE, ASCEND_EXT, SKIP_TOUCH, NEED_ORDER, CAPPED, TOOL_HINT, BOTH_HINTS,
+            BUDGET)
 
 
 class Clock:

@@ -153,8 +153,10 @@ async def replay(trace: Trace, policy: Policy, capacity: float, lead_s: float,
     backend: SimBackend | None = None
     if policy.steered:
         backend = SimBackend(store, policy, clock, lead_s)
+        budget = max(1, int(policy.budget * ddr_cap)) if policy.budget else 0
         config = Config(noop_backend=True, turn_start_prefetch=policy.turn_start_prefetch,
-                        session_store_path=":memory:")
+                        session_store_path=":memory:", ddr_budget_chunks=budget,
+                        budget_check_interval_s=0.0)
         svc = EventService(config, MemoryStore(), backend)
         await svc.start()
     seq = len(trace.events)
