@@ -21,6 +21,7 @@ class SessionView:
     chunk_hashes: list[str] = field(default_factory=list)
     fork_holds: list[list[str]] = field(default_factory=list)
     last_event_ts: float = 0.0
+    namespace: str = ""  # "" = the daemon's default namespace (the field is then absent)
 
     @classmethod
     def from_dict(cls, sid: str, d: dict[str, Any]) -> SessionView:
@@ -32,6 +33,7 @@ class SessionView:
             chunk_hashes=[str(h) for h in d.get("chunk_hashes") or []],
             fork_holds=[[str(h) for h in hold] for hold in d.get("fork_holds") or []],
             last_event_ts=float(d.get("last_event_ts") or 0.0),
+            namespace=str(d.get("namespace") or ""),
         )
 
     def held(self) -> set[str]:

@@ -45,13 +45,16 @@ class SessionTable(DataTable[Any]):
             return False
         if not self.show_suspended and s.state == "suspended":
             return False
-        return self.filter_text.lower() in sid.lower()
+        text = self.filter_text.lower()
+        return text in sid.lower() or (bool(text) and text in s.namespace.lower())
 
     def cells(self, sid: str) -> tuple[Any, ...]:
         """The row's cell values."""
         st = self.state
         s = st.sessions[sid]
         state = Text(s.state, style="yellow" if s.state == "suspended" else "green")
+        if s.namespace:  # only deployments other than the default one are labelled
+            state.append(f" {s.namespace[:12]}", style="dim")
         shared = st.shared_count(sid)
         return (sid, state, s.turn_count, len(s.chunk_hashes),
                 Text(str(shared), style="bold cyan") if shared else "0",

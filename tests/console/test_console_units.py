@@ -153,3 +153,11 @@ def test_console_never_imports_the_daemon() -> None:
             "bad = [m for m in sys.modules if m.startswith('ramakv_daemon')]; "
             "assert not bad, bad")
     subprocess.run([sys.executable, "-c", code], check=True, cwd=REPO)
+
+
+def test_session_view_keeps_the_namespace() -> None:
+    from ramakv_console.state import SessionView
+
+    named = SessionView.from_dict("a", {"state": "active", "namespace": "kvp-0123abcd"})
+    plain = SessionView.from_dict("b", {"state": "suspended"})
+    assert named.namespace == "kvp-0123abcd" and plain.namespace == ""
