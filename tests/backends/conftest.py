@@ -4,10 +4,7 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import AsyncIterator
 from pathlib import Path
-
-import pytest
 
 # site-packages already holds an unrelated top-level `tests` package (shipped by a lmcache
 # dependency), so the fakes are imported as `fakes.*` with tests/ on sys.path.
@@ -16,11 +13,4 @@ if TESTS_DIR not in sys.path:
     sys.path.insert(0, TESTS_DIR)
 os.environ.setdefault("LMCACHE_TRACK_USAGE", "false")
 
-from fakes.lmcache_server import FakeLMCacheServer  # noqa: E402
-
-
-@pytest.fixture
-async def fake_lmcache() -> AsyncIterator[FakeLMCacheServer]:
-    """A fake memory API on a free loopback port."""
-    async with FakeLMCacheServer() as fake:
-        yield fake
+from support.lmcache_fakes import fake_lmcache  # noqa: E402,F401

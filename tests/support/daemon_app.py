@@ -1,17 +1,21 @@
-"""In-process daemon helpers: a recording backend and an event client over aiohttp's TestClient."""
+"""In-process daemon helpers: a recording backend, an event client over aiohttp's TestClient,
+and the ``make_config`` / ``start_daemon`` / ``daemon`` / ``rec_daemon`` fixtures (import the
+ones a suite needs into its conftest.py)."""
 
 from __future__ import annotations
 
 import copy
 import json
 import sqlite3
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from ramakv_daemon.config import Config
 from ramakv_daemon.core.manager import recompute_refcounts
-from ramakv_daemon.http.app import SERVICE_KEY
+from ramakv_daemon.http.app import SERVICE_KEY, init_app
 from ramakv_daemon.ports import BackendResult, ChunkLocations, EvictMode
 from ramakv_daemon.service import EventService
 
@@ -135,3 +139,52 @@ def db_rows(path: str) -> dict[str, Any]:
         return out
     finally:
         con.close()
+
+
+@pytest.fixture
+def make_config(tmp_path: Path) -> Callable[..., Config]:
+    """A Config on a tmp SQLite file, noop backend, debug_dir under tmp_path; kwargs override."""
+
+    def make(**overrides: Any) -> Config:
+        base: dict[str, Any] = {
+            "session_store_path": str(tmp_path / "sessions.db"),
+            "noop_backend": True,
+            "debug_dir": str(tmp_path / "kvcache_debug"),
+        }
+        base.update(overrides)
+        return Config(**base)
+
+    return make
+
+
+StartDaemon = Callable[..., Awaitable[DaemonClient]]
+
+
+@pytest.fixture
+def start_daemon(aiohttp_client: Any, make_config: Callable[..., Config]) -> StartDaemon:
+    """Start an in-process daemon: ``await start_daemon(config=None, store=None, backend=None)``.
+
+    Without a config, ``make_config()`` is used; several may run on the same file in turn
+    (close the first with ``await d.close()``, which stops the service and the store).
+    """
+
+    async def start(
+        config: Config | None = None, store: Any = None, backend: Any = None
+    ) -> DaemonClient:
+        app = init_app(config or make_config(), store=store, backend=backend)
+        return DaemonClient(await aiohttp_client(app))
+
+    return start
+
+
+@pytest.fixture
+async def daemon(start_daemon: StartDaemon) -> DaemonClient:
+    """A started in-process daemon with the default test config."""
+    return await start_daemon()
+
+
+@pytest.fixture
+async def rec_daemon(start_daemon: StartDaemon) -> tuple[DaemonClient, RecordingBackend]:
+    """An in-process daemon whose backend records prefetch/evict calls."""
+    backend = RecordingBackend()
+    return await start_daemon(backend=backend), backend

@@ -8,7 +8,6 @@ import os
 import socket
 import struct
 from collections.abc import Awaitable, Callable
-from pathlib import Path
 from typing import Any
 
 import aiohttp
@@ -16,53 +15,19 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from ramakv_daemon.config import Config
-from ramakv_daemon.http.app import SERVICE_KEY, init_app
-from ramakv_daemon.service import EventService
+from ramakv_daemon.http.app import init_app
+from support.daemon_app import DaemonClient, make_config  # noqa: F401 (a fixture, re-exported)
 
 TRACE_TIMEOUT = 10.0
 
 
-class Daemon:
-    """An in-process daemon behind aiohttp's TestClient, with event and trace helpers."""
-
-    def __init__(self, client: Any) -> None:
-        self.client = client
-
-    @property
-    def service(self) -> EventService:
-        """The daemon's EventService (for white-box checks only)."""
-        return self.client.server.app[SERVICE_KEY]
+class Daemon(DaemonClient):
+    """An in-process daemon behind aiohttp's TestClient, with event, trace and metrics helpers."""
 
     @property
     def url(self) -> str:
         """``http://127.0.0.1:PORT``."""
         return str(self.client.make_url("")).rstrip("/")
-
-    async def post(self, body: Any) -> tuple[int, dict[str, Any]]:
-        """POST ``body`` to /event; returns (status, decoded answer)."""
-        data = body if isinstance(body, bytes | str) else json.dumps(body)
-        resp = await self.client.post("/event", data=data)
-        return resp.status, json.loads(await resp.text())
-
-    async def ok(self, type_: str, **fields: Any) -> dict[str, Any]:
-        """Send an event that must succeed; returns ``data``."""
-        status, body = await self.post({"type": type_, **fields})
-        assert status == 200 and body.get("ok") is True, body
-        assert set(body) == {"ok", "type", "data"}, body
-        return body["data"]
-
-    async def err(self, type_: str, **fields: Any) -> str:
-        """Send an event that must fail with HTTP 200 and ok:false; returns ``error``."""
-        status, body = await self.post({"type": type_, **fields})
-        assert status == 200 and body.get("ok") is False, body
-        assert "data" not in body and isinstance(body.get("error"), str), body
-        return body["error"]
-
-    async def turn_end(self, sid: str, hashes: list[str]) -> dict[str, Any]:
-        """A turn_end carrying ``hashes``."""
-        return await self.ok(
-            "turn_end", session_id=sid, kv_transfer_params={"chunk_hashes": hashes}
-        )
 
     async def ws(self, query: str = "") -> aiohttp.ClientWebSocketResponse:
         """Open ``/trace`` (``query`` like ``"?since=3"``)."""
@@ -132,23 +97,9 @@ StartDaemon = Callable[..., Awaitable[Daemon]]
 
 
 @pytest.fixture
-def make_config(tmp_path: Path) -> Callable[..., Config]:
-    """A Config on a tmp SQLite file with the noop backend; kwargs override."""
-
-    def make(**overrides: Any) -> Config:
-        base: dict[str, Any] = {
-            "session_store_path": str(tmp_path / "sessions.db"),
-            "noop_backend": True,
-            "debug_dir": str(tmp_path / "kvcache_debug"),
-        }
-        base.update(overrides)
-        return Config(**base)
-
-    return make
-
-
-@pytest.fixture
-def start_daemon(aiohttp_client: Any, make_config: Callable[..., Config]) -> StartDaemon:
+def start_daemon(
+    aiohttp_client: Any, make_config: Callable[..., Config]  # noqa: F811 (the fixture above)
+) -> StartDaemon:
     """``await start_daemon(backend=None, **config_overrides)``: an in-process daemon."""
 
     async def start(backend: Any = None, **overrides: Any) -> Daemon:
