@@ -12,6 +12,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import aiosqlite
+import orjson
 
 from ramakv_daemon.core.session import Session
 from ramakv_daemon.ports import StoreError
@@ -100,6 +101,15 @@ def outbox_view(con: sqlite3.Connection) -> dict[tuple[str, str], str]:
         for ns, entries in con.execute("SELECT namespace, entries_json FROM evict_log ORDER BY id"):
             out.update({(ns, h): m for h, m in json.loads(entries)})
     return out
+
+
+def _loads(text: str) -> object:
+    """orjson, falling back to json for what only the standard decoder takes (files
+    written by other tools may hold lone surrogate escapes or NaN)."""
+    try:
+        return orjson.loads(text)
+    except orjson.JSONDecodeError:
+        return json.loads(text)
 
 
 def _fold_legacy_outbox(con: sqlite3.Connection) -> None:
@@ -230,7 +240,7 @@ class SqliteSessionStore:
                 rows = await cur.fetchall()
         except sqlite3.Error as err:
             raise StoreError(f"cannot read session store {self.path}: {err}") from err
-        loads = json.loads
+        loads = _loads  # start-up decodes every stored map: the fast decoder pays
         for sid, map_json, turn_count, suspended, holds_json, ts, ns in rows:
             try:
                 hashes = loads(map_json)
@@ -320,7 +330,9 @@ class SqliteSessionStore:
         assert db is not None
         upserts = [s for s in sessions.values() if s is not None]
         deletes = [(sid,) for sid, s in sessions.items() if s is None]
-        dumps = json.dumps
+        def dumps(value: object) -> str:
+            return orjson.dumps(value).decode()
+
         try:
             db.execute("BEGIN IMMEDIATE")
             if upserts:

@@ -7,6 +7,7 @@ import json
 import logging
 from collections.abc import AsyncIterator
 
+import orjson
 from aiohttp import web
 
 from ramakv_daemon.adapters.backends.noop import NoopBackend
@@ -38,6 +39,16 @@ def _json(status: int, body: dict) -> web.Response:
     return web.Response(status=status, text=json.dumps(body), content_type="application/json")
 
 
+def _decode(raw: bytes) -> object:
+    """orjson first (about 4x cheaper on a turn_end body); what it refuses but the standard
+    decoder takes (lone surrogate escapes, NaN, integers over 64 bits) gets the standard
+    decoder, so behaviour never depends on which one parsed a body."""
+    try:
+        return orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        return json.loads(raw)
+
+
 async def handle_event(request: web.Request) -> web.Response:
     """POST /event: one JSON object carrying ``type``."""
     service = request.app[SERVICE_KEY]
@@ -49,7 +60,7 @@ async def handle_event(request: web.Request) -> web.Response:
     except web.HTTPRequestEntityTooLarge:
         return _json(413, {"ok": False, "error": f"request body larger than {limit} bytes"})
     try:
-        payload = json.loads(raw)
+        payload = _decode(raw)
     except (ValueError, RecursionError) as err:
         return _json(400, {"ok": False, "error": f"malformed JSON: {err}"})
     status, body = await service.handle(payload)
