@@ -22,15 +22,6 @@ os.environ.setdefault("LMCACHE_TRACK_USAGE", "false")
 from support.daemon_proc import REPO_ROOT, DaemonProcess, free_port  # noqa: E402
 
 
-class SteeringDaemon(DaemonProcess):
-    """The daemon process with the backend its config names (the support fixture forces
-    ``--noop``; here ``noop_backend = false`` and ``lmcache_url`` must take effect)."""
-
-    def command(self) -> list[str]:
-        """DaemonProcess's argv without ``--noop``."""
-        return [a for a in super().command() if a != "--noop"]
-
-
 def _get(url: str, timeout: float = 1.0) -> int:
     with urllib.request.urlopen(url, timeout=timeout) as r:
         return int(r.status)
@@ -74,11 +65,13 @@ def devserver_url(tmp_path: Path) -> Iterator[str]:
 
 
 @pytest.fixture
-def steering_daemon(tmp_path: Path, devserver_url: str) -> Iterator[SteeringDaemon]:
-    """A started daemon process whose LMCache backend points at the devserver."""
-    d = SteeringDaemon(
+def steering_daemon(tmp_path: Path, devserver_url: str) -> Iterator[DaemonProcess]:
+    """A started daemon process whose LMCache backend points at the devserver (no ``--noop``:
+    ``noop_backend = false`` and ``lmcache_url`` from its config take effect)."""
+    d = DaemonProcess(
         tmp_path / "daemon",
         config={"lmcache_url": devserver_url, "noop_backend": False},
+        noop=False,
     )
     try:
         d.start(timeout=30)

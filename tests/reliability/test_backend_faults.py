@@ -14,7 +14,6 @@ from support.daemon_app import DaemonClient
 from support.daemon_proc import DaemonProcess, free_port
 from support.reliability import (
     FakeLMCacheProcess,
-    LMCacheDaemon,
     db_model,
     db_outbox,
     metric,
@@ -185,9 +184,9 @@ def test_outbox_survives_kill_while_backend_down(
 ) -> None:
     port = free_port()  # nothing listens here yet: connection refused
     d = daemon_proc_factory(
-        start=False, config={"lmcache_url": f"http://127.0.0.1:{port}", "backend_timeout_s": 0.5}
+        start=False, config={"lmcache_url": f"http://127.0.0.1:{port}", "backend_timeout_s": 0.5},
+        noop=False,
     )
-    d.__class__ = LMCacheDaemon
     d.start()
 
     def te(sid: str, hashes: list[str]) -> bool:

@@ -100,8 +100,7 @@ def test_mistyped_token_is_not_echoed_and_still_refuses(tmp_path: Path) -> None:
 def test_token_never_in_logs(daemon_proc_factory: Callable[..., DaemonProcess]) -> None:
     d = daemon_proc_factory(start=False, config={"auth_token": TOKEN, "trace_events": True},
                             extra_args=["--log-level", "DEBUG"])
-    d.post = _authed_post(d)  # type: ignore[method-assign]
-    d.start()
+    d.start()  # DaemonProcess.post sends the config's token: health polls and events below
     assert d.event("turn_end", session_id="s", kv_transfer_params={"chunk_hashes": ["a"]})["ok"]
     for headers in WRONG:
         req = urllib.request.Request(f"{d.url}/event", data=b'{"type":"health"}',
@@ -118,22 +117,6 @@ def test_token_never_in_logs(daemon_proc_factory: Callable[..., DaemonProcess]) 
         line for line in log.splitlines() if TOKEN in line and "session_id=" not in line
     ]
     assert "Bearer" not in log and "Authorization" not in log
-
-
-def _authed_post(d: DaemonProcess) -> Callable[..., tuple[int, dict[str, Any]]]:
-    """DaemonProcess.post with the bearer header (start() uses it for its health check)."""
-
-    def post(body: Any, timeout: float = 10.0) -> tuple[int, dict[str, Any]]:
-        data = body if isinstance(body, bytes) else json.dumps(body).encode()
-        req = urllib.request.Request(f"{d.url}/event", data=data,
-                                     headers={"Content-Type": "application/json", **AUTH})
-        try:
-            with urllib.request.urlopen(req, timeout=timeout) as resp:
-                return resp.status, json.loads(resp.read())
-        except urllib.error.HTTPError as err:
-            return err.code, json.loads(err.read() or b"{}")
-
-    return post
 
 
 async def test_debug_files_never_escape_debug_dir(start_daemon: Any, make_config: Any,

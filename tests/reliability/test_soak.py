@@ -13,7 +13,6 @@ from support.daemon_proc import DaemonProcess
 from support.loadgen import model_from_json
 from support.reliability import (
     FakeLMCacheProcess,
-    LMCacheDaemon,
     db_model,
     db_outbox,
     diff,
@@ -40,9 +39,8 @@ def test_soak(daemon_proc_factory: Callable[..., DaemonProcess], tmp_path: Path)
     fake = FakeLMCacheProcess(tmp_path).start()
     d = daemon_proc_factory(
         start=False, config={"lmcache_url": fake.url, "backend_timeout_s": 0.5},
-        extra_args=["--log-level", "WARNING"],
+        extra_args=["--log-level", "WARNING"], noop=False,
     )
-    d.__class__ = LMCacheDaemon
     fakes = [fake]
     gens: list[subprocess.Popen[str]] = []
     try:

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import json
-import urllib.request
 from pathlib import Path
 
 import pytest
@@ -97,24 +95,8 @@ async def test_unreachable_daemon_raises_daemon_unavailable(daemon_proc) -> None
             await c.raw({"type": "health"})
 
 
-def start_with_token(factory, token: str):
-    """A daemon whose config has ``auth_token``; its health poll sends the token."""
-    d = factory(start=False, config={"auth_token": token})
-
-    def post(body, timeout: float = 10.0):
-        req = urllib.request.Request(
-            f"{d.url}/event", data=json.dumps(body).encode(),
-            headers={"Authorization": f"Bearer {token}"},
-        )
-        with urllib.request.urlopen(req, timeout=timeout) as resp:
-            return resp.status, json.loads(resp.read())
-
-    d.post = post
-    return d.start()
-
-
 async def test_bearer_token(daemon_proc_factory) -> None:
-    d = start_with_token(daemon_proc_factory, "s3cret")
+    d = daemon_proc_factory(config={"auth_token": "s3cret"})  # its health poll sends the token
     async with AsyncClient(d.url) as c:
         with pytest.raises(RamAKvError, match="bearer token"):
             await c.health()

@@ -24,7 +24,8 @@ put ``tests/`` itself on ``sys.path`` and import this module as ``support.daemon
         ...
 
 What you get: the daemon runs as ``python -m ramakv_daemon --noop --listen 127.0.0.1:PORT
---store FILE --config FILE`` from this venv, with a config file written into its own temp
+--store FILE --config FILE`` from this venv (``noop=False`` drops ``--noop``, for a daemon that
+talks to the LMCache its config names), with a config file written into its own temp
 directory (so /etc/ram-a-kv/config.toml and $RAM_A_KV_CONFIG never leak in), its stdout and
 stderr in ``log_path`` (read it with :meth:`DaemonProcess.log`), and ``url`` to talk to.
 :meth:`DaemonProcess.start` waits until ``health`` answers ok; every process is killed at
@@ -91,6 +92,11 @@ class DaemonProcess:
             it through ``env``) or /etc/ram-a-kv/config.toml.
         env: extra environment variables for the process.
         host: the loopback address to bind.
+        noop: pass ``--noop`` (whatever the config says); False leaves the backend to the
+            config (``noop_backend``, ``lmcache_url``).
+
+    When the config written here has ``auth_token``, :meth:`post` (and so the health
+    polling of :meth:`start` and :meth:`event`) sends it as ``Authorization: Bearer``.
     """
 
     def __init__(
@@ -104,10 +110,13 @@ class DaemonProcess:
         config_flag: bool = True,
         env: dict[str, str] | None = None,
         host: str = "127.0.0.1",
+        noop: bool = True,
     ) -> None:
         self.workdir = Path(workdir)
         self.workdir.mkdir(parents=True, exist_ok=True)
         self.store = Path(store) if store else self.workdir / "sessions.db"
+        token = (config or {}).get("auth_token") if config_path is None else None
+        self.auth_token: str | None = token if isinstance(token, str) else None
         if config_path is None:
             values = {"debug_dir": str(self.workdir / "kvcache_debug"), **(config or {})}
             config_path = write_config(self.workdir / "config.toml", values)
@@ -116,6 +125,7 @@ class DaemonProcess:
         self.config_flag = config_flag
         self.env = dict(env or {})
         self.host = host
+        self.noop = noop
         self.port = 0
         self.log_path = self.workdir / "daemon.log"
         self.proc: subprocess.Popen[bytes] | None = None
@@ -130,7 +140,7 @@ class DaemonProcess:
     def command(self) -> list[str]:
         """The argv the daemon is started with."""
         return [
-            sys.executable, "-m", "ramakv_daemon", "--noop",
+            sys.executable, "-m", "ramakv_daemon", *(["--noop"] if self.noop else []),
             "--listen", f"{self.host}:{self.port}",
             "--store", str(self.store),
             *(["--config", str(self.config_path)] if self.config_flag else []),
@@ -215,11 +225,15 @@ class DaemonProcess:
 
     # ---- talking to it ---------------------------------------------------------------
     def post(self, body: Any, timeout: float = 10.0) -> tuple[int, dict[str, Any]]:
-        """POST ``body`` (JSON-encoded unless bytes) to /event; returns (status, JSON answer)."""
+        """POST ``body`` (JSON-encoded unless bytes) to /event; returns (status, JSON answer).
+
+        Sends the config's ``auth_token`` as a bearer token when there is one.
+        """
         data = body if isinstance(body, bytes) else json.dumps(body).encode()
-        req = urllib.request.Request(
-            f"{self.url}/event", data=data, headers={"Content-Type": "application/json"}
-        )
+        headers = {"Content-Type": "application/json"}
+        if self.auth_token:
+            headers["Authorization"] = f"Bearer {self.auth_token}"
+        req = urllib.request.Request(f"{self.url}/event", data=data, headers=headers)
         try:
             with urllib.request.urlopen(req, timeout=timeout) as resp:
                 return resp.status, json.loads(resp.read())

@@ -14,7 +14,7 @@ from typing import Any
 
 from ramakv_daemon.core.manager import recompute_refcounts
 from ramakv_daemon.core.session import Session
-from support.daemon_proc import REPO_ROOT, DaemonProcess, free_port, trace_snapshot
+from support.daemon_proc import REPO_ROOT, free_port, trace_snapshot
 from support.loadgen import Model, SessionModel, model_to_json
 
 TESTS_DIR = REPO_ROOT / "tests"
@@ -122,13 +122,6 @@ def rss_kib(pid: int) -> int:
         if line.startswith("VmRSS:"):
             return int(line.split()[1])
     return 0
-
-
-class LMCacheDaemon(DaemonProcess):
-    """A daemon process that talks to an LMCache memory API (no ``--noop``)."""
-
-    def command(self) -> list[str]:
-        return [a for a in super().command() if a != "--noop"]
 
 
 class FakeLMCacheProcess:
