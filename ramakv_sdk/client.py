@@ -5,12 +5,12 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import Iterable, Mapping
-from types import TracebackType
 from typing import Any, Literal, cast
 
 import aiohttp
 
 from ramakv_sdk import events
+from ramakv_sdk._closing import AsyncClosing
 from ramakv_sdk.config import DEFAULT_DAEMON_URL, load_config
 from ramakv_sdk.errors import DaemonUnavailable, RamAKvError
 from ramakv_sdk.results import (
@@ -33,7 +33,7 @@ from ramakv_sdk.results import (
 from ramakv_sdk.trace import TraceSubscription
 
 
-class AsyncClient:
+class AsyncClient(AsyncClosing):
     """An async client for one daemon; use it as ``async with AsyncClient(...) as c``.
 
     Every event method returns the answer's ``data`` as a plain dict (typed with the
@@ -233,14 +233,3 @@ class AsyncClient:
             if self._loop is asyncio.get_running_loop():
                 await self._session.close()
             self._session = None
-
-    async def __aenter__(self) -> AsyncClient:
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.aclose()

@@ -5,18 +5,18 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import Callable
-from types import TracebackType
 from typing import Any
 
 import aiohttp
 
+from ramakv_sdk._closing import AsyncClosing
 from ramakv_sdk.errors import RamAKvError
 
 SLOW_CLOSE_CODE = 4008  # the daemon's "you fell behind; reconnect with ?since="
 _FATAL_HANDSHAKE = {400, 401, 403, 404}
 
 
-class TraceSubscription:
+class TraceSubscription(AsyncClosing):
     """Async iterator of trace messages (dicts) that reconnects with ``since=<last seq>``.
 
     Besides the daemon's ``snapshot`` and ``event`` messages it yields two markers:
@@ -158,14 +158,3 @@ class TraceSubscription:
             await self._ws.close()
             self._ws = None
         self.connected = False
-
-    async def __aenter__(self) -> TraceSubscription:
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.aclose()
