@@ -8,6 +8,7 @@ import os
 import subprocess
 import sys
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -30,18 +31,29 @@ def _mount(args: list[str]) -> str | None:
     return None if proc.returncode == 0 else (proc.stderr.strip() or f"exit {proc.returncode}")
 
 
-@pytest.fixture
-def tiny_fs(tmp_path: Path) -> Iterator[Path]:
-    """A 2 MiB tmpfs (skipped, with the reason, where mounting is not allowed)."""
-    mnt = tmp_path / "tiny"
+@contextmanager
+def tmpfs(mnt: Path, options: str, skip_reason: str) -> Iterator[Path]:
+    """Mount a tmpfs (``-o options``) on the new directory ``mnt``; unmount on exit.
+
+    Where mounting is not allowed the test is skipped with ``skip_reason`` (``{why}`` in it
+    is replaced by what mount said).
+    """
     mnt.mkdir()
-    why = _mount(["mount", "-t", "tmpfs", "-o", "size=2m,mode=0755", "tmpfs", str(mnt)])
+    why = _mount(["mount", "-t", "tmpfs", "-o", options, "tmpfs", str(mnt)])
     if why is not None:
-        pytest.skip(f"cannot mount a tmpfs here ({why}); disk-full test needs one")
+        pytest.skip(skip_reason.format(why=why))
     try:
         yield mnt
     finally:
         _mount(["umount", "-l", str(mnt)])
+
+
+@pytest.fixture
+def tiny_fs(tmp_path: Path) -> Iterator[Path]:
+    """A 2 MiB tmpfs (skipped, with the reason, where mounting is not allowed)."""
+    with tmpfs(tmp_path / "tiny", "size=2m,mode=0755",
+               "cannot mount a tmpfs here ({why}); disk-full test needs one") as mnt:
+        yield mnt
 
 
 def fill(path: Path) -> int:
@@ -175,14 +187,21 @@ class FullStore(SqliteSessionStore):
         await super().write(sessions, *args, **kwargs)
 
 
-async def test_concurrent_writes_on_a_full_disk_all_roll_back(
-    start_daemon: Any, make_config: Any
-) -> None:
+@pytest.fixture
+async def full_disk(start_daemon: Any, make_config: Any) -> tuple[DaemonClient, FullStore]:
+    """A seeded daemon on a :class:`FullStore` whose commits now fail (``full`` is set)."""
     cfg = make_config()
     store = FullStore(cfg.session_store_path)
     d = await start_daemon(cfg, store=store)
     await seed(d)
     store.full = True
+    return d, store
+
+
+async def test_concurrent_writes_on_a_full_disk_all_roll_back(
+    full_disk: tuple[DaemonClient, FullStore],
+) -> None:
+    d, store = full_disk
     before = daemon_state(d.service)
     burst = [
         {"type": "turn_end", "session_id": f"s{i % 7}",
@@ -203,33 +222,22 @@ async def test_concurrent_writes_on_a_full_disk_all_roll_back(
 
 
 def test_start_on_a_read_only_mount_refuses_with_a_message(tmp_path: Path) -> None:
-    ro = tmp_path / "ro"
-    ro.mkdir()
-    why = _mount(["mount", "-t", "tmpfs", "-o", "size=1m,ro", "tmpfs", str(ro)])
-    if why is not None:
-        pytest.skip(f"cannot mount a read-only tmpfs here ({why})")
-    try:
+    with tmpfs(tmp_path / "ro", "size=1m,ro", "cannot mount a read-only tmpfs here ({why})") as ro:
         cfg = write_config(tmp_path / "c.toml", {"debug_dir": str(tmp_path / "dbg")})
         proc = subprocess.run(
             [sys.executable, "-m", "ramakv_daemon", "--noop", "--config", str(cfg),
              "--listen", f"127.0.0.1:{free_port()}", "--store", str(ro / "sessions.db")],
             capture_output=True, text=True, timeout=30, cwd=str(REPO_ROOT),
         )
-    finally:
-        _mount(["umount", "-l", str(ro)])
     out = proc.stdout + proc.stderr
     assert proc.returncode != 0, out
     assert "cannot open session store" in out, out[-2000:]
 
 
 async def test_read_during_a_failing_commit_sees_only_durable_state(
-    start_daemon: Any, make_config: Any
+    full_disk: tuple[DaemonClient, FullStore],
 ) -> None:
-    cfg = make_config()
-    store = FullStore(cfg.session_store_path)
-    d = await start_daemon(cfg, store=store)
-    await seed(d)
-    store.full = True
+    d, _ = full_disk
     (s1, close), (s2, suspend), (s3, smap) = await asyncio.gather(
         d.post({"type": "session_close", "session_id": "big"}),
         d.post({"type": "session_suspend", "session_id": "big"}),
