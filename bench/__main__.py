@@ -78,6 +78,18 @@ BENCHES: dict[str, Callable[[bool], tuple[dict, str]]] = {
 }
 
 
+def _md_sections(previous: dict[str, Any]) -> dict[str, str]:
+    """The per-benchmark tables of the last latest.md (for results written without them)."""
+    md = RESULTS / "latest.md"
+    if not previous or not md.exists():
+        return {}
+    out: dict[str, str] = {}
+    for block in md.read_text().split("\n## ")[1:]:
+        name, _, text = block.partition("\n\n")
+        out[name.strip()] = text.strip()
+    return out
+
+
 def main() -> None:
     """Run the selected benchmarks; print and write a table per benchmark."""
     p = argparse.ArgumentParser(prog="python -m bench")
@@ -85,22 +97,29 @@ def main() -> None:
     p.add_argument("--only", default="", help="comma-separated subset of " + ",".join(BENCHES))
     args = p.parse_args()
     names = [n for n in args.only.split(",") if n] or list(BENCHES)
-    results: dict[str, Any] = {
+    previous: dict[str, Any] = {}
+    if args.only and (RESULTS / "latest.json").exists():
+        # A partial run updates its sections and keeps the others' last figures.
+        previous = json.loads((RESULTS / "latest.json").read_text())
+    results: dict[str, Any] = {**previous,
         "machine": {"cpus": os.cpu_count(), "python": platform.python_version(),
                     "platform": platform.platform(),
                     "loadavg_start": os.getloadavg()},
         "quick": args.quick, "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
     }
     sections = []
+    texts: dict[str, str] = dict(previous.get("_texts", {})) or _md_sections(previous)
     for name in names:
         t0 = time.perf_counter()
         print(f"== {name} ...", flush=True)
         res, text = BENCHES[name](args.quick)
         res["wall_s"] = round(time.perf_counter() - t0, 1)
         results[name] = res
-        sections.append(f"## {name}\n\n{text}\n")
+        texts[name] = text
         print(text, flush=True)
     results["machine"]["loadavg_end"] = os.getloadavg()
+    results["_texts"] = texts
+    sections = [f"## {name}\n\n{texts[name]}\n" for name in BENCHES if name in texts]
     RESULTS.mkdir(exist_ok=True)
     (RESULTS / "latest.json").write_text(json.dumps(results, indent=1, default=str))
     header = (f"# ram-a-kv benchmarks ({results['started']}, {os.cpu_count()} CPUs, "

@@ -26,10 +26,15 @@ def build_request(host: str, port: int, path: str, body: bytes) -> bytes:
 async def _worker(
     host: str, port: int, path: str, bodies: Callable[[int], bytes], deadline: float,
     latencies: list[float], errors: list[int], worker_id: int, rate_per_worker: float | None,
+    phase: float = 0.0,
 ) -> None:
     reader, writer = await asyncio.open_connection(host, port)
     i = 0
     next_at = time.perf_counter()
+    if rate_per_worker:
+        # Spread the workers over one period: in step they would send bursts of
+        # `concurrency` requests and measure queueing the target rate does not cause.
+        next_at += phase / rate_per_worker
     try:
         while True:
             now = time.perf_counter()
@@ -71,7 +76,8 @@ async def run_load(
     deadline = start + seconds
     per_worker = rate / concurrency if rate else None
     await asyncio.gather(*(
-        _worker(host, port, path, bodies, deadline, latencies, errors, w, per_worker)
+        _worker(host, port, path, bodies, deadline, latencies, errors, w, per_worker,
+                w / concurrency)
         for w in range(concurrency)
     ))
     elapsed = time.perf_counter() - start
