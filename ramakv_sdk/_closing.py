@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from types import TracebackType
 from typing import Self
 
 
-class AsyncClosing:
+class AsyncClosing(ABC):
     """``async with obj:`` yields ``obj`` and awaits ``obj.aclose()`` on the way out."""
 
+    @abstractmethod
     async def aclose(self) -> None:
-        raise NotImplementedError
+        """Release what the object holds."""
 
     async def __aenter__(self) -> Self:
         return self

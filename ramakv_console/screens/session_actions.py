@@ -22,8 +22,8 @@ class SessionActionsMixin(Screen[None]):
     """A screen that knows which session is selected and can act on it."""
 
     def selected_session(self) -> str | None:
-        """The session the keys act on."""
-        raise NotImplementedError
+        """The session the keys act on; each screen overrides it (the base selects none)."""
+        return None
 
     def action_act(self, event_type: str) -> None:
         sid = self.selected_session()
