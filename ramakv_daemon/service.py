@@ -282,7 +282,7 @@ class EventService:
         if back and not prefetch and session is not None and not session.suspended:
             prefetch = list(session.unique_hashes())
         if b.due(type_, len(m.refcounts), now):  # resident <= referenced: cheap test first
-            plan = b.plan(m.sessions, now)
+            plan = b.plan_fast(m.sessions, m.refcounts.counts, now)
             if plan.victims:
                 b.apply(plan)
                 ns.dispatcher.demote(plan.demote)

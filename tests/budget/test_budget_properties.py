@@ -99,3 +99,45 @@ def test_suspended_before_idle() -> None:
     a = Holder(Candidate("a", False, 0.0), frozenset({"a"}))
     s = Holder(Candidate("s", True, 9.0), frozenset({"f"}))  # a fork hold of a suspended one
     assert plan_demotions([a, s], budget=1).victims == ["s"]
+
+
+SESSION_HASHES = st.lists(HASHES, max_size=6)
+
+
+@st.composite
+def namespaces_state(draw):
+    """Sessions (active or suspended, with fork holds), and which are demoted / in flight."""
+    from ramakv_daemon.core.session import Session
+
+    n = draw(st.integers(0, 7))
+    sessions = {}
+    for i in range(n):
+        sessions[f"s{i}"] = Session(
+            f"s{i}",
+            chunk_hashes=tuple(draw(SESSION_HASHES)),
+            suspended=draw(st.booleans()),
+            fork_holds=tuple(tuple(dict.fromkeys(h)) for h in draw(
+                st.lists(SESSION_HASHES, max_size=2))),
+            last_event_ts=float(draw(st.integers(0, 5))),
+        )
+    demoted = {s for s in sessions if draw(st.booleans())}
+    flying = {s for s in sessions if draw(st.booleans())}
+    return sessions, demoted, flying
+
+
+@settings(max_examples=400)
+@given(namespaces_state(), st.integers(0, 14))
+def test_plan_from_refcounts_equals_plan_demotions(state, budget: int) -> None:
+    """The daemon's fast plan (from the refcount table) is the pure plan, exactly."""
+    from ramakv_daemon.core.budget import holder_of, plan_from_refcounts
+    from ramakv_daemon.core.manager import recompute_refcounts
+
+    sessions, demoted, flying = state
+    holders_ = [holder_of(s, demoted=sid in demoted, in_flight=sid in flying)
+                for sid, s in sessions.items()]
+    slow = plan_demotions(holders_, budget)
+    fast = plan_from_refcounts(sessions, recompute_refcounts(sessions.values()), demoted,
+                               flying, budget)
+    assert fast.victims == slow.victims
+    assert sorted(fast.demote) == sorted(slow.demote)
+    assert (fast.usage_before, fast.usage_after) == (slow.usage_before, slow.usage_after)
