@@ -103,7 +103,14 @@ class ConsoleState:
         s = self.sessions.get(sid)
         if s is None:
             return 0
-        return sum(1 for h in set(s.chunk_hashes) if self.holders.get(h, set()) - {sid})
+        holders = self.holders
+        empty: set[str] = set()
+        # "held by someone else" without building a set difference: a system prompt's
+        # holder set has one entry per session, and this runs for every row.
+        return sum(
+            1 for h in set(s.chunk_hashes)
+            if len(hs := holders.get(h, empty)) > 1 or (hs and sid not in hs)
+        )
 
     def fork_hold_count(self, sid: str) -> int:
         """How many fork snapshots the session holds."""
