@@ -58,7 +58,7 @@ bench: $(VENV)/.test
 	$(PY) -m bench
 
 soak: $(VENV)/.test
-	$(PY) -m pytest -q -m soak -p no:cacheprovider -o addopts=""
+	$(PY) -m pytest -q -s -m soak -p no:cacheprovider -o addopts=""
 
 clean:
 	rm -rf $(VENV) .pytest_cache .hypothesis .ramakv-daemon.log
