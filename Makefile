@@ -54,7 +54,11 @@ ts-test:
 lint: $(VENV)/.test
 	$(VENV)/bin/ruff check .
 
-bench: $(VENV)/.test
+$(VENV)/.bench: $(VENV)/.test
+	$(PIP) install -q -e ".[test,lmcache,bench]"
+	touch $@
+
+bench: $(VENV)/.bench
 	$(PY) -m bench
 
 soak: $(VENV)/.test
