@@ -8,7 +8,7 @@ TORCH_PIN ?= torch==2.13.0
 RAMAKV_URL ?= http://127.0.0.1:6998
 export LMCACHE_TRACK_USAGE := false
 
-.PHONY: run daemon console test pytest integration ts-test lint bench soak clean
+.PHONY: run daemon console test ts-test lint bench soak clean
 
 $(VENV)/.base: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
