@@ -112,11 +112,6 @@ class ConsoleState:
             if len(hs := holders.get(h, empty)) > 1 or (hs and sid not in hs)
         )
 
-    def fork_hold_count(self, sid: str) -> int:
-        """How many fork snapshots the session holds."""
-        s = self.sessions.get(sid)
-        return len(s.fork_holds) if s else 0
-
     def age(self, sid: str) -> str:
         """Time since the session's last event."""
         s = self.sessions.get(sid)

@@ -63,7 +63,6 @@ class EventService:
         self.dispatcher = default.dispatcher
         self.answers = AnswerCache(config.idempotency_window)
         self._budget_warned: dict[str, float] = {}
-        self.started_at = time.time()
 
     # ---- life cycle ------------------------------------------------------------------
     async def start(self) -> None:

@@ -39,7 +39,3 @@ class Change:
     def evicted_count(self) -> int:
         """Chunks evicted by this event, both kinds."""
         return len(self.evict_delete) + len(self.evict_demote)
-
-    def touched_sessions(self) -> list[str]:
-        """Ids of sessions this event changed."""
-        return list(self.prev_sessions)
