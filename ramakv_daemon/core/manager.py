@@ -109,20 +109,22 @@ class SessionManager:
 
     def _swap_map(self, change: Change, old: Session, new_hashes: Sequence[str]) -> None:
         """Reference ``new_hashes`` in place of ``old``'s held map, diffing the two."""
-        if old.suspended:
-            self._park(change, old.unique_hashes(), -1)
-        old_set = old.held_hashes()
+        old_unique = old.unique_hashes()
         new_unique = unique(tuple(new_hashes))
         new_set = set(new_unique)
-        self._reference(change, [h for h in new_unique if h not in old_set])
         if old.suspended:
-            # Demoted at suspend and now left out of the map: nobody will want them back.
+            # The old map held no references: reference the whole new map; the old map's
+            # chunks were demoted at suspend, and those now left out of it are deleted.
+            self._park(change, old_unique, -1)
+            self._reference(change, new_unique)
             change.evict_delete.extend(
-                h for h in old.unique_hashes()
+                h for h in old_unique
                 if h not in new_set and h not in self.refcounts and h not in self.parked
             )
-        dropped = [h for h in unique(old.chunk_hashes) if h in old_set and h not in new_set]
-        self._release(change, dropped)
+            return
+        old_set = set(old_unique)
+        self._reference(change, [h for h in new_unique if h not in old_set])
+        self._release(change, [h for h in old_unique if h not in new_set])
 
     # ---- events ----------------------------------------------------------------------
     def turn_start(self, session_id: str, now: float = 0.0) -> Change:
