@@ -95,23 +95,33 @@ class SessionManager:
             else:
                 del parked[h]
 
-    def _reference(self, change: Change, hashes: Iterable[str]) -> None:
+    def _reference(self, change: Change, hashes: Sequence[str]) -> None:
         self.refcounts.incr(hashes, change.prev_counts)
 
-    def _release(self, change: Change, hashes: Iterable[str], *, demote: bool = False) -> None:
+    def _release(self, change: Change, hashes: Sequence[str], *, demote: bool = False) -> None:
         zeros = self.refcounts.decr(hashes, change.prev_counts)
         parked = self.parked
-        for h in zeros:
-            if demote or h in parked:
-                change.evict_demote.append(h)
-            else:
-                change.evict_delete.append(h)
+        if demote:
+            change.evict_demote.extend(zeros)
+        elif not parked:
+            change.evict_delete.extend(zeros)
+        else:
+            for h in zeros:
+                if h in parked:
+                    change.evict_demote.append(h)
+                else:
+                    change.evict_delete.append(h)
 
     def _swap_map(self, change: Change, old: Session, new_hashes: Sequence[str]) -> None:
         """Reference ``new_hashes`` in place of ``old``'s held map, diffing the two."""
-        old_unique = old.unique_hashes()
-        new_unique = unique(tuple(new_hashes))
-        new_set = set(new_unique)
+        new_set = set(new_hashes)
+        # Maps rarely repeat a hash: then the map is its own unique list (no rebuild).
+        new_unique = (
+            new_hashes if len(new_set) == len(new_hashes) else unique(tuple(new_hashes))
+        )
+        old_hashes = old.chunk_hashes
+        old_set = set(old_hashes)
+        old_unique = old_hashes if len(old_set) == len(old_hashes) else unique(old_hashes)
         if old.suspended:
             # The old map held no references: reference the whole new map; the old map's
             # chunks were demoted at suspend, and those now left out of it are deleted.
@@ -122,7 +132,6 @@ class SessionManager:
                 if h not in new_set and h not in self.refcounts and h not in self.parked
             )
             return
-        old_set = set(old_unique)
         self._reference(change, [h for h in new_unique if h not in old_set])
         self._release(change, [h for h in old_unique if h not in new_set])
 

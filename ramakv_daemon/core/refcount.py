@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
+from itertools import compress, repeat
+
+_PLUS_ONE = (1).__add__
+_MINUS_ONE = (-1).__add__
 
 
 class RefcountTable:
@@ -47,24 +51,49 @@ class RefcountTable:
         """Sum of all counts."""
         return sum(self._counts.values())
 
-    def incr(self, hashes: Iterable[str], changed: dict[str, int]) -> None:
+    def incr(self, hashes: Sequence[str], changed: dict[str, int]) -> None:
         """Add one reference to each hash; record previous counts in ``changed``."""
         counts = self._counts
-        for h in hashes:
-            old = counts.get(h, 0)
-            changed.setdefault(h, old)
-            counts[h] = old + 1
+        if len(set(hashes)) != len(hashes):
+            # A hash listed twice takes two references: count one at a time.
+            for h in hashes:
+                old = counts.get(h, 0)
+                changed.setdefault(h, old)
+                counts[h] = old + 1
+            return
+        olds = list(map(counts.get, hashes, repeat(0)))
+        _remember(changed, hashes, olds)
+        # The batch form runs in C: this is the hot path of every turn_end.
+        counts.update(zip(hashes, map(_PLUS_ONE, olds), strict=True))
 
-    def decr(self, hashes: Iterable[str], changed: dict[str, int]) -> list[str]:
+    def decr(self, hashes: Sequence[str], changed: dict[str, int]) -> list[str]:
         """Drop one reference from each hash; return the hashes that reached zero.
 
         Raises:
             ValueError: a hash has no reference (a bookkeeping bug upstream); the
                 table is left as it was.
         """
+        if len(set(hashes)) != len(hashes):
+            return self._decr_each(hashes, changed)
         counts = self._counts
-        hashes = list(hashes)
-        missing = [h for h in hashes if counts.get(h, 0) <= 0]
+        olds = list(map(counts.get, hashes, repeat(0)))
+        if olds and min(olds) <= 0:
+            missing = [h for h, n in zip(hashes, olds, strict=True) if n <= 0]
+            raise ValueError(f"refcount underflow for {missing[:3]}")
+        _remember(changed, hashes, olds)
+        counts.update(zip(hashes, map(_MINUS_ONE, olds), strict=True))
+        zeros = list(compress(hashes, map((1).__eq__, olds)))
+        for h in zeros:
+            del counts[h]
+        return zeros
+
+    def _decr_each(self, hashes: Sequence[str], changed: dict[str, int]) -> list[str]:
+        """decr for a list that repeats hashes: one reference dropped per listing."""
+        counts = self._counts
+        need: dict[str, int] = {}
+        for h in hashes:
+            need[h] = need.get(h, 0) + 1
+        missing = [h for h, n in need.items() if counts.get(h, 0) < n]
         if missing:
             raise ValueError(f"refcount underflow for {missing[:3]}")
         zeros: list[str] = []
@@ -90,6 +119,18 @@ class RefcountTable:
     def replace_all(self, counts: dict[str, int]) -> None:
         """Take over a whole table (start-up rebuild); every count must be positive.
 
-        The dict is adopted, not copied: at start-up it holds millions of entries.
+        A plain dict is adopted, not copied: at start-up it holds millions of entries. A
+        subclass (a Counter) is copied, because its ``__delitem__`` is Python code and
+        would run for every chunk that drops to zero.
         """
-        self._counts = counts
+        self._counts = counts if type(counts) is dict else dict(counts)
+
+
+def _remember(changed: dict[str, int], hashes: Sequence[str], olds: list[int]) -> None:
+    """Record each hash's count before this change (the first one seen wins: undo)."""
+    if not changed:
+        changed.update(zip(hashes, olds, strict=True))
+        return
+    for h, old in zip(hashes, olds, strict=True):
+        if h not in changed:
+            changed[h] = old

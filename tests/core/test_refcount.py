@@ -1,0 +1,56 @@
+"""RefcountTable: the batch path and the repeated-hash path agree, and failures change nothing."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from ramakv_daemon.core.refcount import RefcountTable
+
+HASHES = st.lists(st.sampled_from(["a", "b", "c", "d"]), max_size=8)
+
+
+def _model_incr(model: dict[str, int], hashes: list[str]) -> None:
+    for h in hashes:
+        model[h] = model.get(h, 0) + 1
+
+
+@given(start=HASHES, add=HASHES, drop=HASHES)
+def test_incr_decr_match_one_at_a_time_model(
+    start: list[str], add: list[str], drop: list[str]
+) -> None:
+    table, model = RefcountTable(), {}
+    table.incr(start, {})
+    _model_incr(model, start)
+    changed: dict[str, int] = {}
+    table.incr(add, changed)
+    _model_incr(model, add)
+    assert table.as_dict() == model
+    before = table.as_dict()
+    need: dict[str, int] = {}
+    for h in drop:
+        need[h] = need.get(h, 0) + 1
+    if any(model.get(h, 0) < n for h, n in need.items()):
+        with pytest.raises(ValueError, match="underflow"):
+            table.decr(drop, changed)
+        assert table.as_dict() == before  # a refused decrement changes nothing
+        return
+    zeros = table.decr(drop, changed)
+    for h in drop:
+        model[h] -= 1
+    assert sorted(zeros) == sorted(h for h in need if model[h] == 0)
+    assert table.as_dict() == {h: n for h, n in model.items() if n}
+    table.restore(changed)  # undo both steps: back to the state after `start`
+    expect: dict[str, int] = {}
+    _model_incr(expect, start)
+    assert table.as_dict() == expect
+
+
+def test_changed_keeps_the_first_previous_count() -> None:
+    table = RefcountTable()
+    table.incr(["a"], {})
+    changed: dict[str, int] = {}
+    table.decr(["a"], changed)
+    table.incr(["a", "b"], changed)
+    assert changed == {"a": 1, "b": 0}
