@@ -13,9 +13,19 @@ SESSIONS = 256
 SYSTEM_PREFIX = [f"sys-{i}" for i in range(8)]
 
 
+PER_WORKER = 8  # sessions each load-generator connection owns (32 connections x 8 = 256)
+
+
 def turn_end_body(i: int) -> bytes:
-    """64 hashes: a shared 8-chunk system prefix, then 56 of which 28 repeat the last turn's."""
-    s, turn = i % SESSIONS, i // SESSIONS
+    """64 hashes: a shared 8-chunk system prefix, then 56 of which 28 repeat the last turn's.
+
+    The load generator numbers requests ``worker * 1_000_000 + k``. Each connection owns
+    its own sessions and sends their turns in order, so every turn really shares half its
+    private chunks with the session's previous turn (28 added, 28 evicted): connections
+    sharing sessions would interleave far-apart turns and evict all 56 each time.
+    """
+    worker, k = divmod(i, 1_000_000)
+    s, turn = (worker * PER_WORKER + k % PER_WORKER) % SESSIONS, k // PER_WORKER
     own = [f"s{s}-c{k}" for k in range(turn * 28, turn * 28 + 56)]
     return json.dumps({
         "type": "turn_end", "session_id": f"bench-{s}",

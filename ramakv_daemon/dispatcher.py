@@ -6,6 +6,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Callable
+from itertools import count, repeat
 
 from ramakv_daemon.committer import GroupCommitter
 from ramakv_daemon.core.manager import SessionManager
@@ -68,8 +69,8 @@ class BackendDispatcher:
             self._rows_done.append(row_id)
         self._flush_rows()
 
-    def _release_row(self, row: int) -> None:
-        left = self._row_live.get(row, 0) - 1
+    def _release_row(self, row: int, entries: int = 1) -> None:
+        left = self._row_live.get(row, 0) - entries
         if left > 0:
             self._row_live[row] = left
         else:
@@ -82,23 +83,35 @@ class BackendDispatcher:
             self._rows_done = []
 
     def evictions_committed(self, delete: list[str], demote: list[str], row: int = 0) -> None:
-        """Queue evictions whose outbox row ``row`` is durable now (hot path: kept inline)."""
+        """Queue evictions whose outbox row ``row`` is durable now (hot path: batched)."""
         if not (delete or demote):
             return
         outbox, v = self.outbox, self._version
-        live = self._row_live
-        for mode, hashes in ((EvictMode.DELETE, delete), (EvictMode.DEMOTE, demote)):
-            for h in hashes:
-                v += 1
-                old = outbox.get(h)
-                outbox[h] = (mode, v, row)
-                live[row] = live.get(row, 0) + 1
-                if old is not None:  # the older intent's row no longer needs this entry
-                    self._release_row(old[2])
-        self._version = v
+        n = len(delete) + len(demote)
+        every = (*delete, *demote)
+        if len(set(every)) != n:  # the same hash twice: the later intent wins
+            last = dict.fromkeys(demote, EvictMode.DEMOTE)
+            delete = [h for h in dict.fromkeys(delete) if h not in last]
+            demote = list(last)
+            n = len(delete) + len(demote)
+            every = (*delete, *demote)
+        # Older intents for these hashes: their rows no longer need these entries.
+        replaced = [outbox[h][2] for h in every if h in outbox]
+        # (mode, version, row) entries; the inner zips are endless, the hash list ends them.
+        stamps = count(v + 1)
+        outbox.update(
+            zip(delete, zip(repeat(EvictMode.DELETE), stamps, repeat(row)), strict=False)
+        )
+        outbox.update(
+            zip(demote, zip(repeat(EvictMode.DEMOTE), stamps, repeat(row)), strict=False)
+        )
+        self._version = v + n
+        self._row_live[row] = self._row_live.get(row, 0) + n
+        for old_row in replaced:
+            self._release_row(old_row)
         self._flush_rows()
         if self._not_before:  # a fresh intent starts its backoff afresh
-            for h in (*delete, *demote):
+            for h in every:
                 self._attempts.pop(h, None)
                 self._not_before.pop(h, None)
         self._wake.set()
@@ -180,44 +193,54 @@ class BackendDispatcher:
             for h in retaken:
                 self._not_before[h] = now + RECHECK_S
         elif retaken:
-            for h in retaken:
-                self._forget(h)
+            self._forget_all(retaken)
             self._flush_rows()
-        for mode in (EvictMode.DELETE, EvictMode.DEMOTE):
-            hashes = [
-                h for h in due if h in self.outbox and self.outbox[h][0] == mode and h not in refs
-            ]
+        if retaken:
+            due = [h for h in due if h not in refs]
+        outbox = self.outbox
+        delete = [h for h in due if outbox[h][0] is EvictMode.DELETE]
+        demote = [h for h in due if outbox[h][0] is EvictMode.DEMOTE]
+        for hashes, mode in ((delete, EvictMode.DELETE), (demote, EvictMode.DEMOTE)):
             for i in range(0, len(hashes), MAX_BATCH):
-                await self._deliver(hashes[i : i + MAX_BATCH], mode)
+                # An earlier batch's await may have let the outbox change: still queued?
+                part = [h for h in hashes[i : i + MAX_BATCH] if h in outbox]
+                if part:
+                    await self._deliver(part, mode)
 
     async def _deliver(self, hashes: list[str], mode: EvictMode) -> None:
-        versions = {h: self.outbox[h][1] for h in hashes}
+        outbox = self.outbox
+        entries = [outbox[h] for h in hashes]
         result = await self.backend.evict(hashes, mode)
         op = f"evict_{mode.value}"
         self._report(op, len(hashes), result)
+        # An entry replaced while the call was out is a newer intent: it stays queued.
+        current = [h for h, e in zip(hashes, entries, strict=True) if outbox.get(h) is e]
         if result.ok:
-            for h in hashes:
-                if self.outbox.get(h, (None, -1, 0))[1] == versions[h]:
-                    self._forget(h)
+            self._forget_all(current)
             self._flush_rows()
             return
         now = time.monotonic()
-        for h in hashes:
-            if self.outbox.get(h, (None, -1, 0))[1] != versions[h]:
-                continue
+        for h in current:
             n = self._attempts.get(h, 0) + 1
             self._attempts[h] = n
             self._not_before[h] = now + min(MAX_BACKOFF_S, self.base_backoff_s * 2 ** (n - 1))
         if self.on_failure is not None:
             self.on_failure(op, len(hashes), result, self.backlog)
 
-    def _forget(self, chunk_hash: str) -> None:
-        entry = self.outbox.pop(chunk_hash, None)
-        if entry is not None:
-            self._release_row(entry[2])
+    def _forget_all(self, hashes: list[str]) -> None:
+        """Drop delivered (or re-referenced) entries; release their rows in one count each."""
+        pop = self.outbox.pop
+        rows: dict[int, int] = {}
+        for h in hashes:
+            entry = pop(h, None)
+            if entry is not None:
+                rows[entry[2]] = rows.get(entry[2], 0) + 1
+        for row, k in rows.items():
+            self._release_row(row, k)
         if self._not_before:
-            self._attempts.pop(chunk_hash, None)
-            self._not_before.pop(chunk_hash, None)
+            for h in hashes:
+                self._attempts.pop(h, None)
+                self._not_before.pop(h, None)
 
     def _report(self, op: str, count: int, result: BackendResult) -> None:
         if not result.ok:

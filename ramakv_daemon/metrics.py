@@ -18,6 +18,7 @@ class DaemonMetrics:
     def __init__(self, known_types: set[str]) -> None:
         self.registry = CollectorRegistry()
         self.known_types = known_types
+        self._event_children: dict[tuple[str, bool], tuple[Any, Any]] = {}
         r = self.registry
         self.events = Counter(
             "ramakv_events", "Events handled", ["type", "outcome"], registry=r
@@ -110,9 +111,17 @@ class DaemonMetrics:
 
     def event(self, type_: str, ok: bool, seconds: float) -> None:
         """Count one event; unknown types share one label so clients cannot blow it up."""
-        label = type_ if type_ in self.known_types else "unknown"
-        self.events.labels(label, "ok" if ok else "error").inc()
-        self.latency.labels(label).observe(seconds)
+        children = self._event_children.get((type_, ok))
+        if children is None:
+            # labels() takes a lock and builds a key each call: look the pair up once.
+            label = type_ if type_ in self.known_types else "unknown"
+            children = (
+                self.events.labels(label, "ok" if ok else "error"), self.latency.labels(label)
+            )
+            if label != "unknown":  # never cache keys a client chose
+                self._event_children[(type_, ok)] = children
+        children[0].inc()
+        children[1].observe(seconds)
 
     def backend(self, op: str, count: int, result: BackendResult) -> None:
         """Count one backend call."""

@@ -6,6 +6,7 @@ import asyncio
 import json
 import logging
 import time
+from itertools import repeat
 from typing import Any
 
 from ramakv_daemon.committer import GroupCommitter
@@ -163,10 +164,11 @@ class EventService:
             return 200, {"ok": False, "error": "missing or empty 'type' field"}
         sid = payload.get("session_id")
         session_id = sid if isinstance(sid, str) else None
-        log.info(
-            "ram-a-kv event received type=%s session_id=%s", _loggable(type_),
-            _loggable(session_id or ""),
-        )
+        if log.isEnabledFor(logging.INFO):  # the arguments cost more than the check
+            log.info(
+                "ram-a-kv event received type=%s session_id=%s", _loggable(type_),
+                _loggable(session_id or ""),
+            )
         status = 200
         change: Change | None = None
         try:
@@ -242,10 +244,11 @@ class EventService:
             self.trace.publish(c.notes["_budget"])  # type: ignore[arg-type]
         elapsed = time.perf_counter() - started
         self.metrics.event(type_, True, elapsed)
-        log.info(
-            "ram-a-kv event completed type=%s session_id=%s ms=%.2f",
-            type_, _loggable(session_id or ""), elapsed * 1000,
-        )
+        if log.isEnabledFor(logging.INFO):
+            log.info(
+                "ram-a-kv event completed type=%s session_id=%s ms=%.2f",
+                type_, _loggable(session_id or ""), elapsed * 1000,
+            )
         self._print_trace()
         return {"ok": True, "type": type_, "data": c.data}
 
@@ -302,15 +305,15 @@ class EventService:
         return prefetch
 
     def _delta(self, c: Change) -> dict[str, Any]:
+        """What the event changed, as it stands now: the sessions (immutable objects,
+        turned into dicts only when a subscriber reads the record) and refcounts."""
         manager = self.namespaces.managers[c.namespace]
-        sessions = manager.sessions
+        get = manager.sessions.get
         counts = manager.refcounts.counts
+        keys = c.prev_counts
         return {
-            "sessions": {
-                sid: (sessions[sid].to_dict() if sid in sessions else None)
-                for sid in c.prev_sessions
-            },
-            "refcounts": {h: counts.get(h, 0) for h in c.prev_counts},
+            "sessions": {sid: get(sid) for sid in c.prev_sessions},
+            "refcounts": dict(zip(keys, map(counts.get, keys, repeat(0)), strict=True)),
         }
 
     def _publish(self, type_: str, session_id: str | None, ok: bool, c: Change) -> None:

@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import asyncio
-import json
 
 from aiohttp import WSCloseCode, WSMsgType, web
 
-from ramakv_daemon.trace import SLOW_CLOSE_CODE
+from ramakv_daemon.trace import SLOW_CLOSE_CODE, encode
 
 
 async def trace_handler(request: web.Request) -> web.StreamResponse:
@@ -36,9 +35,9 @@ async def trace_handler(request: web.Request) -> web.StreamResponse:
     same_run = epoch is None or epoch == hub.epoch
     replay = hub.replay(since) if since is not None and same_run else None
     if replay is None:
-        first = [json.dumps(service.snapshot(session))]
+        first = [encode(service.snapshot(session))]
     else:
-        first = [json.dumps(r) for r in replay if sub.wants(r)]
+        first = [encode(r) for r in replay if sub.wants(r)]
     reader = asyncio.create_task(_drain_client(ws))
     try:
         for msg in first:
