@@ -1,0 +1,50 @@
+"""The start-up bulk rebuild builds exactly the tables the first-principles recompute does."""
+
+from __future__ import annotations
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from ramakv_daemon.core import rebuild
+from ramakv_daemon.core.manager import SessionManager, recompute_parked, recompute_refcounts
+from ramakv_daemon.core.session import Session
+
+HASHES = st.lists(st.sampled_from(["a", "b", "c", "d", "e"]), max_size=8)
+SESSIONS = st.lists(
+    st.builds(
+        Session,
+        session_id=st.text(min_size=1, max_size=3),
+        chunk_hashes=HASHES.map(tuple),
+        suspended=st.booleans(),
+        fork_holds=st.lists(HASHES.map(tuple), max_size=3).map(tuple),
+    ),
+    max_size=6,
+)
+
+
+@given(sessions=SESSIONS)
+def test_rebuild_matches_recompute(sessions: list[Session]) -> None:
+    assert rebuild.refcounts(sessions) == recompute_refcounts(sessions)
+    assert rebuild.parked(sessions) == recompute_parked(sessions)
+
+
+@given(sessions=SESSIONS)
+def test_rebuilt_tables_are_plain_dicts_with_positive_counts(sessions: list[Session]) -> None:
+    m = SessionManager()
+    m.load(sessions)
+    # A plain dict is adopted by the refcount table without a copy.
+    assert type(m.refcounts.counts) is dict and type(m.parked) is dict
+    assert all(n > 0 for n in m.refcounts.counts.values())
+    assert all(n > 0 for n in m.parked.values())
+    by_id = {s.session_id: s for s in sessions}.values()
+    assert m.refcounts.as_dict() == recompute_refcounts(by_id)
+    assert m.parked == recompute_parked(by_id)
+
+
+def test_table_keeps_working_after_the_rebuild() -> None:
+    m = SessionManager()
+    m.load([Session("s1", ("a", "b", "a")), Session("s2", ("b", "c"), suspended=True)])
+    assert m.refcounts.as_dict() == {"a": 1, "b": 1}
+    assert m.parked == {"b": 1, "c": 1}
+    m.turn_end("s1", ["c", "d"])
+    assert m.refcounts.as_dict() == recompute_refcounts(m.sessions.values())
