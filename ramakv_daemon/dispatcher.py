@@ -6,7 +6,6 @@ import asyncio
 import logging
 import time
 from collections.abc import Callable
-from itertools import count, repeat
 
 from ramakv_daemon.committer import GroupCommitter
 from ramakv_daemon.core.manager import SessionManager
@@ -83,35 +82,25 @@ class BackendDispatcher:
             self._rows_done = []
 
     def evictions_committed(self, delete: list[str], demote: list[str], row: int = 0) -> None:
-        """Queue evictions whose outbox row ``row`` is durable now (hot path: batched)."""
+        """Queue evictions whose outbox row ``row`` is durable now (hot path: kept inline)."""
         if not (delete or demote):
             return
         outbox, v = self.outbox, self._version
-        n = len(delete) + len(demote)
-        every = (*delete, *demote)
-        if len(set(every)) != n:  # the same hash twice: the later intent wins
-            last = dict.fromkeys(demote, EvictMode.DEMOTE)
-            delete = [h for h in dict.fromkeys(delete) if h not in last]
-            demote = list(last)
-            n = len(delete) + len(demote)
-            every = (*delete, *demote)
-        # Older intents for these hashes: their rows no longer need these entries.
-        replaced = [outbox[h][2] for h in every if h in outbox]
-        # (mode, version, row) entries; the inner zips are endless, the hash list ends them.
-        stamps = count(v + 1)
-        outbox.update(
-            zip(delete, zip(repeat(EvictMode.DELETE), stamps, repeat(row)), strict=False)
-        )
-        outbox.update(
-            zip(demote, zip(repeat(EvictMode.DEMOTE), stamps, repeat(row)), strict=False)
-        )
-        self._version = v + n
-        self._row_live[row] = self._row_live.get(row, 0) + n
+        replaced: list[int] = []
+        for mode, hashes in ((EvictMode.DELETE, delete), (EvictMode.DEMOTE, demote)):
+            for h in hashes:
+                v += 1
+                old = outbox.get(h)
+                if old is not None:  # the older intent's row no longer needs this entry
+                    replaced.append(old[2])
+                outbox[h] = (mode, v, row)
+        self._version = v
+        self._row_live[row] = self._row_live.get(row, 0) + len(delete) + len(demote)
         for old_row in replaced:
             self._release_row(old_row)
         self._flush_rows()
         if self._not_before:  # a fresh intent starts its backoff afresh
-            for h in every:
+            for h in (*delete, *demote):
                 self._attempts.pop(h, None)
                 self._not_before.pop(h, None)
         self._wake.set()
@@ -197,9 +186,9 @@ class BackendDispatcher:
             self._flush_rows()
         if retaken:
             due = [h for h in due if h not in refs]
-        outbox = self.outbox
-        delete = [h for h in due if outbox[h][0] is EvictMode.DELETE]
-        demote = [h for h in due if outbox[h][0] is EvictMode.DEMOTE]
+        outbox, deleting = self.outbox, EvictMode.DELETE
+        delete = [h for h in due if outbox[h][0] is deleting]
+        demote = [h for h in due if outbox[h][0] is not deleting]
         for hashes, mode in ((delete, EvictMode.DELETE), (demote, EvictMode.DEMOTE)):
             for i in range(0, len(hashes), MAX_BATCH):
                 # An earlier batch's await may have let the outbox change: still queued?

@@ -6,7 +6,6 @@ import asyncio
 import json
 import logging
 import time
-from itertools import repeat
 from typing import Any
 
 from ramakv_daemon.committer import GroupCommitter
@@ -310,10 +309,9 @@ class EventService:
         manager = self.namespaces.managers[c.namespace]
         get = manager.sessions.get
         counts = manager.refcounts.counts
-        keys = c.prev_counts
         return {
             "sessions": {sid: get(sid) for sid in c.prev_sessions},
-            "refcounts": dict(zip(keys, map(counts.get, keys, repeat(0)), strict=True)),
+            "refcounts": {h: counts.get(h, 0) for h in c.prev_counts},
         }
 
     def _publish(self, type_: str, session_id: str | None, ok: bool, c: Change) -> None:

