@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import json
 import logging
 import os
 import sqlite3
+from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
 import aiosqlite
 import orjson
@@ -110,6 +113,44 @@ def _loads(text: str) -> object:
         return orjson.loads(text)
     except orjson.JSONDecodeError:
         return json.loads(text)
+
+
+_LOAD_BATCH = 256  # sessions per fetch at start-up
+
+
+def _decode_sessions(rows: Iterable[tuple[Any, ...]]) -> list[Session]:
+    """Stored rows as sessions; rows whose JSON is corrupt are skipped with a warning."""
+    out: list[Session] = []
+    loads = _loads  # start-up decodes every stored map: the fast decoder pays
+    for sid, map_json, turn_count, suspended, holds_json, ts, ns in rows:
+        try:
+            hashes = loads(map_json)
+            holds = loads(holds_json or "[]")
+            if not isinstance(hashes, list) or not isinstance(holds, list):
+                raise ValueError("map_json is not a list of strings")
+            chunk_hashes = tuple(hashes)
+            fork_holds = tuple(tuple(hold) for hold in holds)
+            # str.join raises TypeError on a non-string: one C-level check per list.
+            # Stored hashes are not interned: that costs 10x the decode at start-up
+            # and saves only the shared chunks' duplicate strings.
+            "".join(chunk_hashes)
+            for hold in fork_holds:
+                "".join(hold)
+        except (ValueError, TypeError) as err:
+            log.warning("skipping stored session %r: %s", sid, err)
+            continue
+        out.append(
+            Session(
+                session_id=sid,
+                chunk_hashes=chunk_hashes,
+                turn_count=int(turn_count or 0),
+                suspended=bool(suspended),
+                fork_holds=fork_holds,
+                last_event_ts=float(ts or 0.0),
+                namespace=ns or "",
+            )
+        )
+    return out
 
 
 def _fold_legacy_outbox(con: sqlite3.Connection) -> None:
@@ -235,40 +276,26 @@ class SqliteSessionStore:
             "st.fork_holds_json, st.last_event_ts, st.namespace FROM sessions s "
             "LEFT JOIN session_state st ON st.session_id = s.session_id"
         )
+        # The collector has to scan each new tuple of hashes once (the scan is what untracks
+        # a tuple of strings). Left to its thresholds it also re-scans the sessions already
+        # loaded, from its older generations, as the load piles up allocations; collecting
+        # the youngest generation once per batch scans each batch once, while its strings
+        # are still in cache: ~0.15 s less at 10k x 512.
+        gc_was_enabled = gc.isenabled()
+        gc.disable()
         try:
             async with self.db.execute(query) as cur:
-                rows = await cur.fetchall()
+                # Batches, not fetchall: each batch's JSON text (~12 KB a session at 512
+                # hashes) is freed before the next one arrives and its memory reused,
+                # instead of the whole table's text being faulted in at once.
+                while rows := await cur.fetchmany(_LOAD_BATCH):
+                    out.extend(_decode_sessions(rows))
+                    gc.collect(0)
         except sqlite3.Error as err:
             raise StoreError(f"cannot read session store {self.path}: {err}") from err
-        loads = _loads  # start-up decodes every stored map: the fast decoder pays
-        for sid, map_json, turn_count, suspended, holds_json, ts, ns in rows:
-            try:
-                hashes = loads(map_json)
-                holds = loads(holds_json or "[]")
-                if not isinstance(hashes, list) or not isinstance(holds, list):
-                    raise ValueError("map_json is not a list of strings")
-                chunk_hashes = tuple(hashes)
-                fork_holds = tuple(tuple(hold) for hold in holds)
-                # str.join raises TypeError on a non-string: one C-level check per list.
-                # Stored hashes are not interned: that costs 10x the decode at start-up
-                # and saves only the shared chunks' duplicate strings.
-                "".join(chunk_hashes)
-                for hold in fork_holds:
-                    "".join(hold)
-            except (ValueError, TypeError) as err:
-                log.warning("skipping stored session %r: %s", sid, err)
-                continue
-            out.append(
-                Session(
-                    session_id=sid,
-                    chunk_hashes=chunk_hashes,
-                    turn_count=int(turn_count or 0),
-                    suspended=bool(suspended),
-                    fork_holds=fork_holds,
-                    last_event_ts=float(ts or 0.0),
-                    namespace=ns or "",
-                )
-            )
+        finally:
+            if gc_was_enabled:
+                gc.enable()
         return out
 
     async def load_outbox(self) -> list[OutboxRow]:

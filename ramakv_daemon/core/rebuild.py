@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections import _count_elements  # type: ignore[attr-defined]
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from itertools import chain
 
 from ramakv_daemon.core.session import Session
@@ -12,8 +12,13 @@ from ramakv_daemon.core.session import Session
 def refcounts(sessions: Iterable[Session]) -> dict[str, int]:
     """Same table as :func:`~ramakv_daemon.core.manager.recompute_refcounts`: each
     non-suspended map's distinct hashes once, plus every fork hold's hashes."""
+    held: list[Iterable[str]] = []
+    for s in sessions:
+        if not s.suspended:
+            held.append(_distinct(s.chunk_hashes))
+        held.extend(s.fork_holds)
     counts = _hash_storing_dict()
-    _count_elements(counts, chain.from_iterable(_held(sessions)))
+    _count_elements(counts, chain.from_iterable(held))
     return counts
 
 
@@ -26,18 +31,10 @@ def parked(sessions: Iterable[Session]) -> dict[str, int]:
     return counts
 
 
-def _held(sessions: Iterable[Session]) -> Iterator[Iterable[str]]:
-    """Per session: its map's distinct hashes (unless suspended), then its fork holds."""
-    for s in sessions:
-        if not s.suspended:
-            yield _distinct(s.chunk_hashes)
-        yield from s.fork_holds
-
-
 def _distinct(hashes: tuple[str, ...]) -> Iterable[str]:
     """The map itself when nothing repeats (the usual case), else its set."""
     # Counting the tuple rather than the set walks the hash strings in the order they were
-    # allocated, which the multi-million-entry count below needs to stay cache friendly.
+    # allocated, which keeps the multi-million-entry count cache friendly.
     once = set(hashes)
     return hashes if len(once) == len(hashes) else once
 
