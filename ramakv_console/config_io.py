@@ -60,6 +60,8 @@ DAEMON_FIELDS: tuple[FieldSpec, ...] = (
     FieldSpec("idempotency_ttl_s", "float", 3600.0, "how long an event id is remembered (s)"),
     FieldSpec("sqlite_synchronous", "choice:NORMAL,FULL,EXTRA", "NORMAL",
               "SQLite synchronous mode: NORMAL, FULL or EXTRA"),
+    FieldSpec("sqlite_commit_thread", "bool", False, "group commits on the writer thread "
+              "(slow or network disks; always so with FULL/EXTRA)"),
     FieldSpec("evict_locations", "list", [], "tiers a refcount-zero chunk is deleted from, "
               "comma-separated (empty = every tier)"),
     FieldSpec("ddr_budget_chunks", "count", 0, "DDR budget of the default namespace in "

@@ -50,6 +50,7 @@ class Config:
     idempotency_window: int = 10000
     idempotency_ttl_s: float = 3600.0
     sqlite_synchronous: str = "NORMAL"
+    sqlite_commit_thread: bool = False  # group commits on a thread (slow or network disks)
     # Namespaces and the DDR budget (docs/namespaces.md):
     deployments: tuple[Deployment, ...] = ()
     evict_locations: tuple[str, ...] = ()  # refcount-zero eviction tiers; () = every tier

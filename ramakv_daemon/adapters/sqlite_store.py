@@ -22,6 +22,17 @@ from ramakv_daemon.ports import StoreError
 
 log = logging.getLogger("ramakv.store")
 
+BUSY_TIMEOUT_MS = 5000
+CHECKPOINT_EVERY = 32  # commits between looks at the WAL's size (one stat each)
+CHECKPOINT_WAL_BYTES = 4 << 20  # about SQLite's own auto-checkpoint of 1000 pages
+
+
+def _is_busy(err: BaseException | None) -> bool:
+    """True for SQLite's "database is locked" (another connection holds the lock)."""
+    return isinstance(err, sqlite3.OperationalError) and getattr(
+        err, "sqlite_errorcode", None
+    ) in (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED)
+
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS sessions (
     session_id TEXT PRIMARY KEY,
@@ -187,15 +198,25 @@ class SqliteSessionStore:
     two connections share the file.
     """
 
-    def __init__(self, path: str, synchronous: str = "NORMAL") -> None:
+    def __init__(
+        self, path: str, synchronous: str = "NORMAL", commit_thread: bool = False
+    ) -> None:
         self.path = path
         # WAL + NORMAL survives kill -9 (the WAL is in the OS before commit returns);
         # FULL also survives power loss at the cost of an fsync per batch.
         self.synchronous = synchronous.upper()
+        # With NORMAL a commit only hands pages to the OS (no fsync): it costs less on the
+        # event loop than the hop to a thread and back (measured: p50 at half load 0.7 vs
+        # 1.3-4 ms, 45 µs less CPU per turn_end). fsyncs stay off the loop: FULL/EXTRA
+        # commit on the writer thread, and so do WAL checkpoints (auto-checkpoint is off).
+        self.inline_commits = self.synchronous == "NORMAL" and not commit_thread
         self._db: aiosqlite.Connection | None = None
         self._writer: sqlite3.Connection | None = None
         self._thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="ramakv-sqlite")
         self._lock_fd: int | None = None
+        self._commits = 0
+        self._checkpoint: asyncio.Future[None] | None = None
+        self._checkpointer: sqlite3.Connection | None = None
 
     async def open(self) -> None:
         """Create the parent directory, open the file, enable WAL, create tables."""
@@ -250,8 +271,20 @@ class SqliteSessionStore:
     def _open_writer(self) -> sqlite3.Connection:
         conn = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
         conn.execute(f"PRAGMA synchronous={self.synchronous}")
-        conn.execute("PRAGMA busy_timeout=5000")
+        if self.inline_commits:
+            # On the loop a lock held by another process (ramakv-admin, a second daemon)
+            # must not block: fail at once, and that commit retries on the thread.
+            conn.execute("PRAGMA busy_timeout=0")
+            conn.execute("PRAGMA wal_autocheckpoint=0")  # checkpoints run on the thread
+        else:
+            conn.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
         return conn
+
+    async def _on_writer(self, fn, *args):  # type: ignore[no-untyped-def]
+        """Run ``fn`` where the write connection is used: the loop, or the writer thread."""
+        if self.inline_commits:
+            return fn(*args)
+        return await self._in_thread(fn, *args)
 
     async def _in_thread(self, fn, *args):  # type: ignore[no-untyped-def]
         return await asyncio.get_running_loop().run_in_executor(self._thread, fn, *args)
@@ -260,7 +293,7 @@ class SqliteSessionStore:
         """Run ``PRAGMA <pragma>`` on the write connection (operators, fault tests)."""
         if self._writer is None:
             raise StoreError("session store is not open")
-        await self._in_thread(self._writer.execute, f"PRAGMA {pragma}")
+        await self._on_writer(self._writer.execute, f"PRAGMA {pragma}")
 
     @property
     def db(self) -> aiosqlite.Connection:
@@ -302,7 +335,7 @@ class SqliteSessionStore:
         """Evictions acknowledged but not yet confirmed, as rows in commit order."""
         try:
             assert self._writer is not None
-            await self._in_thread(_fold_legacy_outbox, self._writer)
+            await self._on_writer(_fold_legacy_outbox, self._writer)
             async with self.db.execute(
                 "SELECT id, namespace, entries_json FROM evict_log ORDER BY id"
             ) as cur:
@@ -340,10 +373,58 @@ class SqliteSessionStore:
         """One transaction: sessions (None = delete), outbox rows added and done, answers."""
         if self._writer is None:
             raise StoreError("session store is not open")
-        await self._in_thread(
-            self._write_sync, sessions, outbox_add or [], outbox_done or [], event_ids or [],
+        args = (
+            sessions, outbox_add or [], outbox_done or [], event_ids or [],
             prune_event_ids_before,
         )
+        if not self.inline_commits:
+            await self._in_thread(self._write_sync, *args)
+            return
+        try:
+            self._write_sync(*args)
+        except StoreError as err:
+            if not _is_busy(err.__cause__):
+                raise
+            # Another process holds the write lock: wait for it on the thread, not here.
+            await self._in_thread(self._write_busy, args)
+        self._commits += 1
+        if self._commits % CHECKPOINT_EVERY == 0:
+            self._maybe_checkpoint()
+
+    def _write_busy(self, args: tuple[Any, ...]) -> None:
+        """A write that waits up to the busy timeout for the lock (runs on the thread)."""
+        db = self._writer
+        assert db is not None
+        db.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
+        try:
+            self._write_sync(*args)
+        finally:
+            db.execute("PRAGMA busy_timeout=0")
+
+    def _maybe_checkpoint(self) -> None:
+        """Start a PASSIVE checkpoint on the thread once the WAL has grown past the limit."""
+        if self._checkpoint is not None and not self._checkpoint.done():
+            return
+        try:
+            wal = os.stat(self.path + "-wal").st_size
+        except OSError:
+            return
+        if wal >= CHECKPOINT_WAL_BYTES:
+            self._checkpoint = asyncio.get_running_loop().run_in_executor(
+                self._thread, self._checkpoint_sync
+            )
+
+    def _checkpoint_sync(self) -> None:
+        """Copy the WAL into the database (its own connection: commits go on meanwhile)."""
+        try:
+            if self._checkpointer is None:
+                self._checkpointer = sqlite3.connect(
+                    self.path, check_same_thread=False, isolation_level=None
+                )
+                self._checkpointer.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
+            self._checkpointer.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
+        except sqlite3.Error as err:  # the next commit past the limit tries again
+            log.warning("WAL checkpoint failed: %s", err)
 
     def _write_sync(
         self,
@@ -404,9 +485,15 @@ class SqliteSessionStore:
 
     async def close(self) -> None:
         """Close both connections and the writer thread (idempotent)."""
+        if self._checkpoint is not None:
+            with contextlib.suppress(Exception):
+                await self._checkpoint
         if self._writer is not None:
             writer, self._writer = self._writer, None
             await self._in_thread(writer.close)
+        if self._checkpointer is not None:
+            checkpointer, self._checkpointer = self._checkpointer, None
+            await self._in_thread(checkpointer.close)
         if self._db is not None:
             db, self._db = self._db, None
             await db.close()

@@ -98,7 +98,9 @@ def init_app(
     app[CONFIG_KEY] = config
     service = EventService(
         config,
-        store or SqliteSessionStore(config.session_store_path, config.sqlite_synchronous),
+        store or SqliteSessionStore(
+            config.session_store_path, config.sqlite_synchronous, config.sqlite_commit_thread
+        ),
         backend or make_backend(config),
     )
     app[SERVICE_KEY] = service

@@ -1,0 +1,107 @@
+"""Where group commits run: on the loop with NORMAL (checkpoints on a thread), else a thread."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import sqlite3
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from ramakv_daemon.adapters import sqlite_store
+from ramakv_daemon.adapters.sqlite_store import SqliteSessionStore
+from ramakv_daemon.core.session import Session
+
+
+def session(i: int, n: int = 1000) -> Session:
+    return Session(f"s{i}", tuple(f"{i:05d}-{k:04d}-{'x' * 12}" for k in range(n)), 1)
+
+
+@pytest.mark.parametrize(
+    ("synchronous", "thread_flag", "inline"),
+    [("NORMAL", False, True), ("NORMAL", True, False), ("FULL", False, False)],
+)
+async def test_commits_inline_only_with_normal(
+    tmp_path: Path, synchronous: str, thread_flag: bool, inline: bool
+) -> None:
+    store = SqliteSessionStore(str(tmp_path / "s.db"), synchronous, thread_flag)
+    assert store.inline_commits is inline
+    await store.open()
+    try:
+        await store.write({"s1": session(1, 3)})
+        assert [s.chunk_hashes for s in await store.load_all()] == [session(1, 3).chunk_hashes]
+    finally:
+        await store.close()
+
+
+async def test_wal_is_checkpointed_on_the_thread_and_stays_bounded(tmp_path: Path) -> None:
+    path = tmp_path / "s.db"
+    store = SqliteSessionStore(str(path))
+    await store.open()
+    try:
+        written = 0
+        i = 0
+        # About five times the checkpoint threshold of session rows.
+        while written < 5 * sqlite_store.CHECKPOINT_WAL_BYTES:
+            s = session(i)
+            await store.write({s.session_id: s})
+            written += sum(map(len, s.chunk_hashes)) + 4 * len(s.chunk_hashes)
+            i += 1
+            if i % sqlite_store.CHECKPOINT_EVERY == 0:
+                await asyncio.sleep(0.01)  # let a running checkpoint finish, as idle time would
+        wal = os.stat(str(path) + "-wal").st_size
+        assert wal < 3 * sqlite_store.CHECKPOINT_WAL_BYTES, wal
+        assert len(await store.load_all()) == i
+    finally:
+        await store.close()
+    con = sqlite3.connect(path)  # every commit is in the file, checkpointed or not
+    assert con.execute("SELECT count(*) FROM sessions").fetchone()[0] == i
+    con.close()
+
+
+async def test_a_write_lock_held_elsewhere_does_not_block_the_loop(tmp_path: Path) -> None:
+    path = tmp_path / "s.db"
+    store = SqliteSessionStore(str(path))
+    await store.open()
+    locked, release = threading.Event(), threading.Event()
+
+    def hold_lock() -> None:
+        con = sqlite3.connect(path, isolation_level=None)
+        con.execute("BEGIN IMMEDIATE")
+        con.execute("INSERT INTO sessions VALUES ('other', '[]', 0)")
+        locked.set()
+        release.wait(5)
+        con.execute("COMMIT")
+        con.close()
+
+    holder = threading.Thread(target=hold_lock)
+    holder.start()
+    gaps: list[float] = []
+
+    async def ticker() -> None:
+        last = time.monotonic()
+        while not release.is_set() or len(gaps) < 5:
+            await asyncio.sleep(0.01)
+            now = time.monotonic()
+            gaps.append(now - last)
+            last = now
+
+    try:
+        await asyncio.to_thread(locked.wait, 5)
+        ticking = asyncio.create_task(ticker())
+        await asyncio.sleep(0.05)  # the ticker is running
+        # The other writer commits after 0.4 s, on its own clock: a blocked loop cannot stop it.
+        timer = threading.Timer(0.4, release.set)
+        timer.start()
+        await store.write({"s1": session(1, 3)})  # waits for the lock on the thread
+        await ticking
+        assert max(gaps) < 0.2, max(gaps)  # the loop kept running meanwhile
+        ids = {s.session_id for s in await store.load_all()}
+        assert ids == {"s1", "other"}
+    finally:
+        release.set()
+        holder.join()
+        await store.close()
