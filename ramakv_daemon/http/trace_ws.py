@@ -33,11 +33,8 @@ async def trace_handler(request: web.Request) -> web.StreamResponse:
     sub = hub.subscribe(session)
     epoch = request.query.get("epoch")
     same_run = epoch is None or epoch == hub.epoch
-    replay = hub.replay(since) if since is not None and same_run else None
-    if replay is None:
-        first = [encode(service.snapshot(session))]
-    else:
-        first = [encode(r) for r in replay if sub.wants(r)]
+    replay = hub.replay(since, sub) if since is not None and same_run else None
+    first = [encode(service.snapshot(session))] if replay is None else replay
     reader = asyncio.create_task(_drain_client(ws))
     try:
         for msg in first:
