@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import gc
 import ipaddress
 import logging
 import sys
@@ -69,6 +70,7 @@ def main(argv: list[str] | None = None) -> int:
         cfg.listen_addr, cfg.noop_backend, cfg.session_store_path, cfg.lmcache_url,
     )
     app = init_app(cfg)
+    app.on_startup.append(_tune_gc)  # after the service's start-up (cleanup_ctx runs first)
     try:
         web.run_app(app, host=host, port=port, print=None, access_log=None,
                     shutdown_timeout=5)
@@ -76,6 +78,20 @@ def main(argv: list[str] | None = None) -> int:
         log.error("cannot listen on %s: %s", cfg.listen_addr, err)
         return 1
     return 0
+
+
+async def _tune_gc(app: web.Application) -> None:
+    """Garbage-collector settings for a long-lived daemon process (not for library users).
+
+    Everything alive after start-up (modules, the app, the restored state) lives as long
+    as the process: frozen, a full collection no longer rescans it. Young collections run
+    10x less often: an event allocates a few hundred tracked objects and frees nearly all
+    by refcount, so most passes found nothing, and each stalls the loop. Measured at half
+    the max turn_end rate, 4 interleaved pairs: p99 1.8-5.2 ms against 3.4-12.7 ms with
+    the default of 700.
+    """
+    gc.freeze()
+    gc.set_threshold(7000, 10, 10)
 
 
 if __name__ == "__main__":

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import gc
 import json
 import logging
 import time
@@ -88,9 +87,6 @@ class EventService:
             sum(m.refcounts.total_references() for m in managers), len(managers),
             time.perf_counter() - t0, self.config.session_store_path,
         )
-        # Everything alive now (modules, the app, the restored state) lives as long as the
-        # daemon: out of the collector's sight, a full collection no longer rescans it.
-        gc.freeze()
         self.committer.start()
         for ns in self.namespaces:
             if ns.dispatcher.backlog:
