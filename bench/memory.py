@@ -10,18 +10,27 @@ from bench.dataset import session_maps
 from ramakv_daemon.core.events import Limits, chunk_hashes_of
 from ramakv_daemon.core.manager import SessionManager
 
+TURNS = 4  # each map reaches its full length over this many growing turn_ends
 
-def measure(n_sessions: int = 10000, chunks: int = 512) -> dict:
-    """Feed every map through the live turn_end path (JSON decode, validation, interning)
-    and count what the manager keeps; input buffers are freed before measuring."""
-    blobs = [json.dumps(m).encode() for m in session_maps(n_sessions, chunks)]
+
+def measure(n_sessions: int = 10000, chunks: int = 512, turns: int = TURNS) -> dict:
+    """Feed every map through the live turn_end path (JSON decode, validation), growing
+    over ``turns`` turns as an agent's context does, and count what the manager keeps;
+    input buffers are freed before measuring."""
+    maps = session_maps(n_sessions, chunks)
+    blobs = [
+        [json.dumps(m[: len(m) * (t + 1) // turns]).encode() for t in range(turns)]
+        for m in maps
+    ]
+    del maps
     limits = Limits(max_hashes_per_event=max(1000, chunks))
     gc.collect()
     tracemalloc.start()
     base = tracemalloc.get_traced_memory()[0]
     m = SessionManager()
-    for i, blob in enumerate(blobs):
-        m.turn_end(f"sess-{i}", chunk_hashes_of(json.loads(blob), limits))
+    for t in range(turns):
+        for i, per_turn in enumerate(blobs):
+            m.turn_end(f"sess-{i}", chunk_hashes_of(json.loads(per_turn[t]), limits))
     del blobs
     gc.collect()
     held = tracemalloc.get_traced_memory()[0] - base
@@ -29,8 +38,8 @@ def measure(n_sessions: int = 10000, chunks: int = 512) -> dict:
     refs = m.refcounts.total_references()
     distinct = len(m.refcounts)
     return {
-        "sessions": n_sessions, "hashes_per_session": chunks, "references": refs,
-        "distinct_chunks": distinct, "bytes": held,
+        "sessions": n_sessions, "hashes_per_session": chunks, "turns": turns,
+        "references": refs, "distinct_chunks": distinct, "bytes": held,
         "bytes_per_reference": held / refs, "bytes_per_distinct_chunk": held / distinct,
     }
 
@@ -38,9 +47,11 @@ def measure(n_sessions: int = 10000, chunks: int = 512) -> dict:
 def table(res: dict) -> str:
     """One-line Markdown table."""
     return (
-        "| sessions x hashes | references | distinct | MiB | B/reference | B/distinct |\n"
+        "| sessions x hashes (turns) | references | distinct | MiB | B/reference "
+        "| B/distinct |\n"
         "|---|---|---|---|---|---|\n"
-        f"| {res['sessions']} x {res['hashes_per_session']} | {res['references']} | "
+        f"| {res['sessions']} x {res['hashes_per_session']} ({res.get('turns', 1)}) | "
+        f"{res['references']} | "
         f"{res['distinct_chunks']} | {res['bytes'] / 2**20:.0f} | "
         f"{res['bytes_per_reference']:.1f} | {res['bytes_per_distinct_chunk']:.1f} |"
     )

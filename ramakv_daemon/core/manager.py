@@ -112,16 +112,26 @@ class SessionManager:
                 else:
                     change.evict_delete.append(h)
 
-    def _swap_map(self, change: Change, old: Session, new_hashes: Sequence[str]) -> None:
-        """Reference ``new_hashes`` in place of ``old``'s held map, diffing the two."""
-        new_set = set(new_hashes)
-        # Maps rarely repeat a hash: then the map is its own unique list (no rebuild).
-        new_unique = (
-            new_hashes if len(new_set) == len(new_hashes) else unique(tuple(new_hashes))
-        )
+    def _swap_map(
+        self, change: Change, old: Session, new_hashes: Sequence[str]
+    ) -> tuple[str, ...]:
+        """Reference ``new_hashes`` in place of ``old``'s held map, diffing the two.
+
+        Returns the new map to store: a hash the old map already had is the old map's
+        string object, so a chunk kept across turns stays one string (the one the refcount
+        table holds as its key) instead of one more copy per turn_end (measured: 143
+        bytes per reference after 4 growing turns, 104 after one).
+        """
         old_hashes = old.chunk_hashes
-        old_set = set(old_hashes)
-        old_unique = old_hashes if len(old_set) == len(old_hashes) else unique(old_hashes)
+        old_objects = dict(zip(old_hashes, old_hashes, strict=True))
+        new_map = (
+            tuple(map(old_objects.get, new_hashes, new_hashes))
+            if old_objects else tuple(new_hashes)
+        )
+        new_set = set(new_map)
+        # Maps rarely repeat a hash: then the map is its own unique list (no rebuild).
+        new_unique = new_map if len(new_set) == len(new_map) else unique(new_map)
+        old_unique = old_hashes if len(old_objects) == len(old_hashes) else unique(old_hashes)
         if old.suspended:
             # The old map held no references: reference the whole new map; the old map's
             # chunks were demoted at suspend, and those now left out of it are deleted.
@@ -131,9 +141,10 @@ class SessionManager:
                 h for h in old_unique
                 if h not in new_set and h not in self.refcounts and h not in self.parked
             )
-            return
-        self._reference(change, [h for h in new_unique if h not in old_set])
+            return new_map
+        self._reference(change, [h for h in new_unique if h not in old_objects])
         self._release(change, [h for h in old_unique if h not in new_set])
+        return new_map
 
     # ---- events ----------------------------------------------------------------------
     def turn_start(self, session_id: str, now: float = 0.0) -> Change:
@@ -164,11 +175,11 @@ class SessionManager:
         if chunk_hashes is None:
             new = old.evolve(turn_count=old.turn_count + 1, last_event_ts=now)
         else:
-            self._swap_map(change, old, chunk_hashes)
+            new_map = self._swap_map(change, old, chunk_hashes)
             # Built directly rather than with evolve(): dataclasses.replace costs 3x more
             # and this runs on every turn_end.
             new = Session(
-                session_id=old.session_id, chunk_hashes=tuple(chunk_hashes),
+                session_id=old.session_id, chunk_hashes=new_map,
                 turn_count=old.turn_count + 1, suspended=False, fork_holds=old.fork_holds,
                 last_event_ts=now, namespace=old.namespace,
             )
@@ -189,9 +200,9 @@ class SessionManager:
         hashes = source.chunk_hashes
         change = Change(durable=True)
         target = self.sessions.get(session_id) or self._new_session(session_id)
-        self._swap_map(change, target, hashes)
+        new_map = self._swap_map(change, target, hashes)
         self._put(
-            change, target.evolve(chunk_hashes=hashes, suspended=False, last_event_ts=now)
+            change, target.evolve(chunk_hashes=new_map, suspended=False, last_event_ts=now)
         )
         order = list(unique(hashes))
         change.prefetch = order

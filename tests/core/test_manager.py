@@ -152,3 +152,19 @@ def test_zero_chunk_still_in_a_suspended_map_is_demoted_not_deleted(m: SessionMa
     change = m.turn_end("b", ["y"])  # x drops to 0, but a will want it back
     assert change.evict_demote == ["x"] and change.evict_delete == []
     assert m.session_close("a").evict_delete == ["x"]
+
+
+def test_a_chunk_kept_across_turns_stays_one_string_object() -> None:
+    # Each turn_end's hashes are fresh strings from the JSON decoder; the stored map must
+    # reuse the previous map's objects, or every kept chunk costs one more string per turn.
+    m = SessionManager()
+    first = ["".join(["sys", "-0"]), "".join(["c", "1"])]
+    m.turn_end("s", first)
+    second = ["".join(["sys", "-0"]), "".join(["c", "1"]), "c2"]
+    assert second[0] is not first[0]
+    m.turn_end("s", second)
+    stored = m.sessions["s"].chunk_hashes
+    assert stored == ("sys-0", "c1", "c2")
+    assert stored[0] is first[0] and stored[1] is first[1]
+    m.turn_end("s", ["".join(["c", "2"])])  # dropping the rest keeps the kept one's object
+    assert m.sessions["s"].chunk_hashes[0] is stored[2]
