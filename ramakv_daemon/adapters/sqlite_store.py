@@ -192,10 +192,12 @@ class SqliteSessionStore:
     """Sessions in one SQLite file; every write is one committed transaction.
 
     Reads (schema, start-up load) go through aiosqlite. Writes go through a second,
-    plain sqlite3 connection on one dedicated thread, so a whole group commit — several
-    statements and the COMMIT — costs one thread hop instead of one per statement
-    (aiosqlite has no public way to run several statements in one hop). WAL lets the
-    two connections share the file.
+    plain sqlite3 connection: with synchronous=NORMAL a group commit runs on the event
+    loop (it only hands pages to the OS) and WAL checkpoints run on a dedicated thread;
+    with FULL/EXTRA (an fsync per commit) or ``commit_thread`` the whole group commit —
+    several statements and the COMMIT — is one hop to that thread (aiosqlite has no
+    public way to run several statements in one hop). WAL lets the connections share the
+    file.
     """
 
     def __init__(
