@@ -22,7 +22,21 @@ def _throughput(quick: bool) -> tuple[dict, str]:
     from bench import throughput
 
     res = throughput.run(seconds=3.0 if quick else 5.0, rounds=1 if quick else 2)
-    return res, throughput.table(res)
+    text = throughput.table(res)
+    if "turn_end" in res:
+        import asyncio
+
+        from bench import service_cpu
+
+        cpu = asyncio.run(service_cpu.measure(8000 if quick else 20000))
+        res["turn_end"]["service_cpu_us"] = cpu["cpu_us_per_turn_end"]
+        text += (
+            f"\n\nThe daemon's own work per turn_end (`python -m bench.service_cpu`: "
+            f"EventService.handle with SQLite, no HTTP): {cpu['cpu_us_per_turn_end']:.0f} µs "
+            f"CPU; one bare request at its max rate takes at most "
+            f"{1e6 / res['turn_end']['bare']['rps']:.0f} µs."
+        )
+    return res, text
 
 
 def _recovery(quick: bool) -> tuple[dict, str]:

@@ -1,0 +1,66 @@
+"""CPU per event of EventService.handle alone (no HTTP): the daemon's own work, less noisy
+than a throughput run. `python -m bench.service_cpu [EVENTS] [--profile]`."""
+
+from __future__ import annotations
+
+import asyncio
+import cProfile
+import pstats
+import sys
+import tempfile
+import time
+
+import orjson
+
+from bench.throughput import turn_end_body
+from ramakv_daemon.adapters.backends.noop import NoopBackend
+from ramakv_daemon.adapters.sqlite_store import SqliteSessionStore
+from ramakv_daemon.config import Config
+from ramakv_daemon.service import EventService
+
+CONCURRENCY = 32  # events in flight at once, as the throughput benchmark's connections
+
+
+async def measure(events: int = 20000, profile: bool = False) -> dict:
+    """turn_end bodies of the throughput benchmark through a real service and SQLite file;
+    returns process CPU (every thread) per event after a warm-up of 3,200 events."""
+    warm = 100 * CONCURRENCY
+    with tempfile.TemporaryDirectory(prefix="ramakv-cpu-") as tmp:
+        cfg = Config(session_store_path=f"{tmp}/s.db", noop_backend=True)
+        svc = EventService(
+            cfg, SqliteSessionStore(cfg.session_store_path, cfg.sqlite_synchronous),
+            NoopBackend(),
+        )
+        await svc.start()
+        bodies = [
+            turn_end_body(w * 1_000_000 + k)
+            for k in range(max(events, 2 * warm) // CONCURRENCY) for w in range(CONCURRENCY)
+        ]
+
+        async def burst(part: list[bytes]) -> None:
+            await asyncio.gather(*(svc.handle(orjson.loads(b)) for b in part))
+
+        for i in range(0, warm, CONCURRENCY):
+            await burst(bodies[i : i + CONCURRENCY])
+        prof = cProfile.Profile() if profile else None
+        t0 = time.process_time()
+        if prof:
+            prof.enable()
+        for i in range(warm, len(bodies), CONCURRENCY):
+            await burst(bodies[i : i + CONCURRENCY])
+        if prof:
+            prof.disable()
+        cpu = time.process_time() - t0
+        await svc.stop()
+    if prof:
+        pstats.Stats(prof).sort_stats("tottime").print_stats(25)
+    n = len(bodies) - warm
+    return {"events": n, "cpu_us_per_turn_end": cpu / n * 1e6}
+
+
+if __name__ == "__main__":
+    res = asyncio.run(measure(
+        int(next((a for a in sys.argv[1:] if a.isdigit()), 20000)), "--profile" in sys.argv
+    ))
+    print(f"{res['events']} turn_end events: {res['cpu_us_per_turn_end']:.1f} µs CPU each "
+          "(process time, all threads, cProfile adds ~2x when on)")
