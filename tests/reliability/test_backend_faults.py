@@ -220,3 +220,27 @@ def test_outbox_survives_kill_while_backend_down(
         assert metric(d.url, "ramakv_evict_outbox") == 0
     finally:
         fake.kill()
+
+
+async def test_an_outage_backs_off_the_backend_not_each_chunk(
+    start_daemon: Any, make_config: Any, fake_lmcache: FakeLMCacheServer
+) -> None:
+    # A failing backend pauses every eviction of it for the backoff: many turns' evictions
+    # wait together and one batch probes, instead of each chunk retrying on its own clock.
+    d = await lm_daemon(start_daemon, make_config, fake_lmcache.url)
+    d.service.dispatcher.base_backoff_s = 0.2
+    await fake_lmcache.set_failure("503")
+    for turn in range(40):
+        # Every turn drops the previous turn's two chunks: 78 evictions, 39 commits.
+        await timed_ok(
+            d, "turn_end", session_id="s1",
+            kv_transfer_params={"chunk_hashes": [f"{turn:04x}a", f"{turn:04x}b"]},
+        )
+        await asyncio.sleep(0.01)
+    assert d.service.dispatcher.backlog == 78
+    # ~0.5 s of turns against probes at 0, 0.2, 0.6 s (doubling): a handful of calls.
+    assert 1 <= len(fake_lmcache.calls("evict")) <= 4
+    await fake_lmcache.heal()  # no poke: the next probe after the backoff drains it all
+    await eventually(lambda: d.service.dispatcher.backlog == 0, timeout=5)
+    await eventually(lambda: not db_outbox(d.config.session_store_path))
+    d.assert_consistent()
