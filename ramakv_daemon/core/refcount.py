@@ -66,36 +66,21 @@ class RefcountTable:
                 table is left as it was.
         """
         counts = self._counts
-        if len(set(hashes)) != len(hashes):
-            return self._decr_each(hashes, changed)
-        if not all(map(counts.__contains__, hashes)):  # absent = 0: checked before any change
-            missing = [h for h in hashes if h not in counts]
+        # Every hash is checked before any changes. Absent means 0; a hash listed twice
+        # drops two references (the rare case pays for counting the listings).
+        if len(set(hashes)) == len(hashes):
+            enough = all(map(counts.__contains__, hashes))
+        else:
+            enough = all(counts.get(h, 0) >= n for h, n in _listings(hashes).items())
+        if not enough:
+            need = _listings(hashes)
+            missing = [h for h, n in need.items() if counts.get(h, 0) < n]
             raise ValueError(f"refcount underflow for {missing[:3]}")
         remember = changed.setdefault
         zeros: list[str] = []
         for h in hashes:
             old = counts[h]
             remember(h, old)
-            if old == 1:
-                del counts[h]
-                zeros.append(h)
-            else:
-                counts[h] = old - 1
-        return zeros
-
-    def _decr_each(self, hashes: Sequence[str], changed: dict[str, int]) -> list[str]:
-        """decr for a list that repeats hashes: one reference dropped per listing."""
-        counts = self._counts
-        need: dict[str, int] = {}
-        for h in hashes:
-            need[h] = need.get(h, 0) + 1
-        missing = [h for h, n in need.items() if counts.get(h, 0) < n]
-        if missing:
-            raise ValueError(f"refcount underflow for {missing[:3]}")
-        zeros: list[str] = []
-        for h in hashes:
-            old = counts[h]
-            changed.setdefault(h, old)
             if old == 1:
                 del counts[h]
                 zeros.append(h)
@@ -121,3 +106,11 @@ class RefcountTable:
         """
         self._counts = counts if type(counts) is dict else dict(counts)
 
+
+
+def _listings(hashes: Sequence[str]) -> dict[str, int]:
+    """hash -> how many times ``hashes`` lists it."""
+    need: dict[str, int] = {}
+    for h in hashes:
+        need[h] = need.get(h, 0) + 1
+    return need
