@@ -231,18 +231,19 @@ class BackendDispatcher:
                 delivered = await self._deliver(part, mode)
             except BaseException:
                 # Cancelled (shutdown) with batches unsent: they stay due for drain().
-                self._requeue(b for b, _ in batches[n:])
+                self._requeue((b for b, _ in batches[n:]), [])
                 raise
             if not delivered:
-                # The rest waits out the backoff; the failed batch goes last, so a batch
-                # the backend always refuses cannot hold back the others.
-                self._requeue([*(b for b, _ in batches[n + 1 :]), part])
+                # The rest waits out the backoff ahead of what arrived meanwhile; the failed
+                # batch goes last, so one the backend always refuses cannot hold back others.
+                self._requeue((b for b, _ in batches[n + 1 :]), part)
                 return
 
-    def _requeue(self, batches: Iterable[list[str]]) -> None:
-        outbox, ready = self.outbox, self._ready
-        for batch in batches:
-            ready.update(dict.fromkeys(h for h in batch if h in outbox))
+    def _requeue(self, first: Iterable[list[str]], last: list[str]) -> None:
+        """Due again: ``first`` ahead of the intents queued meanwhile, ``last`` behind."""
+        outbox = self.outbox
+        ahead = {h: None for batch in first for h in batch if h in outbox}
+        self._ready = {**ahead, **self._ready, **{h: None for h in last if h in outbox}}
 
     async def _deliver(self, hashes: list[str], mode: EvictMode) -> bool:
         """One evict call; True when the backend took it."""
