@@ -25,13 +25,18 @@ log = logging.getLogger("ramakv.store")
 BUSY_TIMEOUT_MS = 5000
 CHECKPOINT_EVERY = 32  # commits between looks at the WAL's size (one stat each)
 CHECKPOINT_WAL_BYTES = 4 << 20  # about SQLite's own auto-checkpoint of 1000 pages
+# Past this the background checkpoints are not keeping up (a PASSIVE checkpoint never
+# finishes while commits keep adding frames): commits pause for one that does.
+WAL_HARD_LIMIT_BYTES = 4 * CHECKPOINT_WAL_BYTES
 
 
 def _is_busy(err: BaseException | None) -> bool:
-    """True for SQLite's "database is locked" (another connection holds the lock)."""
-    return isinstance(err, sqlite3.OperationalError) and getattr(
-        err, "sqlite_errorcode", None
-    ) in (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED)
+    """True for SQLite's "database is locked" (another connection holds the lock), with
+    its extended codes (SQLITE_BUSY_RECOVERY, ...)."""
+    code = getattr(err, "sqlite_errorcode", None)
+    return isinstance(err, sqlite3.OperationalError) and isinstance(code, int) and (
+        code & 0xFF in (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED)
+    )
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS sessions (
@@ -218,6 +223,8 @@ class SqliteSessionStore:
         self._lock_fd: int | None = None
         self._commits = 0
         self._checkpoint: asyncio.Future[None] | None = None
+        # SQLite keeps the WAL beside the real file when the path is a symlink.
+        self._wal_path = os.path.realpath(path) + "-wal"
         self._checkpointer: sqlite3.Connection | None = None
 
     async def open(self) -> None:
@@ -278,15 +285,31 @@ class SqliteSessionStore:
             # must not block: fail at once, and that commit retries on the thread.
             conn.execute("PRAGMA busy_timeout=0")
             conn.execute("PRAGMA wal_autocheckpoint=0")  # checkpoints run on the thread
+            # Truncated whenever it restarts, so its size says how much waits to be copied.
+            conn.execute("PRAGMA journal_size_limit=0")
         else:
             conn.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
         return conn
 
     async def _on_writer(self, fn, *args):  # type: ignore[no-untyped-def]
-        """Run ``fn`` where the write connection is used: the loop, or the writer thread."""
-        if self.inline_commits:
+        """Run ``fn(*args)`` on the write connection off the loop, waiting for locks.
+
+        For start-up and operator work, never the hot path: on the writer thread (so never
+        at once with another use of the connection) with the busy timeout on.
+        """
+        return await self._in_thread(self._waiting_for_locks, fn, args)
+
+    def _waiting_for_locks(self, fn, args: tuple[Any, ...]):  # type: ignore[no-untyped-def]
+        """``fn(*args)`` with the busy timeout on (runs on the writer thread)."""
+        db = self._writer
+        assert db is not None
+        if not self.inline_commits:
             return fn(*args)
-        return await self._in_thread(fn, *args)
+        db.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
+        try:
+            return fn(*args)
+        finally:
+            db.execute("PRAGMA busy_timeout=0")
 
     async def _in_thread(self, fn, *args):  # type: ignore[no-untyped-def]
         return await asyncio.get_running_loop().run_in_executor(self._thread, fn, *args)
@@ -382,36 +405,35 @@ class SqliteSessionStore:
         if not self.inline_commits:
             await self._in_thread(self._write_sync, *args)
             return
+        self._commits += 1
+        if self._commits % CHECKPOINT_EVERY == 0:
+            await self._checkpoint_if_due()
         try:
             self._write_sync(*args)
         except StoreError as err:
             if not _is_busy(err.__cause__):
                 raise
             # Another process holds the write lock: wait for it on the thread, not here.
-            await self._in_thread(self._write_busy, args)
-        self._commits += 1
-        if self._commits % CHECKPOINT_EVERY == 0:
-            self._maybe_checkpoint()
+            await self._in_thread(self._waiting_for_locks, self._write_sync, args)
 
-    def _write_busy(self, args: tuple[Any, ...]) -> None:
-        """A write that waits up to the busy timeout for the lock (runs on the thread)."""
-        db = self._writer
-        assert db is not None
-        db.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
+    async def _checkpoint_if_due(self) -> None:
+        """Start a PASSIVE checkpoint on the thread once the WAL passes its size; past the
+        hard limit, wait for one before committing again (it then completes, and the next
+        commit restarts the WAL from its beginning)."""
         try:
-            self._write_sync(*args)
-        finally:
-            db.execute("PRAGMA busy_timeout=0")
-
-    def _maybe_checkpoint(self) -> None:
-        """Start a PASSIVE checkpoint on the thread once the WAL has grown past the limit."""
-        if self._checkpoint is not None and not self._checkpoint.done():
-            return
-        try:
-            wal = os.stat(self.path + "-wal").st_size
+            wal = os.stat(self._wal_path).st_size
         except OSError:
             return
-        if wal >= CHECKPOINT_WAL_BYTES:
+        running = self._checkpoint is not None and not self._checkpoint.done()
+        if wal >= WAL_HARD_LIMIT_BYTES:
+            if running:
+                await asyncio.shield(self._checkpoint)  # type: ignore[arg-type]
+            log.info("WAL at %d bytes: commits wait for a checkpoint", wal)
+            self._checkpoint = asyncio.get_running_loop().run_in_executor(
+                self._thread, self._checkpoint_sync
+            )
+            await asyncio.shield(self._checkpoint)
+        elif wal >= CHECKPOINT_WAL_BYTES and not running:
             self._checkpoint = asyncio.get_running_loop().run_in_executor(
                 self._thread, self._checkpoint_sync
             )
