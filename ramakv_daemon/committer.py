@@ -43,13 +43,18 @@ class GroupCommitter:
         managers: Mapping[str, SessionManager] | SessionManager,
         on_commit: Callable[[float, int], None] | None = None,
         event_id_ttl_s: float = 3600.0,
+        on_evictions: Callable[[Change, int], None] | None = None,
     ) -> None:
+        """``on_evictions(change, outbox_row)`` hands each committed change's evictions
+        to delivery before any waiter resumes: all of a row's entries are registered at
+        once, so delivering some cannot retire the row while others are still unseen."""
         self.store = store
         # namespace -> manager; the service's live dict, so namespaces added later are seen.
         if isinstance(managers, SessionManager):
             managers = {managers.namespace: managers}
         self.managers: Mapping[str, SessionManager] = managers
         self.on_commit = on_commit
+        self.on_evictions = on_evictions
         self.event_id_ttl_s = event_id_ttl_s
         self._pending: list[_Pending] = []
         self._wake = asyncio.Event()
@@ -121,16 +126,12 @@ class GroupCommitter:
                 entries.extend((h, "demote") for h in c.evict_demote)
             if p.event_id is not None:
                 answers.append(p.event_id)
-        # One outbox row per namespace for the whole batch; each change learns its row id
-        # so the dispatcher can delete the row once none of its entries waits any more.
+        # One outbox row per namespace for the whole batch; the dispatcher deletes the row
+        # once none of its entries waits any more.
         row_of: dict[str, int] = {}
         for ns in evictions:
             row_of[ns] = self.next_row_id
             self.next_row_id += 1
-        for p in batch:
-            c = p.change
-            if c is not None and c.namespace in row_of and (c.evict_delete or c.evict_demote):
-                c.notes["_outbox_row"] = row_of[c.namespace]
         rows = [(row_of[ns], ns, entries) for ns, entries in evictions.items()]
         self._commits += 1
         prune = None
@@ -144,6 +145,11 @@ class GroupCommitter:
             return
         if self.on_commit is not None:
             self.on_commit(time.perf_counter() - started, len(batch))
+        if self.on_evictions is not None:
+            for p in batch:
+                c = p.change
+                if c is not None and (c.evict_delete or c.evict_demote):
+                    self.on_evictions(c, row_of[c.namespace])
         for p in batch:
             if p.future is not None and not p.future.done():
                 p.future.set_result(None)

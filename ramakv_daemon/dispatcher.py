@@ -166,7 +166,17 @@ class BackendDispatcher:
             self._wake.clear()
             if self._closing:
                 return
-            await self._deliver_due()
+            try:
+                await self._deliver_due()
+            except Exception:  # noqa: BLE001 - backends must not raise; if one does, back off
+                log.exception("eviction delivery failed unexpectedly; retrying after backoff")
+                self._back_off()
+
+    def _back_off(self) -> None:
+        """One more failure in a row: pause every delivery to the backend for longer."""
+        self._failures += 1
+        backoff = min(MAX_BACKOFF_S, self.base_backoff_s * 2 ** (self._failures - 1))
+        self._paused_until = time.monotonic() + backoff
 
     def _next_due_in(self) -> float | None:
         now = time.monotonic()
@@ -201,18 +211,6 @@ class BackendDispatcher:
         outbox = self.outbox
         due = [h for h in self._ready if h in outbox]
         self._ready = {}
-        refs = self.manager.refcounts.counts
-        retaken = [h for h in due if h in refs]
-        if retaken and self.committer.busy:
-            # The new reference may still be rolled back (its commit is in flight):
-            # look again shortly rather than forget an eviction that may be needed.
-            for h in retaken:
-                self._wait(h, now + RECHECK_S)
-        elif retaken:
-            self._forget_all(retaken)
-            self._flush_rows()
-        if retaken:
-            due = [h for h in due if h not in refs]
         deleting = EvictMode.DELETE
         batches = [
             (hashes[i : i + MAX_BATCH], mode)
@@ -223,8 +221,10 @@ class BackendDispatcher:
             for i in range(0, len(hashes), MAX_BATCH)
         ]
         for n, (batch, mode) in enumerate(batches):
-            # An earlier batch's await may have let the outbox change: still queued?
-            part = [h for h in batch if h in outbox]
+            # Checked again just before its call: an earlier batch's await may have let a
+            # chunk be referenced again, or its intent be replaced by one of the other mode
+            # (that one is queued on its own).
+            part = self._sendable(batch, mode)
             if not part:
                 continue
             try:
@@ -238,6 +238,27 @@ class BackendDispatcher:
                 # batch goes last, so one the backend always refuses cannot hold back others.
                 self._requeue((b for b, _ in batches[n + 1 :]), part)
                 return
+
+    def _sendable(self, batch: list[str], mode: EvictMode) -> list[str]:
+        """The hashes of ``batch`` still queued in ``mode`` and still unreferenced.
+
+        One referenced again is forgotten, or, while a commit is in flight (the new
+        reference may yet be rolled back), looked at again shortly.
+        """
+        outbox = self.outbox
+        part = [h for h in batch if (e := outbox.get(h)) is not None and e[0] is mode]
+        refs = self.manager.refcounts.counts
+        again = [h for h in part if h in refs]
+        if not again:
+            return part
+        if self.committer.busy:
+            recheck = time.monotonic() + RECHECK_S
+            for h in again:
+                self._wait(h, recheck)
+        else:
+            self._forget_all(again)
+            self._flush_rows()
+        return [h for h in part if h not in refs]
 
     def _requeue(self, first: Iterable[list[str]], last: list[str]) -> None:
         """Due again: ``first`` ahead of the intents queued meanwhile, ``last`` behind."""
@@ -260,9 +281,7 @@ class BackendDispatcher:
             self._flush_rows()
             self._failures, self._paused_until = 0, 0.0
             return True
-        self._failures += 1
-        backoff = min(MAX_BACKOFF_S, self.base_backoff_s * 2 ** (self._failures - 1))
-        self._paused_until = time.monotonic() + backoff
+        self._back_off()
         if self.on_failure is not None:
             self.on_failure(op, len(hashes), result, self.backlog)
         return False

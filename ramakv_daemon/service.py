@@ -53,7 +53,8 @@ class EventService:
             self._backend_failed,
         )
         self.committer = GroupCommitter(
-            store, self.namespaces.managers, self.metrics.commit, config.idempotency_ttl_s
+            store, self.namespaces.managers, self.metrics.commit, config.idempotency_ttl_s,
+            self._evictions_committed,
         )
         self.namespaces.setup()
         default = self.namespaces[self.namespaces.default]
@@ -231,9 +232,6 @@ class EventService:
                 "chunk_evict force: released references %s", c.data.get("released")
             )
         ns = self.namespaces[c.namespace]
-        ns.dispatcher.evictions_committed(
-            c.evict_delete, c.evict_demote, c.notes.get("_outbox_row", 0)  # type: ignore[arg-type]
-        )
         prefetch = c.prefetch
         if ns.budget.budget and "_delta" in c.notes:
             prefetch = self._budget_after(type_, session_id, c, ns)
@@ -250,6 +248,12 @@ class EventService:
             )
         self._print_trace()
         return {"ok": True, "type": type_, "data": c.data}
+
+    def _evictions_committed(self, change: Change, row: int) -> None:
+        """A committed change's evictions, durable in outbox row ``row``: deliver them."""
+        self.namespaces[change.namespace].dispatcher.evictions_committed(
+            change.evict_delete, change.evict_demote, row
+        )
 
     def _failed(
         self, type_: str, session_id: str | None, error: str, started: float

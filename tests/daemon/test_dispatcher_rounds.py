@@ -1,0 +1,74 @@
+"""One delivery round with several batches: each batch is checked again just before its call."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+
+from ramakv_daemon.core.manager import SessionManager
+from ramakv_daemon.dispatcher import BackendDispatcher
+from ramakv_daemon.ports import BackendResult, ChunkLocations, EvictMode
+
+
+class IdleCommitter:
+    """No commit in flight; outbox rows whose entries are all delivered are collected."""
+
+    busy = False
+
+    def __init__(self) -> None:
+        self.forgotten: list[int] = []
+
+    def forget_rows(self, rows: list[int]) -> None:
+        self.forgotten.extend(rows)
+
+
+class GatedBackend:
+    """A backend whose DELETE calls wait for a gate: the round's later batches wait too."""
+
+    name = "gated"
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, list[str]]] = []
+        self.gate = asyncio.Event()
+
+    async def evict(self, chunk_hashes: Sequence[str], mode: EvictMode) -> BackendResult:
+        self.calls.append((mode.value, list(chunk_hashes)))
+        if mode is EvictMode.DELETE:
+            await self.gate.wait()
+        return BackendResult(ok=True, status=200)
+
+    async def prefetch(self, chunk_hashes: Sequence[str], tag: str) -> BackendResult:
+        return BackendResult(ok=True, status=200)
+
+    async def query(self, chunk_hashes: Sequence[str]) -> tuple[BackendResult, ChunkLocations]:
+        return BackendResult(ok=True, status=200), ChunkLocations()
+
+    async def close(self) -> None:
+        return None
+
+
+async def test_a_chunk_referenced_during_an_earlier_batch_is_not_evicted() -> None:
+    manager, backend, committer = SessionManager(), GatedBackend(), IdleCommitter()
+    d = BackendDispatcher(backend, manager, committer)  # type: ignore[arg-type]
+    d.evictions_committed(["a"], ["b"], row=1)
+    round_ = asyncio.create_task(d._deliver_due())
+    await asyncio.sleep(0.01)  # DELETE [a] is out
+    manager.turn_end("s", ["b"])  # b is wanted again (committed: the committer is idle)
+    backend.gate.set()
+    await round_
+    assert backend.calls == [("delete", ["a"])]
+    assert d.backlog == 0 and committer.forgotten == [1]  # b's intent dropped, row done
+
+
+async def test_an_intent_replaced_during_an_earlier_batch_is_delivered_as_the_new_one() -> None:
+    manager, backend, committer = SessionManager(), GatedBackend(), IdleCommitter()
+    d = BackendDispatcher(backend, manager, committer)  # type: ignore[arg-type]
+    d.evictions_committed(["a"], ["b"], row=1)  # b: demote
+    round_ = asyncio.create_task(d._deliver_due())
+    await asyncio.sleep(0.01)
+    d.evictions_committed(["b"], [], row=2)  # meanwhile b's newer intent: delete
+    backend.gate.set()
+    await round_
+    await d._deliver_due()
+    assert backend.calls == [("delete", ["a"]), ("delete", ["b"])]
+    assert d.backlog == 0 and sorted(committer.forgotten) == [1, 2]
