@@ -42,9 +42,9 @@ async def test_commits_inline_only_with_normal(
 async def test_wal_stays_bounded_under_back_to_back_commits(
     tmp_path: Path, via_symlink: bool
 ) -> None:
-    # No pause between commits: a PASSIVE checkpoint alongside them never finishes, so
-    # past the hard limit commits must wait for one. Through a symlink SQLite keeps the
-    # WAL beside the real file, which is the one to watch.
+    # No pause between commits: a checkpoint alongside them would never finish, so past
+    # the limit commits wait for one. Through a symlink SQLite keeps the WAL beside the
+    # real file, which is the one to watch.
     real = tmp_path / "data" / "s.db"
     real.parent.mkdir()
     path = real
@@ -63,8 +63,8 @@ async def test_wal_stays_bounded_under_back_to_back_commits(
             i += 1
             with contextlib.suppress(FileNotFoundError):
                 peak = max(peak, os.stat(str(real) + "-wal").st_size)
-        # One check interval of commits may land past the limit before commits wait.
-        assert peak < sqlite_store.WAL_HARD_LIMIT_BYTES + (2 << 20), peak
+        # One check interval of commits may land past the limit before they wait.
+        assert peak < sqlite_store.CHECKPOINT_WAL_BYTES + (2 << 20), peak
         assert len(await store.load_all()) == 50
     finally:
         await store.close()
