@@ -93,6 +93,7 @@ class BackendDispatcher:
         if not (delete or demote):
             return
         outbox, v = self.outbox, self._version
+        ready = self._ready
         replaced: list[int] = []
         for mode, hashes in ((EvictMode.DELETE, delete), (EvictMode.DEMOTE, demote)):
             for h in hashes:
@@ -101,16 +102,12 @@ class BackendDispatcher:
                 if old is not None:  # the older intent's row no longer needs this entry
                     replaced.append(old[2])
                 outbox[h] = (mode, v, row)
+                ready[h] = None
         self._version = v
         self._row_live[row] = self._row_live.get(row, 0) + len(delete) + len(demote)
         for old_row in replaced:
             self._release_row(old_row)
         self._flush_rows()
-        ready = self._ready
-        for h in delete:
-            ready[h] = None
-        for h in demote:
-            ready[h] = None
         self._wake.set()
 
     def prefetch(self, session_id: str | None, hashes: list[str]) -> None:

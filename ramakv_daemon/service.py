@@ -308,13 +308,15 @@ class EventService:
         return prefetch
 
     def _delta(self, c: Change) -> dict[str, Any]:
-        """What the event changed, as it stands now: the sessions (immutable objects,
-        turned into dicts only when a subscriber reads the record) and refcounts."""
+        """What the event changed, as it stands now: the sessions and the refcounts."""
         manager = self.namespaces.managers[c.namespace]
-        get = manager.sessions.get
+        sessions = manager.sessions
         counts = manager.refcounts.counts
         return {
-            "sessions": {sid: get(sid) for sid in c.prev_sessions},
+            "sessions": {
+                sid: (sessions[sid].to_dict() if sid in sessions else None)
+                for sid in c.prev_sessions
+            },
             "refcounts": {h: counts.get(h, 0) for h in c.prev_counts},
         }
 

@@ -18,29 +18,16 @@ log = logging.getLogger("ramakv.trace")
 SLOW_CLOSE_CODE = 4008  # ours: "you fell behind"; clients reconnect with ?since=
 
 
-def _as_json(value: Any) -> Any:
-    """Objects kept as they are in a record (immutable sessions) give their JSON shape."""
-    to_dict = getattr(value, "to_dict", None)
-    if to_dict is None:
-        raise TypeError(f"{type(value).__name__} is not JSON serializable")
-    return to_dict()
-
-
 def encode(record: dict[str, Any]) -> str:
     """One record as JSON text.
 
-    Records may hold immutable session objects rather than their dicts: the daemon
-    builds a dict only when some subscriber reads the record, not for every event.
     orjson first; what it refuses (lone surrogates, integers over 64 bits) gets the
     standard encoder, so the output never depends on which one ran.
     """
     try:
-        # Passthrough: orjson would write a dataclass's fields, not its to_dict() shape.
-        return orjson.dumps(
-            record, default=_as_json, option=orjson.OPT_PASSTHROUGH_DATACLASS
-        ).decode()
+        return orjson.dumps(record).decode()
     except TypeError:
-        return json.dumps(record, default=_as_json)
+        return json.dumps(record)
 
 
 @dataclass(eq=False)

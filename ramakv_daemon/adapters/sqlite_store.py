@@ -422,8 +422,8 @@ class SqliteSessionStore:
         Waiting is what makes it work: a checkpoint running alongside back-to-back commits
         never copies the last frame, so the WAL never restarts and grows without bound
         (166 MB after 20k writes, measured). With commits paused it completes (about 2 ms
-        for 1 MiB here), and the next commit restarts the WAL from its beginning. The loop keeps
-        serving meanwhile; only replies that wait for this commit wait longer.
+        for 1 MiB here), and the next commit restarts the WAL from its beginning. The loop
+        keeps serving meanwhile; only replies that wait for this commit wait longer.
         """
         try:
             wal = os.stat(self._wal_path).st_size
