@@ -456,7 +456,7 @@ class EventService:
             m = managers[owner] if owner is not None else self.manager
             sessions = m.sessions
             picked = {session: m.session_dict(session)} if session in sessions else {}
-            forks = {str(f.fork_id): f.summary() for f in m.forks.of(session)}
+            forks = {str(f.fork_id): _fork_entry(f) for f in m.forks.of(session)}
             wanted = set(picked[session]["chunk_hashes"]) if picked else set()  # type: ignore[arg-type]
             counts = {h: n for h, n in m.refcounts.items() if h in wanted}
             if m is not self.manager:
@@ -466,7 +466,7 @@ class EventService:
             picked, forks = {}, {}
             for m in managers.values():
                 picked.update((sid, m.session_dict(sid)) for sid in m.sessions)
-                forks.update((str(f.fork_id), f.summary()) for f in m.forks.values())
+                forks.update((str(f.fork_id), _fork_entry(f)) for f in m.forks.values())
             counts = self.manager.refcounts.as_dict()
             # Hashes mean something only within a namespace: the top-level refcounts are
             # the default namespace's, the others' are listed under "namespaces".
@@ -497,6 +497,12 @@ class EventService:
         m.open_forks.set(sum(len(x.forks) for x in self.namespaces.managers.values()))
         m.evict_backlog.set(sum(r["evict_backlog"] for r in rows))
         m.namespaces(self.namespaces)
+
+
+def _fork_entry(fork: Fork) -> dict[str, object]:
+    """A fork in the trace snapshot: its summary and hashes (a closed parent's forks are
+    held by no session in the snapshot, so a follower learns their hashes only here)."""
+    return {**fork.summary(), "chunk_hashes": list(fork.hashes)}
 
 
 def _lmcache_factory(config: Config) -> BackendFactory:

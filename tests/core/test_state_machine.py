@@ -166,8 +166,9 @@ class ManagerMachine(RuleBasedStateMachine):
         ["turn_end", "close", "fork", "suspend", "fork_end", "expire"]))
     def undo_restores_everything(self, sid: str, hashes: list[str], op: str) -> None:
         def state() -> tuple[object, ...]:
+            forks = self.m.forks
             return (dict(self.m.sessions), self.m.refcounts.as_dict(), dict(self.m.parked),
-                    dict(self.m.forks.by_id), {s: self.m.forks.of(s) for s in self.m.forks.parents()})
+                    dict(forks.by_id), {s: forks.of(s) for s in forks.parents()})
 
         before = state()
         calls = {

@@ -115,7 +115,7 @@ class DaemonClient:
     def assert_consistent(self) -> None:
         """The invariant: refcounts equal those recomputed from every live map + hold."""
         m = self.service.manager
-        assert m.refcounts.as_dict() == recompute_refcounts(m.sessions.values())
+        assert m.refcounts.as_dict() == recompute_refcounts(m.sessions.values(), m.forks.values())
 
     async def close(self) -> None:
         await self.client.close()
