@@ -143,6 +143,9 @@ async def test_expiry_on_an_injected_clock(
     finally:
         service.trace.unsubscribe(only_p)
         service.trace.unsubscribe(only_q)
+    metrics = await (await d.client.get("/metrics")).text()
+    assert "ramakv_open_forks 1.0" in metrics
+    assert "ramakv_fork_holds_expired_total 1.0" in metrics
     # Durable: a restart does not bring it back.
     await d.close()
     d2 = await start_daemon(config, clock=clock)
