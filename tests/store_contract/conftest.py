@@ -1,0 +1,36 @@
+"""Store contract fixtures: one fresh SessionStore per test, for every adapter."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+
+TESTS_DIR = str(Path(__file__).resolve().parents[1])
+if TESTS_DIR not in sys.path:
+    sys.path.insert(0, TESTS_DIR)
+
+from support.store_adapters import ADAPTERS, StoreHome, make_home  # noqa: E402
+
+from ramakv_daemon.ports import SessionStore  # noqa: E402
+
+
+@pytest.fixture(params=ADAPTERS)
+async def home(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[StoreHome]:
+    """Where one test's store lives: a fresh SQLite file or a fresh PostgreSQL database.
+    Every store it made is closed at teardown."""
+    h = await make_home(request.param, request, tmp_path)
+    try:
+        yield h
+    finally:
+        await h.close_all()
+
+
+@pytest.fixture
+async def store(home: StoreHome) -> SessionStore:
+    """An opened store on a fresh, empty home."""
+    return await home.opened()
+
+

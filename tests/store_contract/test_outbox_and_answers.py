@@ -1,0 +1,66 @@
+"""Store contract: the eviction outbox and the remembered idempotency answers."""
+
+from __future__ import annotations
+
+from support.store_adapters import StoreHome
+
+from ramakv_daemon.ports import SessionStore
+
+
+async def test_outbox_rows_round_trip_in_commit_order(home: StoreHome) -> None:
+    store = await home.opened()
+    await store.write({}, outbox_add=[(2, "", [("a", "delete"), ("b", "demote")])])
+    await store.write({}, outbox_add=[(5, "ns", [("c", "delete")]), (3, "", [])])
+    expected = [
+        (2, "", [("a", "delete"), ("b", "demote")]),
+        (3, "", []),
+        (5, "ns", [("c", "delete")]),
+    ]
+    assert await store.load_outbox() == expected
+    await store.close()
+    assert await (await home.opened()).load_outbox() == expected
+
+
+async def test_done_rows_leave_the_outbox(store: SessionStore) -> None:
+    await store.write({}, outbox_add=[(1, "", [("a", "delete")]), (2, "", [("b", "delete")])])
+    await store.write({}, outbox_done=[1, 99])  # an unknown id is harmless
+    assert await store.load_outbox() == [(2, "", [("b", "delete")])]
+
+
+async def test_a_row_added_and_done_in_one_write_is_gone(store: SessionStore) -> None:
+    await store.write({}, outbox_add=[(1, "", [("a", "delete")])], outbox_done=[1])
+    assert await store.load_outbox() == []
+
+
+async def test_answers_round_trip_newest_kept_oldest_first(home: StoreHome) -> None:
+    store = await home.opened()
+    await store.write({}, event_ids=[("e1", '{"ok": true, "n": 1}', 1.0),
+                                     ("e2", '{"ok": true, "n": 2}', 2.0)])
+    await store.write({}, event_ids=[("e3", '{"ok": false}', 3.0)])
+    assert await store.load_event_ids(10) == [
+        ("e1", '{"ok": true, "n": 1}'), ("e2", '{"ok": true, "n": 2}'), ("e3", '{"ok": false}'),
+    ]
+    assert await store.load_event_ids(2) == [("e2", '{"ok": true, "n": 2}'),
+                                             ("e3", '{"ok": false}')]
+    await store.close()
+    assert len(await (await home.opened()).load_event_ids(10)) == 3
+
+
+async def test_an_answer_written_again_replaces_the_old_one(store: SessionStore) -> None:
+    await store.write({}, event_ids=[("e", '{"n": 1}', 1.0)])
+    await store.write({}, event_ids=[("e", '{"n": 2}', 2.0)])
+    assert await store.load_event_ids(10) == [("e", '{"n": 2}')]
+
+
+async def test_pruning_forgets_answers_older_than_the_cut(store: SessionStore) -> None:
+    await store.write({}, event_ids=[("old", "{}", 1.0), ("cut", "{}", 5.0),
+                                     ("new", "{}", 9.0)])
+    await store.write({}, prune_event_ids_before=5.0)
+    assert [e for e, _ in await store.load_event_ids(10)] == ["cut", "new"]
+
+
+async def test_answers_written_and_pruned_in_one_write(store: SessionStore) -> None:
+    """The committer writes this commit's answers and prunes old ones together."""
+    await store.write({}, event_ids=[("old", "{}", 1.0)])
+    await store.write({}, event_ids=[("new", "{}", 10.0)], prune_event_ids_before=5.0)
+    assert [e for e, _ in await store.load_event_ids(10)] == ["new"]

@@ -1,0 +1,101 @@
+"""Store contract: sessions written, replaced, deleted and read back, across restarts."""
+
+from __future__ import annotations
+
+from support.store_adapters import StoreHome
+
+from ramakv_daemon.core.session import Session
+from ramakv_daemon.ports import SessionStore
+
+
+def by_id(sessions: list[Session]) -> dict[str, Session]:
+    return {s.session_id: s for s in sessions}
+
+
+async def test_a_fresh_store_is_empty(store: SessionStore) -> None:
+    assert await store.load_all() == []
+    assert await store.load_forks() == ([], 1)
+    assert await store.load_outbox() == []
+    assert await store.load_event_ids(100) == []
+
+
+async def test_every_field_of_a_session_round_trips(home: StoreHome) -> None:
+    store = await home.opened()
+    s = Session(
+        session_id="sess-ü/1 \"quoted\"",
+        chunk_hashes=("h1", "h2", "h1", "ha\u0301sh", "x" * 100),  # repeats kept, in order
+        turn_count=2**40,
+        suspended=True,
+        last_event_ts=1_700_000_000.123456,
+        namespace="tenant-a",
+    )
+    plain = Session("plain")  # defaults: empty map, default namespace
+    await store.write({s.session_id: s, plain.session_id: plain})
+    assert by_id(await store.load_all()) == {s.session_id: s, "plain": plain}
+    await store.close()
+    again = await home.opened()
+    assert by_id(await again.load_all()) == {s.session_id: s, "plain": plain}
+
+
+async def test_a_write_replaces_the_whole_session(store: SessionStore) -> None:
+    await store.write({"s": Session("s", ("a", "b"), 1, True, 1.0, "ns")})
+    newer = Session("s", ("c",), 2, False, 2.0, "ns")
+    await store.write({"s": newer})
+    assert await store.load_all() == [newer]
+
+
+async def test_none_deletes_and_deleting_an_absent_session_is_harmless(
+    home: StoreHome,
+) -> None:
+    store = await home.opened()
+    await store.write({"a": Session("a", ("x",)), "b": Session("b", ("y",))})
+    await store.write({"a": None, "never-stored": None})
+    assert await store.load_all() == [Session("b", ("y",))]
+    await store.close()
+    assert await (await home.opened()).load_all() == [Session("b", ("y",))]
+
+
+async def test_a_session_deleted_then_written_again_in_later_commits(
+    store: SessionStore,
+) -> None:
+    await store.write({"s": Session("s", ("a",), 3)})
+    await store.write({"s": None})
+    await store.write({"s": Session("s", ("b",), 1)})
+    assert await store.load_all() == [Session("s", ("b",), 1)]
+
+
+async def test_sessions_keep_their_namespace(store: SessionStore) -> None:
+    rows = {
+        "d": Session("d", ("h",)),
+        "a1": Session("a1", ("h",), namespace="a"),
+        "b1": Session("b1", ("h",), namespace="b"),
+    }
+    await store.write(dict(rows))
+    assert by_id(await store.load_all()) == rows
+
+
+async def test_an_empty_write_is_a_no_op(store: SessionStore) -> None:
+    await store.write({"s": Session("s", ("a",))})
+    await store.write({})
+    assert await store.load_all() == [Session("s", ("a",))]
+
+
+async def test_many_sessions_in_one_write(home: StoreHome) -> None:
+    store = await home.opened()
+    rows = {
+        f"s{i}": Session(f"s{i}", tuple(f"h{i}-{j}" for j in range(64)), i, i % 2 == 0, i)
+        for i in range(300)
+    }
+    await store.write(dict(rows))
+    await store.close()
+    assert by_id(await (await home.opened()).load_all()) == rows
+
+
+async def test_a_store_opened_twice_keeps_what_it_had(home: StoreHome) -> None:
+    """open() on existing data migrates nothing away (schema creation is idempotent)."""
+    first = await home.opened()
+    await first.write({"s": Session("s", ("a",), 1)})
+    await first.close()
+    second = await home.opened()
+    await second.close()
+    assert await (await home.opened()).load_all() == [Session("s", ("a",), 1)]
