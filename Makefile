@@ -8,7 +8,7 @@ TORCH_PIN ?= torch==2.13.0
 RAMAKV_URL ?= http://127.0.0.1:6998
 export LMCACHE_TRACK_USAGE := false
 
-.PHONY: run daemon console test ts-test lint bench soak clean
+.PHONY: run daemon console test ts-test lint bench soak clean postgres
 
 $(VENV)/.base: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -39,8 +39,13 @@ daemon: $(VENV)/.base
 console: $(VENV)/.base
 	$(VENV)/bin/ramakv-console --url $(RAMAKV_URL)
 
+# PostgreSQL server binaries for the tests that start a throw-away cluster (installed with
+# apt-get when missing; without them those tests skip).
+postgres:
+	@bash tests/support/ensure_postgres.sh
+
 # pytest runs last so its summary is the closing line.
-test: $(VENV)/.test
+test: $(VENV)/.test postgres
 	$(VENV)/bin/ruff check .
 	PYTHON=$(PY) bash tests/test_integration.sh
 	@$(MAKE) --no-print-directory ts-test
@@ -58,7 +63,7 @@ $(VENV)/.bench: $(VENV)/.test
 	$(PIP) install -q -e ".[test,lmcache,bench]"
 	touch $@
 
-bench: $(VENV)/.bench
+bench: $(VENV)/.bench postgres
 	$(PY) -m bench
 
 soak: $(VENV)/.test
