@@ -18,7 +18,7 @@ $(VENV)/.base: pyproject.toml
 
 $(VENV)/.test: $(VENV)/.base pyproject.toml
 	$(PIP) install -q "$(TORCH_PIN)"
-	$(PIP) install -q -e ".[test,lmcache]"
+	$(PIP) install -q -e ".[test,lmcache,postgres]"
 	touch $@
 
 # Daemon in the background (embedded defaults, noop backend), console in the foreground;
@@ -60,7 +60,7 @@ lint: $(VENV)/.test
 	$(VENV)/bin/ruff check .
 
 $(VENV)/.bench: $(VENV)/.test
-	$(PIP) install -q -e ".[test,lmcache,bench]"
+	$(PIP) install -q -e ".[test,lmcache,postgres,bench]"
 	touch $@
 
 bench: $(VENV)/.bench postgres

@@ -67,7 +67,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     log.info(
         "ram-a-kv daemon starting addr=%s noop=%s store=%s lmcache_url=%s",
-        cfg.listen_addr, cfg.noop_backend, cfg.session_store_path, cfg.lmcache_url,
+        cfg.listen_addr, cfg.noop_backend, cfg.store_shown, cfg.lmcache_url,
     )
     app = init_app(cfg)
     app.on_startup.append(_tune_gc)  # after the service's start-up (cleanup_ctx runs first)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import os
+import socket
 import tomllib
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
@@ -15,7 +16,8 @@ log = logging.getLogger("ramakv.config")
 
 DEFAULT_CONFIG_PATH = Path("/etc/ram-a-kv/config.toml")
 ENV_CONFIG = "RAM_A_KV_CONFIG"
-SECRET_KEYS = frozenset({"auth_token"})
+SECRET_KEYS = frozenset({"auth_token", "session_store_url"})  # a URL may hold a password
+PG_SCHEMES = ("postgresql://", "postgres://")
 
 
 def default_store_path() -> str:
@@ -61,6 +63,12 @@ class Config:
     # (0 = never); and at most this many open forks per session.
     fork_hold_ttl_s: float = 86400.0
     max_forks_per_session: int = 64
+    # Scale-out (docs/scale-out.md): a postgresql:// URL puts sessions in PostgreSQL, shared
+    # by the daemons of many nodes ("" = the SQLite file at session_store_path); node_id
+    # names this daemon's node, the owner of the sessions it serves.
+    session_store_url: str = ""
+    node_id: str = field(default_factory=socket.gethostname)
+    postgres_pool_size: int = 4
 
     @property
     def host_port(self) -> tuple[str, int]:
@@ -69,6 +77,19 @@ class Config:
         if not host or not port.isdigit():
             raise ValueError(f"listen_addr must be HOST:PORT, got {self.listen_addr!r}")
         return host.strip("[]"), int(port)
+
+    @property
+    def store_shown(self) -> str:
+        """Where sessions live, for logs: the PostgreSQL URL without its password, else the
+        SQLite file."""
+        url = self.session_store_url
+        if not url:
+            return self.session_store_path
+        head, at, tail = url.rpartition("@")
+        if not at:
+            return url
+        scheme, _, userinfo = head.partition("://")
+        return f"{scheme}://{userinfo.partition(':')[0]}@{tail} (node {self.node_id})"
 
     def with_overrides(self, **changes: Any) -> Config:
         """A copy with ``changes`` applied (None values ignored)."""
@@ -91,6 +112,10 @@ def _coerce(name: str, value: Any) -> Any:
     if kind == "str" and isinstance(value, str):
         if name == "sqlite_synchronous" and value.upper() not in ("NORMAL", "FULL", "EXTRA"):
             raise TypeError("config key 'sqlite_synchronous' must be NORMAL, FULL or EXTRA")
+        if name == "session_store_url" and value and not value.startswith(PG_SCHEMES):
+            raise TypeError("config key 'session_store_url' must be a postgresql:// URL or ''")
+        if name == "node_id" and not value.strip():
+            raise TypeError("config key 'node_id' must not be empty")
         return value
     shown = "<hidden>" if name in SECRET_KEYS else repr(value)  # never log a secret
     raise TypeError(f"config key '{name}' must be {kind}, got {shown}")

@@ -100,7 +100,7 @@ class EventService:
             sum(len(m.sessions) for m in managers), sum(len(m.forks) for m in managers),
             sum(len(m.refcounts) for m in managers),
             sum(m.refcounts.total_references() for m in managers), len(managers),
-            time.perf_counter() - t0, self.config.session_store_path,
+            time.perf_counter() - t0, self.config.store_shown,
         )
         self.committer.start()
         for ns in self.namespaces:

@@ -36,6 +36,19 @@ def make_backend(config: Config) -> Backend:
     )
 
 
+def make_store(config: Config) -> SessionStore:
+    """PostgreSQL when session_store_url is set, else the SQLite file."""
+    if config.session_store_url:
+        from ramakv_daemon.adapters.postgres_store import PostgresSessionStore
+
+        return PostgresSessionStore(
+            config.session_store_url, config.node_id, config.postgres_pool_size
+        )
+    return SqliteSessionStore(
+        config.session_store_path, config.sqlite_synchronous, config.sqlite_commit_thread
+    )
+
+
 def _json(status: int, body: dict) -> web.Response:
     # The standard encoder on purpose: replies keep the documented `{"ok": true, ...}`
     # spacing, and a reply is small (orjson would save a few µs).
@@ -101,9 +114,7 @@ def init_app(
     app[CONFIG_KEY] = config
     service = EventService(
         config,
-        store or SqliteSessionStore(
-            config.session_store_path, config.sqlite_synchronous, config.sqlite_commit_thread
-        ),
+        store or make_store(config),
         backend or make_backend(config),
         clock=clock,
     )

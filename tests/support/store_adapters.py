@@ -11,7 +11,7 @@ import pytest
 from ramakv_daemon.adapters.sqlite_store import SqliteSessionStore
 from ramakv_daemon.ports import SessionStore
 
-ADAPTERS = ["sqlite"]
+ADAPTERS = ["sqlite", "postgresql"]
 
 
 @dataclass
@@ -44,4 +44,10 @@ async def make_home(adapter: str, request: pytest.FixtureRequest, tmp_path: Path
     if adapter == "sqlite":
         path = str(tmp_path / "sessions.db")
         return StoreHome(adapter, path, lambda: SqliteSessionStore(path))
+    if adapter == "postgresql":
+        from ramakv_daemon.adapters.postgres_store import PostgresSessionStore
+
+        server = request.getfixturevalue("postgres_server")
+        url = server.create_database()
+        return StoreHome(adapter, url, lambda: PostgresSessionStore(url, node_id="node-a"))
     raise ValueError(f"unknown store adapter {adapter!r}")

@@ -1,0 +1,121 @@
+"""LISTEN for takeovers of this node's sessions on a dedicated connection, reconnecting
+with backoff when PostgreSQL goes away."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import orjson
+
+from ramakv_daemon.adapters.postgres_sql import RELEASE_CHANNEL
+
+log = logging.getLogger("ramakv.store")
+
+BACKOFF_FIRST_S = 0.1
+BACKOFF_MAX_S = 5.0
+
+
+class ReleaseListener:
+    """Calls ``on_release(session_id, new_owner)`` for every takeover from ``node_id``.
+
+    A notification sent while the connection was down is lost, so after each reconnect
+    ``after_reconnect`` runs (the store asks the database which held sessions another node
+    took). ``connected`` and ``reconnects`` feed /metrics and the readiness check.
+    """
+
+    def __init__(
+        self, url: str, node_id: str, on_release: Callable[[str, str], None],
+        after_reconnect: Callable[[], Awaitable[None]],
+    ) -> None:
+        self.url = url
+        self.node_id = node_id
+        self.on_release = on_release
+        self.after_reconnect = after_reconnect
+        self.connected = False
+        self.reconnects = 0
+        self.received = 0
+        self._con: Any = None
+        self._task: asyncio.Task[None] | None = None
+        self._lost = asyncio.Event()
+        self._stopping = False
+
+    async def start(self) -> None:
+        """Connect once now (the store just opened, so this normally works), then keep the
+        connection up in the background."""
+        try:
+            await self._connect()
+        except Exception as err:  # noqa: BLE001 - the background loop retries
+            log.warning("cannot LISTEN for takeovers yet: %s", err)
+            self._lost.set()
+        self._task = asyncio.get_running_loop().create_task(
+            self._keep_connected(), name="pg-release-listener"
+        )
+
+    async def _connect(self) -> None:
+        import asyncpg
+
+        con = await asyncpg.connect(self.url, timeout=5)
+        con.add_termination_listener(self._terminated)
+        await con.add_listener(RELEASE_CHANNEL, self._notified)
+        self._con = con
+        self.connected = True
+        self._lost.clear()
+
+    def _terminated(self, _con: Any) -> None:
+        self.connected = False
+        self._lost.set()
+
+    def _notified(self, _con: Any, _pid: int, _channel: str, payload: str) -> None:
+        try:
+            msg = orjson.loads(payload)
+            session_id, old, new = str(msg["session_id"]), str(msg["from"]), str(msg["to"])
+        except (ValueError, KeyError, TypeError) as err:
+            log.warning("ignoring malformed takeover notification %r: %s", payload, err)
+            return
+        if old == self.node_id and new != self.node_id:
+            self.received += 1
+            self.on_release(session_id, new)
+
+    async def _keep_connected(self) -> None:
+        delay = BACKOFF_FIRST_S
+        while not self._stopping:
+            await self._lost.wait()
+            if self._stopping:
+                return
+            self.connected = False
+            with contextlib.suppress(Exception):
+                if self._con is not None:
+                    self._con.terminate()
+            self._con = None
+            try:
+                await self._connect()
+            except Exception as err:  # noqa: BLE001 - keep trying, slower each time
+                log.warning("PostgreSQL LISTEN reconnect failed (next try in %.1fs): %s",
+                            delay, err)
+                await asyncio.sleep(delay)  # backoff between attempts, not synchronisation
+                delay = min(delay * 2, BACKOFF_MAX_S)
+                continue
+            delay = BACKOFF_FIRST_S
+            self.reconnects += 1
+            log.info("PostgreSQL LISTEN connection back (reconnect %d)", self.reconnects)
+            try:
+                await self.after_reconnect()
+            except Exception as err:  # noqa: BLE001 - the next reconnect tries again
+                log.warning("reconciling ownership after reconnect failed: %s", err)
+
+    async def stop(self) -> None:
+        self._stopping = True
+        self._lost.set()
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await self._task
+        if self._con is not None:
+            con, self._con = self._con, None
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(con.close(), timeout=2)
+        self.connected = False

@@ -1,0 +1,87 @@
+"""The PostgreSQL store's statements (kept apart from the adapter's control flow)."""
+
+from __future__ import annotations
+
+RELEASE_CHANNEL = "ramakv_release"
+
+# One statement per commit for all of its sessions (arrays, not a row per call). `prev`
+# row-locks the rows another node owns before the upsert takes them: a concurrent takeover
+# waits for the lock and then sees the new owner, so two nodes never both believe they took
+# a session from the same owner. Every sub-statement reads the snapshot from before the
+# upsert, so `prev` names the owner the session had.
+UPSERT_SESSIONS = """
+WITH incoming AS (
+    SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::bigint[], $5::bool[],
+                         $6::float8[])
+        AS t(session_id, namespace, map_json, turn_count, suspended, last_event_ts)
+), prev AS (
+    SELECT s.session_id, s.owner FROM sessions s JOIN incoming i USING (session_id)
+    WHERE s.owner <> $7 FOR UPDATE OF s
+), up AS (
+    INSERT INTO sessions (session_id, namespace, map_json, turn_count, suspended,
+                          last_event_ts, owner)
+    SELECT session_id, namespace, map_json, turn_count, suspended, last_event_ts, $7
+    FROM incoming
+    ON CONFLICT (session_id) DO UPDATE SET namespace = excluded.namespace,
+        map_json = excluded.map_json, turn_count = excluded.turn_count,
+        suspended = excluded.suspended, last_event_ts = excluded.last_event_ts,
+        owner = excluded.owner
+)
+SELECT session_id, owner FROM prev
+"""
+# A node deletes only what it still owns: a session another node took meanwhile stays.
+DELETE_SESSIONS = "DELETE FROM sessions WHERE session_id = ANY($1::text[]) AND owner = $2"
+# Take one session now (an event arrived for a session another node owns): the same row
+# lock, and the row as it was, so the new owner starts from the old owner's map.
+CLAIM_SESSION = """
+WITH prev AS (
+    SELECT session_id, owner FROM sessions WHERE session_id = $1 FOR UPDATE
+), up AS (
+    UPDATE sessions s SET owner = $2 FROM prev WHERE s.session_id = prev.session_id
+    RETURNING s.session_id, s.map_json, s.turn_count, s.suspended, s.last_event_ts,
+              s.namespace
+)
+SELECT up.*, prev.owner AS previous_owner FROM up JOIN prev USING (session_id)
+"""
+SELECT_OWNED = (
+    "SELECT session_id, map_json, turn_count, suspended, last_event_ts, namespace "
+    "FROM sessions WHERE owner = $1"
+)
+UPSERT_FORK = (
+    "INSERT INTO forks (fork_id, session_id, namespace, hashes_json, created_ts, owner) "
+    "VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT (fork_id) DO UPDATE SET "
+    "session_id = excluded.session_id, namespace = excluded.namespace, "
+    "hashes_json = excluded.hashes_json, created_ts = excluded.created_ts, "
+    "owner = excluded.owner"
+)
+DELETE_FORKS = "DELETE FROM forks WHERE fork_id = ANY($1::bigint[])"
+SELECT_FORKS = (
+    "SELECT fork_id, session_id, namespace, hashes_json, created_ts FROM forks "
+    "WHERE owner = $1 ORDER BY fork_id"
+)
+# Above every id any node handed out (stored counter, or a fork still open anywhere).
+NEXT_FORK_ID = (
+    "SELECT greatest((SELECT value FROM counters WHERE name = 'next_fork_id'), "
+    "(SELECT max(fork_id) + 1 FROM forks), 1)"
+)
+BUMP_FORK_IDS = (
+    "INSERT INTO counters (name, value) VALUES ('next_fork_id', $1) ON CONFLICT (name) "
+    "DO UPDATE SET value = greatest(counters.value, excluded.value)"
+)
+INSERT_OUTBOX = (
+    "INSERT INTO evict_log (owner, id, namespace, entries_json) VALUES ($1, $2, $3, $4)"
+)
+DELETE_OUTBOX = "DELETE FROM evict_log WHERE owner = $1 AND id = ANY($2::bigint[])"
+SELECT_OUTBOX = (
+    "SELECT id, namespace, entries_json FROM evict_log WHERE owner = $1 ORDER BY id"
+)
+UPSERT_ANSWER = (
+    "INSERT INTO event_ids (event_id, response_json, ts) VALUES ($1, $2, $3) "
+    "ON CONFLICT (event_id) DO UPDATE SET response_json = excluded.response_json, "
+    "ts = excluded.ts"
+)
+PRUNE_ANSWERS = "DELETE FROM event_ids WHERE ts < $1"
+SELECT_ANSWERS = (
+    "SELECT event_id, response_json FROM event_ids ORDER BY ts DESC, event_id DESC LIMIT $1"
+)
+NOTIFY_RELEASE = "SELECT pg_notify($1, $2)"

@@ -1,0 +1,299 @@
+"""PostgreSQL session store (asyncpg, pooled): one database shared by the daemons of many
+nodes, each loading and writing only the sessions it owns (docs/scale-out.md)."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+
+from ramakv_daemon.adapters import postgres_sql as sql
+from ramakv_daemon.adapters.postgres_listener import ReleaseListener
+from ramakv_daemon.adapters.sqlite_store import _decode_sessions, _loads
+from ramakv_daemon.core.fork import Fork
+from ramakv_daemon.core.session import Session
+from ramakv_daemon.ports import StoreError
+
+try:
+    import asyncpg
+except ImportError:  # the `postgres` extra is not installed
+    asyncpg = None
+
+log = logging.getLogger("ramakv.store")
+
+OutboxRow = tuple[int, str, list[tuple[str, str]]]
+# What a daemon does when another node took one of its sessions: (session id, new owner).
+ReleaseCallback = Callable[[str, str], None]
+_DB_ERRORS: tuple[type[BaseException], ...] = (OSError, asyncio.TimeoutError)
+if asyncpg is not None:
+    _DB_ERRORS += (asyncpg.PostgresError, asyncpg.InterfaceError)
+
+
+@dataclass(frozen=True, slots=True)
+class Claimed:
+    """A session taken from another node: its row as that node last committed it."""
+
+    session: Session
+    previous_owner: str
+
+
+def _dumps(value: object) -> str:
+    return orjson.dumps(value).decode()
+
+
+class PostgresSessionStore:
+    """Sessions in a PostgreSQL database; every write is one committed transaction.
+
+    ``synchronous_commit`` is forced on for the store's connections, so a write returns
+    only once PostgreSQL has flushed its WAL: an acknowledged change survives a kill -9
+    of the daemon and a restart (or crash) of PostgreSQL. A failed write raises
+    StoreError and its transaction is rolled back.
+    """
+
+    def __init__(
+        self, url: str, node_id: str, pool_size: int = 4, connect_timeout_s: float = 5.0,
+    ) -> None:
+        self.url = url
+        self.node_id = node_id
+        self.pool_size = max(1, pool_size)
+        self.connect_timeout_s = connect_timeout_s
+        self._pool: Any = None
+        self.listener: ReleaseListener | None = None
+        self._on_release: ReleaseCallback | None = None
+        self.schema_version = 0
+        self.last_error = ""
+        self.write_failures = 0
+
+    # ---- life cycle ------------------------------------------------------------------
+    async def open(self) -> None:
+        """Connect the pool, apply pending migrations, start listening for takeovers."""
+        if asyncpg is None:
+            raise StoreError(
+                "session_store_url is a PostgreSQL URL but asyncpg is not installed: "
+                "pip install 'ram-a-kv[postgres]'"
+            )
+        from ramakv_daemon.adapters.postgres_schema import migrate
+
+        try:
+            self._pool = await asyncpg.create_pool(
+                self.url, min_size=1, max_size=self.pool_size,
+                timeout=self.connect_timeout_s, command_timeout=30,
+                server_settings={"synchronous_commit": "on",
+                                 "application_name": f"ram-a-kv {self.node_id}"[:63]},
+            )
+            async with self._pool.acquire() as con:
+                self.schema_version = await migrate(con)
+        except (*_DB_ERRORS, RuntimeError) as err:
+            await self._close_pool()
+            raise StoreError(f"cannot open session store {self._shown_url()}: {err}") from err
+        self.listener = ReleaseListener(
+            self.url, self.node_id, self._released, self._reconcile_after_reconnect
+        )
+        await self.listener.start()
+
+    def _shown_url(self) -> str:
+        """The URL without its password (never logged)."""
+        head, at, tail = self.url.rpartition("@")
+        if not at:
+            return self.url
+        scheme, _, userinfo = head.partition("://")
+        return f"{scheme}://{userinfo.partition(':')[0]}@{tail}"
+
+    def on_release(self, callback: ReleaseCallback | None) -> None:
+        """Call ``callback(session_id, new_owner)`` when another node takes a session."""
+        self._on_release = callback
+
+    def _released(self, session_id: str, new_owner: str) -> None:
+        if self._on_release is not None:
+            self._on_release(session_id, new_owner)
+
+    def held_sessions(self, callback: Callable[[], list[str]]) -> None:
+        """Where the listener finds the sessions this node holds in memory: after a
+        reconnect (notifications sent meanwhile are lost) it asks the database which of
+        them another node took, and releases those."""
+        self._held = callback
+
+    _held: Callable[[], list[str]] | None = None
+
+    async def _reconcile_after_reconnect(self) -> None:
+        if self._held is None:
+            return
+        for session_id, owner in (await self.owners(self._held())).items():
+            if owner != self.node_id:
+                self._released(session_id, owner)
+
+    async def owners(self, session_ids: list[str]) -> dict[str, str]:
+        """session id -> owning node, for the stored ones among ``session_ids``."""
+        rows = await self._fetch(
+            "SELECT session_id, owner FROM sessions WHERE session_id = ANY($1::text[])",
+            session_ids,
+        )
+        return {r["session_id"]: r["owner"] for r in rows}
+
+    @property
+    def connected(self) -> bool:
+        """False after a failed write or a lost listener, until the next success."""
+        listening = self.listener is None or self.listener.connected
+        return self._pool is not None and not self.last_error and listening
+
+    async def close(self) -> None:
+        """Stop listening and close the pool (idempotent)."""
+        if self.listener is not None:
+            listener, self.listener = self.listener, None
+            await listener.stop()
+        await self._close_pool()
+
+    async def _close_pool(self) -> None:
+        if self._pool is not None:
+            pool, self._pool = self._pool, None
+            try:
+                await asyncio.wait_for(pool.close(), timeout=5)
+            except (*_DB_ERRORS, Exception):  # noqa: BLE001 - a dead server: just drop it
+                pool.terminate()
+
+    def _need_pool(self) -> Any:
+        if self._pool is None:
+            raise StoreError("session store is not open")
+        return self._pool
+
+    async def _fetch(self, query: str, *args: object) -> list[Any]:
+        try:
+            return list(await self._need_pool().fetch(query, *args))
+        except _DB_ERRORS as err:
+            raise StoreError(f"cannot read session store: {err}") from err
+
+    # ---- loading ---------------------------------------------------------------------
+    async def load_all(self) -> list[Session]:
+        """The sessions this node owns (corrupt rows are skipped and logged)."""
+        rows = await self._fetch(sql.SELECT_OWNED, self.node_id)
+        return _decode_sessions(tuple(r) for r in rows)
+
+    async def load_forks(self) -> tuple[list[Fork], int]:
+        """This node's open forks, oldest first, and the next fork id (above any node's)."""
+        rows = await self._fetch(sql.SELECT_FORKS, self.node_id)
+        next_id = int((await self._fetch(sql.NEXT_FORK_ID))[0][0])
+        forks: list[Fork] = []
+        for fid, sid, ns, hashes_json, ts in rows:
+            try:
+                hashes = _loads(hashes_json)
+                if not isinstance(hashes, list):
+                    raise ValueError("hashes_json is not a list of strings")
+                held = tuple(hashes)
+                "".join(held)
+            except (ValueError, TypeError) as err:
+                log.warning("skipping stored fork %s of session %r: %s", fid, sid, err)
+                continue
+            forks.append(Fork(int(fid), sid, held, float(ts), ns or ""))
+        return forks, next_id
+
+    async def load_outbox(self) -> list[OutboxRow]:
+        """This node's acknowledged, unconfirmed evictions, in commit order."""
+        out: list[OutboxRow] = []
+        for row_id, ns, entries in await self._fetch(sql.SELECT_OUTBOX, self.node_id):
+            try:
+                out.append((int(row_id), ns, [(str(h), str(m)) for h, m in _loads(entries)]))
+            except (ValueError, TypeError) as err:
+                log.warning("skipping corrupt outbox row %s: %s", row_id, err)
+        return out
+
+    async def load_event_ids(self, limit: int) -> list[tuple[str, str]]:
+        """The newest ``limit`` remembered answers, oldest first."""
+        rows = await self._fetch(sql.SELECT_ANSWERS, limit)
+        return [(e, r) for e, r in reversed(rows)]
+
+    async def claim(self, session_id: str) -> Claimed | None:
+        """Take ``session_id`` from the node that owns it, atomically (row lock), telling
+        that node at commit; None when it is stored nowhere or this node owns it already."""
+        try:
+            async with self._need_pool().acquire() as con, con.transaction():
+                row = await con.fetchrow(sql.CLAIM_SESSION, session_id, self.node_id)
+                if row is None or row["previous_owner"] == self.node_id:
+                    return None
+                await self._notify(con, [(session_id, row["previous_owner"])])
+        except _DB_ERRORS as err:
+            self._failed(err)
+            raise StoreError(f"cannot take over session {session_id!r}: {err}") from err
+        self.last_error = ""
+        sessions = _decode_sessions([tuple(row)[:6]])
+        return Claimed(sessions[0], row["previous_owner"]) if sessions else None
+
+    async def _notify(self, con: Any, taken: Sequence[tuple[str, str]]) -> None:
+        """Tell each previous owner (delivered when the transaction commits)."""
+        for session_id, owner in taken:
+            payload = _dumps({"session_id": session_id, "from": owner, "to": self.node_id})
+            await con.execute(sql.NOTIFY_RELEASE, sql.RELEASE_CHANNEL, payload)
+
+    # ---- writing ---------------------------------------------------------------------
+    async def write(
+        self,
+        sessions: dict[str, Session | None],
+        outbox_add: list[OutboxRow] | None = None,
+        outbox_done: list[int] | None = None,
+        event_ids: list[tuple[str, str, float]] | None = None,
+        prune_event_ids_before: float | None = None,
+        forks: dict[int, Fork | None] | None = None,
+        next_fork_id: int | None = None,
+    ) -> None:
+        """One transaction, committed (WAL flushed) before it returns; sessions another
+        node owns are taken over (that node is told), deletes touch only owned rows."""
+        pool = self._need_pool()
+        try:
+            async with pool.acquire() as con, con.transaction():
+                await self._write_in(
+                    con, sessions, outbox_add or [], outbox_done or [], event_ids or [],
+                    prune_event_ids_before, forks or {}, next_fork_id,
+                )
+        except _DB_ERRORS as err:
+            self._failed(err)
+            raise StoreError(f"persistence failed: {err}") from err
+        self.last_error = ""
+
+    def _failed(self, err: BaseException) -> None:
+        self.write_failures += 1
+        if not self.last_error:
+            log.error("PostgreSQL session store unavailable: %s", err)
+        self.last_error = str(err) or type(err).__name__
+
+    async def _write_in(
+        self, con: Any, sessions: dict[str, Session | None], outbox_add: list[OutboxRow],
+        outbox_done: list[int], event_ids: list[tuple[str, str, float]],
+        prune_before: float | None, forks: dict[int, Fork | None], next_fork_id: int | None,
+    ) -> None:
+        node = self.node_id
+        upserts = [s for s in sessions.values() if s is not None]
+        if upserts:
+            taken = await con.fetch(
+                sql.UPSERT_SESSIONS,
+                [s.session_id for s in upserts], [s.namespace for s in upserts],
+                [_dumps(s.chunk_hashes) for s in upserts], [s.turn_count for s in upserts],
+                [s.suspended for s in upserts], [s.last_event_ts for s in upserts], node,
+            )
+            await self._notify(con, [(r["session_id"], r["owner"]) for r in taken])
+        deletes = [sid for sid, s in sessions.items() if s is None]
+        if deletes:
+            await con.execute(sql.DELETE_SESSIONS, deletes, node)
+        live = [f for f in forks.values() if f is not None]
+        if live:
+            await con.executemany(sql.UPSERT_FORK, [
+                (f.fork_id, f.session_id, f.namespace, _dumps(f.hashes), f.created_ts, node)
+                for f in live
+            ])
+        ended = [fid for fid, f in forks.items() if f is None]
+        if ended:
+            await con.execute(sql.DELETE_FORKS, ended)
+        if next_fork_id is not None:
+            await con.execute(sql.BUMP_FORK_IDS, next_fork_id)
+        if outbox_add:
+            await con.executemany(sql.INSERT_OUTBOX, [
+                (node, i, ns, _dumps(entries)) for i, ns, entries in outbox_add
+            ])
+        if outbox_done:
+            await con.execute(sql.DELETE_OUTBOX, node, outbox_done)
+        if event_ids:
+            await con.executemany(sql.UPSERT_ANSWER, event_ids)
+        if prune_before is not None:
+            await con.execute(sql.PRUNE_ANSWERS, prune_before)
