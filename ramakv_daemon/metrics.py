@@ -50,6 +50,22 @@ class DaemonMetrics:
         self.dropped_subscribers = Counter(
             "ramakv_trace_dropped_subscribers", "Trace subscribers dropped for lag", registry=r
         )
+        self.store_connected = Gauge(
+            "ramakv_store_connected",
+            "1 while the shared (PostgreSQL) store answers, 0 while changes get 503",
+            registry=r,
+        )
+        self.store_reconnects = Gauge(
+            "ramakv_store_reconnects", "Times the store's LISTEN connection came back",
+            registry=r,
+        )
+        self.takeovers = Gauge(
+            "ramakv_session_takeovers", "Sessions this node took from another node", registry=r
+        )
+        self.releases = Gauge(
+            "ramakv_session_releases", "Sessions this node released to another node",
+            registry=r,
+        )
         self.commit_latency = Histogram(
             "ramakv_sqlite_commit_seconds", "SQLite group-commit latency",
             buckets=_LATENCY_BUCKETS, registry=r,
@@ -144,3 +160,10 @@ class DaemonMetrics:
         if refresh is not None:
             refresh()
         return generate_latest(self.registry)
+
+    def store_status(self, status: dict[str, object]) -> None:
+        """The store's gauges (SQLite: always connected, no handovers)."""
+        self.store_connected.set(1 if status["connected"] else 0)
+        self.store_reconnects.set(float(status["reconnects"]))  # type: ignore[arg-type]
+        self.takeovers.set(float(status["takeovers"]))  # type: ignore[arg-type]
+        self.releases.set(float(status["releases"]))  # type: ignore[arg-type]

@@ -23,6 +23,7 @@ from ramakv_daemon.handlers import DEFAULT_REGISTRY, Registry
 from ramakv_daemon.idempotency import AnswerCache
 from ramakv_daemon.metrics import DaemonMetrics
 from ramakv_daemon.namespaces import BackendFactory, Namespace, Namespaces
+from ramakv_daemon.ownership import Ownership
 from ramakv_daemon.ports import Backend, SessionStore, StoreError
 from ramakv_daemon.trace import TraceHub
 
@@ -69,6 +70,7 @@ class EventService:
         self.ctx = default.ctx
         self.dispatcher = default.dispatcher
         self.answers = AnswerCache(config.idempotency_window)
+        self.ownership = Ownership(store, self.namespaces, self._handle)
         self._budget_warned: dict[str, float] = {}
         self._expiry_task: asyncio.Task[None] | None = None
 
@@ -131,6 +133,7 @@ class EventService:
         for ns in self.namespaces:
             if ns.delivers:
                 await ns.dispatcher.drain()
+        await self.ownership.close()
         await self.committer.close()
         await self.store.close()
         await self.backend.close()
@@ -197,6 +200,7 @@ class EventService:
         try:
             handler = self.registry.get(type_)
             check_required(handler.spec, payload)
+            await self.ownership.before(type_, session_id)  # a shared store's takeover
             ns = self.namespaces[self.namespaces.resolve(payload)]
             if handler.query is not None:
                 change = await handler.query(ns.ctx, payload, ns.dispatcher.backend)
@@ -502,6 +506,7 @@ class EventService:
         m.open_forks.set(sum(len(x.forks) for x in self.namespaces.managers.values()))
         m.evict_backlog.set(sum(r["evict_backlog"] for r in rows))
         m.namespaces(self.namespaces)
+        m.store_status(self.ownership.status())
 
 
 def _fork_entry(fork: Fork) -> dict[str, object]:

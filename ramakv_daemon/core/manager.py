@@ -280,6 +280,24 @@ class SessionManager:
             change.notes["open_forks"] = open_forks
         return change
 
+    def adopt(self, session: Session) -> Change:
+        """Take in a session another node owned (its row as that node committed it): its
+        map is referenced here from now on, as a suspended one is parked.
+
+        Raises:
+            IllegalTransition: the session is already here (nothing changed).
+        """
+        if session.session_id in self.sessions:
+            raise IllegalTransition(f"session {session.session_id!r} is already on this node")
+        change = Change()
+        self._put(change, session)
+        if session.suspended:
+            self._park(change, session.unique_hashes(), +1)
+        else:
+            self._reference(change, session.unique_hashes())
+        change.data = {"adopted": True, "chunk_count": len(session.unique_hashes())}
+        return change
+
     def session_fork(self, session_id: str, now: float = 0.0) -> Change:
         """Hold +1 on a snapshot of the session's unique hashes under a new fork id."""
         session = self.get(session_id)

@@ -1,0 +1,81 @@
+"""Two real daemons on one PostgreSQL database: a session moved back and forth."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+from support.daemon_proc import DaemonProcess, trace_snapshot
+from support.postgres import PostgresServer
+
+from ramakv_daemon.core.manager import recompute_refcounts
+from ramakv_daemon.core.session import Session
+
+
+def wait_for(condition: Callable[[], bool], what: str, timeout: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.02)
+
+
+def sessions_of(d: DaemonProcess) -> set[str]:
+    return {r["session_id"] for r in d.event("list_sessions")["data"]["sessions"]}
+
+
+async def check_refcounts_match_owned(d: DaemonProcess) -> None:
+    snap = await trace_snapshot(d.url)
+    owned = [
+        Session(s["session_id"], tuple(s["chunk_hashes"]), suspended=s["state"] == "suspended")
+        for s in snap["sessions"].values()
+    ]
+    assert snap["refcounts"] == recompute_refcounts(owned)
+
+
+def two_nodes(factory: Callable[..., DaemonProcess], url: str) -> tuple[DaemonProcess, ...]:
+    return tuple(
+        factory(config={"session_store_url": url, "node_id": node}) for node in ("a", "b")
+    )
+
+
+async def test_a_session_moves_to_the_node_its_event_reaches_and_back(
+    daemon_proc_factory: Callable[..., DaemonProcess], postgres_server: PostgresServer,
+) -> None:
+    a, b = two_nodes(daemon_proc_factory, postgres_server.create_database())
+    shared = ["sys", "tools"]
+    assert a.event("turn_end", session_id="s", kv_transfer_params={
+        "chunk_hashes": [*shared, "a1", "a2"]})["ok"]
+    assert a.event("turn_end", session_id="other", kv_transfer_params={
+        "chunk_hashes": [*shared, "o1"]})["ok"]
+
+    # b gets a turn_start: it takes the session over and prefetches its map.
+    started = b.event("turn_start", session_id="s")
+    assert started["ok"] and started["data"]["prefetch_count"] == 4, started
+    wait_for(lambda: "s" not in sessions_of(a), "node a to release s")
+    assert sessions_of(a) == {"other"} and sessions_of(b) == {"s"}
+    # a released s as on a close: its own chunks went, the shared ones are still held.
+    snap_a = await trace_snapshot(a.url)
+    assert snap_a["refcounts"] == {"sys": 1, "tools": 1, "o1": 1}
+    await check_refcounts_match_owned(a)
+    await check_refcounts_match_owned(b)
+    assert b.event("session_map", session_id="s")["data"]["chunk_hashes"] == [
+        *shared, "a1", "a2"]
+
+    # And back to a with a turn_end.
+    assert b.event("turn_end", session_id="s", kv_transfer_params={
+        "chunk_hashes": [*shared, "a1", "a2", "b3"]})["ok"]
+    assert a.event("turn_end", session_id="s", kv_transfer_params={
+        "chunk_hashes": [*shared, "a1", "a2", "b3", "a4"]})["ok"]
+    wait_for(lambda: "s" not in sessions_of(b), "node b to release s")
+    assert (await trace_snapshot(b.url))["refcounts"] == {}
+    assert a.event("session_map", session_id="s")["data"]["chunk_hashes"] == [
+        *shared, "a1", "a2", "b3", "a4"]
+    await check_refcounts_match_owned(a)
+
+    # Each node restarts with only what it owns.
+    a.kill()
+    b.kill()
+    a.start()
+    b.start()
+    assert sessions_of(a) == {"s", "other"} and sessions_of(b) == set()
+    await check_refcounts_match_owned(a)
