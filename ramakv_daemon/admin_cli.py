@@ -23,6 +23,7 @@ from ramakv_daemon.config import Config
 from ramakv_daemon.core.manager import SessionManager
 from ramakv_daemon.core.session import Session
 from ramakv_daemon.deployments import DEFAULT_NAMESPACE
+from ramakv_sdk.version import add_version_flag
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_RUNNING = 0, 1, 2, 4
 IDLE_BUCKETS = ((60, "<1m"), (600, "<10m"), (3600, "<1h"), (86400, "<1d"), (604800, "<7d"))
@@ -308,6 +309,7 @@ def build_parser() -> argparse.ArgumentParser:
                    "/etc/ram-a-kv/config.toml)")
     p.add_argument("--db", help="SQLite file (default: session_store_path of the config)")
     p.add_argument("--url", help="daemon URL (default: from listen_addr)")
+    add_version_flag(p)
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
     r = sub.add_parser("report", help="sessions, idle ages, chunks, budget use, outbox")
     r.add_argument("--json", action="store_true")

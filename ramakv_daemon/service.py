@@ -70,6 +70,15 @@ class EventService:
         """Open the store, restore every session, start the writer."""
         t0 = time.perf_counter()
         await self.store.open()
+        try:
+            await self._restore(t0)
+        except BaseException:
+            # A corrupt page found while loading: close the store (and its worker
+            # threads) so the process can exit and a supervisor sees it fail.
+            await self.store.close()
+            raise
+
+    async def _restore(self, t0: float) -> None:
         groups: dict[str, list[Session]] = {key: [] for key in self.namespaces.managers}
         for s in await self.store.load_all():
             groups.setdefault(s.namespace, []).append(s)

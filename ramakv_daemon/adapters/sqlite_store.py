@@ -9,7 +9,6 @@ import json
 import logging
 import os
 import sqlite3
-from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -17,6 +16,14 @@ from typing import Any
 import aiosqlite
 import orjson
 
+from ramakv_daemon.adapters import store_files
+from ramakv_daemon.adapters.store_lock import StoreLock, StoreLocked
+from ramakv_daemon.adapters.store_rows import (  # noqa: F401 - re-exported for tools
+    _decode_sessions,
+    _fold_legacy_outbox,
+    _loads,
+    outbox_view,
+)
 from ramakv_daemon.core.session import Session
 from ramakv_daemon.ports import StoreError
 
@@ -100,97 +107,7 @@ _UPSERT_STATE = (
 OutboxRow = tuple[int, str, list[tuple[str, str]]]  # (row id, namespace, [(hash, mode)])
 
 
-def outbox_view(con: sqlite3.Connection) -> dict[tuple[str, str], str]:
-    """(namespace, hash) -> mode of every eviction still on disk, in any of the formats.
-
-    For tools and tests; a row kept for one waiting entry may list delivered ones too
-    (delivering those again is harmless: they are re-checked against the refcounts).
-    """
-    out: dict[tuple[str, str], str] = {}
-    tables = {r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type='table'")}
-    if "evict_outbox" in tables:
-        rows = con.execute("SELECT chunk_hash, mode FROM evict_outbox")
-        out.update({("", h): m for h, m in rows})
-    if "ns_evict_outbox" in tables:
-        out.update({
-            (ns, h): m
-            for ns, h, m in con.execute("SELECT namespace, chunk_hash, mode FROM ns_evict_outbox")
-        })
-    if "evict_log" in tables:
-        for ns, entries in con.execute("SELECT namespace, entries_json FROM evict_log ORDER BY id"):
-            out.update({(ns, h): m for h, m in json.loads(entries)})
-    return out
-
-
-def _loads(text: str) -> object:
-    """orjson, falling back to json for what only the standard decoder takes (files
-    written by other tools may hold lone surrogate escapes or NaN)."""
-    try:
-        return orjson.loads(text)
-    except orjson.JSONDecodeError:
-        return json.loads(text)
-
-
 _LOAD_BATCH = 256  # sessions per fetch at start-up
-
-
-def _decode_sessions(rows: Iterable[tuple[Any, ...]]) -> list[Session]:
-    """Stored rows as sessions; rows whose JSON is corrupt are skipped with a warning."""
-    out: list[Session] = []
-    loads = _loads  # start-up decodes every stored map: the fast decoder pays
-    for sid, map_json, turn_count, suspended, holds_json, ts, ns in rows:
-        try:
-            hashes = loads(map_json)
-            holds = loads(holds_json or "[]")
-            if not isinstance(hashes, list) or not isinstance(holds, list):
-                raise ValueError("map_json is not a list of strings")
-            chunk_hashes = tuple(hashes)
-            fork_holds = tuple(tuple(hold) for hold in holds)
-            # str.join raises TypeError on a non-string: one C-level check per list.
-            # Stored hashes are not interned: that costs 10x the decode at start-up
-            # and saves only the shared chunks' duplicate strings.
-            "".join(chunk_hashes)
-            for hold in fork_holds:
-                "".join(hold)
-        except (ValueError, TypeError) as err:
-            log.warning("skipping stored session %r: %s", sid, err)
-            continue
-        out.append(
-            Session(
-                session_id=sid,
-                chunk_hashes=chunk_hashes,
-                turn_count=int(turn_count or 0),
-                suspended=bool(suspended),
-                fork_holds=fork_holds,
-                last_event_ts=float(ts or 0.0),
-                namespace=ns or "",
-            )
-        )
-    return out
-
-
-def _fold_legacy_outbox(con: sqlite3.Connection) -> None:
-    """Move per-chunk outbox rows (written by ramakv-admin) into evict_log, atomically."""
-    legacy: dict[str, list[tuple[str, str]]] = {}
-    for h, m in con.execute("SELECT chunk_hash, mode FROM evict_outbox"):
-        legacy.setdefault("", []).append((h, m))
-    for ns, h, m in con.execute("SELECT namespace, chunk_hash, mode FROM ns_evict_outbox"):
-        legacy.setdefault(ns, []).append((h, m))
-    if not legacy:
-        return
-    con.execute("BEGIN IMMEDIATE")
-    try:
-        for ns, entries in legacy.items():
-            con.execute(
-                "INSERT INTO evict_log (namespace, entries_json) VALUES (?, ?)",
-                (ns, json.dumps(entries)),
-            )
-        con.execute("DELETE FROM evict_outbox")
-        con.execute("DELETE FROM ns_evict_outbox")
-        con.execute("COMMIT")
-    except BaseException:
-        con.execute("ROLLBACK")
-        raise
 
 
 class SqliteSessionStore:
@@ -206,9 +123,13 @@ class SqliteSessionStore:
     """
 
     def __init__(
-        self, path: str, synchronous: str = "NORMAL", commit_thread: bool = False
+        self, path: str, synchronous: str = "NORMAL", commit_thread: bool = False,
+        program: str = "ram-a-kv", check_integrity: bool = True,
     ) -> None:
+        """``program`` is written into the lock file beside the pid (who holds the store);
+        ``check_integrity`` runs ``PRAGMA quick_check`` at open."""
         self.path = path
+        self.check_integrity = check_integrity
         # WAL + NORMAL survives kill -9 (the WAL is in the OS before commit returns);
         # FULL also survives power loss at the cost of an fsync per batch.
         self.synchronous = synchronous.upper()
@@ -220,7 +141,10 @@ class SqliteSessionStore:
         self._db: aiosqlite.Connection | None = None
         self._writer: sqlite3.Connection | None = None
         self._thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="ramakv-sqlite")
-        self._lock_fd: int | None = None
+        memory = path == ":memory:"
+        self._lock = None if memory else StoreLock(path, program)
+        self._files = None if memory else store_files.StoreFiles(os.path.realpath(path))
+        self._broken: str | None = None  # why writes are refused (the file is gone)
         self._commits = 0
         self._checkpoint: asyncio.Future[None] | None = None
         # SQLite keeps the WAL beside the real file when the path is a symlink.
@@ -228,11 +152,20 @@ class SqliteSessionStore:
         self._checkpointer: sqlite3.Connection | None = None
 
     async def open(self) -> None:
-        """Create the parent directory, open the file, enable WAL, create tables."""
+        """Take the store's lock, create the parent directory, open the file, enable WAL,
+        create tables, check every page.
+
+        Raises:
+            StoreError: naming the file — another process holds it (with its pid), it is
+                empty, corrupt, unreadable or read-only. Nothing stays open then (an
+                aiosqlite worker thread left running would keep the process alive).
+        """
         try:
             if self.path != ":memory:":
                 Path(self.path).parent.mkdir(parents=True, exist_ok=True)
-            self._take_lock()
+            if self._lock is not None:
+                self._lock.acquire_or_raise()
+                store_files.refuse_empty(self.path)
             self._db = await aiosqlite.connect(self.path)
             await self._db.execute("PRAGMA journal_mode=WAL")
             await self._db.execute(f"PRAGMA synchronous={self.synchronous}")
@@ -241,31 +174,27 @@ class SqliteSessionStore:
             await self._db.executescript(SCHEMA)
             await self._db.commit()
             self._writer = await self._in_thread(self._open_writer)
+            if self.check_integrity:
+                await self._in_thread(store_files.check_integrity, self._writer, self.path)
+            self._checkpointer = await self._in_thread(self._open_checkpointer)
+            if self._files is not None:
+                self._files.record()
+        except StoreLocked as err:
+            await self.close()
+            raise StoreError(str(err)) from err
+        except StoreError:
+            await self.close()
+            raise
         except (OSError, sqlite3.Error) as err:
+            await self.close()
             raise StoreError(f"cannot open session store {self.path}: {err}") from err
 
-    def _take_lock(self) -> None:
-        """Hold a shared flock on ``<path>.lock`` while open: ramakv-admin asks for an
-        exclusive one, so it knows a daemon is using the file (several daemons may share)."""
-        if self.path == ":memory:" or self._lock_fd is not None:
-            return
-        try:
-            import fcntl
-        except ImportError:  # not POSIX: no lock, ramakv-admin falls back to health checks
-            return
-        try:
-            fd = os.open(self.path + ".lock", os.O_RDWR | os.O_CREAT, 0o600)
-        except OSError as err:
-            log.warning("cannot create %s.lock (%s): ramakv-admin cannot see this daemon",
-                        self.path, err)
-            return
-        try:
-            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
-        except OSError:
-            os.close(fd)
-            log.warning("%s.lock is held by ramakv-admin; opening the store anyway", self.path)
-            return
-        self._lock_fd = fd
+    def _open_checkpointer(self) -> sqlite3.Connection:
+        # Opened with the others, never later: a connection opened after the WAL was
+        # unlinked would create a new, empty one under the others' shared index.
+        conn = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
+        conn.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
+        return conn
 
     async def _migrate(self) -> None:
         """Add columns that older files lack (never touches the original sessions table)."""
@@ -398,23 +327,84 @@ class SqliteSessionStore:
         """One transaction: sessions (None = delete), outbox rows added and done, answers."""
         if self._writer is None:
             raise StoreError("session store is not open")
+        if self._broken is not None:
+            raise StoreError(self._broken)
         args = (
             sessions, outbox_add or [], outbox_done or [], event_ids or [],
             prune_event_ids_before,
         )
         if not self.inline_commits:
             await self._in_thread(self._write_sync, *args)
+        else:
+            self._commits += 1
+            if self._commits % CHECKPOINT_EVERY == 0:
+                await self._checkpoint_if_due()
+            try:
+                self._write_sync(*args)
+            except StoreError as err:
+                if not _is_busy(err.__cause__):
+                    raise
+                # Another process holds the write lock: wait for it on the thread, not here.
+                await self._in_thread(self._waiting_for_locks, self._write_sync, args)
+        await self.verify_files()
+
+    async def verify_files(self) -> None:
+        """After a commit, before anyone is told: is what was committed in the file a
+        restart opens? Two stats. If the file or its WAL was deleted, everything committed
+        (this commit included) is copied from the still-open descriptors to a new file at
+        the path and the store reopens on it; if that fails, or another file took the
+        path, this and every later write fail (503) — nothing more is acknowledged.
+
+        Raises:
+            StoreError: the commit cannot survive a restart.
+        """
+        if self._files is None or self._broken is not None:
+            if self._broken is not None:
+                raise StoreError(self._broken)
             return
-        self._commits += 1
-        if self._commits % CHECKPOINT_EVERY == 0:
-            await self._checkpoint_if_due()
+        problem = self._files.problem()
+        if problem is None:
+            return
+        what = f"session store {self.path} {problem} while the daemon was running"
+        if not self._files.recoverable():
+            self._broken = (
+                f"{what}; writes are refused so nothing is acknowledged that a restart "
+                "would not find (restart the daemon once the file is where it belongs)"
+            )
+            log.error("%s", self._broken)
+            raise StoreError(self._broken)
+        log.error("%s: rewriting it from the open database", what)
         try:
-            self._write_sync(*args)
-        except StoreError as err:
-            if not _is_busy(err.__cause__):
-                raise
-            # Another process holds the write lock: wait for it on the thread, not here.
-            await self._in_thread(self._waiting_for_locks, self._write_sync, args)
+            await self._recover()
+        except (OSError, sqlite3.Error, StoreError) as err:
+            self._broken = f"{what}, and rewriting it failed ({err}); writes are refused"
+            log.error("%s", self._broken)
+            raise StoreError(self._broken) from err
+        log.warning("session store %s rewritten: nothing committed was lost", self.path)
+
+    async def _recover(self) -> None:
+        """Copy the open database to the path, then reopen every connection on it."""
+        assert self._writer is not None and self._files is not None
+        if self._checkpoint is not None:
+            with contextlib.suppress(Exception):
+                await self._checkpoint
+        real = self._files.db_path
+        tmp = await self._in_thread(store_files.copy_out, self._writer, real)
+        for name in ("_writer", "_checkpointer"):
+            conn = getattr(self, name)
+            setattr(self, name, None)
+            if conn is not None:
+                await self._in_thread(conn.close)
+        if self._db is not None:
+            db, self._db = self._db, None
+            await db.close()
+        await self._in_thread(store_files.move_in, tmp, real)
+        self._db = await aiosqlite.connect(self.path)
+        async with self._db.execute("PRAGMA journal_mode=WAL") as cur:
+            await cur.fetchall()
+        self._writer = await self._in_thread(self._open_writer)
+        self._checkpointer = await self._in_thread(self._open_checkpointer)
+        self._files.record()
 
     async def _checkpoint_if_due(self) -> None:
         """Once the WAL passes its size, commits wait for a checkpoint on the thread.
@@ -438,11 +428,10 @@ class SqliteSessionStore:
     def _checkpoint_sync(self) -> None:
         """Copy the WAL into the database, on its own connection (runs on the thread)."""
         try:
-            if self._checkpointer is None:
-                self._checkpointer = sqlite3.connect(
-                    self.path, check_same_thread=False, isolation_level=None
-                )
-                self._checkpointer.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
+            if self._checkpointer is None or (
+                self._files is not None and self._files.problem() is not None
+            ):
+                return  # the next commit's file check deals with it
             self._checkpointer.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
         except sqlite3.Error as err:  # the next commit past the limit tries again
             log.warning("WAL checkpoint failed: %s", err)
@@ -519,7 +508,5 @@ class SqliteSessionStore:
             db, self._db = self._db, None
             await db.close()
         self._thread.shutdown(wait=False)
-        if self._lock_fd is not None:
-            fd, self._lock_fd = self._lock_fd, None
-            with contextlib.suppress(OSError):
-                os.close(fd)
+        if self._lock is not None:
+            self._lock.release()
