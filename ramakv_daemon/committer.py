@@ -63,6 +63,7 @@ class GroupCommitter:
         self._commits = 0
         self.next_row_id = 1  # the service sets it above the stored rows at start-up
         self._last: asyncio.Future[None] | None = None
+        self.last_error: str | None = None  # why the latest commit failed; None after a success
 
     def start(self) -> None:
         """Start the writer task on the running loop."""
@@ -143,6 +144,7 @@ class GroupCommitter:
         except Exception as err:  # noqa: BLE001 - any failure must undo, not kill the loop
             self._fail(batch, err)
             return
+        self.last_error = None
         if self.on_commit is not None:
             self.on_commit(time.perf_counter() - started, len(batch))
         if self.on_evictions is not None:
@@ -161,6 +163,7 @@ class GroupCommitter:
             if p.change is not None:
                 self.managers[p.change.namespace].undo(p.change)
         error = err if isinstance(err, StoreError) else StoreError(f"persistence failed: {err}")
+        self.last_error = str(error)
         log.error("commit of %d writes failed, state rolled back: %s", len(failed), error)
         for p in failed:
             if p.future is not None and not p.future.done():

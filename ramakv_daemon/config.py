@@ -58,6 +58,7 @@ class Config:
     ddr_budget_chunks: int = 0  # budget of the unnamed default namespace; 0 = none
     turn_in_flight_timeout_s: float = 600.0  # a turn_start with no turn_end stops pinning
     budget_check_interval_s: float = 1.0  # at most one budget pass per namespace this often
+    ready_max_evict_backlog: int = 100_000  # /readyz fails above this outbox; 0 = no bound
 
     @property
     def host_port(self) -> tuple[str, int]:
@@ -89,6 +90,7 @@ _MINIMUM: dict[str, tuple[float, bool]] = {  # key -> (bound, bound allowed)
     "ddr_budget_chunks": (0, True),  # 0: no budget
     "turn_in_flight_timeout_s": (0, True),  # 0: a turn in flight never pins its session
     "budget_check_interval_s": (0, True),  # 0: a budget pass may run on every event
+    "ready_max_evict_backlog": (0, True),  # 0: /readyz ignores the outbox's size
 }
 URL_KEYS = frozenset({"lmcache_url"})
 __all__ = ["Config", "ConfigError", "load", "load_explicit", "url_problem", "value_problem"]

@@ -348,6 +348,16 @@ class SqliteSessionStore:
                 await self._in_thread(self._waiting_for_locks, self._write_sync, args)
         await self.verify_files()
 
+    def problem(self) -> str | None:
+        """Why this store cannot take writes now (for /readyz), or None."""
+        if self._writer is None:
+            return "session store is not open"
+        if self._broken is not None:
+            return self._broken
+        if self._files is not None and (what := self._files.problem()) is not None:
+            return f"session store {self.path} {what} (the next commit rewrites it)"
+        return None
+
     async def verify_files(self) -> None:
         """After a commit, before anyone is told: is what was committed in the file a
         restart opens? Two stats. If the file or its WAL was deleted, everything committed

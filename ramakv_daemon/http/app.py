@@ -13,6 +13,7 @@ from aiohttp import web
 from ramakv_daemon.adapters.backends.noop import NoopBackend
 from ramakv_daemon.adapters.sqlite_store import SqliteSessionStore
 from ramakv_daemon.config import Config
+from ramakv_daemon.http.probes import healthz, readyz
 from ramakv_daemon.http.trace_ws import trace_handler
 from ramakv_daemon.ports import Backend, SessionStore
 from ramakv_daemon.service import EventService
@@ -115,6 +116,8 @@ def init_app(
     app.router.add_post("/event", handle_event)
     app.router.add_get("/trace", trace_handler)
     app.router.add_get("/metrics", handle_metrics)
+    app.router.add_get("/healthz", healthz)
+    app.router.add_get("/readyz", readyz)
     return app
 
 
