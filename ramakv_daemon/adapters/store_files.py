@@ -45,7 +45,8 @@ def check_integrity(conn: sqlite3.Connection, path: str) -> None:
     garbage page anywhere fails start-up instead of a later write."""
     rows = conn.execute("PRAGMA quick_check").fetchall()
     if rows != [("ok",)]:
-        problems = "; ".join(str(r[0]) for r in rows[:3])
+        lines = [str(r[0]) for r in rows if not str(r[0]).startswith("*** in database")]
+        problems = "; ".join(lines[:3]) + ("; ..." if len(lines) > 3 else "")
         raise StoreError(f"session store {path} is corrupt (quick_check: {problems})")
 
 

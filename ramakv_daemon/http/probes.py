@@ -12,7 +12,9 @@ from ramakv_daemon.ports import Backend
 from ramakv_daemon.service import EventService
 from ramakv_sdk.version import package_version
 
-PROBE_HASH = "ramakv-readyz-probe"  # a hash no engine produces: the query finds nothing
+# Valid hex for the memory API, yet no engine writes it (a negative hash has a non-zero
+# magnitude, zero is written "0"): the query finds nothing and changes nothing.
+PROBE_HASH = "-0"
 BACKEND_PROBE_S = 2.0  # a probe answers within this even when a backend hangs
 
 
