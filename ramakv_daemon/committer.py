@@ -24,7 +24,7 @@ class _Pending:
     change: Change | None
     sessions: dict
     done_rows: list[int]
-    event_id: tuple[str, str, float] | None
+    event_id: tuple[str, str, float, str] | None  # (id, answer JSON, ts, request digest)
     future: asyncio.Future[None] | None
 
 
@@ -70,13 +70,22 @@ class GroupCommitter:
         self._task = asyncio.get_running_loop().create_task(self._run(), name="group-commit")
 
     def submit(
-        self, change: Change, event_id: tuple[str, str, float] | None = None
+        self, change: Change, event_id: tuple[str, str, float, str] | None = None
     ) -> asyncio.Future[None]:
         """Queue ``change``'s sessions, evictions and answer; await the commit."""
         live = self.managers[change.namespace].sessions
         sessions = {sid: live.get(sid) for sid in change.prev_sessions}
         fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._pending.append(_Pending(change, sessions, [], event_id, fut))
+        self._last = fut
+        self._wake.set()
+        return fut
+
+    def submit_answer(self, answer: tuple[str, str, float, str]) -> asyncio.Future[None]:
+        """Queue an answer alone (an event that changed nothing, or a reply completed after
+        its change's commit); await the commit. A failure undoes nothing of its own."""
+        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._pending.append(_Pending(None, {}, [], answer, fut))
         self._last = fut
         self._wake.set()
         return fut

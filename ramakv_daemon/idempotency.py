@@ -1,10 +1,67 @@
-"""Answers to events that carried an ``event_id``, kept for a bounded window."""
+"""Answers to events that carried an ``event_id``, kept for a bounded window, with a digest
+of the request each answered (an id reused for a different event is refused, not answered)."""
 
 from __future__ import annotations
 
 import asyncio
+import json
 from collections import OrderedDict
+from dataclasses import dataclass
 from typing import Any
+
+import orjson
+from blake3 import blake3
+
+
+class TooDeep(ValueError):
+    """The request nests deeper than any event may (orjson's limit, 255 levels)."""
+
+
+def request_digest(payload: dict[str, Any]) -> str:
+    """A digest of the whole request (keys sorted): equal for a retry of the same event.
+
+    Raises:
+        TooDeep: nesting no event has (debug_context may nest 64 levels); refused up front,
+            before the recursive encoders could raise RecursionError.
+    """
+    try:
+        text = orjson.dumps(payload, option=orjson.OPT_SORT_KEYS)
+    except orjson.JSONEncodeError as err:
+        if "Recursion limit" in str(err):
+            raise TooDeep("request is nested more than 255 levels deep") from err
+        # An integer over 64 bits: the standard encoder (orjson refused nothing deep).
+        text = json.dumps(payload, sort_keys=True).encode("utf-8", "surrogatepass")
+    return blake3(text).hexdigest(length=16)
+
+
+def reused(event_id: str, type_: Any) -> dict[str, Any]:
+    """The answer to a request that reuses ``event_id`` for a different event."""
+    return {
+        "ok": False, "type": type_,
+        "error": f"event_id {event_id!r} was already used for a different event (another "
+        "body); use a new event_id for a new event, the same body for a retry",
+    }
+
+
+@dataclass(frozen=True, slots=True)
+class Remembered:
+    """One answer and the digest of the request it answered ("" = unknown: older files)."""
+
+    digest: str
+    body: dict[str, Any]
+
+    def matches(self, digest: str) -> bool:
+        return not self.digest or self.digest == digest
+
+
+@dataclass(slots=True)
+class AnswerSlot:
+    """One idempotent event in progress: its id, its request's digest, and the answer text
+    committed with its change (None while nothing was)."""
+
+    event_id: str
+    digest: str
+    stored: str | None = None
 
 
 class AnswerCache:
@@ -12,16 +69,16 @@ class AnswerCache:
 
     def __init__(self, capacity: int) -> None:
         self.capacity = max(1, capacity)
-        self._answers: OrderedDict[str, dict[str, Any]] = OrderedDict()
-        self.inflight: dict[str, asyncio.Future[tuple[int, dict[str, Any]]]] = {}
+        self._answers: OrderedDict[str, Remembered] = OrderedDict()
+        self.inflight: dict[str, tuple[str, asyncio.Future[tuple[int, dict[str, Any]]]]] = {}
 
-    def get(self, event_id: str) -> dict[str, Any] | None:
+    def get(self, event_id: str) -> Remembered | None:
         """The remembered answer, or None."""
         return self._answers.get(event_id)
 
-    def remember(self, event_id: str, body: dict[str, Any]) -> None:
+    def remember(self, event_id: str, body: dict[str, Any], digest: str = "") -> None:
         """Keep ``body`` as the answer to ``event_id``; forget the oldest past capacity."""
-        self._answers[event_id] = body
+        self._answers[event_id] = Remembered(digest, body)
         self._answers.move_to_end(event_id)
         while len(self._answers) > self.capacity:
             self._answers.popitem(last=False)

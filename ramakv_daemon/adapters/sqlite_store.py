@@ -58,7 +58,8 @@ CREATE TABLE IF NOT EXISTS evict_outbox (
 CREATE TABLE IF NOT EXISTS event_ids (
     event_id TEXT PRIMARY KEY,
     response_json TEXT NOT NULL,
-    ts REAL NOT NULL
+    ts REAL NOT NULL,
+    request_digest TEXT NOT NULL DEFAULT ''
 );
 CREATE TABLE IF NOT EXISTS session_state (
     session_id TEXT PRIMARY KEY,
@@ -89,6 +90,9 @@ CREATE TABLE IF NOT EXISTS evict_log (
 # The default namespace's evictions stay in evict_outbox; named namespaces' in ns_evict_outbox.
 _MIGRATIONS = (
     ("session_state", "namespace", "ALTER TABLE session_state ADD COLUMN namespace "
+     "TEXT NOT NULL DEFAULT ''"),
+    # The digest of the request an answer belongs to ('' in older files: unknown).
+    ("event_ids", "request_digest", "ALTER TABLE event_ids ADD COLUMN request_digest "
      "TEXT NOT NULL DEFAULT ''"),
 )
 
@@ -304,24 +308,26 @@ class SqliteSessionStore:
                 log.warning("skipping corrupt outbox row %s: %s", row_id, err)
         return out
 
-    async def load_event_ids(self, limit: int) -> list[tuple[str, str]]:
-        """The newest ``limit`` remembered answers, oldest first: (event_id, response_json)."""
+    async def load_event_ids(self, limit: int) -> list[tuple[str, str, str]]:
+        """The newest ``limit`` remembered answers, oldest first:
+        (event_id, response_json, request digest)."""
         try:
             async with self.db.execute(
-                "SELECT event_id, response_json FROM event_ids ORDER BY ts DESC LIMIT ?",
+                "SELECT event_id, response_json, request_digest FROM event_ids "
+                "ORDER BY ts DESC LIMIT ?",
                 (limit,),
             ) as cur:
                 rows = await cur.fetchall()
         except sqlite3.Error as err:
             raise StoreError(f"cannot read event ids: {err}") from err
-        return [(e, r) for e, r in reversed(rows)]
+        return [(e, r, d) for e, r, d in reversed(rows)]
 
     async def write(
         self,
         sessions: dict[str, Session | None],
         outbox_add: list[OutboxRow] | None = None,
         outbox_done: list[int] | None = None,
-        event_ids: list[tuple[str, str, float]] | None = None,
+        event_ids: list[tuple[str, str, float, str]] | None = None,
         prune_event_ids_before: float | None = None,
     ) -> None:
         """One transaction: sessions (None = delete), outbox rows added and done, answers."""
@@ -451,7 +457,7 @@ class SqliteSessionStore:
         sessions: dict[str, Session | None],
         outbox_add: list[OutboxRow],
         outbox_done: list[int],
-        event_ids: list[tuple[str, str, float]],
+        event_ids: list[tuple[str, str, float, str]],
         prune_before: float | None,
     ) -> None:
         db = self._writer
@@ -488,9 +494,9 @@ class SqliteSessionStore:
                 db.executemany("DELETE FROM evict_log WHERE id = ?", [(i,) for i in outbox_done])
             if event_ids:
                 db.executemany(
-                    "INSERT OR REPLACE INTO event_ids (event_id, response_json, ts) "
-                    "VALUES (?, ?, ?)",
-                    event_ids,
+                    "INSERT OR REPLACE INTO event_ids (event_id, response_json, ts, "
+                    "request_digest) VALUES (?, ?, ?, ?)",
+                    [(*e, "")[:4] for e in event_ids],  # 3-tuples from older callers
                 )
             if prune_before is not None:
                 db.execute("DELETE FROM event_ids WHERE ts < ?", (prune_before,))

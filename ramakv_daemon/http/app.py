@@ -9,6 +9,7 @@ from collections.abc import AsyncIterator
 
 import orjson
 from aiohttp import web
+from aiohttp.web_protocol import RequestPayloadError
 
 from ramakv_daemon.adapters.backends.noop import NoopBackend
 from ramakv_daemon.adapters.sqlite_store import SqliteSessionStore
@@ -62,6 +63,11 @@ async def handle_event(request: web.Request) -> web.Response:
         raw = await request.read()
     except web.HTTPRequestEntityTooLarge:
         return _json(413, {"ok": False, "error": f"request body larger than {limit} bytes"})
+    except RequestPayloadError as err:  # e.g. Content-Encoding: gzip over a plain body
+        encoding = request.headers.get("Content-Encoding")
+        why = f" (Content-Encoding {encoding!r} does not match the body)" if encoding else ""
+        return _json(400, {"ok": False, "error": f"cannot read the request body{why}: "
+                           f"{err.__cause__ or err}"})
     try:
         payload = _decode(raw)
     except (ValueError, RecursionError) as err:
@@ -78,10 +84,26 @@ async def handle_metrics(request: web.Request) -> web.Response:
 
 
 @web.middleware
+async def json_errors(request: web.Request, handler):  # type: ignore[no-untyped-def]
+    """Every error answer is JSON ``{"ok": false, "error": ...}``, never aiohttp's text page
+    (405, 404, a body that cannot be read, a bug)."""
+    try:
+        return await handler(request)
+    except web.HTTPException as exc:
+        if exc.status < 400:
+            raise
+        return _json(exc.status, {"ok": False, "error": exc.reason})
+    except Exception:  # noqa: BLE001 - the answer stays JSON; the traceback goes to the log
+        log.exception("unhandled error answering %s %s", request.method, request.path)
+        return _json(500, {"ok": False, "error": "internal error (see the daemon's log)"})
+
+
+@web.middleware
 async def auth_middleware(request: web.Request, handler):  # type: ignore[no-untyped-def]
     """Require ``Authorization: Bearer <auth_token>`` when a token is configured."""
     token = request.app[CONFIG_KEY].auth_token
-    given = request.headers.get("Authorization", "").encode()
+    # Header bytes that are not UTF-8 arrive as surrogate escapes: compare them as sent.
+    given = request.headers.get("Authorization", "").encode("utf-8", "surrogateescape")
     if token and not hmac.compare_digest(given, f"Bearer {token}".encode()):
         return _json(401, {"ok": False, "error": "missing or wrong bearer token"})
     return await handler(request)
@@ -94,7 +116,7 @@ def init_app(
     # Without a token the middleware would only add a call to every request.
     app = web.Application(
         client_max_size=config.max_body_bytes,
-        middlewares=[auth_middleware] if config.auth_token else [],
+        middlewares=[json_errors, auth_middleware] if config.auth_token else [json_errors],
     )
     app[CONFIG_KEY] = config
     service = EventService(
