@@ -6,6 +6,7 @@ import hmac
 import json
 import logging
 from collections.abc import AsyncIterator
+from typing import Any
 
 import orjson
 from aiohttp import web
@@ -37,10 +38,12 @@ def make_backend(config: Config) -> Backend:
     )
 
 
-def _json(status: int, body: dict) -> web.Response:
+def _json(status: int, body: dict, headers: Any = None) -> web.Response:
     # The standard encoder on purpose: replies keep the documented `{"ok": true, ...}`
     # spacing, and a reply is small (orjson would save a few µs).
-    return web.Response(status=status, text=json.dumps(body), content_type="application/json")
+    kept = {k: v for k, v in (headers or {}).items() if k.lower() in ("allow", "retry-after")}
+    return web.Response(status=status, text=json.dumps(body), content_type="application/json",
+                        headers=kept or None)
 
 
 def _decode(raw: bytes) -> object:
@@ -90,9 +93,12 @@ async def json_errors(request: web.Request, handler):  # type: ignore[no-untyped
     try:
         return await handler(request)
     except web.HTTPException as exc:
-        if exc.status < 400:
+        if exc.status < 400 or exc.content_type == "application/json":
             raise
-        return _json(exc.status, {"ok": False, "error": exc.reason})
+        text = exc.text or ""
+        if not text or text == f"{exc.status}: {exc.reason}":  # aiohttp's default text
+            text = exc.reason
+        return _json(exc.status, {"ok": False, "error": text}, headers=exc.headers)
     except Exception:  # noqa: BLE001 - the answer stays JSON; the traceback goes to the log
         log.exception("unhandled error answering %s %s", request.method, request.path)
         return _json(500, {"ok": False, "error": "internal error (see the daemon's log)"})

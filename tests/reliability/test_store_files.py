@@ -187,3 +187,37 @@ def test_store_replaced_by_another_file_refuses_writes(daemon_proc_factory, tmp_
     con.close()
     status, ready = d.get("/readyz")
     assert status == 503 and ready["checks"]["store"]["ok"] is False
+
+
+# ---- /readyz follows the store ---------------------------------------------------------------
+async def test_readyz_fails_while_commits_fail_and_recovers(start_daemon, make_config) -> None:
+    from ramakv_daemon.adapters.sqlite_store import SqliteSessionStore
+
+    class FullStore(SqliteSessionStore):
+        full = False
+
+        async def write(self, *args: object, **kwargs: object) -> None:
+            if self.full:
+                raise sqlite3.OperationalError("database or disk is full")
+            await super().write(*args, **kwargs)  # type: ignore[arg-type]
+
+    cfg = make_config()
+    store = FullStore(cfg.session_store_path)
+    d = await start_daemon(cfg, store=store)
+
+    async def ready() -> tuple[int, dict]:
+        resp = await d.client.get("/readyz")
+        return resp.status, await resp.json()
+
+    assert (await ready())[0] == 200
+    store.full = True
+    status, _ = await d.post(turn_end("s", ["a"]))
+    assert status == 503
+    status, body = await ready()
+    assert status == 503 and body["checks"]["store"] == {
+        "ok": False, "detail": "the last commit failed: persistence failed: database or disk "
+        "is full"}
+    assert body["checks"]["backend"]["ok"] and body["checks"]["outbox"]["ok"]
+    store.full = False
+    assert (await d.post(turn_end("s", ["a"])))[0] == 200
+    assert (await ready())[0] == 200
