@@ -70,6 +70,8 @@ DAEMON_FIELDS: tuple[FieldSpec, ...] = (
               "stops protecting its session after this long (s)"),
     FieldSpec("budget_check_interval_s", "float0", 1.0, "at most one budget pass per "
               "namespace this often (s)"),
+    FieldSpec("ready_max_evict_backlog", "count", 100_000, "GET /readyz fails while more "
+              "evictions wait (0 = no bound)"),
 )
 # Keys the form does not edit but every save keeps as they are: [[deployments]] tables
 # (edit them in the file; docs/namespaces.md).
