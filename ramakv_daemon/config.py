@@ -58,6 +58,10 @@ class Config:
     ddr_budget_chunks: int = 0  # budget of the unnamed default namespace; 0 = none
     turn_in_flight_timeout_s: float = 600.0  # a turn_start with no turn_end stops pinning
     budget_check_interval_s: float = 1.0  # at most one budget pass per namespace this often
+    # Forks (docs/forks.md): a hold older than this is released as its fork_end would be
+    # (0 = never); and at most this many open forks per session.
+    fork_hold_ttl_s: float = 86400.0
+    max_forks_per_session: int = 64
     ready_max_evict_backlog: int = 100_000  # /readyz fails above this outbox; 0 = no bound
 
     @property
@@ -91,6 +95,9 @@ _MINIMUM: dict[str, tuple[float, bool]] = {  # key -> (bound, bound allowed)
     "turn_in_flight_timeout_s": (0, True),  # 0: a turn in flight never pins its session
     "budget_check_interval_s": (0, True),  # 0: a budget pass may run on every event
     "ready_max_evict_backlog": (0, True),  # 0: /readyz ignores the outbox's size
+    "fork_hold_ttl_s": (0, True),  # 0: a fork hold never expires
+    # Not 0, although the core reads 0 as "no limit": the limit bounds one session's memory.
+    "max_forks_per_session": (1, True),
 }
 URL_KEYS = frozenset({"lmcache_url"})
 __all__ = ["Config", "ConfigError", "load", "load_explicit", "url_problem", "value_problem"]

@@ -50,20 +50,16 @@ def _decode_sessions(rows: Iterable[tuple[Any, ...]]) -> list[Session]:
     """Stored rows as sessions; rows whose JSON is corrupt are skipped with a warning."""
     out: list[Session] = []
     loads = _loads  # start-up decodes every stored map: the fast decoder pays
-    for sid, map_json, turn_count, suspended, holds_json, ts, ns in rows:
+    for sid, map_json, turn_count, suspended, ts, ns in rows:
         try:
             hashes = loads(map_json)
-            holds = loads(holds_json or "[]")
-            if not isinstance(hashes, list) or not isinstance(holds, list):
+            if not isinstance(hashes, list):
                 raise ValueError("map_json is not a list of strings")
             chunk_hashes = tuple(hashes)
-            fork_holds = tuple(tuple(hold) for hold in holds)
             # str.join raises TypeError on a non-string: one C-level check per list.
             # Stored hashes are not interned: that costs 10x the decode at start-up
             # and saves only the shared chunks' duplicate strings.
             "".join(chunk_hashes)
-            for hold in fork_holds:
-                "".join(hold)
         except (ValueError, TypeError) as err:
             log.warning("skipping stored session %r: %s", sid, err)
             continue
@@ -73,7 +69,6 @@ def _decode_sessions(rows: Iterable[tuple[Any, ...]]) -> list[Session]:
                 chunk_hashes=chunk_hashes,
                 turn_count=int(turn_count or 0),
                 suspended=bool(suspended),
-                fork_holds=fork_holds,
                 last_event_ts=float(ts or 0.0),
                 namespace=ns or "",
             )
