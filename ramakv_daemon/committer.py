@@ -88,7 +88,7 @@ class GroupCommitter:
         """Queue an answer alone (an event that changed nothing, or a reply completed after
         its change's commit); await the commit. A failure undoes nothing of its own."""
         fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self._pending.append(_Pending(None, {}, [], answer, fut))
+        self._pending.append(_Pending(None, {}, {}, [], answer, fut))
         self._last = fut
         self._wake.set()
         return fut
