@@ -5,12 +5,18 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
+import time
 from collections import OrderedDict
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 import orjson
 from blake3 import blake3
+
+from ramakv_daemon.ports import StoreError
+
+log = logging.getLogger("ramakv")
 
 
 class TooDeep(ValueError):
@@ -85,3 +91,34 @@ class AnswerCache:
 
     def __len__(self) -> int:
         return len(self._answers)
+
+
+class AnswerWriter(Protocol):
+    """What keeps an answer alone: the group committer's ``submit_answer``."""
+
+    def submit_answer(self, answer: tuple[str, str, float, str]) -> asyncio.Future[None]: ...
+
+
+async def keep_final(
+    committer: AnswerWriter, slot: AnswerSlot, body: dict[str, Any]
+) -> tuple[int, dict[str, Any]]:
+    """Make the reply about to be sent the durable answer to its event_id; returns the
+    (status, body) to send.
+
+    Usually it went into the change's own commit. It did not when the event changed
+    nothing (closing an unknown session, a read): then it is committed now, so a retry
+    after a restart gets it rather than applying again. And the debug file, written after
+    the commit, may have changed it (``debug_written``): then it is stored again.
+    """
+    final = json.dumps(body)
+    if slot.stored == final:
+        return 200, body
+    try:
+        await committer.submit_answer((slot.event_id, final, time.time(), slot.digest))
+    except StoreError as err:
+        if slot.stored is None:  # nothing changed and nothing is kept: a retry applies
+            return 503, {"ok": False, "type": body.get("type"), "error": str(err)}
+        log.warning("event %r: the stored answer keeps debug_written=false: %s",
+                    slot.event_id[:200], err)
+        return 200, json.loads(slot.stored)
+    return 200, body

@@ -24,6 +24,7 @@ from ramakv_daemon.idempotency import (
     AnswerCache,
     AnswerSlot,
     TooDeep,
+    keep_final,
     request_digest,
     reused,
 )
@@ -199,7 +200,7 @@ class EventService:
             slot = AnswerSlot(event_id, digest)
             status, body = await self._handle(payload, slot)
             if status == 200 and body.get("ok"):
-                status, body = await self._keep_final(slot, body)
+                status, body = await keep_final(self.committer, slot, body)
             if status == 200:
                 self.answers.remember(event_id, body, digest)
             fut.set_result((status, body))
@@ -208,29 +209,6 @@ class EventService:
             self.answers.inflight.pop(event_id, None)
             if not fut.done():
                 fut.cancel()
-
-    async def _keep_final(
-        self, slot: AnswerSlot, body: dict[str, Any]
-    ) -> tuple[int, dict[str, Any]]:
-        """Make the reply about to be sent the durable answer to its event_id.
-
-        Usually it went into the change's own commit. It did not when the event changed
-        nothing (closing an unknown session, a read): then it is committed now, so a retry
-        after a restart gets it rather than applying again. And the debug file, written
-        after the commit, may have changed it (``debug_written``): then it is stored again.
-        """
-        final = json.dumps(body)
-        if slot.stored == final:
-            return 200, body
-        try:
-            await self.committer.submit_answer((slot.event_id, final, time.time(), slot.digest))
-        except StoreError as err:
-            if slot.stored is None:  # nothing changed and nothing is kept: a retry applies
-                return 503, {"ok": False, "type": body.get("type"), "error": str(err)}
-            log.warning("event %s: the stored answer keeps debug_written=false: %s",
-                        _loggable(slot.event_id), err)
-            return 200, json.loads(slot.stored)
-        return 200, body
 
     async def _handle(
         self, payload: dict[str, Any], slot: AnswerSlot | None

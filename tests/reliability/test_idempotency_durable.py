@@ -103,3 +103,33 @@ def test_debug_context_at_the_limit_is_written(daemon_proc_factory) -> None:
         inner = {"x": inner}
     status, body = d.post(te("ok", ["a"], debug_context={"messages": [inner]}))
     assert status == 200 and body["data"]["debug_written"] is True
+
+
+async def test_a_no_op_whose_answer_cannot_be_kept_answers_503(start_daemon, make_config):
+    """Nothing changed and nothing is kept: 503, and the retry after recovery applies it."""
+    import sqlite3
+
+    from ramakv_daemon.adapters.sqlite_store import SqliteSessionStore
+
+    class FullStore(SqliteSessionStore):
+        full = False
+
+        async def write(self, *args: Any, **kwargs: Any) -> None:
+            if self.full:
+                raise sqlite3.OperationalError("database or disk is full")
+            await super().write(*args, **kwargs)
+
+    cfg = make_config()
+    store = FullStore(cfg.session_store_path)
+    d: DaemonClient = await start_daemon(cfg, store=store)
+    close = {"type": "session_close", "session_id": "t", "event_id": "full-close"}
+    store.full = True
+    status, body = await d.post(close)
+    assert status == 503 and body["ok"] is False and "disk is full" in body["error"]
+    store.full = False
+    status, body = await d.post(close)
+    assert status == 200 and body["ok"] is True
+    con = sqlite3.connect(cfg.session_store_path)
+    assert con.execute("SELECT count(*) FROM event_ids WHERE event_id = 'full-close'"
+                       ).fetchone() == (1,)
+    con.close()
