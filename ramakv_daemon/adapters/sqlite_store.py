@@ -37,6 +37,9 @@ CHECKPOINT_EVERY = 32  # commits between looks at the WAL's size (one stat each)
 # (a 4 MiB checkpoint took 7-8 ms here). Half-rate turn_end p99, 2 runs each: 1 MiB 5.0
 # and 7.3 ms, 4 MiB 10.9 and 11.2 ms, 16 MiB 23 and 25 ms; below 1 MiB no clear gain.
 CHECKPOINT_WAL_BYTES = 1 << 20
+# Between commits, the files are looked at this often: a deletion is repaired within it even
+# when no event comes, so what was acknowledged before it survives a crash soon after.
+FILE_CHECK_INTERVAL_S = 1.0
 
 
 def _is_busy(err: BaseException | None) -> bool:
@@ -167,6 +170,9 @@ class SqliteSessionStore:
         self._lock = None if memory else StoreLock(path, program)
         self._files = None if memory else store_files.StoreFiles(os.path.realpath(path))
         self._broken: str | None = None  # why writes are refused (the file is gone)
+        self._writing = False  # a write() is under way (the idle file check stays out)
+        self._recovering: asyncio.Future[None] | None = None  # the idle check repairing
+        self._watcher: asyncio.Task[None] | None = None
         self._commits = 0
         self._checkpoint: asyncio.Future[None] | None = None
         # SQLite keeps the WAL beside the real file when the path is a symlink.
@@ -202,6 +208,9 @@ class SqliteSessionStore:
             self._checkpointer = await self._in_thread(self._open_checkpointer)
             if self._files is not None:
                 self._files.record()
+                self._watcher = asyncio.get_running_loop().create_task(
+                    self._watch_files(), name="store-file-check"
+                )
         except StoreLocked as err:
             await self.close()
             raise StoreError(str(err)) from err
@@ -360,6 +369,8 @@ class SqliteSessionStore:
     ) -> None:
         """One transaction: sessions (None = delete), outbox rows added and done, answers,
         forks (None = ended) and the fork id counter."""
+        if self._recovering is not None:  # the idle check is rewriting the file: after it
+            await asyncio.shield(self._recovering)
         if self._writer is None:
             raise StoreError("session store is not open")
         if self._broken is not None:
@@ -368,6 +379,13 @@ class SqliteSessionStore:
             sessions, outbox_add or [], outbox_done or [], event_ids or [],
             prune_event_ids_before, forks or {}, next_fork_id,
         )
+        self._writing = True
+        try:
+            await self._write_and_verify(args)
+        finally:
+            self._writing = False
+
+    async def _write_and_verify(self, args: tuple[Any, ...]) -> None:
         if not self.inline_commits:
             await self._in_thread(self._write_sync, *args)
         else:
@@ -382,6 +400,24 @@ class SqliteSessionStore:
                 # Another process holds the write lock: wait for it on the thread, not here.
                 await self._in_thread(self._waiting_for_locks, self._write_sync, args)
         await self.verify_files()
+
+    async def _watch_files(self) -> None:
+        """Between commits, notice a deleted file and repair it without waiting for the
+        next commit (which would find it too): a kill -9 meanwhile then loses nothing."""
+        files = self._files
+        assert files is not None
+        while self._broken is None:
+            await asyncio.sleep(FILE_CHECK_INTERVAL_S)
+            if self._writing or self._writer is None or files.problem() is None:
+                continue
+            self._recovering = asyncio.get_running_loop().create_future()
+            try:
+                await self.verify_files()
+            except StoreError:
+                pass  # logged; every later write answers 503
+            finally:
+                self._recovering.set_result(None)
+                self._recovering = None
 
     def problem(self) -> str | None:
         """Why this store cannot take writes now (for /readyz), or None."""
@@ -553,6 +589,11 @@ class SqliteSessionStore:
 
     async def close(self) -> None:
         """Close both connections and the writer thread (idempotent)."""
+        if self._watcher is not None:
+            watcher, self._watcher = self._watcher, None
+            watcher.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await watcher
         if self._checkpoint is not None:
             with contextlib.suppress(Exception):
                 await self._checkpoint

@@ -165,6 +165,24 @@ def test_deleted_store_is_rewritten_and_nothing_acknowledged_is_lost(
     assert body["ok"] is True
 
 
+def test_deletion_is_repaired_between_commits_too(daemon_proc_factory) -> None:
+    """No event after the deletion: the idle check rewrites the file, so a kill -9 soon
+    after still finds everything that was acknowledged before it."""
+    import time
+
+    d = daemon_proc_factory()
+    for i in range(10):
+        assert d.post(turn_end(f"s{i}", [f"h{i}"]))[1]["ok"] is True
+    for suffix in ("", "-wal", "-shm"):
+        os.unlink(str(d.store) + suffix)
+    deadline = time.monotonic() + 30
+    while "rewritten: nothing committed was lost" not in d.log():
+        assert time.monotonic() < deadline, d.log()[-2000:]
+        time.sleep(0.05)
+    d.kill()
+    assert set(stored_maps(d.store)) == {f"s{i}" for i in range(10)}
+
+
 def test_store_replaced_by_another_file_refuses_writes(daemon_proc_factory, tmp_path) -> None:
     d = daemon_proc_factory()
     assert d.post(turn_end("a", ["x"]))[1]["ok"] is True
