@@ -239,3 +239,25 @@ async def test_readyz_fails_while_commits_fail_and_recovers(start_daemon, make_c
     store.full = False
     assert (await d.post(turn_end("s", ["a"])))[0] == 200
     assert (await ready())[0] == 200
+
+
+@pytest.mark.parametrize(("sync", "thread"), [("NORMAL", False), ("NORMAL", True),
+                                              ("FULL", False)])
+async def test_rewrite_works_in_every_commit_mode(tmp_path: Path, sync: str, thread: bool):
+    """The store alone: commits on the loop or on the writer thread, fsync or not."""
+    from ramakv_daemon.adapters.sqlite_store import SqliteSessionStore
+    from ramakv_daemon.core.session import Session
+
+    path = tmp_path / "s.db"
+    store = SqliteSessionStore(str(path), sync, thread)
+    await store.open()
+    try:
+        await store.write({"a": Session("a", ("x",))})
+        for suffix in ("", "-wal", "-shm"):
+            os.unlink(str(path) + suffix)
+        await store.write({"b": Session("b", ("y",))})
+        await store.write({"c": Session("c", ("z",))})
+        assert store.problem() is None
+        assert stored_maps(path) == {"a": ["x"], "b": ["y"], "c": ["z"]}
+    finally:
+        await store.close()
