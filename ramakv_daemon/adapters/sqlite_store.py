@@ -427,6 +427,8 @@ class SqliteSessionStore:
             return self._broken
         if self._files is not None and (what := self._files.problem()) is not None:
             return f"session store {self.path} {what} (the next commit rewrites it)"
+        if self._files is not None:
+            return store_files.space_problem(self._files.db_path)
         return None
 
     async def verify_files(self) -> None:

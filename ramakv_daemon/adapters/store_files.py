@@ -21,6 +21,24 @@ def file_id(path: str) -> FileId:
     return st.st_dev, st.st_ino
 
 
+MIN_FREE_BYTES = 1 << 20  # below this a commit may fail any moment: not ready
+
+
+def space_problem(path: str) -> str | None:
+    """Why the file system holding ``path`` cannot take writes now (read-only, nearly
+    full), or None. One statvfs: cheap enough for every readiness probe."""
+    try:
+        st = os.statvfs(os.path.dirname(path) or ".")
+    except OSError as err:
+        return f"cannot look at the file system of {path}: {err}"
+    if st.f_flag & os.ST_RDONLY:
+        return f"the file system of {path} is mounted read-only"
+    free = st.f_bavail * st.f_frsize
+    if free < MIN_FREE_BYTES:
+        return f"the file system of {path} has {free} bytes free (< {MIN_FREE_BYTES})"
+    return None
+
+
 def refuse_empty(path: str) -> None:
     """A 0-byte file at the store path is not an empty store: refuse to start on it.
 

@@ -261,3 +261,21 @@ async def test_rewrite_works_in_every_commit_mode(tmp_path: Path, sync: str, thr
         assert stored_maps(path) == {"a": ["x"], "b": ["y"], "c": ["z"]}
     finally:
         await store.close()
+
+
+def test_readyz_fails_while_the_store_disk_is_full(daemon_proc_factory, tmp_path: Path) -> None:
+    from test_disk_full import fill, tmpfs
+
+    with tmpfs(tmp_path / "fs", "size=4m,mode=0755",
+               "cannot mount a tmpfs here ({why}); the disk-full probe test needs one") as fs:
+        d = daemon_proc_factory(store=fs / "sessions.db")
+        try:
+            assert d.get("/readyz")[0] == 200
+            fill(fs / "filler")
+            status, body = d.get("/readyz")
+            assert status == 503 and "bytes free" in body["checks"]["store"]["detail"]
+            assert d.get("/healthz")[0] == 200
+            (fs / "filler").unlink()
+            assert d.get("/readyz")[0] == 200
+        finally:
+            d.kill()
