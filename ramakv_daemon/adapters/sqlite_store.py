@@ -194,6 +194,7 @@ class SqliteSessionStore:
             if self._lock is not None:
                 self._lock.acquire_or_raise()
                 store_files.refuse_empty(self.path)
+                await self._in_thread(store_files.create_new, self.path, SCHEMA)
             self._db = await aiosqlite.connect(self.path)
             await self._db.execute("PRAGMA journal_mode=WAL")
             await self._db.execute(f"PRAGMA synchronous={self.synchronous}")

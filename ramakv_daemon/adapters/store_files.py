@@ -58,6 +58,29 @@ def refuse_empty(path: str) -> None:
         )
 
 
+def create_new(path: str, schema: str) -> None:
+    """A new store is built under a temporary name and renamed into place whole: a crash
+    while creating it never leaves a 0-byte file at the path (which start-up refuses)."""
+    if os.path.lexists(path):
+        return
+    tmp = path + ".new"
+    for leftover in (tmp, tmp + "-journal", tmp + "-wal", tmp + "-shm"):
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(leftover)
+    conn = sqlite3.connect(tmp)
+    try:
+        conn.executescript(schema)
+        conn.execute("PRAGMA journal_mode=WAL").fetchall()
+    finally:
+        conn.close()
+    fd = os.open(tmp, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    os.replace(tmp, path)
+
+
 def check_integrity(conn: sqlite3.Connection, path: str) -> None:
     """``PRAGMA quick_check`` (every page of every b-tree, no index cross-check): a
     garbage page anywhere fails start-up instead of a later write."""

@@ -279,3 +279,19 @@ def test_readyz_fails_while_the_store_disk_is_full(daemon_proc_factory, tmp_path
             assert d.get("/readyz")[0] == 200
         finally:
             d.kill()
+
+
+async def test_a_new_store_appears_whole(tmp_path: Path) -> None:
+    """Built under a temporary name and renamed: a crash while creating it leaves at most a
+    stale "<store>.new" (removed by the next start), never a 0-byte store."""
+    from ramakv_daemon.adapters.sqlite_store import SqliteSessionStore
+
+    path = tmp_path / "s.db"
+    (tmp_path / "s.db.new").write_bytes(b"half-written by a crashed start")
+    store = SqliteSessionStore(str(path))
+    await store.open()
+    await store.close()
+    assert not (tmp_path / "s.db.new").exists()
+    con = sqlite3.connect(path)
+    assert "sessions" in {r[0] for r in con.execute("SELECT name FROM sqlite_master")}
+    con.close()
