@@ -180,8 +180,9 @@ class SqliteSessionStore:
         self._checkpointer: sqlite3.Connection | None = None
 
     async def open(self) -> None:
-        """Take the store's lock, create the parent directory, open the file, enable WAL,
-        create tables, check every page.
+        """Create the parent directory, take the store's lock, open the file (a new one is
+        built whole under a temporary name first), enable WAL, create tables, check every
+        page, start the idle file check.
 
         Raises:
             StoreError: naming the file — another process holds it (with its pid), it is
