@@ -95,6 +95,11 @@ def test_a_lying_content_encoding_gets_a_json_answer(daemon_proc: DaemonProcess)
     assert answer["ok"] is False and "Content-Encoding 'gzip'" in answer["error"]
     assert daemon_proc.event("session_map", session_id="s")["ok"] is False  # nothing applied
     assert daemon_proc.event("health")["ok"] is True
+    # A body that really is gzip is read as before.
+    import gzip
+
+    status, _, raw = raw_post(daemon_proc, gzip.compress(body), {"Content-Encoding": "gzip"})
+    assert status == 200 and json.loads(raw)["ok"] is True
 
 
 def test_a_non_utf8_authorization_header_gets_a_json_401(daemon_proc_factory) -> None:
