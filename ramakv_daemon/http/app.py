@@ -154,4 +154,6 @@ def init_app(
 
 
 async def _close_subscribers(app: web.Application) -> None:
+    log.info("ram-a-kv daemon shutting down: closing trace subscribers, then committing what "
+             "is queued and delivering evictions (at most a few seconds)")
     app[SERVICE_KEY].trace.close_all("daemon shutting down")

@@ -146,3 +146,13 @@ def test_every_console_script_has_version(script: str) -> None:
     proc = subprocess.run([str(exe), "--version"], capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == f"{script} {package_version()}"
+
+
+def test_a_clean_stop_is_logged(tmp_path: Path) -> None:
+    d = DaemonProcess(tmp_path / "d")
+    d.start()
+    assert d.stop() == 0  # SIGTERM
+    log = d.log()
+    assert "ram-a-kv daemon shutting down" in log
+    assert f"ram-a-kv daemon stopped (store {d.store} closed)" in log
+    assert log.index("shutting down") < log.index("daemon stopped")
