@@ -6,6 +6,7 @@ import argparse
 from pathlib import Path
 
 from ramakv_console.daemon_link import default_url
+from ramakv_sdk.version import add_version_flag
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -19,6 +20,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                                         "(default ~/.config/ram-a-kv/config.toml)")
     p.add_argument("--theme", help="theme name (themes/*.toml or a built-in Textual theme)")
     p.add_argument("--themes-dir", help="load themes from this folder instead")
+    add_version_flag(p)
     return p.parse_args(argv)
 
 

@@ -73,6 +73,8 @@ DAEMON_FIELDS: tuple[FieldSpec, ...] = (
     FieldSpec("fork_hold_ttl_s", "float0", 86400.0, "a fork hold older than this is "
               "released as its fork_end would be (s; 0 = never)"),
     FieldSpec("max_forks_per_session", "int", 64, "most open forks one session may have"),
+    FieldSpec("ready_max_evict_backlog", "count", 100_000, "GET /readyz fails while more "
+              "evictions wait (0 = no bound)"),
 )
 # Keys the form does not edit but every save keeps as they are: [[deployments]] tables
 # (edit them in the file; docs/namespaces.md).

@@ -20,7 +20,14 @@ from ramakv_daemon.core.manager import SessionManager
 from ramakv_daemon.core.session import Session
 from ramakv_daemon.debug_files import wants_debug_file, write_debug_file
 from ramakv_daemon.handlers import DEFAULT_REGISTRY, Registry
-from ramakv_daemon.idempotency import AnswerCache
+from ramakv_daemon.idempotency import (
+    AnswerCache,
+    AnswerSlot,
+    TooDeep,
+    keep_final,
+    request_digest,
+    reused,
+)
 from ramakv_daemon.metrics import DaemonMetrics
 from ramakv_daemon.namespaces import BackendFactory, Namespace, Namespaces
 from ramakv_daemon.ownership import Ownership
@@ -79,6 +86,15 @@ class EventService:
         """Open the store, restore every session, start the writer."""
         t0 = time.perf_counter()
         await self.store.open()
+        try:
+            await self._restore(t0)
+        except BaseException:
+            # A corrupt page found while loading: close the store (and its worker
+            # threads) so the process can exit and a supervisor sees it fail.
+            await self.store.close()
+            raise
+
+    async def _restore(self, t0: float) -> None:
         groups: dict[str, list[Session]] = {key: [] for key in self.namespaces.managers}
         for s in await self.store.load_all():
             groups.setdefault(s.namespace, []).append(s)
@@ -93,8 +109,10 @@ class EventService:
         for row_id, key, entries in await self.store.load_outbox():
             self.committer.next_row_id = max(self.committer.next_row_id, row_id + 1)
             self.namespaces.add(key).dispatcher.load(row_id, entries)
-        for event_id, body in await self.store.load_event_ids(self.config.idempotency_window):
-            self.answers.remember(event_id, json.loads(body))
+        for event_id, body, *digest in await self.store.load_event_ids(
+            self.config.idempotency_window
+        ):
+            self.answers.remember(event_id, json.loads(body), digest[0] if digest else "")
         managers = self.namespaces.managers.values()
         log.info(
             "ram-a-kv restored %d sessions, %d open forks, %d chunks, %d references in %d "
@@ -152,6 +170,10 @@ class EventService:
             return 400, {"ok": False, "error": "request body must be a JSON object"}
         if "event_id" not in payload:
             return await self._handle(payload, None)
+        return await self._idempotent(payload)
+
+    async def _idempotent(self, payload: dict[str, Any]) -> tuple[int, dict[str, Any]]:
+        """An event with an ``event_id``: the first answer, or apply it and keep its answer."""
         event_id = payload["event_id"]
         if not isinstance(event_id, str) or not 0 < len(event_id) <= 200 or not _utf8(event_id):
             return 200, {
@@ -159,20 +181,31 @@ class EventService:
                 "error": "event_id must be a non-empty string of at most 200 characters "
                 "(valid Unicode)",
             }
+        try:
+            digest = request_digest(payload)
+        except TooDeep as err:
+            return 200, {"ok": False, "type": payload.get("type"), "error": str(err)}
         known = self.answers.get(event_id)
         if known is not None:
-            return 200, known
+            if not known.matches(digest):
+                return 200, reused(event_id, payload.get("type"))
+            return 200, known.body
         inflight = self.answers.inflight.get(event_id)
         if inflight is not None:
-            return await asyncio.shield(inflight)
+            if inflight[0] != digest:
+                return 200, reused(event_id, payload.get("type"))
+            return await asyncio.shield(inflight[1])
         fut: asyncio.Future[tuple[int, dict[str, Any]]] = (
             asyncio.get_running_loop().create_future()
         )
-        self.answers.inflight[event_id] = fut
+        self.answers.inflight[event_id] = (digest, fut)
         try:
-            status, body = await self._handle(payload, event_id)
+            slot = AnswerSlot(event_id, digest)
+            status, body = await self._handle(payload, slot)
+            if status == 200 and body.get("ok"):
+                status, body = await keep_final(self.committer, slot, body)
             if status == 200:
-                self.answers.remember(event_id, body)
+                self.answers.remember(event_id, body, digest)
             fut.set_result((status, body))
             return status, body
         finally:
@@ -181,7 +214,7 @@ class EventService:
                 fut.cancel()
 
     async def _handle(
-        self, payload: dict[str, Any], event_id: str | None
+        self, payload: dict[str, Any], slot: AnswerSlot | None
     ) -> tuple[int, dict[str, Any]]:
         started = time.perf_counter()
         type_ = payload.get("type")
@@ -211,9 +244,9 @@ class EventService:
                 change.notes["_delta"] = self._delta(change)
                 if change.durable or change.evict_delete or change.evict_demote:
                     answer = None
-                    if event_id is not None:
-                        body = {"ok": True, "type": type_, "data": change.data}
-                        answer = (event_id, json.dumps(body), time.time())
+                    if slot is not None:
+                        slot.stored = json.dumps({"ok": True, "type": type_, "data": change.data})
+                        answer = (slot.event_id, slot.stored, time.time(), slot.digest)
                     await self.committer.submit(change, answer)
         except StoreError as err:
             status, change, error = 503, None, str(err)
@@ -385,8 +418,9 @@ class EventService:
             path = await asyncio.to_thread(
                 write_debug_file, self.config.debug_dir, session_id, turn, hashes, ctx
             )
-        except (OSError, ValueError) as err:  # ValueError: text that cannot be UTF-8
-            log.warning("debug file write failed for session %s: %s", session_id, err)
+        except (OSError, ValueError, RecursionError) as err:  # ValueError: not UTF-8
+            log.warning("debug file write failed for session %s: %s", _loggable(session_id),
+                        _loggable(str(err), 500))
             return
         change.data["debug_written"] = True
         log.info("ram-a-kv debug file written path=%s", path)
@@ -395,13 +429,15 @@ class EventService:
         if not self.config.trace_events:
             return
         for key, m in self.namespaces.managers.items():
-            where = f" namespace={key}" if key else ""
+            where = f" namespace={_loggable(key)}" if key else ""
             if not m.sessions and not key:
                 log.info("[trace] sessions: <empty>")
             for sid, s in m.sessions.items():
+                # Escaped: a newline in a session id must not start a forged log line.
                 log.info(
                     "[trace] session map session_id=%s state=%s turn_count=%d "
-                    "chunk_hashes=%s%s", sid, s.state, s.turn_count, list(s.chunk_hashes), where,
+                    "chunk_hashes=%s%s", _loggable(sid, 1100), s.state, s.turn_count,
+                    list(s.chunk_hashes), where,
                 )
             if m.sessions or not key:
                 log.info("[trace] global refcounts%s %s", where, m.refcounts.as_dict())

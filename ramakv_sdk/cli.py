@@ -12,6 +12,7 @@ from typing import Any, TextIO
 from ramakv_sdk.client import AsyncClient
 from ramakv_sdk.config import DEFAULT_DAEMON_URL, load_config
 from ramakv_sdk.errors import DaemonUnavailable, RamAKvError
+from ramakv_sdk.version import add_version_flag
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_UNAVAILABLE = 0, 1, 2, 3
 
@@ -27,6 +28,7 @@ def build_parser() -> argparse.ArgumentParser:
                    "~/.config/ram-a-kv/config.toml, else " + DEFAULT_DAEMON_URL + ")")
     p.add_argument("--token", help="bearer token (default: auth_token from the same config)")
     p.add_argument("--timeout", type=float, default=5.0, help="seconds per request (5)")
+    add_version_flag(p)
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     s = sub.add_parser("send", help="POST one raw JSON event and print its data")

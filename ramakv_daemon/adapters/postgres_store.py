@@ -91,7 +91,7 @@ class PostgresSessionStore:
             await self._close_pool()
             raise StoreError(f"cannot open session store {self._shown_url()}: {err}") from err
         self.listener = ReleaseListener(
-            self.url, self.node_id, self._released, self._reconcile_after_reconnect
+            self.url, self.node_id, self._released, self._back_after_reconnect
         )
         await self.listener.start()
 
@@ -119,7 +119,9 @@ class PostgresSessionStore:
 
     _held: Callable[[], list[str]] | None = None
 
-    async def _reconcile_after_reconnect(self) -> None:
+    async def _back_after_reconnect(self) -> None:
+        """The server answers again: release what other nodes took meanwhile."""
+        self.last_error = ""
         if self._held is None:
             return
         for session_id, owner in (await self.owners(self._held())).items():
@@ -139,6 +141,17 @@ class PostgresSessionStore:
         """False after a failed write or a lost listener, until the next success."""
         listening = self.listener is None or self.listener.connected
         return self._pool is not None and not self.last_error and listening
+
+    def problem(self) -> str | None:
+        """Why this store cannot take writes now (for /readyz), or None."""
+        if self._pool is None:
+            return "session store is not open"
+        if self.last_error:
+            return f"PostgreSQL unavailable ({self.last_error}); changes answer 503"
+        if self.listener is not None and not self.listener.connected:
+            return ("PostgreSQL LISTEN connection lost, reconnecting with backoff "
+                    f"({self.listener.reconnects} reconnects so far)")
+        return None
 
     async def close(self) -> None:
         """Stop listening and close the pool (idempotent)."""

@@ -240,6 +240,16 @@ class DaemonProcess:
         except urllib.error.HTTPError as err:
             return err.code, json.loads(err.read() or b"{}")
 
+    def get(self, path: str, timeout: float = 10.0) -> tuple[int, dict[str, Any]]:
+        """GET ``path`` (e.g. ``/readyz``); returns (status, JSON answer)."""
+        headers = {"Authorization": f"Bearer {self.auth_token}"} if self.auth_token else {}
+        req = urllib.request.Request(f"{self.url}{path}", headers=headers)
+        try:
+            with urllib.request.urlopen(req, timeout=timeout) as resp:
+                return resp.status, json.loads(resp.read())
+        except urllib.error.HTTPError as err:
+            return err.code, json.loads(err.read() or b"{}")
+
     def event(self, type_: str, **fields: Any) -> dict[str, Any]:
         """POST ``{"type": type_, **fields}``; returns the JSON answer."""
         return self.post({"type": type_, **fields})[1]
