@@ -50,6 +50,9 @@ MIGRATIONS: tuple[tuple[int, str, tuple[str, ...]], ...] = (
         )""",
         "CREATE INDEX event_ids_ts ON event_ids (ts)",
     )),
+    (2, "event_ids.request_digest: a retried event_id must carry the same request", (
+        "ALTER TABLE event_ids ADD COLUMN request_digest TEXT NOT NULL DEFAULT ''",
+    )),
 )
 LATEST_VERSION = MIGRATIONS[-1][0]
 

@@ -76,12 +76,14 @@ SELECT_OUTBOX = (
     "SELECT id, namespace, entries_json FROM evict_log WHERE owner = $1 ORDER BY id"
 )
 UPSERT_ANSWER = (
-    "INSERT INTO event_ids (event_id, response_json, ts) VALUES ($1, $2, $3) "
-    "ON CONFLICT (event_id) DO UPDATE SET response_json = excluded.response_json, "
-    "ts = excluded.ts"
+    "INSERT INTO event_ids (event_id, response_json, ts, request_digest) "
+    "VALUES ($1, $2, $3, $4) ON CONFLICT (event_id) DO UPDATE SET "
+    "response_json = excluded.response_json, ts = excluded.ts, "
+    "request_digest = excluded.request_digest"
 )
 PRUNE_ANSWERS = "DELETE FROM event_ids WHERE ts < $1"
 SELECT_ANSWERS = (
-    "SELECT event_id, response_json FROM event_ids ORDER BY ts DESC, event_id DESC LIMIT $1"
+    "SELECT event_id, response_json, request_digest FROM event_ids "
+    "ORDER BY ts DESC, event_id DESC LIMIT $1"
 )
 NOTIFY_RELEASE = "SELECT pg_notify($1, $2)"

@@ -213,10 +213,11 @@ class PostgresSessionStore:
                 log.warning("skipping corrupt outbox row %s: %s", row_id, err)
         return out
 
-    async def load_event_ids(self, limit: int) -> list[tuple[str, str]]:
-        """The newest ``limit`` remembered answers, oldest first."""
+    async def load_event_ids(self, limit: int) -> list[tuple[str, str, str]]:
+        """The newest ``limit`` remembered answers, oldest first: (event_id, response
+        JSON, request digest)."""
         rows = await self._fetch(sql.SELECT_ANSWERS, limit)
-        return [(e, r) for e, r in reversed(rows)]
+        return [(e, r, d) for e, r, d in reversed(rows)]
 
     async def claim(self, session_id: str) -> Claimed | None:
         """Take ``session_id`` from the node that owns it, atomically (row lock), telling
@@ -246,7 +247,7 @@ class PostgresSessionStore:
         sessions: dict[str, Session | None],
         outbox_add: list[OutboxRow] | None = None,
         outbox_done: list[int] | None = None,
-        event_ids: list[tuple[str, str, float]] | None = None,
+        event_ids: list[tuple[str, str, float, str]] | None = None,
         prune_event_ids_before: float | None = None,
         forks: dict[int, Fork | None] | None = None,
         next_fork_id: int | None = None,
@@ -273,7 +274,7 @@ class PostgresSessionStore:
 
     async def _write_in(
         self, con: Any, sessions: dict[str, Session | None], outbox_add: list[OutboxRow],
-        outbox_done: list[int], event_ids: list[tuple[str, str, float]],
+        outbox_done: list[int], event_ids: list[tuple[str, str, float, str]],
         prune_before: float | None, forks: dict[int, Fork | None], next_fork_id: int | None,
     ) -> None:
         node = self.node_id
@@ -307,6 +308,6 @@ class PostgresSessionStore:
         if outbox_done:
             await con.execute(sql.DELETE_OUTBOX, node, outbox_done)
         if event_ids:
-            await con.executemany(sql.UPSERT_ANSWER, event_ids)
+            await con.executemany(sql.UPSERT_ANSWER, [(*e, "")[:4] for e in event_ids])
         if prune_before is not None:
             await con.execute(sql.PRUNE_ANSWERS, prune_before)

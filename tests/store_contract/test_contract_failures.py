@@ -18,7 +18,7 @@ async def _everything_then_a_duplicate_row(store: SessionStore) -> None:
         {"kept": Session("kept", ("changed",), 9), "new": Session("new", ("n",)), "gone": None},
         outbox_add=[(2, "", [("z", "delete")]), (1, "", [("dup", "delete")])],
         outbox_done=[1],
-        event_ids=[("e-new", "{}", 9.0)],
+        event_ids=[("e-new", "{}", 9.0, "")],
         prune_event_ids_before=100.0,
         forks={1: None, 2: Fork(2, "kept", ("a",), 2.0)},
         next_fork_id=50,
@@ -31,18 +31,23 @@ async def test_a_failed_write_changes_nothing(home: StoreHome) -> None:
     await store.write(
         {"kept": BEFORE, "gone": Session("gone", ("g",))},
         outbox_add=[(1, "", [("a", "delete")])],
-        event_ids=[("e-old", '{"ok": true}', 1.0)],
+        event_ids=[("e-old", '{"ok": true}', 1.0, "dig")],
         forks={1: fork}, next_fork_id=2,
     )
     with pytest.raises(StoreError):
         await _everything_then_a_duplicate_row(store)
-    for seen in (store, await home.opened()):  # the same store, and after a restart
-        assert sorted(await seen.load_all(), key=lambda s: s.session_id) == [
-            Session("gone", ("g",)), BEFORE,
-        ]
-        assert await seen.load_outbox() == [(1, "", [("a", "delete")])]
-        assert await seen.load_event_ids(10) == [("e-old", '{"ok": true}')]
-        assert await seen.load_forks() == ([fork], 2)
+    await _check_unchanged(store, fork)
+    await store.close()
+    await _check_unchanged(await home.opened(), fork)  # and after a restart
+
+
+async def _check_unchanged(seen: SessionStore, fork: Fork) -> None:
+    assert sorted(await seen.load_all(), key=lambda s: s.session_id) == [
+        Session("gone", ("g",)), BEFORE,
+    ]
+    assert await seen.load_outbox() == [(1, "", [("a", "delete")])]
+    assert await seen.load_event_ids(10) == [("e-old", '{"ok": true}', "dig")]
+    assert await seen.load_forks() == ([fork], 2)
 
 
 async def test_the_store_keeps_working_after_a_failed_write(store: SessionStore) -> None:
