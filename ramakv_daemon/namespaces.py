@@ -134,7 +134,10 @@ class Namespaces:
             max_forks_per_session=cfg.max_forks_per_session,
         )
         self.managers[key] = manager
-        ctx = HandlerContext(manager, self.limits, self.registry, self.managers, self.describe)
+        ctx = HandlerContext(
+            manager, self.limits, self.registry, self.managers, self.describe,
+            node_id=cfg.node_id if cfg.session_store_url else "",
+        )
         own: Backend | None = None
         if key == DEFAULT_NAMESPACE:
             backend = self.default_backend

@@ -63,5 +63,7 @@ def list_sessions(ctx: HandlerContext, payload: dict, now: float) -> Change:
         }
         if m.namespace:
             row["namespace"] = m.namespace
+        if ctx.node_id:  # a shared store: the node that owns it (this one)
+            row["owner"] = ctx.node_id
         rows.append(row)
     return Change(data={"total": len(ids), "sessions": rows})

@@ -25,6 +25,7 @@ class HandlerContext:
     registry: Registry
     namespaces: Mapping[str, SessionManager] | None = None
     namespace_info: Callable[[], list[dict[str, Any]]] | None = None
+    node_id: str = ""  # on a shared store: this node, owner of every session in memory
 
     def every(self) -> Mapping[str, SessionManager]:
         """namespace -> manager, for the events that look across namespaces."""

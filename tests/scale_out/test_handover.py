@@ -53,6 +53,7 @@ async def test_a_session_moves_to_the_node_its_event_reaches_and_back(
     assert started["ok"] and started["data"]["prefetch_count"] == 4, started
     wait_for(lambda: "s" not in sessions_of(a), "node a to release s")
     assert sessions_of(a) == {"other"} and sessions_of(b) == {"s"}
+    assert [r["owner"] for r in b.event("list_sessions")["data"]["sessions"]] == ["b"]
     # a released s as on a close: its own chunks went, the shared ones are still held.
     snap_a = await trace_snapshot(a.url)
     assert snap_a["refcounts"] == {"sys": 1, "tools": 1, "o1": 1}
