@@ -1,7 +1,7 @@
 """`make bench`: every benchmark, side by side, into bench/results/latest.{json,md}.
 
 Usage: python -m bench [--quick] [--only NAME[,NAME]] — names: throughput, recovery, memory,
-sdk, proxy, cache.
+sdk, proxy, cache, scale_out.
 """
 
 from __future__ import annotations
@@ -86,9 +86,17 @@ def _cache(quick: bool) -> tuple[dict, str]:
     return res, "```\n" + suite.table(res) + "\n```"
 
 
+def _scale_out(quick: bool) -> tuple[dict, str]:
+    from bench import scale_out
+
+    res = scale_out.run(seconds=3.0 if quick else 5.0, rounds=1 if quick else 2,
+                        handovers=100 if quick else 300)
+    return res, scale_out.table(res)
+
+
 BENCHES: dict[str, Callable[[bool], tuple[dict, str]]] = {
     "throughput": _throughput, "recovery": _recovery, "memory": _memory,
-    "sdk": _sdk, "proxy": _proxy, "cache": _cache,
+    "sdk": _sdk, "proxy": _proxy, "cache": _cache, "scale_out": _scale_out,
 }
 
 
