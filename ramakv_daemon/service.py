@@ -22,6 +22,8 @@ from ramakv_daemon.metrics import DaemonMetrics
 from ramakv_daemon.namespaces import BackendFactory, Namespace, Namespaces
 from ramakv_daemon.ports import Backend, SessionStore, StoreError
 from ramakv_daemon.trace import TraceHub
+from ramakv_daemon.trace_protocol import summary
+from ramakv_daemon.trace_snapshot import totals
 
 log = logging.getLogger("ramakv")
 
@@ -308,13 +310,14 @@ class EventService:
         return prefetch
 
     def _delta(self, c: Change) -> dict[str, Any]:
-        """What the event changed, as it stands now: the sessions and the refcounts."""
+        """What the event changed, as it stands now: session summaries (protocol 2 sends
+        no maps) and the refcounts."""
         manager = self.namespaces.managers[c.namespace]
         sessions = manager.sessions
         counts = manager.refcounts.counts
         return {
             "sessions": {
-                sid: (sessions[sid].to_dict() if sid in sessions else None)
+                sid: (summary(sessions[sid], counts) if sid in sessions else None)
                 for sid in c.prev_sessions
             },
             "refcounts": {h: counts.get(h, 0) for h in c.prev_counts},
@@ -326,6 +329,7 @@ class EventService:
             "kind": "event", "ts": time.time(), "type": type_, "session_id": session_id,
             "ok": ok, "data": c.data, "delta": delta,
             "prefetch": c.prefetch, "evict": c.evict_delete, "demote": c.evict_demote,
+            "totals": totals(self.namespaces.managers),
         }
         if c.namespace:
             record["namespace"] = c.namespace
@@ -370,38 +374,6 @@ class EventService:
                 log.info("[trace] global refcounts%s %s", where, m.refcounts.as_dict())
 
     # ---- views for the HTTP layer -------------------------------------------------------
-    def snapshot(self, session: str | None = None) -> dict[str, Any]:
-        """The trace stream's first message: all sessions and refcounts at ``seq``."""
-        managers = self.namespaces.managers
-        others: dict[str, Any] = {}
-        if session is not None:
-            owner = self.namespaces.owner(session)
-            m = managers[owner] if owner is not None else self.manager
-            sessions = m.sessions
-            picked = {session: sessions[session].to_dict()} if session in sessions else {}
-            wanted = set(picked[session]["chunk_hashes"]) if picked else set()  # type: ignore[arg-type]
-            counts = {h: n for h, n in m.refcounts.items() if h in wanted}
-            if m is not self.manager:
-                others[m.namespace] = {"refcounts": counts}
-                counts = {}
-        else:
-            picked = {}
-            for m in managers.values():
-                picked.update((sid, s.to_dict()) for sid, s in m.sessions.items())
-            counts = self.manager.refcounts.as_dict()
-            # Hashes mean something only within a namespace: the top-level refcounts are
-            # the default namespace's, the others' are listed under "namespaces".
-            others = {
-                key: {"refcounts": m.refcounts.as_dict()}
-                for key, m in managers.items() if m is not self.manager and len(m.refcounts)
-            }
-        snap = {"kind": "snapshot", "seq": self.trace.seq, "epoch": self.trace.epoch,
-                "ts": time.time(),
-                "sessions": picked, "refcounts": counts}
-        if others:
-            snap["namespaces"] = others
-        return snap
-
     def refresh_gauges(self) -> None:
         """Bring the state gauges up to date before /metrics renders."""
         m = self.metrics

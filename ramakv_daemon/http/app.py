@@ -13,7 +13,7 @@ from aiohttp import web
 from ramakv_daemon.adapters.backends.noop import NoopBackend
 from ramakv_daemon.adapters.sqlite_store import SqliteSessionStore
 from ramakv_daemon.config import Config
-from ramakv_daemon.http.trace_ws import trace_handler
+from ramakv_daemon.http.trace_ws import FAILURES, trace_handler
 from ramakv_daemon.ports import Backend, SessionStore
 from ramakv_daemon.service import EventService
 
@@ -82,6 +82,8 @@ async def auth_middleware(request: web.Request, handler):  # type: ignore[no-unt
     token = request.app[CONFIG_KEY].auth_token
     given = request.headers.get("Authorization", "").encode()
     if token and not hmac.compare_digest(given, f"Bearer {token}".encode()):
+        if request.path == "/trace":  # followers retry: one line per client, not per try
+            FAILURES.warn(request.remote or "?", "refused: missing or wrong bearer token")
         return _json(401, {"ok": False, "error": "missing or wrong bearer token"})
     return await handler(request)
 
