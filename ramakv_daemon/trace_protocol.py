@@ -37,10 +37,10 @@ def encode(record: Mapping[str, Any]) -> str:
 
 
 def shared_count(s: Session, counts: Mapping[str, int]) -> int:
-    """Distinct chunks of the map that some other session (or another fork) also holds.
+    """Distinct chunks of the map that some other session also holds.
 
     A chunk is shared when its global refcount is above the references this session
-    holds on it itself: one for an active map, one per fork hold that lists it.
+    holds on it itself: one for an active map, one per own fork hold that lists it.
     """
     unique = set(s.chunk_hashes)
     if not unique:
