@@ -79,13 +79,17 @@ class TraceLog(RichLog):
             if self.wants(rec):
                 self.write(line(rec))
 
+    def note(self, text: str) -> None:
+        """A dim line of the console's own (e.g. how many records a burst skipped)."""
+        self.write(Text(text, style="dim italic"))
+
     def show(self, records: Iterable[dict[str, Any]]) -> None:
         """Clear and write the given history (a filter changed)."""
         self.clear()
         self.held.clear()
-        for rec in records:
-            if self.wants(rec):
-                self.write(line(rec))
+        wanted = [rec for rec in records if self.wants(rec)]
+        for rec in wanted[-self.max_lines:] if self.max_lines else wanted:
+            self.write(line(rec))
 
     def set_paused(self, paused: bool) -> int:
         """Pause or resume; on resume the held records are written. Returns how many."""
