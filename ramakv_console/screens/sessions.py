@@ -27,6 +27,7 @@ class SessionsScreen(SessionActionsMixin):
     def __init__(self, **kwargs: object) -> None:
         super().__init__(**kwargs)  # type: ignore[arg-type]
         self._stale = False
+        self._status_text = ""
 
     def compose(self) -> ComposeResult:
         yield StatsHeader(id="stats")
@@ -71,7 +72,10 @@ class SessionsScreen(SessionActionsMixin):
             parts.append(f"filter: '{t.filter_text}' (esc clears)")
         if not t.show_suspended:
             parts.append("suspended hidden")
-        self.query_one("#table-status", Label).update(" · ".join(parts))
+        text = " · ".join(parts)
+        if text != self._status_text:  # an unchanged label costs no repaint
+            self._status_text = text
+            self.query_one("#table-status", Label).update(text)
 
     def selected_session(self) -> str | None:
         return self.table.selected_id()

@@ -15,7 +15,7 @@ from rich.text import Text
 from sortedcontainers import SortedList
 from textual.binding import Binding
 from textual.events import Click
-from textual.geometry import Size
+from textual.geometry import Region, Size
 from textual.scroll_view import ScrollView
 from textual.strip import Strip
 
@@ -153,21 +153,41 @@ class SessionTable(ScrollView, can_focus=True):
         current = self.selected_id()
         mode = self.sort_key
         sessions = self.state.sessions
+        top = int(self.scroll_offset.y)
+        bottom = top + max(1, self.size.height - 1)
+        shifted = False  # rows on screen moved: repaint all of it
+        lines: set[int] = set()  # else only these rows changed in place
+        index = self.index
         for sid in changes.sessions:
-            old = self.keys.pop(sid, None)
+            old = self.keys.get(sid)
+            key = sort_key(mode, sessions[sid]) if self.wants(sid) else None
+            if old is not None and key == old:
+                pos = index.index(old)  # same place: only its cells may differ
+                if top <= pos < bottom:
+                    lines.add(pos)
+                continue
             if old is not None:
-                self.index.discard(old)
-            if self.wants(sid):
-                key = sort_key(mode, sessions[sid])
+                del self.keys[sid]
+                shifted = shifted or index.index(old) < bottom
+                index.remove(old)
+            if key is not None:
                 self.keys[sid] = key
-                self.index.add(key)
+                index.add(key)
+                shifted = shifted or index.index(key) < bottom
                 if len(sid) > self.id_width and self.id_width < MAX_ID_WIDTH:
                     self.id_width = min(MAX_ID_WIDTH, len(sid))
-        self._resize()
+                    shifted = True
+        if self.virtual_size.height != len(index) + 1:
+            self._resize()
         if current is not None and current in self.keys:
             self.cursor_row = self.get_row_index(current)
-        self.cursor_row = max(0, min(self.cursor_row, len(self.index) - 1))
-        self.refresh()
+        self.cursor_row = max(0, min(self.cursor_row, len(index) - 1))
+        if shifted:
+            self.refresh()
+        else:
+            width = self.size.width
+            for pos in lines:
+                self.refresh(Region(0, pos - top + 1, width, 1))
 
     def _resize(self) -> None:
         width = self.id_width + sum(WIDTHS.values()) + len(WIDTHS) + 2
