@@ -84,6 +84,9 @@ class ConsoleState:
         self.sessions: dict[str, SessionView] = {}
         self.suspended = 0  # kept as rows change: the header never recounts
         self.totals: dict[str, int] = {"sessions": 0, "chunks": 0, "references": 0}
+        # fork id -> {fork_id, session_id, created_ts, chunk_count}: open forks, also those
+        # of closed parents (a fork outlives its parent's close).
+        self.forks: dict[int, dict[str, Any]] = {}
         self.events: deque[dict[str, Any]] = deque(maxlen=max_events)
         self.seq = 0
         self.loading = False  # a snapshot's parts are still arriving
@@ -118,6 +121,30 @@ class ConsoleState:
             return "-"
         return age_text(self.clock() - s.last_event_ts)
 
+    def forks_of(self, sid: str) -> list[dict[str, Any]]:
+        """The session's open forks, oldest first (its parent may be closed)."""
+        return [f for _, f in sorted(self.forks.items()) if f.get("session_id") == sid]
+
+    def fork_ages(self, sid: str) -> str:
+        """'#1 5m, #3 2s' for the session's open forks; '-' when none."""
+        now = self.clock()
+        return ", ".join(
+            f"#{f['fork_id']} {age_text(now - float(f.get('created_ts') or now))}"
+            for f in self.forks_of(sid)
+        ) or "-"
+
+    def _put_forks(self, forks: dict[str, Any]) -> set[str]:
+        """Apply fork id -> summary (None = ended); the parents touched."""
+        parents: set[str] = set()
+        for fid, value in forks.items():
+            old = self.forks.pop(int(fid), None)
+            if old is not None:
+                parents.add(str(old.get("session_id")))
+            if value is not None:
+                self.forks[int(fid)] = dict(value)
+                parents.add(str(value.get("session_id")))
+        return parents
+
     def session_events(self, sid: str, limit: int = 50) -> list[dict[str, Any]]:
         """The newest events that touched ``sid``, oldest first."""
         out: list[dict[str, Any]] = []
@@ -146,6 +173,7 @@ class ConsoleState:
     def apply_snapshot(self, msg: dict[str, Any]) -> Changes:
         """A snapshot header: forget every row; its parts follow."""
         self.sessions.clear()
+        self.forks.clear()
         self.suspended = 0
         self.totals = dict(msg.get("totals") or self.totals)
         self.seq = int(msg.get("seq") or 0)
@@ -158,6 +186,10 @@ class ConsoleState:
         for row in msg.get("sessions") or ():
             if isinstance(row, dict) and isinstance(row.get("session_id"), str):
                 self._put(row["session_id"], row, changes)
+                self._put_forks({str(f["fork_id"]): f for f in row.get("forks") or ()})
+        # Forks of closed parents (a live parent's come with its row).
+        changes.sessions |= self._put_forks(
+            {str(f["fork_id"]): f for f in msg.get("forks") or () if isinstance(f, dict)})
         for h, n in (msg.get("refcounts") or {}).items():
             changes.chunks[str(h)] = int(n)
         if msg.get("last"):
@@ -177,6 +209,9 @@ class ConsoleState:
         delta = rec.get("delta") or {}
         for sid, value in (delta.get("sessions") or {}).items():
             self._put(sid, value, changes)
+        forks = delta.get("forks") or {}
+        if forks:
+            changes.sessions |= self._put_forks(forks)
         for h, n in (delta.get("refcounts") or {}).items():
             changes.chunks[h] = int(n or 0)
         return changes

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import time
+from collections.abc import Callable
 from typing import Any
 
 from ramakv_daemon.committer import GroupCommitter
@@ -13,6 +15,7 @@ from ramakv_daemon.config import Config
 from ramakv_daemon.core.change import Change
 from ramakv_daemon.core.errors import InvalidEvent, RamAKvError
 from ramakv_daemon.core.events import Limits, check_required
+from ramakv_daemon.core.fork import Fork
 from ramakv_daemon.core.manager import SessionManager
 from ramakv_daemon.core.session import Session
 from ramakv_daemon.debug_files import wants_debug_file, write_debug_file
@@ -21,6 +24,7 @@ from ramakv_daemon.idempotency import AnswerCache
 from ramakv_daemon.metrics import DaemonMetrics
 from ramakv_daemon.namespaces import BackendFactory, Namespace, Namespaces
 from ramakv_daemon.ports import Backend, SessionStore, StoreError
+from ramakv_daemon.shared_counts import SharedCounts
 from ramakv_daemon.trace import TraceHub
 from ramakv_daemon.trace_protocol import summary
 from ramakv_daemon.trace_snapshot import totals
@@ -38,10 +42,13 @@ class EventService:
         backend: Backend,
         registry: Registry = DEFAULT_REGISTRY,
         backend_factory: BackendFactory | None = None,
+        clock: Callable[[], float] = time.time,
     ) -> None:
         """``backend`` steers the unnamed default namespace and every deployment without
-        its own lmcache_url; ``backend_factory(url, evict_locations)`` builds the others."""
+        its own lmcache_url; ``backend_factory(url, evict_locations)`` builds the others.
+        ``clock`` is the wall clock events and fork expiry read (tests inject one)."""
         self.config = config
+        self.clock = clock
         self.store = store
         self.backend = backend
         self.registry = registry
@@ -66,6 +73,9 @@ class EventService:
         self.dispatcher = default.dispatcher
         self.answers = AnswerCache(config.idempotency_window)
         self._budget_warned: dict[str, float] = {}
+        self._expiry_task: asyncio.Task[None] | None = None
+        self.shared = SharedCounts()
+        self._warm_task: asyncio.Task[int] | None = None
 
     # ---- life cycle ------------------------------------------------------------------
     async def start(self) -> None:
@@ -75,8 +85,14 @@ class EventService:
         groups: dict[str, list[Session]] = {key: [] for key in self.namespaces.managers}
         for s in await self.store.load_all():
             groups.setdefault(s.namespace, []).append(s)
+        forks, next_fork_id = await self.store.load_forks()
+        fork_groups: dict[str, list[Fork]] = {}
+        for f in forks:
+            fork_groups.setdefault(f.namespace, []).append(f)
+            groups.setdefault(f.namespace, [])
+        self.namespaces.fork_ids.seen(next_fork_id - 1)
         for key, group in groups.items():
-            self.namespaces.add(key).manager.load(group)
+            self.namespaces.add(key).manager.load(group, fork_groups.get(key, ()))
         for row_id, key, entries in await self.store.load_outbox():
             self.committer.next_row_id = max(self.committer.next_row_id, row_id + 1)
             self.namespaces.add(key).dispatcher.load(row_id, entries)
@@ -84,9 +100,10 @@ class EventService:
             self.answers.remember(event_id, json.loads(body))
         managers = self.namespaces.managers.values()
         log.info(
-            "ram-a-kv restored %d sessions, %d chunks, %d references in %d namespaces "
-            "in %.3fs from %s",
-            sum(len(m.sessions) for m in managers), sum(len(m.refcounts) for m in managers),
+            "ram-a-kv restored %d sessions, %d open forks, %d chunks, %d references in %d "
+            "namespaces in %.3fs from %s",
+            sum(len(m.sessions) for m in managers), sum(len(m.forks) for m in managers),
+            sum(len(m.refcounts) for m in managers),
             sum(m.refcounts.total_references() for m in managers), len(managers),
             time.perf_counter() - t0, self.config.session_store_path,
         )
@@ -101,9 +118,27 @@ class EventService:
                 )
             if ns.delivers:
                 ns.dispatcher.start()
+        # Every stored session's shared_count, in the background: snapshots then need
+        # no refcount lookups (seconds of them at 50,000 sessions x 512 chunks).
+        self._warm_task = asyncio.get_running_loop().create_task(
+            self.shared.warm(self.namespaces.managers), name="shared-counts"
+        )
+        if self.config.fork_hold_ttl_s > 0:
+            await self.expire_forks()  # holds that expired while the daemon was down
+            self._expiry_task = asyncio.get_running_loop().create_task(
+                self._expire_forks_forever(), name="fork-expiry"
+            )
 
     async def stop(self) -> None:
         """Close subscribers, flush commits and backend calls, close the store."""
+        if self._warm_task is not None and not self._warm_task.done():
+            self._warm_task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._warm_task
+        if self._expiry_task is not None:
+            self._expiry_task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._expiry_task
         self.trace.close_all("daemon shutting down")
         for ns in self.namespaces:
             await ns.dispatcher.close()
@@ -211,17 +246,17 @@ class EventService:
         """
         busy = self.committer.busy
         try:
-            change = apply(ns.ctx, payload, time.time())
+            change = apply(ns.ctx, payload, self.clock())
         except RamAKvError:
             if not busy:
                 raise
             await self.committer.barrier()
-            change = apply(ns.ctx, payload, time.time())
+            change = apply(ns.ctx, payload, self.clock())
             change.namespace = ns.key
             return change
         if busy and not (change.durable or change.evict_delete or change.evict_demote):
             await self.committer.barrier()
-            change = apply(ns.ctx, payload, time.time())
+            change = apply(ns.ctx, payload, self.clock())
         change.namespace = ns.key
         return change
 
@@ -289,7 +324,8 @@ class EventService:
         if back and not prefetch and session is not None and not session.suspended:
             prefetch = list(session.unique_hashes())
         if b.due(type_, len(m.refcounts), now):  # resident <= referenced: cheap test first
-            plan = b.plan_fast(m.sessions, m.refcounts.counts, now)
+            holds = m.fork_holds_by_session() if len(m.forks) else None
+            plan = b.plan_fast(m.sessions, m.refcounts.counts, now, holds)
             if plan.victims:
                 b.apply(plan)
                 ns.dispatcher.demote(plan.demote)
@@ -313,15 +349,29 @@ class EventService:
         """What the event changed, as it stands now: session summaries (protocol 2 sends
         no maps) and the refcounts."""
         manager = self.namespaces.managers[c.namespace]
-        sessions = manager.sessions
         counts = manager.refcounts.counts
-        return {
-            "sessions": {
-                sid: (summary(sessions[sid], counts) if sid in sessions else None)
-                for sid in c.prev_sessions
-            },
+        delta: dict[str, Any] = {
+            "sessions": {sid: self._summary(manager, sid) for sid in c.prev_sessions},
             "refcounts": {h: counts.get(h, 0) for h in c.prev_counts},
         }
+        if c.prev_forks:  # fork id -> its summary, or None once ended
+            forks = manager.forks
+            delta["forks"] = {
+                str(fid): (f.summary() if (f := forks.get(fid)) is not None else None)
+                for fid in c.prev_forks
+            }
+        return delta
+
+    def _summary(self, manager: SessionManager, sid: str) -> dict[str, Any] | None:
+        """A session's trace summary now (None when gone); its shared_count is kept for
+        snapshots (see shared_counts)."""
+        s = manager.sessions.get(sid)
+        if s is None:
+            self.shared.put(manager.namespace, sid, None)
+            return None
+        row = summary(s, manager.refcounts.counts, manager.forks.of(sid))
+        self.shared.put(manager.namespace, sid, row["shared_count"])
+        return row
 
     def _publish(self, type_: str, session_id: str | None, ok: bool, c: Change) -> None:
         delta = c.notes.get("_delta") or self._delta(c)
@@ -373,6 +423,52 @@ class EventService:
             if m.sessions or not key:
                 log.info("[trace] global refcounts%s %s", where, m.refcounts.as_dict())
 
+    # ---- fork expiry ------------------------------------------------------------------
+    async def expire_forks(self) -> int:
+        """Release every fork hold older than fork_hold_ttl_s, as its fork_end would.
+
+        Each expiry is logged at WARNING (a subagent that never sent its fork_end) and
+        published on the trace as a ``fork_expire`` event. Returns how many expired.
+        """
+        ttl, total = self.config.fork_hold_ttl_s, 0
+        for ns in list(self.namespaces):
+            if not len(ns.manager.forks):
+                continue
+            if self.committer.busy:
+                await self.committer.barrier()  # never decide from a change still in doubt
+            now = self.clock()
+            change = ns.manager.expire_forks(now, ttl)
+            if change is None:
+                continue
+            change.namespace = ns.key
+            change.notes["_delta"] = self._delta(change)
+            try:
+                await self.committer.submit(change)
+            except StoreError as err:  # rolled back: the next pass tries again
+                log.error("fork expiry not persisted (will retry): %s", err)
+                continue
+            for row in change.data["expired"]:  # type: ignore[union-attr]
+                log.warning(
+                    "fork hold expired: session=%s fork_id=%s age=%.0fs (older than "
+                    "fork_hold_ttl_s=%g; its session_fork_end never came)%s",
+                    _loggable(str(row["session_id"])), row["fork_id"], row["age_s"], ttl,
+                    f" namespace={ns.key}" if ns.key else "",
+                )
+            total += len(change.data["expired"])  # type: ignore[arg-type]
+            self._publish("fork_expire", None, True, change)
+            self.metrics.forks_expired.inc(len(change.data["expired"]))  # type: ignore[arg-type]
+        return total
+
+    async def _expire_forks_forever(self) -> None:
+        """Look for expired holds every ttl/10 (at least 1 s, at most 60 s)."""
+        interval = min(60.0, max(1.0, self.config.fork_hold_ttl_s / 10))
+        while True:
+            await asyncio.sleep(interval)
+            try:
+                await self.expire_forks()
+            except Exception:  # noqa: BLE001 - the loop must outlive one bad pass
+                log.exception("fork expiry pass failed")
+
     # ---- views for the HTTP layer -------------------------------------------------------
     def refresh_gauges(self) -> None:
         """Bring the state gauges up to date before /metrics renders."""
@@ -387,6 +483,7 @@ class EventService:
             sum(x.refcounts.total_references() for x in self.namespaces.managers.values())
         )
         m.subscribers.set(len(self.trace.subscribers))
+        m.open_forks.set(sum(len(x.forks) for x in self.namespaces.managers.values()))
         m.evict_backlog.set(sum(r["evict_backlog"] for r in rows))
         m.namespaces(self.namespaces)
 

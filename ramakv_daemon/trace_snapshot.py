@@ -8,25 +8,47 @@ from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from ramakv_daemon.core.fork import Fork
 from ramakv_daemon.core.manager import SessionManager
 from ramakv_daemon.core.session import Session
-from ramakv_daemon.trace_protocol import MAX_MESSAGE_BYTES, PART_BYTES, PROTOCOL, encode, summary
+from ramakv_daemon.shared_counts import SharedCounts
+from ramakv_daemon.trace_protocol import (
+    MAX_MESSAGE_BYTES,
+    PART_BYTES,
+    PROTOCOL,
+    encode,
+    summary,
+)
 
 # One slice of work between two yields to the event loop.
 SLICE_SECONDS = 0.003
 
 
 @dataclass(slots=True)
+class Row:
+    """One session as frozen: its immutable value, its namespace's live refcounts and its
+    open forks (immutable values too)."""
+
+    session: Session
+    namespace: str
+    counts: Mapping[str, int]
+    forks: list[Fork]
+
+
+@dataclass(slots=True)
 class FrozenSnapshot:
-    """What a snapshot will say, taken with no await: Session values are immutable, so a
-    list of them is the state at ``seq`` (refcounts are read live while encoding)."""
+    """What a snapshot will say, taken with no await: Session and Fork values are
+    immutable, so lists of them are the state at ``seq`` (refcounts are read live while
+    encoding)."""
 
     seq: int
     epoch: str
     header: dict[str, Any]
-    sessions: list[tuple[Session, Mapping[str, int]]]
+    rows: list[Row]
+    orphan_forks: list[Fork]  # open forks of closed parents (a fork outlives its parent)
     chunks: list[str]  # with a session filter: the chunks whose refcounts are sent
     counts: Mapping[str, int]
+    shared: SharedCounts | None = None
 
 
 def totals(managers: Mapping[str, SessionManager]) -> dict[str, int]:
@@ -39,19 +61,17 @@ def totals(managers: Mapping[str, SessionManager]) -> dict[str, int]:
     }
 
 
-def held_chunks(s: Session | None) -> set[str]:
-    """The chunks a session holds references on (its active map and its fork holds)."""
-    if s is None:
-        return set()
-    out = s.held_hashes()
-    for hold in s.fork_holds:
-        out.update(hold)
+def held_chunks(s: Session | None, forks: list[Fork]) -> set[str]:
+    """The chunks a session holds references on (its active map and its open forks)."""
+    out = s.held_hashes() if s is not None else set()
+    for fork in forks:
+        out.update(fork.hashes)
     return out
 
 
 def freeze(
     managers: Mapping[str, SessionManager], default: SessionManager, seq: int, epoch: str,
-    session: str | None = None, owner: str | None = None,
+    session: str | None = None, owner: str | None = None, shared: SharedCounts | None = None,
 ) -> FrozenSnapshot:
     """The snapshot at ``seq``; with ``session`` only that session and its chunks."""
     header: dict[str, Any] = {
@@ -62,15 +82,22 @@ def freeze(
     if session is not None:
         m = managers[owner] if owner is not None else default
         s = m.sessions.get(session)
-        picked = [(s, m.refcounts.counts)] if s is not None else []
-        chunks = sorted(held_chunks(s))
-        header["totals"]["sessions"] = len(picked)
-        return FrozenSnapshot(seq, epoch, header, picked, chunks, m.refcounts.counts)
-    picked = []
-    for m in managers.values():
+        forks = m.forks.of(session)
+        rows = [Row(s, m.namespace, m.refcounts.counts, forks)] if s is not None else []
+        orphans = forks if s is None else []
+        chunks = sorted(held_chunks(s, forks))
+        header["totals"]["sessions"] = len(rows)
+        return FrozenSnapshot(seq, epoch, header, rows, orphans, chunks,
+                              m.refcounts.counts, shared)
+    rows, orphans = [], []
+    for key, m in managers.items():
         counts = m.refcounts.counts
-        picked.extend((s, counts) for s in m.sessions.values())
-    return FrozenSnapshot(seq, epoch, header, picked, [], default.refcounts.counts)
+        book = m.forks
+        by_parent = {sid: book.of(sid) for sid in book.parents()}
+        rows.extend(Row(s, key, counts, by_parent.get(sid, [])) for sid, s in m.sessions.items())
+        orphans.extend(f for sid, fs in by_parent.items() if sid not in m.sessions for f in fs)
+    return FrozenSnapshot(seq, epoch, header, rows, orphans, [], default.refcounts.counts,
+                          shared)
 
 
 async def messages(frozen: FrozenSnapshot) -> AsyncIterator[str]:
@@ -78,32 +105,55 @@ async def messages(frozen: FrozenSnapshot) -> AsyncIterator[str]:
     saying ``"last": true``; the loop gets a turn every SLICE_SECONDS of work."""
     yield encode(frozen.header)
     base = {"kind": "snapshot_sessions", "seq": frozen.seq, "epoch": frozen.epoch}
-    part: list[str] = []
-    size = 0
+    part = Part()
     index = 0
     deadline = time.perf_counter() + SLICE_SECONDS
-    for i, (s, counts) in enumerate(frozen.sessions):
-        text = encode(summary(s, counts))
-        part.append(text)
-        size += len(text) + 1
-        if size >= PART_BYTES:
-            yield _part(base, index, part, False)
-            index, part, size = index + 1, [], 0
+    known = frozen.shared.get if frozen.shared is not None else None
+    for i, row in enumerate(frozen.rows):
+        s = row.session
+        cached = known(row.namespace, s.session_id) if known is not None else None
+        part.add_session(encode(summary(s, row.counts, row.forks, cached)))
+        if part.size >= PART_BYTES:
+            yield part.encode(base, index, False)
+            index, part = index + 1, Part()
         if i % 32 == 31 and time.perf_counter() > deadline:
             await asyncio.sleep(0)
             deadline = time.perf_counter() + SLICE_SECONDS
-    refcounts: dict[str, int] = {}
+    for fork in frozen.orphan_forks:
+        part.add_fork(encode(fork.summary()))
+        if part.size >= PART_BYTES:
+            yield part.encode(base, index, False)
+            index, part = index + 1, Part()
     for h in frozen.chunks:  # a filtered snapshot: that session's chunks, live counts
-        refcounts[h] = frozen.counts.get(h, 0)
-        size += len(h) + 12
-        if size >= PART_BYTES:
-            yield _part(base, index, part, False, refcounts)
-            index, part, size, refcounts = index + 1, [], 0, {}
-    yield _part(base, index, part, True, refcounts)
+        part.refcounts[h] = frozen.counts.get(h, 0)
+        part.size += len(h) + 12
+        if part.size >= PART_BYTES:
+            yield part.encode(base, index, False)
+            index, part = index + 1, Part()
+    yield part.encode(base, index, True)
 
 
-def _part(base: dict[str, Any], index: int, sessions: list[str], last: bool,
-          refcounts: dict[str, int] | None = None) -> str:
-    """One part; session summaries are already JSON text, so they are spliced in."""
-    head = encode({**base, "part": index, "last": last, "refcounts": refcounts or {}})
-    return head[:-1] + ',"sessions":[' + ",".join(sessions) + "]}"
+class Part:
+    """One snapshot_sessions message being filled; summaries are JSON text already."""
+
+    __slots__ = ("forks", "refcounts", "sessions", "size")
+
+    def __init__(self) -> None:
+        self.sessions: list[str] = []
+        self.forks: list[str] = []
+        self.refcounts: dict[str, int] = {}
+        self.size = 0
+
+    def add_session(self, text: str) -> None:
+        self.sessions.append(text)
+        self.size += len(text) + 1
+
+    def add_fork(self, text: str) -> None:
+        self.forks.append(text)
+        self.size += len(text) + 1
+
+    def encode(self, base: dict[str, Any], index: int, last: bool) -> str:
+        """The part's JSON text (the summaries spliced in)."""
+        head = encode({**base, "part": index, "last": last, "refcounts": self.refcounts})
+        return (head[:-1] + ',"forks":[' + ",".join(self.forks) + '],"sessions":['
+                + ",".join(self.sessions) + "]}")

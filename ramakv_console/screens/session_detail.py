@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from rich.markup import escape
 from textual import work
 from textual.app import ComposeResult
 from textual.binding import Binding
@@ -60,8 +61,10 @@ class SessionDetailScreen(SessionActionsMixin):
     def _summary(self) -> None:
         s = self.state.sessions.get(self.session_id)
         box = self.query_one("#detail-summary", Static)
+        forks = self.state.fork_ages(self.session_id)  # a closed parent's forks stay open
         if s is None:
-            box.update(f"[b]{self.session_id}[/b]  [red]gone (closed)[/red]")
+            box.update(f"[b]{self.session_id}[/b]  [red]gone (closed)[/red]  "
+                       f"open forks {escape(forks)}")
             return
         table = self.query_one(ChunkMapTable)
         distinct = f" ({len(set(table.hashes))} distinct)" if table.loaded else ""
@@ -69,8 +72,8 @@ class SessionDetailScreen(SessionActionsMixin):
         box.update(
             f"[b]{s.session_id}[/b]  [{colour}]{s.state}[/{colour}]  turns {s.turn_count}  "
             f"chunks {s.chunk_count}{distinct}  shared {s.shared_count}  "
-            f"fork holds {s.fork_holds}  last event {self.state.age(self.session_id)} ago"
-            + (f"\n[red]map: {table.error}[/red]" if table.error else "")
+            f"open forks {escape(forks)}  last event {self.state.age(self.session_id)} ago"
+            + (f"\n[red]map: {escape(table.error)}[/red]" if table.error else "")
         )
 
     def _on_revision(self, _revision: int) -> None:

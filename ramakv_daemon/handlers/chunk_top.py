@@ -53,7 +53,7 @@ async def top(ctx: HandlerContext, k: int, prefix: str) -> tuple[list[tuple[int,
     that number is exact.
 
     The refcount table cannot be iterated across awaits (it changes size), so the scan
-    walks a list of the sessions (immutable values, cheap to copy) in slices of a few
+    walks a list of the active maps and fork holds (immutable tuples) in slices of a few
     milliseconds; counts are read live. A chunk listed by many sessions is seen many
     times; the heap's member set keeps it from being taken twice.
     """
@@ -61,32 +61,32 @@ async def top(ctx: HandlerContext, k: int, prefix: str) -> tuple[list[tuple[int,
     counts = m.refcounts.counts
     if not prefix and len(counts) == 0:
         return [], 0, True
-    sessions = list(m.sessions.values())
+    # Open forks hold references too (also those of closed parents): scanned as lists.
+    sources: list[tuple[str, ...]] = [s.chunk_hashes for s in m.sessions.values()
+                                      if not s.suspended]
+    sources.extend(f.hashes for f in m.forks.values())
     heap: list[tuple[int, _Worse]] = []
     members: set[str] = set()
     matched: set[str] | None = set() if prefix else None
     deadline = time.perf_counter() + SLICE_SECONDS
-    for i, s in enumerate(sessions):
-        lists = [s.chunk_hashes] if not s.suspended else []
-        lists.extend(s.fork_holds)
-        for hashes in lists:
-            for h in hashes:
-                if prefix and not h.startswith(prefix):
-                    continue
-                n = counts.get(h, 0)
-                if not n:
-                    continue
-                if matched is not None and len(matched) < MAX_COUNTED:
-                    matched.add(h)
-                if h in members:
-                    continue
-                if len(heap) < k:
-                    heapq.heappush(heap, (n, _Worse(h)))
-                    members.add(h)
-                elif n >= heap[0][0] and heap[0] < (n, _Worse(h)):
-                    _, gone = heapq.heapreplace(heap, (n, _Worse(h)))
-                    members.discard(gone)
-                    members.add(h)
+    for i, hashes in enumerate(sources):
+        for h in hashes:
+            if prefix and not h.startswith(prefix):
+                continue
+            n = counts.get(h, 0)
+            if not n:
+                continue
+            if matched is not None and len(matched) < MAX_COUNTED:
+                matched.add(h)
+            if h in members:
+                continue
+            if len(heap) < k:
+                heapq.heappush(heap, (n, _Worse(h)))
+                members.add(h)
+            elif n >= heap[0][0] and heap[0] < (n, _Worse(h)):
+                _, gone = heapq.heapreplace(heap, (n, _Worse(h)))
+                members.discard(gone)
+                members.add(h)
         if i % 16 == 15 and time.perf_counter() > deadline:
             await asyncio.sleep(0)
             deadline = time.perf_counter() + SLICE_SECONDS

@@ -28,8 +28,9 @@ def session_chunks(ctx: HandlerContext, payload: dict, now: float) -> Change:
     counts = ctx.manager.refcounts.counts
     page = s.chunk_hashes[offset : offset + limit]
     own = dict.fromkeys(page, 0 if s.suspended else 1)
-    for hold in s.fork_holds:
-        for h in hold:
+    forks = ctx.manager.forks.of(sid)
+    for fork in forks:
+        for h in fork.hashes:
             if h in own:
                 own[h] += 1
     rows = []
@@ -41,5 +42,6 @@ def session_chunks(ctx: HandlerContext, payload: dict, now: float) -> Change:
         "total": len(s.chunk_hashes), "offset": offset, "chunks": rows,
     }
     if forks:
-        data["fork_holds"] = [list(hold) for hold in s.fork_holds]
+        data["fork_holds"] = [list(f.hashes) for f in forks]
+        data["fork_ids"] = [f.fork_id for f in forks]
     return Change(data=data)

@@ -85,7 +85,7 @@ async def trace_handler(request: web.Request) -> web.StreamResponse:
     def chunks_of(sid: str) -> set[str]:
         owner = namespaces.owner(sid)
         m = namespaces.managers[owner] if owner is not None else service.manager
-        return held_chunks(m.sessions.get(sid))
+        return held_chunks(m.sessions.get(sid), m.forks.of(sid))
 
     # Subscribing and freezing the first messages happen with no await in between, so no
     # event can slip between the snapshot/replay and the live stream.
@@ -144,6 +144,7 @@ async def _snapshot(service: object, session: str | None):  # type: ignore[no-un
     frozen = freeze(
         ns.managers, service.manager, hub.seq, hub.epoch,  # type: ignore[attr-defined]
         session, ns.owner(session) if session is not None else None,
+        service.shared,  # type: ignore[attr-defined]
     )
     async for text in messages(frozen):
         yield text

@@ -47,8 +47,10 @@ def fixed_snapshot() -> list[dict[str, Any]]:
                 "chunk_count": len(MAPS[sid]), "shared_count": shared, "fork_holds": holds,
                 "last_event_ts": FIXED_NOW - ago}
 
+    fork = {"fork_id": 1, "session_id": "agent-alpha", "created_ts": FIXED_NOW - 300,
+            "chunk_count": 3}
     sessions = [
-        s("agent-alpha", "active", 7, 2, 1, 12),
+        {**s("agent-alpha", "active", 7, 2, 1, 12), "forks": [fork]},
         s("agent-beta", "active", 3, 2, 0, 95),
         s("agent-gamma", "suspended", 12, 1, 0, 7300),
     ]
@@ -64,7 +66,9 @@ def canned_answer(event: dict[str, Any]) -> dict[str, Any]:
     """What the fake daemon answers for the console's own reads."""
     kind = event.get("type")
     if kind == "list_events":
-        return {"events": CATALOGUE}
+        admin = {"chunk_evict"}
+        return {"events": {k: v for k, v in CATALOGUE.items() if k not in admin},
+                "admin_events": {k: v for k, v in CATALOGUE.items() if k in admin}}
     if kind == "session_chunks":
         hashes = MAPS.get(str(event.get("session_id")), [])
         own = {"agent-alpha": {"sys-0": 2, "sys-1": 2, "a-2": 2}}.get(

@@ -88,6 +88,37 @@ def test_toml_diff_and_url_validation() -> None:
     assert config_io.parse_value(spec, "https://lmcache:6999") == "https://lmcache:6999"
 
 
+def test_open_forks_by_id_with_their_age_outlive_the_parent() -> None:
+    now = [1000.0]
+    st = ConsoleState(clock=lambda: now[0])
+    fork = {"fork_id": 7, "session_id": "p", "created_ts": 700.0, "chunk_count": 1}
+    snap = snapshot(1, [{**row("p", 1, holds=1), "forks": [fork]}])
+    st.apply(snap)
+    assert st.fork_ages("p") == "#7 5m"
+    later = {"fork_id": 9, "session_id": "p", "created_ts": 990.0, "chunk_count": 1}
+    rec = ev(2, {"p": None}, {"x": 2}, "p")  # the parent closes; its forks stay
+    rec["delta"]["forks"] = {"9": later}
+    ch = st.apply([rec])
+    assert "p" in ch.sessions and "p" not in st.sessions
+    assert [f["fork_id"] for f in st.forks_of("p")] == [7, 9]
+    now[0] = 1010.0
+    assert st.fork_ages("p") == "#7 5m, #9 20s"
+    end = ev(3, {}, {"x": 1}, "p")
+    end["delta"]["forks"] = {"7": None}
+    assert "p" in st.apply([end]).sessions  # the parent's detail must redraw
+    assert st.fork_ages("p") == "#9 20s" and st.fork_ages("q") == "-"
+
+
+def test_fork_id_is_a_number_in_the_form() -> None:
+    fields = form_fields({"required": ["session_id"], "optional": ["fork_id"]})
+    assert build_event("session_fork_end", fields, {"session_id": "p", "fork_id": " 3 "}) == {
+        "type": "session_fork_end", "session_id": "p", "fork_id": 3}
+    assert build_event("session_fork_end", fields, {"session_id": "p", "fork_id": ""}) == {
+        "type": "session_fork_end", "session_id": "p"}
+    with pytest.raises(ValueError, match="fork_id must be a whole number"):
+        build_event("session_fork_end", fields, {"session_id": "p", "fork_id": "x"})
+
+
 def test_build_event_from_form() -> None:
     fields = form_fields({"required": ["session_id", "kv_transfer_params"],
                           "optional": ["debug_context"]})
@@ -201,3 +232,13 @@ def test_session_view_keeps_the_namespace() -> None:
     named = SessionView.from_dict("a", {"state": "active", "namespace": "kvp-0123abcd"})
     plain = SessionView.from_dict("b", {"state": "suspended"})
     assert named.namespace == "kvp-0123abcd" and plain.namespace == ""
+
+
+def test_a_closed_parents_forks_come_in_the_snapshot_parts() -> None:
+    st = ConsoleState(clock=lambda: 1000.0)
+    fork = {"fork_id": 3, "session_id": "gone", "created_ts": 940.0, "chunk_count": 2}
+    snap = snapshot(1, [row("a", 1)])
+    snap[-1]["forks"] = [fork]
+    ch = st.apply(snap)
+    assert "gone" in ch.sessions and "gone" not in st.sessions
+    assert st.fork_ages("gone") == "#3 1m"

@@ -110,7 +110,8 @@ class NamespaceMachine(RuleBasedStateMachine):
     @invariant()
     def each_namespace_matches_its_model(self) -> None:
         for m in self.spaces.managers.values():
-            assert m.refcounts.as_dict() == recompute_refcounts(m.sessions.values())
+            expected = recompute_refcounts(m.sessions.values(), m.forks.values())
+            assert m.refcounts.as_dict() == expected
             assert m.parked == recompute_parked(m.sessions.values())
 
 

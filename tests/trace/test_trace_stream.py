@@ -54,10 +54,13 @@ async def test_snapshot_then_deltas_reproduce_daemon_state(daemon: Daemon) -> No
     state: dict[str, Any] = {}
     snap = await recv(ws)
     assert snap["kind"] == "snapshot" and snap["seq"] == 2 and snap["protocol"] == 2
-    assert snap["sessions"]["pre"] == {
+    pre = snap["sessions"]["pre"]
+    assert pre == {
         "session_id": "pre", "state": "active", "turn_count": 1, "chunk_count": 5,
         "shared_count": 0, "fork_holds": 1,  # its own fork's references are not sharing
-        "last_event_ts": snap["sessions"]["pre"]["last_event_ts"],
+        "forks": [{"fork_id": 1, "session_id": "pre", "created_ts": pre["forks"][0]["created_ts"],
+                   "chunk_count": 5}],
+        "last_event_ts": pre["last_event_ts"],
     }
     assert snap["refcounts"] == {}  # never sent unfiltered: chunk_top pages them
     assert snap["totals"] == {"sessions": 1, "chunks": 5, "references": 10}
