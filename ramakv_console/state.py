@@ -24,7 +24,7 @@ class SessionView:
     state: str = "active"
     turn_count: int = 0
     chunk_count: int = 0
-    shared_count: int = 0
+    shared_count: int | None = 0  # None: the daemon has not computed it yet
     fork_holds: int = 0
     last_event_ts: float = 0.0
     namespace: str = ""  # "" = the daemon's default namespace (the field is then absent)
@@ -38,7 +38,8 @@ class SessionView:
             state=str(d.get("state", "active")),
             turn_count=int(d.get("turn_count") or 0),
             chunk_count=int(d.get("chunk_count") or 0),
-            shared_count=int(d.get("shared_count") or 0),
+            shared_count=(None if d.get("shared_count", 0) is None
+                          else int(d.get("shared_count") or 0)),
             fork_holds=holds if isinstance(holds, int) else len(holds),
             last_event_ts=float(d.get("last_event_ts") or 0.0),
             namespace=str(d.get("namespace") or ""),
@@ -108,9 +109,9 @@ class ConsoleState:
             self.event_times.popleft()
         return len(self.event_times) / window
 
-    def shared_count(self, sid: str) -> int:
+    def shared_count(self, sid: str) -> int | None:
         """Distinct chunks of this session's map some other session also holds (as the
-        daemon computed it when it last sent the session)."""
+        daemon computed it when it last sent the session; None: not computed yet)."""
         s = self.sessions.get(sid)
         return s.shared_count if s is not None else 0
 

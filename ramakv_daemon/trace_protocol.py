@@ -61,16 +61,21 @@ def shared_count(s: Session, counts: Mapping[str, int], forks: Sequence[Fork] = 
     return sum(1 for h, n in mine.items() if get(h, 0) > n)
 
 
+UNKNOWN = -1  # pass as ``shared`` to send null: not computed yet (see shared_counts)
+
+
 def summary(s: Session, counts: Mapping[str, int], forks: Sequence[Fork] = (),
             shared: int | None = None) -> dict[str, Any]:
     """A session as protocol 2 sends it: counts and its open forks' summaries, never the
-    map itself. ``shared``: a known shared_count (else it is computed)."""
+    map itself. ``shared``: a known shared_count, UNKNOWN for null, None to compute it."""
+    if shared is None:
+        shared = shared_count(s, counts, forks)
     out: dict[str, Any] = {
         "session_id": s.session_id,
         "state": s.state,
         "turn_count": s.turn_count,
         "chunk_count": len(s.chunk_hashes),
-        "shared_count": shared_count(s, counts, forks) if shared is None else shared,
+        "shared_count": None if shared == UNKNOWN else shared,
         "fork_holds": len(forks),
         "forks": [f.summary() for f in forks],
         "last_event_ts": s.last_event_ts,

@@ -16,6 +16,7 @@ from ramakv_daemon.trace_protocol import (
     MAX_MESSAGE_BYTES,
     PART_BYTES,
     PROTOCOL,
+    UNKNOWN,
     encode,
     summary,
 )
@@ -111,7 +112,11 @@ async def messages(frozen: FrozenSnapshot) -> AsyncIterator[str]:
     known = frozen.shared.get if frozen.shared is not None else None
     for i, row in enumerate(frozen.rows):
         s = row.session
+        # A value not computed yet (the start-up pass is still running) is sent as null
+        # rather than computed here: at 50,000 x 512 that would take seconds.
         cached = known(row.namespace, s.session_id) if known is not None else None
+        if cached is None and known is not None:
+            cached = UNKNOWN
         part.add_session(encode(summary(s, row.counts, row.forks, cached)))
         if part.size >= PART_BYTES:
             yield part.encode(base, index, False)

@@ -69,9 +69,10 @@ class SessionDetailScreen(SessionActionsMixin):
         table = self.query_one(ChunkMapTable)
         distinct = f" ({len(set(table.hashes))} distinct)" if table.loaded else ""
         colour = "yellow" if s.state == "suspended" else "green"
+        shared = "…" if s.shared_count is None else s.shared_count
         box.update(
             f"[b]{s.session_id}[/b]  [{colour}]{s.state}[/{colour}]  turns {s.turn_count}  "
-            f"chunks {s.chunk_count}{distinct}  shared {s.shared_count}  "
+            f"chunks {s.chunk_count}{distinct}  shared {shared}  "
             f"open forks {escape(forks)}  last event {self.state.age(self.session_id)} ago"
             + (f"\n[red]map: {escape(table.error)}[/red]" if table.error else "")
         )

@@ -124,8 +124,9 @@ class SessionTable(ScrollView, can_focus=True):
         if s.namespace:  # only deployments other than the default one are labelled
             state.append(f" {s.namespace[:12]}", style="dim")
         shared = s.shared_count
-        return (sid, state, s.turn_count, s.chunk_count,
-                Text(str(shared), style="bold cyan") if shared else "0",
+        shown: Any = "…" if shared is None else (
+            Text(str(shared), style="bold cyan") if shared else "0")
+        return (sid, state, s.turn_count, s.chunk_count, shown,
                 s.fork_holds, self.state.age(sid))
 
     # ---- updates ------------------------------------------------------------------------
