@@ -39,6 +39,9 @@ class MemoryStore:
     async def load_all(self) -> list[Session]:
         return []
 
+    async def load_forks(self) -> tuple[list[Any], int]:
+        return [], 1
+
     async def load_outbox(self) -> list[tuple[int, str, list[tuple[str, str]]]]:
         return []
 
@@ -47,7 +50,8 @@ class MemoryStore:
 
     async def write(self, sessions: dict, outbox_add: list | None = None,
                     outbox_done: list | None = None, event_ids: list | None = None,
-                    prune_event_ids_before: float | None = None) -> None:
+                    prune_event_ids_before: float | None = None,
+                    forks: dict | None = None, next_fork_id: int | None = None) -> None:
         return None
 
     async def close(self) -> None:
