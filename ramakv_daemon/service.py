@@ -383,6 +383,8 @@ class EventService:
         }
         if c.namespace:
             record["namespace"] = c.namespace
+        if "_touched" in c.notes:
+            record["_touched"] = c.notes["_touched"]
         notes = {
             # Keys starting with "_" are the daemon's own bookkeeping, not facts for clients.
             k: v for k, v in c.notes.items() if k != "debug_context" and not k.startswith("_")
@@ -455,6 +457,9 @@ class EventService:
                     f" namespace={ns.key}" if ns.key else "",
                 )
             total += len(change.data["expired"])  # type: ignore[arg-type]
+            change.notes["_touched"] = sorted(
+                {str(r["session_id"]) for r in change.data["expired"]}  # type: ignore[union-attr]
+            )
             self._publish("fork_expire", None, True, change)
             self.metrics.forks_expired.inc(len(change.data["expired"]))  # type: ignore[arg-type]
         return total

@@ -245,13 +245,13 @@ def snapshot_restore(session_id: str, source_session_id: str | None = None) -> N
 
 
 def session_fork(session_id: str) -> None:
-    """Fire-and-forget: the fork_id is not returned (use :class:`ramakv_sdk.Client` to get
+    """Fire-and-forget: the fork_id is not returned (use :class:`ramakv_sdk.AsyncClient` to get
     it); a later :func:`session_fork_end` without an id ends the newest open fork."""
     _emit({"type": "session_fork", "session_id": session_id})
 
 
 def session_fork_end(session_id: str, fork_id: int | None = None) -> None:
-    """End fork ``fork_id`` (as returned by Client.session_fork), else the newest."""
+    """End fork ``fork_id`` (as returned by AsyncClient.session_fork), else the newest."""
     _emit(events.session_event("session_fork_end", session_id, fork_id=fork_id))
 
 

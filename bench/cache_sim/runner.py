@@ -23,6 +23,7 @@ from bench.cache_sim.workload import (
     Trace,
 )
 from ramakv_daemon.config import Config
+from ramakv_daemon.core.fork import Fork
 from ramakv_daemon.core.session import Session
 from ramakv_daemon.service import EventService
 
@@ -39,11 +40,11 @@ class MemoryStore:
     async def load_all(self) -> list[Session]:
         return []
 
-    async def load_forks(self) -> tuple[list[Any], int]:
-        return [], 1
-
     async def load_outbox(self) -> list[tuple[int, str, list[tuple[str, str]]]]:
         return []
+
+    async def load_forks(self) -> tuple[list[Fork], int]:
+        return [], 1
 
     async def load_event_ids(self, limit: int) -> list[tuple[str, str]]:
         return []

@@ -161,6 +161,9 @@ class ManagerMachine(RuleBasedStateMachine):
         if force and not dry_run:
             for h in hashes:
                 assert self.m.refcounts.get(h) == 0
+            gone = set(hashes)  # forced out of every holder, open forks included
+            self.open = {fid: (sid, tuple(h for h in held if h not in gone), ts)
+                         for fid, (sid, held, ts) in self.open.items()}
 
     @rule(sid=SIDS, hashes=HASHES, op=st.sampled_from(
         ["turn_end", "close", "fork", "suspend", "fork_end", "expire"]))

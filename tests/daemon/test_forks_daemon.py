@@ -131,6 +131,21 @@ async def test_expiry_on_an_injected_clock(
     assert expired[0]["delta"]["forks"] == {str(old): None}
     assert expired[0]["delta"]["refcounts"] == {"sys": 1, "a": 0}
     assert expired[0]["evict"] == ["a"]
+    assert "_touched" not in expired[0]
+    # A follower of p alone (/trace?session=p) gets it too: the parent is closed, so only
+    # the expiry names it.
+    only_p = service.trace.subscribe("p")
+    only_q = service.trace.subscribe("q")
+    try:
+        mine = [json.loads(r)["type"] for r in service.trace.replay(seq, only_p) or []]
+        assert "fork_expire" in mine
+        assert service.trace.replay(seq, only_q) == []
+    finally:
+        service.trace.unsubscribe(only_p)
+        service.trace.unsubscribe(only_q)
+    metrics = await (await d.client.get("/metrics")).text()
+    assert "ramakv_open_forks 1.0" in metrics
+    assert "ramakv_fork_holds_expired_total 1.0" in metrics
     # Durable: a restart does not bring it back.
     await d.close()
     d2 = await start_daemon(config, clock=clock)

@@ -257,8 +257,9 @@ async def trace_snapshot(url: str, session: str | None = None) -> dict[str, Any]
     (id -> state, turn_count, chunk_hashes, fork_holds) and ``refcounts``.
 
     Protocol 2 snapshots carry summaries only, so this reads the admin events: the trace
-    snapshot for the ids, session_chunks (with forks) for each map, chunk_info for every
-    chunk those hold.
+    snapshot for the ids (and the closed parents of open forks), session_chunks (with
+    forks) for each map and fork, chunk_info for every chunk those hold. ``forks``: fork id
+    -> its summary with ``chunk_hashes``, as protocol 1 had it.
     """
     import aiohttp
 
@@ -270,6 +271,9 @@ async def trace_snapshot(url: str, session: str | None = None) -> dict[str, Any]
             while True:
                 part = await ws.receive_json(timeout=10)
                 ids += [row["session_id"] for row in part["sessions"]]
+                # closed parents whose forks are still open: read like sessions
+                ids += [f["session_id"] for f in part.get("forks", ())
+                        if f["session_id"] not in ids]
                 if part["last"]:
                     break
 
@@ -280,6 +284,7 @@ async def trace_snapshot(url: str, session: str | None = None) -> dict[str, Any]
             return body["data"]
 
         sessions: dict[str, Any] = {}
+        forks: dict[str, Any] = {}
         held: set[str] = set()
         for sid in ids:
             rows: list[dict[str, Any]] = []
@@ -290,9 +295,11 @@ async def trace_snapshot(url: str, session: str | None = None) -> dict[str, Any]
                 if len(rows) >= page["total"]:
                     break
             hashes = [r["hash"] for r in rows]
-            sessions[sid] = {"session_id": sid, "state": page["state"],
-                             "turn_count": page["turn_count"], "chunk_hashes": hashes,
-                             "fork_holds": page["fork_holds"]}
+            forks.update((str(f["fork_id"]), f) for f in page["forks"])
+            if page["state"] != "closed":
+                sessions[sid] = {"session_id": sid, "state": page["state"],
+                                 "turn_count": page["turn_count"], "chunk_hashes": hashes,
+                                 "fork_holds": page["fork_holds"], "forks": page["forks"]}
             if page["state"] == "active":
                 held.update(hashes)
             for hold in page["fork_holds"]:
@@ -304,7 +311,7 @@ async def trace_snapshot(url: str, session: str | None = None) -> dict[str, Any]
             refcounts.update((h, c["refcount"]) for h, c in info["chunks"].items()
                              if c["refcount"])
     return {"kind": "snapshot", "seq": header["seq"], "sessions": sessions,
-            "refcounts": refcounts}
+            "refcounts": refcounts, "forks": forks}
 
 
 @pytest.fixture

@@ -75,12 +75,13 @@ async def recv(ws: aiohttp.ClientWebSocketResponse, timeout: float = TRACE_TIMEO
     rec = await recv_raw(ws, timeout)
     if rec["kind"] != "snapshot":
         return rec
-    snap = {**rec, "sessions": {}, "refcounts": {}}
+    snap = {**rec, "sessions": {}, "refcounts": {}, "forks": {}}
     while True:
         part = await recv_raw(ws, timeout)
         assert part["kind"] == "snapshot_sessions" and part["seq"] == rec["seq"], part
         snap["sessions"].update((row["session_id"], row) for row in part["sessions"])
         snap["refcounts"].update(part["refcounts"])
+        snap["forks"].update((str(f["fork_id"]), f) for f in part["forks"])
         if part["last"]:
             return snap
 

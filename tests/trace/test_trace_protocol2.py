@@ -144,3 +144,19 @@ async def test_session_chunks_pages_the_map(daemon: Daemon) -> None:
     assert first["fork_holds"] == [["sys", "a1", "a2"]]
     status, body = await d.post({"type": "session_chunks", "session_id": "nobody"})
     assert body["ok"] is False and "not found" in body["error"]
+
+
+async def test_a_closed_parents_forks_stay_readable(daemon: Daemon) -> None:
+    d = daemon
+    await d.turn_end("p", ["a", "b"])
+    fid = (await d.ok("session_fork", session_id="p"))["fork_id"]
+    await d.ok("session_close", session_id="p")
+    page = await d.ok("session_chunks", session_id="p", forks=True)
+    assert page["state"] == "closed" and page["total"] == 0 and page["chunks"] == []
+    assert page["fork_holds"] == [["a", "b"]] and page["forks"][0]["fork_id"] == fid
+    ws = await d.ws()
+    snap = await recv(ws)
+    assert snap["sessions"] == {}
+    await ws.close()
+    top = await d.ok("chunk_top")
+    assert top["chunks"] == [{"hash": "a", "refcount": 1}, {"hash": "b", "refcount": 1}]
