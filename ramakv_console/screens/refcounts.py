@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import time
 from typing import Any
 
 from textual import work
@@ -49,7 +50,13 @@ class RefcountsScreen(Screen[None]):
         Binding("b", "page(-1)", "Prev page"),
         Binding("escape", "clear_find", "Clear find", show=False),
     ]
-    REFRESH_S = 3.0  # while showing, the page is fetched again this often
+    REFRESH_S = 3.0  # while showing, the page is fetched again this often (at least)
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self._fetching = False
+        self._fetched_at = 0.0
+        self._took = 0.0
 
     def compose(self) -> ComposeResult:
         yield StatsHeader(id="stats")
@@ -67,7 +74,7 @@ class RefcountsScreen(Screen[None]):
     def on_mount(self) -> None:
         self.sub_title = "Refcounts"
         self.watch(self.app, "revision", self._on_revision, init=False)
-        self.set_interval(self.REFRESH_S, self._tick)
+        self.set_interval(1.0, self._tick)
         self._status()
         self.table.focus()
         self.fetch()
@@ -77,7 +84,11 @@ class RefcountsScreen(Screen[None]):
         self.fetch()
 
     def _tick(self) -> None:
-        if self.is_current:
+        """Refresh while showing, but never back to back: the daemon's chunk_top scan
+        takes seconds on a large store, so wait at least 4x its last duration."""
+        if not self.is_current or self._fetching:
+            return
+        if time.monotonic() - self._fetched_at >= max(self.REFRESH_S, 4 * self._took):
             self.fetch()
 
     @work(exclusive=True, group="refcounts-page")
@@ -85,7 +96,14 @@ class RefcountsScreen(Screen[None]):
         """Load the page from the daemon (``delay`` debounces typing in the find box)."""
         if delay:
             await asyncio.sleep(delay)
-        await self.table.load()
+        self._fetching = True
+        t0 = time.monotonic()
+        try:
+            await self.table.load()
+        finally:
+            self._fetching = False
+            self._fetched_at = time.monotonic()
+            self._took = self._fetched_at - t0
         self._status()
 
     def _on_revision(self, _revision: int) -> None:
