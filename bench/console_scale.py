@@ -7,6 +7,9 @@ and a headless console (bench/console_probe.py): when every session shows, key l
 while 1,000 turn_end/s stream in, peak RSS.
 
     python -m bench.console_scale [--sessions 50000 --chunks 512] [--old-ref main]
+
+At 50,000 x 512 the store holds 25.6 M references: each daemon takes about 3 GB and 10-40 s
+to start (they run one after the other), the store build about 2 GB for a minute.
 """
 
 from __future__ import annotations
@@ -273,6 +276,17 @@ def table(res: dict[str, Any]) -> str:
                 trace += f" ({r.get('first_line', '')[:70]})"
             lines.append(f"| {key} | {side} | {shown} | {keys} | {r.get('peak_rss_mb')} | "
                          f"{trace} | {r.get('events_seen')} / {r.get('load_rps')} |")
+        old, new = sides.get("old", {}), sides.get("new", {})
+        ratios = []
+        for name, label in (("all_sessions_s", "all sessions shown"), ("key_max_ms", "slowest key"),
+                            ("peak_rss_mb", "RSS")):
+            a, b = old.get(name), new.get(name)
+            if name == "key_max_ms" and old and not old.get("rows_seen"):
+                ratios.append(f"{label}: not comparable (old showed no rows)")
+            elif b:
+                ratios.append(f"{label} {a / b:.1f}x" if a else f"{label}: old never")
+        if ratios:
+            lines.append(f"| {key} | old ÷ new | {' · '.join(ratios)} | | | | |")
     return "\n".join(lines)
 
 
