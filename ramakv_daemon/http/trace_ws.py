@@ -6,6 +6,8 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import OrderedDict
+from collections.abc import AsyncIterator
+from typing import TYPE_CHECKING
 
 import orjson
 from aiohttp import WSCloseCode, WSMsgType, web
@@ -18,6 +20,9 @@ from ramakv_daemon.trace_protocol import (
     is_resync,
 )
 from ramakv_daemon.trace_snapshot import freeze, held_chunks, messages
+
+if TYPE_CHECKING:
+    from ramakv_daemon.service import EventService
 
 log = logging.getLogger("ramakv.trace")
 
@@ -137,21 +142,20 @@ async def trace_handler(request: web.Request) -> web.StreamResponse:
     return ws
 
 
-async def _snapshot(service: object, session: str | None):  # type: ignore[no-untyped-def]
-    """A fresh snapshot's messages (frozen now, encoded in slices)."""
-    ns = service.namespaces  # type: ignore[attr-defined]
-    hub = service.trace  # type: ignore[attr-defined]
+async def _snapshot(service: EventService, session: str | None) -> AsyncIterator[str]:
+    """A fresh snapshot's messages (frozen at the first step, encoded in slices)."""
+    ns = service.namespaces
+    hub = service.trace
     frozen = freeze(
-        ns.managers, service.manager, hub.seq, hub.epoch,  # type: ignore[attr-defined]
-        session, ns.owner(session) if session is not None else None,
-        service.shared,  # type: ignore[attr-defined]
+        ns.managers, service.manager, hub.seq, hub.epoch,
+        session, ns.owner(session) if session is not None else None, service.shared,
     )
     async for text in messages(frozen):
         yield text
 
 
 async def _send_all(
-    ws: web.WebSocketResponse, service: object, session: str | None, texts: list[str]
+    ws: web.WebSocketResponse, service: EventService, session: str | None, texts: list[str]
 ) -> int:
     """Send ``texts``; after a resync record send a fresh snapshot and return its seq (the
     queued records up to it are then skipped), else 0."""
@@ -161,7 +165,7 @@ async def _send_all(
             continue
         await ws.send_str(text)
         if is_resync(text):
-            skip_to = service.trace.seq  # type: ignore[attr-defined]
+            skip_to = service.trace.seq
             async for part in _snapshot(service, session):
                 await ws.send_str(part)
     return skip_to
