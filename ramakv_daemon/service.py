@@ -32,7 +32,10 @@ from ramakv_daemon.metrics import DaemonMetrics
 from ramakv_daemon.namespaces import BackendFactory, Namespace, Namespaces
 from ramakv_daemon.ownership import Ownership
 from ramakv_daemon.ports import Backend, SessionStore, StoreError
+from ramakv_daemon.shared_counts import SharedCounts
 from ramakv_daemon.trace import TraceHub
+from ramakv_daemon.trace_protocol import summary
+from ramakv_daemon.trace_snapshot import totals
 
 log = logging.getLogger("ramakv")
 
@@ -80,6 +83,8 @@ class EventService:
         self.ownership = Ownership(store, self.namespaces, self._handle)
         self._budget_warned: dict[str, float] = {}
         self._expiry_task: asyncio.Task[None] | None = None
+        self.shared = SharedCounts()
+        self._warm_task: asyncio.Task[int] | None = None
 
     # ---- life cycle ------------------------------------------------------------------
     async def start(self) -> None:
@@ -133,6 +138,11 @@ class EventService:
                 )
             if ns.delivers:
                 ns.dispatcher.start()
+        # Every stored session's shared_count, in the background: snapshots then need
+        # no refcount lookups (seconds of them at 50,000 sessions x 512 chunks).
+        self._warm_task = asyncio.get_running_loop().create_task(
+            self.shared.warm(self.namespaces.managers), name="shared-counts"
+        )
         if self.config.fork_hold_ttl_s > 0:
             await self.expire_forks()  # holds that expired while the daemon was down
             self._expiry_task = asyncio.get_running_loop().create_task(
@@ -141,6 +151,10 @@ class EventService:
 
     async def stop(self) -> None:
         """Close subscribers, flush commits and backend calls, close the store."""
+        if self._warm_task is not None and not self._warm_task.done():
+            self._warm_task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._warm_task
         if self._expiry_task is not None:
             self._expiry_task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -369,15 +383,12 @@ class EventService:
         return prefetch
 
     def _delta(self, c: Change) -> dict[str, Any]:
-        """What the event changed, as it stands now: the sessions and the refcounts."""
+        """What the event changed, as it stands now: session summaries (protocol 2 sends
+        no maps) and the refcounts."""
         manager = self.namespaces.managers[c.namespace]
-        sessions = manager.sessions
         counts = manager.refcounts.counts
         delta: dict[str, Any] = {
-            "sessions": {
-                sid: (manager.session_dict(sid) if sid in sessions else None)
-                for sid in c.prev_sessions
-            },
+            "sessions": {sid: self._summary(manager, sid) for sid in c.prev_sessions},
             "refcounts": {h: counts.get(h, 0) for h in c.prev_counts},
         }
         if c.prev_forks:  # fork id -> its summary, or None once ended
@@ -388,12 +399,24 @@ class EventService:
             }
         return delta
 
+    def _summary(self, manager: SessionManager, sid: str) -> dict[str, Any] | None:
+        """A session's trace summary now (None when gone); its shared_count is kept for
+        snapshots (see shared_counts)."""
+        s = manager.sessions.get(sid)
+        if s is None:
+            self.shared.put(manager.namespace, sid, None)
+            return None
+        row = summary(s, manager.refcounts.counts, manager.forks.of(sid))
+        self.shared.put(manager.namespace, sid, row["shared_count"])
+        return row
+
     def _publish(self, type_: str, session_id: str | None, ok: bool, c: Change) -> None:
         delta = c.notes.get("_delta") or self._delta(c)
         record: dict[str, Any] = {
             "kind": "event", "ts": time.time(), "type": type_, "session_id": session_id,
             "ok": ok, "data": c.data, "delta": delta,
             "prefetch": c.prefetch, "evict": c.evict_delete, "demote": c.evict_demote,
+            "totals": totals(self.namespaces.managers),
         }
         if c.namespace:
             record["namespace"] = c.namespace
@@ -492,40 +515,6 @@ class EventService:
                 log.exception("fork expiry pass failed")
 
     # ---- views for the HTTP layer -------------------------------------------------------
-    def snapshot(self, session: str | None = None) -> dict[str, Any]:
-        """The trace stream's first message: all sessions and refcounts at ``seq``."""
-        managers = self.namespaces.managers
-        others: dict[str, Any] = {}
-        if session is not None:
-            owner = self.namespaces.owner(session)
-            m = managers[owner] if owner is not None else self.manager
-            sessions = m.sessions
-            picked = {session: m.session_dict(session)} if session in sessions else {}
-            forks = {str(f.fork_id): _fork_entry(f) for f in m.forks.of(session)}
-            wanted = set(picked[session]["chunk_hashes"]) if picked else set()  # type: ignore[arg-type]
-            counts = {h: n for h, n in m.refcounts.items() if h in wanted}
-            if m is not self.manager:
-                others[m.namespace] = {"refcounts": counts}
-                counts = {}
-        else:
-            picked, forks = {}, {}
-            for m in managers.values():
-                picked.update((sid, m.session_dict(sid)) for sid in m.sessions)
-                forks.update((str(f.fork_id), _fork_entry(f)) for f in m.forks.values())
-            counts = self.manager.refcounts.as_dict()
-            # Hashes mean something only within a namespace: the top-level refcounts are
-            # the default namespace's, the others' are listed under "namespaces".
-            others = {
-                key: {"refcounts": m.refcounts.as_dict()}
-                for key, m in managers.items() if m is not self.manager and len(m.refcounts)
-            }
-        snap = {"kind": "snapshot", "seq": self.trace.seq, "epoch": self.trace.epoch,
-                "ts": time.time(),
-                "sessions": picked, "refcounts": counts, "forks": forks}
-        if others:
-            snap["namespaces"] = others
-        return snap
-
     def refresh_gauges(self) -> None:
         """Bring the state gauges up to date before /metrics renders."""
         m = self.metrics
@@ -543,12 +532,6 @@ class EventService:
         m.evict_backlog.set(sum(r["evict_backlog"] for r in rows))
         m.namespaces(self.namespaces)
         m.store_status(self.ownership.status())
-
-
-def _fork_entry(fork: Fork) -> dict[str, object]:
-    """A fork in the trace snapshot: its summary and hashes (a closed parent's forks are
-    held by no session in the snapshot, so a follower learns their hashes only here)."""
-    return {**fork.summary(), "chunk_hashes": list(fork.hashes)}
 
 
 def _lmcache_factory(config: Config) -> BackendFactory:

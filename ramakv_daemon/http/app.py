@@ -17,7 +17,7 @@ from ramakv_daemon.adapters.backends.noop import NoopBackend
 from ramakv_daemon.adapters.sqlite_store import SqliteSessionStore
 from ramakv_daemon.config import Config
 from ramakv_daemon.http.probes import healthz, readyz
-from ramakv_daemon.http.trace_ws import trace_handler
+from ramakv_daemon.http.trace_ws import FAILURES, trace_handler
 from ramakv_daemon.ports import Backend, SessionStore
 from ramakv_daemon.service import EventService
 
@@ -125,6 +125,8 @@ async def auth_middleware(request: web.Request, handler):  # type: ignore[no-unt
     # Header bytes that are not UTF-8 arrive as surrogate escapes: compare them as sent.
     given = request.headers.get("Authorization", "").encode("utf-8", "surrogateescape")
     if token and not hmac.compare_digest(given, f"Bearer {token}".encode()):
+        if request.path == "/trace":  # followers retry: one line per client, not per try
+            FAILURES.warn(request.remote or "?", "refused: missing or wrong bearer token")
         return _json(401, {"ok": False, "error": "missing or wrong bearer token"})
     return await handler(request)
 
