@@ -364,7 +364,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--config", help="daemon config (else $RAM_A_KV_CONFIG, else "
                    "/etc/ram-a-kv/config.toml)")
-    p.add_argument("--db", help="SQLite file (default: session_store_path of the config)")
+    p.add_argument("--db", help="SQLite file or postgresql:// URL (default: the config's "
+                   "session_store_url, else session_store_path)")
     p.add_argument("--url", help="daemon URL (default: from listen_addr)")
     add_version_flag(p)
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
@@ -402,6 +403,13 @@ def main(argv: list[str] | None = None, out: TextIO | None = None) -> int:
     for w in warnings:
         if "not found" not in w:
             print(f"ramakv-admin: {w}", file=sys.stderr)
+    pg_url = args.db if (args.db or "").startswith(config_mod.PG_SCHEMES) else (
+        None if args.db else cfg.session_store_url or None)
+    if pg_url:
+        from ramakv_daemon import admin_postgres
+
+        return admin_postgres.run(args.command, cfg, pg_url, bool(getattr(args, "json", False)),
+                                  out)
     path = args.db or cfg.session_store_path
     try:
         return _run(args, cfg, path, out)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -218,6 +219,28 @@ class PostgresSessionStore:
         JSON, request digest)."""
         rows = await self._fetch(sql.SELECT_ANSWERS, limit)
         return [(e, r, d) for e, r, d in reversed(rows)]
+
+    async def admin_view(self) -> tuple[list[Session], list[Fork], Counter, Counter]:
+        """For ramakv-admin: every node's sessions and forks, waiting evictions by
+        (namespace, mode), and sessions by owner node."""
+        rows = await self._fetch(
+            "SELECT session_id, map_json, turn_count, suspended, last_event_ts, namespace, "
+            "owner FROM sessions"
+        )
+        owners = Counter(r["owner"] for r in rows)
+        sessions = _decode_sessions(tuple(r)[:6] for r in rows)
+        forks = [
+            Fork(int(r["fork_id"]), r["session_id"], tuple(_loads(r["hashes_json"])),
+                 float(r["created_ts"]), r["namespace"])
+            for r in await self._fetch(
+                "SELECT fork_id, session_id, namespace, hashes_json, created_ts FROM forks "
+                "ORDER BY fork_id")
+        ]
+        outbox: Counter = Counter()
+        for r in await self._fetch("SELECT namespace, entries_json FROM evict_log"):
+            for _h, mode in _loads(r["entries_json"]):
+                outbox[(r["namespace"], mode)] += 1
+        return sessions, forks, outbox, owners
 
     async def claim(self, session_id: str) -> Claimed | None:
         """Take ``session_id`` from the node that owns it, atomically (row lock), telling

@@ -80,3 +80,26 @@ async def test_a_session_moves_to_the_node_its_event_reaches_and_back(
     b.start()
     assert sessions_of(a) == {"s", "other"} and sessions_of(b) == set()
     await check_refcounts_match_owned(a)
+
+
+def test_ramakv_admin_reports_every_node_by_owner(
+    daemon_proc_factory: Callable[..., DaemonProcess], postgres_server: PostgresServer,
+) -> None:
+    import io
+    import json
+
+    from ramakv_daemon.admin_cli import main as admin_main
+
+    url = postgres_server.create_database()
+    a, b = two_nodes(daemon_proc_factory, url)
+    for d, sid in ((a, "s1"), (a, "s2"), (b, "s3")):
+        assert d.event("turn_end", session_id=sid,
+                       kv_transfer_params={"chunk_hashes": ["h", sid]})["ok"]
+    out = io.StringIO()
+    assert admin_main(["--db", url, "report", "--json"], out) == 0
+    rep = json.loads(out.getvalue())
+    assert rep["owners"] == {"a": 2, "b": 1}
+    assert rep["store"].startswith("postgresql://postgres@127.0.0.1")
+    refused = io.StringIO()
+    assert admin_main(["--db", url, "close-idle", "--older-than", "1s"], refused) == 2
+    assert "not available on a PostgreSQL store" in refused.getvalue()
