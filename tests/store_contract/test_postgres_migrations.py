@@ -1,0 +1,68 @@
+"""PostgreSQL store only: versioned migrations at start-up, and a newer schema refused."""
+
+from __future__ import annotations
+
+import asyncpg
+import pytest
+from support.postgres import PostgresServer
+
+from ramakv_daemon.adapters import postgres_schema
+from ramakv_daemon.adapters.postgres_store import PostgresSessionStore
+from ramakv_daemon.core.session import Session
+from ramakv_daemon.ports import StoreError
+
+
+async def versions(url: str) -> list[int]:
+    con = await asyncpg.connect(url)
+    try:
+        return [r[0] for r in await con.fetch("SELECT version FROM schema_version ORDER BY 1")]
+    finally:
+        await con.close()
+
+
+async def test_a_fresh_database_gets_every_version(postgres_server: PostgresServer) -> None:
+    url = postgres_server.create_database()
+    store = PostgresSessionStore(url, "n")
+    await store.open()
+    await store.close()
+    assert await versions(url) == [v for v, _, _ in postgres_schema.MIGRATIONS]
+
+
+async def test_an_older_database_is_migrated_and_keeps_its_rows(
+    postgres_server: PostgresServer, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    url = postgres_server.create_database()
+    monkeypatch.setattr(postgres_schema, "MIGRATIONS", postgres_schema.MIGRATIONS[:1])
+    monkeypatch.setattr(postgres_schema, "LATEST_VERSION", 1)
+    old = PostgresSessionStore(url, "n")
+    await old.open()
+    await old.write({"s": Session("s", ("a",), 1)})
+    await old.close()
+    monkeypatch.undo()
+    new = PostgresSessionStore(url, "n")
+    await new.open()
+    try:
+        assert await versions(url) == [1, 2]
+        assert await new.load_all() == [Session("s", ("a",), 1)]
+        await new.write({}, event_ids=[("e", "{}", 1.0, "digest")])
+        assert await new.load_event_ids(5) == [("e", "{}", "digest")]
+    finally:
+        await new.close()
+
+
+async def test_a_newer_schema_is_refused(postgres_server: PostgresServer) -> None:
+    url = postgres_server.create_database()
+    store = PostgresSessionStore(url, "n")
+    await store.open()
+    await store.close()
+    con = await asyncpg.connect(url)
+    await con.execute("INSERT INTO schema_version (version, description) VALUES (99, 'x')")
+    await con.close()
+    with pytest.raises(StoreError, match="newer than this daemon"):
+        await PostgresSessionStore(url, "n").open()
+
+
+async def test_an_unreachable_server_is_a_store_error() -> None:
+    with pytest.raises(StoreError, match="cannot open session store"):
+        await PostgresSessionStore("postgresql://nobody@127.0.0.1:1/x", "n",
+                                   connect_timeout_s=2).open()
