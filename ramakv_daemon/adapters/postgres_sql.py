@@ -51,9 +51,9 @@ UPSERT_FORK = (
     "INSERT INTO forks (fork_id, session_id, namespace, hashes_json, created_ts, owner) "
     "VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT (fork_id) DO UPDATE SET "
     "session_id = excluded.session_id, namespace = excluded.namespace, "
-    "hashes_json = excluded.hashes_json, created_ts = excluded.created_ts, "
-    "owner = excluded.owner"
-)
+    "hashes_json = excluded.hashes_json, created_ts = excluded.created_ts "
+    "WHERE forks.owner = excluded.owner RETURNING fork_id"
+)  # no row back: another node holds that id (its counter ran ahead of ours)
 DELETE_FORKS = "DELETE FROM forks WHERE fork_id = ANY($1::bigint[])"
 SELECT_FORKS = (
     "SELECT fork_id, session_id, namespace, hashes_json, created_ts FROM forks "

@@ -34,6 +34,10 @@ if asyncpg is not None:
     _DB_ERRORS += (asyncpg.PostgresError, asyncpg.InterfaceError)
 
 
+class ForkIdTaken(RuntimeError):
+    """Another node handed out the same fork id first."""
+
+
 @dataclass(frozen=True, slots=True)
 class Claimed:
     """A session taken from another node: its row as that node last committed it."""
@@ -284,6 +288,8 @@ class PostgresSessionStore:
                     con, sessions, outbox_add or [], outbox_done or [], event_ids or [],
                     prune_event_ids_before, forks or {}, next_fork_id,
                 )
+        except ForkIdTaken as err:  # the database is fine: only this commit fails
+            raise StoreError(f"persistence failed: {err}") from err
         except _DB_ERRORS as err:
             self._failed(err)
             raise StoreError(f"persistence failed: {err}") from err
@@ -314,11 +320,15 @@ class PostgresSessionStore:
         if deletes:
             await con.execute(sql.DELETE_SESSIONS, deletes, node)
         live = [f for f in forks.values() if f is not None]
-        if live:
-            await con.executemany(sql.UPSERT_FORK, [
-                (f.fork_id, f.session_id, f.namespace, _dumps(f.hashes), f.created_ts, node)
-                for f in live
-            ])
+        for f in live:  # forks are rare: one statement each, to see a taken id
+            kept = await con.fetchval(
+                sql.UPSERT_FORK, f.fork_id, f.session_id, f.namespace, _dumps(f.hashes),
+                f.created_ts, node,
+            )
+            if kept is None:
+                # Never overwrite another node's fork: fail the commit (503); the id is
+                # skipped, so the client's retry gets a fresh one.
+                raise ForkIdTaken(f"fork id {f.fork_id} is held by another node")
         ended = [fid for fid, f in forks.items() if f is None]
         if ended:
             await con.execute(sql.DELETE_FORKS, ended)

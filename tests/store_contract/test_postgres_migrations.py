@@ -1,4 +1,5 @@
-"""PostgreSQL store only: versioned migrations at start-up, and a newer schema refused."""
+"""PostgreSQL store only: versioned migrations at start-up, a newer schema refused, fork ids
+of two nodes on one database."""
 
 from __future__ import annotations
 
@@ -66,3 +67,25 @@ async def test_an_unreachable_server_is_a_store_error() -> None:
     with pytest.raises(StoreError, match="cannot open session store"):
         await PostgresSessionStore("postgresql://nobody@127.0.0.1:1/x", "n",
                                    connect_timeout_s=2).open()
+
+
+async def test_a_fork_id_another_node_holds_is_never_overwritten(
+    postgres_server: PostgresServer,
+) -> None:
+    from ramakv_daemon.core.fork import Fork
+
+    url = postgres_server.create_database()
+    a, b = PostgresSessionStore(url, "a"), PostgresSessionStore(url, "b")
+    await a.open()
+    await b.open()
+    try:
+        mine = Fork(1, "p", ("x",), 1.0)
+        await a.write({}, forks={1: mine}, next_fork_id=2)
+        with pytest.raises(StoreError, match="fork id 1 is held by another node"):
+            await b.write({"q": Session("q", ("y",))}, forks={1: Fork(1, "q", ("y",), 2.0)})
+        assert await a.load_forks() == ([mine], 2)
+        assert await b.load_all() == []  # the failed commit wrote nothing
+        assert b.problem() is None  # the database is fine
+    finally:
+        await a.close()
+        await b.close()
