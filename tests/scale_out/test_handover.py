@@ -103,3 +103,18 @@ def test_ramakv_admin_reports_every_node_by_owner(
     refused = io.StringIO()
     assert admin_main(["--db", url, "close-idle", "--older-than", "1s"], refused) == 2
     assert "not available on a PostgreSQL store" in refused.getvalue()
+
+
+async def test_a_suspended_session_restored_on_another_node_is_prefetched_there(
+    daemon_proc_factory: Callable[..., DaemonProcess], postgres_server: PostgresServer,
+) -> None:
+    a, b = two_nodes(daemon_proc_factory, postgres_server.create_database())
+    assert a.event("turn_end", session_id="s", kv_transfer_params={
+        "chunk_hashes": ["x", "y", "z"]})["ok"]
+    assert a.event("session_suspend", session_id="s")["ok"]
+    restored = b.event("snapshot_restore", session_id="s")
+    assert restored["ok"] and restored["data"]["prefetch_count"] == 3, restored
+    wait_for(lambda: "s" not in sessions_of(a), "node a to release s")
+    assert (await trace_snapshot(b.url))["refcounts"] == {"x": 1, "y": 1, "z": 1}
+    assert (await trace_snapshot(a.url))["refcounts"] == {}
+    await check_refcounts_match_owned(b)
