@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import socket
 import tempfile
 import tomllib
 from dataclasses import dataclass
@@ -75,6 +76,13 @@ DAEMON_FIELDS: tuple[FieldSpec, ...] = (
     FieldSpec("max_forks_per_session", "int", 64, "most open forks one session may have"),
     FieldSpec("ready_max_evict_backlog", "count", 100_000, "GET /readyz fails while more "
               "evictions wait (0 = no bound)"),
+    # A secret: the URL may carry a password (docs/scale-out.md).
+    FieldSpec("session_store_url", "secret", "", "postgresql:// URL of a store shared by "
+              "many nodes ('' = the SQLite file)"),
+    FieldSpec("node_id", "str", socket.gethostname(), "this daemon's node: the owner of "
+              "its sessions on a shared store"),
+    FieldSpec("postgres_pool_size", "int", 4, "PostgreSQL pool connections (plus one for "
+              "LISTEN)"),
 )
 # Keys the form does not edit but every save keeps as they are: [[deployments]] tables
 # (edit them in the file; docs/namespaces.md).
