@@ -1,0 +1,103 @@
+"""install()'s repairs of lmcache: a KV copy for vLLM's CPU worker, the async double release."""
+
+from __future__ import annotations
+
+import functools
+import logging
+from importlib import metadata
+from typing import Any
+
+log = logging.getLogger("ascend_ext.install")
+
+#: lmcache releases whose async-loading retrieve leaves its LOADING event registered, so the
+#: later lookup_unpin releases the same memory objects a second time (upstream LMCache issue
+#: #3381 / PR #2772). Add a release here only after checking its cache_engine.py.
+DOUBLE_RELEASE_VERSIONS = frozenset({"0.5.6"})
+
+#: Devices lmcache 0.5.6 has vLLM connectors for; anything else (vLLM's CPU worker) gets ours.
+_LMCACHE_DEVICES = frozenset({"cuda", "xpu", "musa", "hpu"})
+
+
+def lmcache_version() -> str:
+    """The installed lmcache distribution's version ("" when unknown)."""
+    try:
+        return metadata.version("lmcache")
+    except metadata.PackageNotFoundError:
+        return ""
+
+
+def patch_cpu_kv_connector() -> bool:
+    """Make lmcache's CreateGPUConnector build ascend_ext's CPU KV copy for vLLM on CPU.
+
+    True when installed (the device is one lmcache has no vLLM connector for); False where
+    lmcache brings its own (CUDA, XPU, MUSA, HPU), which is then left alone.
+    """
+    from lmcache import torch_device_type
+    from lmcache.v1 import gpu_connector as gc
+
+    if torch_device_type in _LMCACHE_DEVICES:
+        return False
+    orig = gc.CreateGPUConnector
+    if getattr(orig, "__ramakv_wrapped__", False):
+        return True
+
+    @functools.wraps(orig)
+    def create_gpu_connector(config: Any, md: Any, engine: Any, *args: Any, **kw: Any) -> Any:
+        from lmcache.utils import EngineType
+
+        if engine != EngineType.VLLM:
+            return orig(config, md, engine, *args, **kw)
+        from ascend_ext.cpu_kv import VLLMCpuKVConnector
+
+        if config.use_layerwise or config.enable_blending:
+            raise ValueError(
+                "ascend_ext's CPU KV connector copies whole chunks: set use_layerwise and "
+                "enable_blending to false on vLLM's CPU backend"
+            )
+        connector = VLLMCpuKVConnector.from_metadata(md)  # MLA raises a clear ValueError
+        log.warning("ascend_ext: lmcache has no vLLM connector for this device; using "
+                    "ascend_ext's CPU KV copy (%d layers, %d kv heads, head size %d)",
+                 connector.num_layers, connector.num_kv_heads, connector.head_size)
+        return connector
+
+    create_gpu_connector.__ramakv_wrapped__ = True  # type: ignore[attr-defined]
+    gc.CreateGPUConnector = create_gpu_connector
+    return True
+
+
+def patch_async_double_release() -> bool:
+    """Pop the LOADING event once an async retrieve has consumed (and released) its objects.
+
+    lmcache 0.5.6's ``retrieve()`` with ``enable_async_loading`` releases the prefetched
+    memory objects but ``EventManager.get_event_future`` leaves the event registered; the
+    request's later ``lookup_unpin`` -> ``cleanup_memory_objs`` pops it and releases the same
+    objects again, so the hot-cache copy reaches ref 0 while still indexed ("Double free",
+    EngineDeadError). True when installed; False on releases without the bug.
+    """
+    if lmcache_version() not in DOUBLE_RELEASE_VERSIONS:
+        return False
+    from lmcache.v1.cache_engine import LMCacheEngine
+    from lmcache.v1.event_manager import EventStatus, EventType
+
+    orig = LMCacheEngine._async_process_tokens_internal
+    if getattr(orig, "__ramakv_wrapped__", False):
+        return True
+
+    @functools.wraps(orig)
+    def _async_process_tokens_internal(
+        self: Any, tokens: Any, mask: Any, ret_mask: Any, **kwargs: Any
+    ) -> Any:
+        result = orig(self, tokens, mask, ret_mask, **kwargs)
+        # Only after a normal return: the objects were handed to retrieve(), which releases
+        # them; the event must not stay behind for cleanup_memory_objs to release again.
+        req_id = kwargs.get("req_id")
+        events = self.event_manager
+        if req_id is not None and events.get_event_status(
+            EventType.LOADING, req_id
+        ) == EventStatus.DONE:
+            events.pop_event(EventType.LOADING, req_id)
+        return result
+
+    _async_process_tokens_internal.__ramakv_wrapped__ = True  # type: ignore[attr-defined]
+    LMCacheEngine._async_process_tokens_internal = _async_process_tokens_internal
+    return True
