@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import asyncio
 import logging
 import sys
 from collections.abc import AsyncIterator
@@ -12,7 +13,7 @@ import aiohttp
 from aiohttp import web
 from yarl import URL
 
-from ramakv_sdk import events
+from ramakv_sdk import events, prompt_hashes
 from ramakv_sdk.client import AsyncClient
 from ramakv_sdk.config import DEFAULT_DAEMON_URL, load_config
 from ramakv_sdk.kvparams import SseScanner, from_json_body, session_id_of
@@ -42,17 +43,25 @@ class ProxySettings:
     daemon_timeout: float = 2.0
     retry_for: float = 5.0
     max_body_bytes: int = 256 * 1024 * 1024
+    #: LMCache's chunk_size and save_unfull_chunk, to hash a streamed turn's rendered prompt
+    #: exactly as the engine's connector does (vLLM streams carry no kv_transfer_params).
+    chunk_size: int = 256
+    save_unfull_chunk: bool = False
 
 
 SETTINGS = web.AppKey("settings", ProxySettings)
 UPSTREAM = web.AppKey("upstream", aiohttp.ClientSession)
 SENDER = web.AppKey("sender", EventSender)
+WARNED_NO_HASHES = web.AppKey("warned_no_hashes", set)
+RENDER_CHECK = web.AppKey("render_check", prompt_hashes.RenderCheck)
 
 
 def make_app(settings: ProxySettings) -> web.Application:
     """The proxy application; the upstream session and the event sender live with it."""
     app = web.Application(client_max_size=settings.max_body_bytes)
     app[SETTINGS] = settings
+    app[WARNED_NO_HASHES] = set()
+    app[RENDER_CHECK] = prompt_hashes.RenderCheck()
 
     async def resources(app: web.Application) -> AsyncIterator[None]:
         # auto_decompress=False: bytes go to the client exactly as the engine sent them.
@@ -99,15 +108,27 @@ async def forward(request: web.Request) -> web.StreamResponse:
     headers = [(k, v) for k, v in request.headers.items() if k.lower() not in DROP_REQUEST]
     # encoded=True: the path and query go upstream byte for byte (no re-quoting).
     url = URL(settings.upstream + request.rel_url.raw_path_qs, encoded=True)
+    render = None
+    check = request.app[RENDER_CHECK]
+    if sid is not None and body and (prompt_hashes.is_streamed(body) or check.agrees is None):
+        # Runs beside the engine's answer (tokenising only, no model step), so it is ready at
+        # its end; a non-streamed turn renders once, to check the hashes against the engine's.
+        render = asyncio.ensure_future(prompt_hashes.rendered_turn_params(
+            request.app[UPSTREAM], f"{settings.upstream}{request.path}/render", body, headers,
+            settings.chunk_size, settings.save_unfull_chunk))
     try:
-        upstream = await request.app[UPSTREAM].request(
-            request.method, url, headers=headers, data=body, allow_redirects=False
-        )
-    except (aiohttp.ClientError, OSError, TimeoutError) as err:
-        log.warning("upstream %s unavailable: %s", settings.upstream, err)
-        return _upstream_error(err, settings.upstream)
-    async with upstream:
-        return await _relay(request, upstream, sid, sender)
+        try:
+            upstream = await request.app[UPSTREAM].request(
+                request.method, url, headers=headers, data=body, allow_redirects=False
+            )
+        except (aiohttp.ClientError, OSError, TimeoutError) as err:
+            log.warning("upstream %s unavailable: %s", settings.upstream, err)
+            return _upstream_error(err, settings.upstream)
+        async with upstream:
+            return await _relay(request, upstream, sid, sender, render)
+    finally:
+        if render is not None and not render.done():
+            render.cancel()
 
 
 async def _relay(
@@ -115,6 +136,7 @@ async def _relay(
     upstream: aiohttp.ClientResponse,
     sid: str | None,
     sender: EventSender,
+    render: asyncio.Future[dict | None] | None = None,
 ) -> web.StreamResponse:
     """Copy the engine's answer to the client chunk by chunk; then send turn_end."""
     out = web.StreamResponse(status=upstream.status, reason=upstream.reason)
@@ -144,12 +166,37 @@ async def _relay(
     if watch and sid is not None:
         if scanner is not None:
             scanner.close()
-            params = scanner.params
+            params = scanner.params  # an engine that streams them; vLLM 0.32 does not
+            if not _has_list(params) and render is not None and complete:
+                params = await render
+                if request.app[RENDER_CHECK].agrees is False:
+                    params = None  # hashing the rendered prompt gave the engine's hashes wrong
         else:
             params = from_json_body(b"".join(kept or ()), encoding)
-        if complete or params is not None:
+            if render is not None and _has_list(params):
+                request.app[RENDER_CHECK].compare(
+                    await render, params, request.app[SETTINGS].upstream,
+                    request.app[SETTINGS].chunk_size, request.app[SETTINGS].save_unfull_chunk)
+        if _has_list(params):
             sender.submit(events.turn_end(sid, params))
+        elif complete:
+            _warn_no_hashes(request.app, request.app[SETTINGS].upstream)
     return out
+
+
+def _has_list(params: dict | None) -> bool:
+    """A turn_end is only sent with a chunk_hashes list (a missing one is an engine fault)."""
+    return params is not None and isinstance(params.get("chunk_hashes"), list)
+
+
+def _warn_no_hashes(app: web.Application, upstream: str) -> None:
+    """Log once per proxy (one upstream) that answers come without chunk_hashes."""
+    warned = app[WARNED_NO_HASHES]
+    if upstream in warned:
+        return
+    warned.add(upstream)
+    log.warning("answers from %s carry no kv_transfer_params.chunk_hashes: no turn_end sent "
+                "(is ascend_ext's connector configured?)", upstream)
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -165,6 +212,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--token", help="daemon bearer token (default: auth_token from the config)")
     p.add_argument("--session-header", default="X-Session-Id",
                    help="request header carrying the session id (X-Session-Id)")
+    p.add_argument("--chunk-size", type=int, default=256,
+                   help="LMCache chunk_size of the engine, to hash streamed turns (256)")
+    p.add_argument("--save-unfull-chunk", action="store_true",
+                   help="the engine's LMCache has save_unfull_chunk: true")
     p.add_argument("--log-level", default="INFO", help="DEBUG, INFO, WARNING (INFO)")
     return p.parse_args(argv)
 
@@ -178,7 +229,8 @@ def settings_from(args: argparse.Namespace) -> ProxySettings:
         token = cfg.auth_token
     return ProxySettings(
         upstream=args.upstream.rstrip("/"), daemon_url=daemon, token=token,
-        session_header=args.session_header,
+        session_header=args.session_header, chunk_size=args.chunk_size,
+        save_unfull_chunk=args.save_unfull_chunk,
     )
 
 
