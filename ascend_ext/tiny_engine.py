@@ -100,6 +100,28 @@ def environment(s: EngineSettings) -> dict[str, str]:
     return env
 
 
+def free_ports(count: int, low: int = 20000, high: int = 32000) -> int:
+    """The first of ``count`` consecutive loopback ports that are free now.
+
+    Below Linux's ephemeral range (32768+), so the sockets vLLM and others open meanwhile do
+    not take them before the engine binds (lmcache's worker API is the scheduler's port + 1).
+    """
+    import random
+    import socket
+
+    rng = random.Random()
+    for _ in range(200):
+        start = rng.randrange(low, high - count)
+        try:
+            for port in range(start, start + count):
+                with socket.socket() as sock:
+                    sock.bind(("127.0.0.1", port))
+        except OSError:
+            continue
+        return start
+    raise RuntimeError(f"no {count} consecutive free ports in [{low}, {high})")
+
+
 def _http_ok(url: str) -> bool:
     try:
         with urllib.request.urlopen(url, timeout=2) as r:
@@ -154,6 +176,8 @@ class EngineProcess:
         while checks:
             if self.proc is None or self.proc.poll() is not None:
                 raise RuntimeError(f"vLLM exited while starting; log tail:\n{self.log_tail()}")
+            if "error while attempting to bind" in self.log_text():
+                raise RuntimeError(f"a port of the engine was taken; log tail:\n{self.log_tail()}")
             if time.monotonic() > deadline:
                 raise RuntimeError(f"vLLM not ready after {timeout:.0f} s ({checks[0]} "
                                    f"silent); log tail:\n{self.log_tail()}")

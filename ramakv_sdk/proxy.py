@@ -43,7 +43,7 @@ class ProxySettings:
     daemon_timeout: float = 2.0
     retry_for: float = 5.0
     max_body_bytes: int = 256 * 1024 * 1024
-    #: LMCache's chunk_size and save_unfull_chunk, to hash a streamed turn's rendered prompt
+    #: LMCache's chunk_size and save_unfull_chunk, to hash a streamed turn's tokenised prompt
     #: exactly as the engine's connector does (vLLM streams carry no kv_transfer_params).
     chunk_size: int = 256
     save_unfull_chunk: bool = False
@@ -53,7 +53,7 @@ SETTINGS = web.AppKey("settings", ProxySettings)
 UPSTREAM = web.AppKey("upstream", aiohttp.ClientSession)
 SENDER = web.AppKey("sender", EventSender)
 WARNED_NO_HASHES = web.AppKey("warned_no_hashes", set)
-RENDER_CHECK = web.AppKey("render_check", prompt_hashes.RenderCheck)
+TOKENIZE_CHECK = web.AppKey("tokenize_check", prompt_hashes.TokenizeCheck)
 
 
 def make_app(settings: ProxySettings) -> web.Application:
@@ -61,7 +61,7 @@ def make_app(settings: ProxySettings) -> web.Application:
     app = web.Application(client_max_size=settings.max_body_bytes)
     app[SETTINGS] = settings
     app[WARNED_NO_HASHES] = set()
-    app[RENDER_CHECK] = prompt_hashes.RenderCheck()
+    app[TOKENIZE_CHECK] = prompt_hashes.TokenizeCheck()
 
     async def resources(app: web.Application) -> AsyncIterator[None]:
         # auto_decompress=False: bytes go to the client exactly as the engine sent them.
@@ -108,13 +108,13 @@ async def forward(request: web.Request) -> web.StreamResponse:
     headers = [(k, v) for k, v in request.headers.items() if k.lower() not in DROP_REQUEST]
     # encoded=True: the path and query go upstream byte for byte (no re-quoting).
     url = URL(settings.upstream + request.rel_url.raw_path_qs, encoded=True)
-    render = None
-    check = request.app[RENDER_CHECK]
+    tokenized = None
+    check = request.app[TOKENIZE_CHECK]
     if sid is not None and body and (prompt_hashes.is_streamed(body) or check.agrees is None):
         # Runs beside the engine's answer (tokenising only, no model step), so it is ready at
-        # its end; a non-streamed turn renders once, to check the hashes against the engine's.
-        render = asyncio.ensure_future(prompt_hashes.rendered_turn_params(
-            request.app[UPSTREAM], f"{settings.upstream}{request.path}/render", body, headers,
+        # its end; a non-streamed turn is tokenised once, to check the hashes against the engine's.
+        tokenized = asyncio.ensure_future(prompt_hashes.tokenized_turn_params(
+            request.app[UPSTREAM], settings.upstream, request.path, body, headers,
             settings.chunk_size, settings.save_unfull_chunk))
     try:
         try:
@@ -125,10 +125,10 @@ async def forward(request: web.Request) -> web.StreamResponse:
             log.warning("upstream %s unavailable: %s", settings.upstream, err)
             return _upstream_error(err, settings.upstream)
         async with upstream:
-            return await _relay(request, upstream, sid, sender, render)
+            return await _relay(request, upstream, sid, sender, tokenized)
     finally:
-        if render is not None and not render.done():
-            render.cancel()
+        if tokenized is not None and not tokenized.done():
+            tokenized.cancel()
 
 
 async def _relay(
@@ -136,7 +136,7 @@ async def _relay(
     upstream: aiohttp.ClientResponse,
     sid: str | None,
     sender: EventSender,
-    render: asyncio.Future[dict | None] | None = None,
+    tokenized: asyncio.Future[dict | None] | None = None,
 ) -> web.StreamResponse:
     """Copy the engine's answer to the client chunk by chunk; then send turn_end."""
     out = web.StreamResponse(status=upstream.status, reason=upstream.reason)
@@ -167,15 +167,15 @@ async def _relay(
         if scanner is not None:
             scanner.close()
             params = scanner.params  # an engine that streams them; vLLM 0.32 does not
-            if not _has_list(params) and render is not None and complete:
-                params = await render
-                if request.app[RENDER_CHECK].agrees is False:
-                    params = None  # hashing the rendered prompt gave the engine's hashes wrong
+            if not _has_list(params) and tokenized is not None and complete:
+                params = await tokenized
+                if request.app[TOKENIZE_CHECK].agrees is False:
+                    params = None  # hashing the tokenised prompt gave the engine's hashes wrong
         else:
             params = from_json_body(b"".join(kept or ()), encoding)
-            if render is not None and _has_list(params):
-                request.app[RENDER_CHECK].compare(
-                    await render, params, request.app[SETTINGS].upstream,
+            if tokenized is not None and _has_list(params):
+                request.app[TOKENIZE_CHECK].compare(
+                    await tokenized, params, request.app[SETTINGS].upstream,
                     request.app[SETTINGS].chunk_size, request.app[SETTINGS].save_unfull_chunk)
         if _has_list(params):
             sender.submit(events.turn_end(sid, params))

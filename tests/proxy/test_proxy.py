@@ -80,10 +80,10 @@ async def test_streaming_is_relayed_as_it_comes(daemon_proc, engine, start_proxy
     # As vLLM 0.32: nothing in the stream carries kv_transfer_params, and the proxy adds none.
     assert b"kv_transfer_params" not in raw
     assert await proxy.sender.flush(10)
-    # The hashes came from the engine's render route, hashed as ascend_ext's connector does.
+    # The hashes came from the engine's /tokenize, hashed as ascend_ext's connector does.
     assert session_map(daemon_proc, "agent-2") == expected_hashes(CHAT)
-    renders = [r for r in engine.requests if r["path"].endswith("/render")]
-    assert len(renders) == 1 and "stream" not in renders[0]["body"]
+    asked = [r for r in engine.requests if r["path"] == "/tokenize"]
+    assert len(asked) == 1 and set(asked[0]["body"]) == {"model", "messages"}
 
 
 async def test_streaming_completions_endpoint(daemon_proc, engine, start_proxy) -> None:
@@ -112,10 +112,11 @@ async def test_streamed_turn_under_one_chunk_empties_the_map(daemon_proc, engine
     assert chunk_hashes("y" * 5) == []
 
 
-async def test_render_disagreeing_with_the_engine_stops_streamed_turn_ends(
+async def test_hashes_disagreeing_with_the_engine_stop_streamed_turn_ends(
         daemon_proc, engine, start_proxy) -> None:
     """A proxy whose chunk size differs from the engine's finds out on the first non-streamed
-    turn (its rendered hashes differ from the engine's) and sends no wrong maps after it."""
+    turn (its hashes of the tokenised prompt differ from the engine's) and sends no wrong
+    maps after it."""
     proxy = await start_proxy(engine.url, daemon_proc.url, chunk_size=CHUNK_TOKENS * 2)
     hdr = {"X-Session-Id": "mismatch"}
     async with aiohttp.ClientSession() as http:
@@ -155,7 +156,7 @@ async def test_missing_or_null_hashes_keep_the_map(daemon_proc, engine, start_pr
     assert await proxy.sender.flush(10)
     assert session_map(daemon_proc, "s") == expected_hashes(CHAT)
     # Answers without a list send no turn_end at all (a missing list is an engine fault); a
-    # streamed one gets its list from render, unless render fails too ("none": a 404).
+    # streamed one gets its list from /tokenize, unless that fails too ("none": a 404).
     assert await session_events(daemon_proc, "s") == [
         "turn_start", "turn_end", "turn_start", "turn_start", "turn_start", "turn_end",
         "turn_start"]

@@ -5,13 +5,13 @@ answer with a completion whose ``kv_transfer_params`` carries ``chunk_hashes``: 
 ``chain_hashes_hex`` over those tokens in ``chunk_tokens``-token chunks (full chunks only, as
 LMCache's default ``save_unfull_chunk: false``), ``[]`` under one chunk. With ``"stream":
 true`` they stream SSE chunks and, as real vLLM 0.32, **no** kv_transfer_params anywhere in
-the stream. ``POST /v1/chat/completions/render`` and ``/v1/completions/render`` answer the
-prompt's token ids as vLLM's render routes do (an object; a list for completions).
+the stream. ``POST /tokenize`` answers a chat (``messages``) or completion (``prompt``)
+request's token ids in vLLM's shape.
 tests/engine/test_standin_matches_vllm.py checks these shapes against the real engine.
 Behaviour per request, by header:
 
-* ``X-Engine-Params: none`` (no kv_transfer_params; render answers 404, as an engine without
-  the route) or ``null-hashes`` (chunk_hashes null)
+* ``X-Engine-Params: none`` (no kv_transfer_params; /tokenize answers 404, as an engine
+  without the route) or ``null-hashes`` (chunk_hashes null)
 * ``X-Engine-Status: 503`` answer that status with an OpenAI error body
 * ``X-Engine-Delay: 0.01`` seconds between streamed chunks
 
@@ -101,17 +101,16 @@ class StandInEngine:
             answer["kv_transfer_params"] = params
         return web.json_response(answer)
 
-    async def render(self, request: web.Request) -> web.Response:
-        """vLLM's render routes: the prompt's token ids, nothing generated."""
+    async def tokenize(self, request: web.Request) -> web.Response:
+        """vLLM's /tokenize: the prompt's token ids, nothing generated."""
         body = await request.json()
         self.requests.append({"path": request.path, "headers": dict(request.headers),
                               "body": body})
         if request.headers.get("X-Engine-Params") == "none":
             return web.json_response({"detail": "Not Found"}, status=404)
-        item = {"request_id": "render-standin", "token_ids": tokens_of(prompt_of(body)),
-                "sampling_params": {"max_tokens": body.get("max_tokens")}, "model": MODEL}
-        chat = request.path.startswith("/v1/chat/")
-        return web.json_response(item if chat else [item])
+        tokens = tokens_of(prompt_of(body))
+        return web.json_response({"count": len(tokens), "max_model_len": 4096,
+                                  "tokens": tokens, "token_strs": None})
 
     async def _stream(self, request: web.Request, chat: bool, delay: float) -> web.StreamResponse:
         out = web.StreamResponse(headers={"Content-Type": "text/event-stream",
@@ -155,8 +154,7 @@ class StandInEngine:
         app = web.Application()
         app.router.add_post("/v1/chat/completions", self.completions)
         app.router.add_post("/v1/completions", self.completions)
-        app.router.add_post("/v1/chat/completions/render", self.render)
-        app.router.add_post("/v1/completions/render", self.render)
+        app.router.add_post("/tokenize", self.tokenize)
         app.router.add_get("/v1/models", self.models)
         app.router.add_route("*", "/{tail:.*}", self.echo)
         return app
