@@ -74,5 +74,10 @@ bench: $(VENV)/.bench
 soak: $(VENV)/.test
 	$(PY) -m pytest -q -s -m soak -p no:cacheprovider -o addopts=""
 
+# The whole stack on this CPU: tiny vLLM engine + LMCache + ascend_ext, daemon, proxy, console,
+# a scripted agent conversation driving it (quit the console to stop everything).
+demo: $(VENV)/.engine
+	$(PY) -m ascend_ext.demo
+
 clean:
 	rm -rf $(VENV) .pytest_cache .hypothesis .ramakv-daemon.log

@@ -243,6 +243,20 @@ def _answers(url: str) -> bool:
         return False
 
 
+def test_the_demo_conversation_moves_the_maps(engine, daemon, proxy) -> None:
+    """make demo's scripted agents (ascend_ext.demo.converse) on this stack."""
+    from ascend_ext.demo import converse
+
+    said: list[str] = []
+    chats = converse(proxy.url, daemon.url, rounds=1, say=said.append)
+    assert len(said) == 6
+    alpha = kv(chat(engine.url, chats["agent-alpha"][:-2]))["chunk_hashes"]
+    assert wait_map(daemon, "agent-alpha", alpha) == alpha
+    beta = daemon.event("session_map", session_id="agent-beta")["data"]["chunk_hashes"]
+    assert wait_where(engine.memory_url, beta, [CPU, DISK]) == {h: [CPU, DISK] for h in beta}
+    assert not daemon.event("session_map", session_id="agent-gamma")["ok"]  # closed
+
+
 def test_the_engine_log_has_no_fault(engine) -> None:
     """Runs last: nothing above double-freed, fell back to recompute, or raised."""
     log = engine.log_text()
