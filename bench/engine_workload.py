@@ -20,17 +20,19 @@ TURN, SUSPEND, RESTORE, CLOSE = "turn", "suspend", "restore", "close"
 class Shape:
     """Workload and tier sizes (chunks of 256 tokens; the tiny model's chunk is 0.5 MiB)."""
 
-    sessions: int = 24
-    live: int = 6
+    sessions: int = 30
+    live: int = 10
     turns: int = 6
     system_tokens: int = 768
     first_tokens: int = 300
     step_tokens: int = 260
     p_pause: float = 0.5
     pause_steps: int = 5
-    ddr_chunks: int = 24
-    disk_chunks: int = 48
-    vocab: int = 2000
+    # The live sessions' chunks (~60) fit in neither tier: DDR holds two thirds of them,
+    # disk (which keeps a copy of every chunk) a little more than all, if dead chunks go.
+    ddr_chunks: int = 40
+    disk_chunks: int = 72
+    vocab: int = 600  # token ids 3..599: inside the tiny tokenizer's 667
     seed: int = 7
 
 
