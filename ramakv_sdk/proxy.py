@@ -52,7 +52,8 @@ class ProxySettings:
 SETTINGS = web.AppKey("settings", ProxySettings)
 UPSTREAM = web.AppKey("upstream", aiohttp.ClientSession)
 SENDER = web.AppKey("sender", EventSender)
-WARNED_NO_HASHES = web.AppKey("warned_no_hashes", set)
+# Upstreams already warned about answers without chunk_hashes (once each, not per turn).
+WARNED = web.AppKey("warned_no_hashes", set)
 TOKENIZE_CHECK = web.AppKey("tokenize_check", prompt_hashes.TokenizeCheck)
 
 
@@ -60,7 +61,7 @@ def make_app(settings: ProxySettings) -> web.Application:
     """The proxy application; the upstream session and the event sender live with it."""
     app = web.Application(client_max_size=settings.max_body_bytes)
     app[SETTINGS] = settings
-    app[WARNED_NO_HASHES] = set()
+    app[WARNED] = set()
     app[TOKENIZE_CHECK] = prompt_hashes.TokenizeCheck()
 
     async def resources(app: web.Application) -> AsyncIterator[None]:
@@ -167,36 +168,33 @@ async def _relay(
         if scanner is not None:
             scanner.close()
             params = scanner.params  # an engine that streams them; vLLM 0.32 does not
-            if not _has_list(params) and tokenized is not None and complete:
+            if not events.has_chunk_hashes(params) and tokenized is not None and complete:
                 params = await tokenized
                 if request.app[TOKENIZE_CHECK].agrees is False:
                     params = None  # hashing the tokenised prompt gave the engine's hashes wrong
         else:
             params = from_json_body(b"".join(kept or ()), encoding)
-            if tokenized is not None and _has_list(params):
+            if tokenized is not None and events.has_chunk_hashes(params):
                 request.app[TOKENIZE_CHECK].compare(
                     await tokenized, params, request.app[SETTINGS].upstream,
                     request.app[SETTINGS].chunk_size, request.app[SETTINGS].save_unfull_chunk)
-        if _has_list(params):
+        if events.has_chunk_hashes(params):
             sender.submit(events.turn_end(sid, params))
         elif complete:
             _warn_no_hashes(request.app, request.app[SETTINGS].upstream)
     return out
 
 
-def _has_list(params: dict | None) -> bool:
-    """A turn_end is only sent with a chunk_hashes list (a missing one is an engine fault)."""
-    return params is not None and isinstance(params.get("chunk_hashes"), list)
-
-
 def _warn_no_hashes(app: web.Application, upstream: str) -> None:
-    """Log once per proxy (one upstream) that answers come without chunk_hashes."""
-    warned = app[WARNED_NO_HASHES]
+    """The daemon refuses a turn_end without a list: say so once per upstream, send none."""
+    warned = app[WARNED]
     if upstream in warned:
         return
     warned.add(upstream)
-    log.warning("answers from %s carry no kv_transfer_params.chunk_hashes: no turn_end sent "
-                "(is ascend_ext's connector configured?)", upstream)
+    log.warning(
+        "answers from %s carry no kv_transfer_params.chunk_hashes: no turn_end is sent for "
+        "them (is ascend_ext's connector configured?)", upstream,
+    )
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
