@@ -101,3 +101,74 @@ def patch_async_double_release() -> bool:
     _async_process_tokens_internal.__ramakv_wrapped__ = True  # type: ignore[attr-defined]
     LMCacheEngine._async_process_tokens_internal = _async_process_tokens_internal
     return True
+
+
+#: lmcache releases whose LocalDiskBackend keeps the pin an async lookup takes on each disk
+#: hit: batched_async_contains(pin=True) pins, the prefetch pins and unpins once more, and
+#: nothing releases the first pin, so every chunk ever hit on disk stays unevictable.
+DISK_PIN_LEAK_VERSIONS = frozenset({"0.5.6"})
+_PIN_RECORDS = 4096  # lookups whose disk pins wait for their prefetch (bounded)
+
+
+def patch_async_disk_pin_leak() -> bool:
+    """Release the lookup's disk pins once that lookup's prefetch from disk has finished.
+
+    Found by bench.engine_bench: with the daemon deleting dead chunks, the disk tier holds
+    only live chunks, all of them hit and so pinned for good; LMCache then logs
+    "Insufficient evictable disk cache space" and stores nothing more on disk. True when
+    installed; False on releases without the leak.
+    """
+    if lmcache_version() not in DISK_PIN_LEAK_VERSIONS:
+        return False
+    import threading
+    from collections import OrderedDict
+
+    from lmcache.v1.storage_backend.local_disk_backend import LocalDiskBackend
+
+    orig_contains = LocalDiskBackend.batched_async_contains
+    orig_get = LocalDiskBackend.batched_get_non_blocking
+    if getattr(orig_get, "__ramakv_wrapped__", False):
+        return True
+    pinned: OrderedDict[tuple[int, str], list[Any]] = OrderedDict()
+    lock = threading.Lock()
+
+    @functools.wraps(orig_contains)
+    async def batched_async_contains(self: Any, lookup_id: str, keys: list, pin: bool = False
+                                     ) -> int:
+        hits = await orig_contains(self, lookup_id, keys, pin)
+        if pin and hits:
+            with lock:
+                pinned[(id(self), lookup_id)] = list(keys[:hits])
+                while len(pinned) > _PIN_RECORDS:
+                    pinned.popitem(last=False)
+        return hits
+
+    @functools.wraps(orig_get)
+    async def batched_get_non_blocking(self: Any, lookup_id: str, keys: list,
+                                       *args: Any, **kwargs: Any) -> Any:
+        try:
+            return await orig_get(self, lookup_id, keys, *args, **kwargs)
+        finally:
+            with lock:
+                held = pinned.pop((id(self), lookup_id), [])
+            wanted = set(keys)
+            # 0.5.6 returns with disk_lock held when it cannot allocate staging memory;
+            # never wait for ever on the loop thread because of that.
+            if held and self.disk_lock.acquire(timeout=5.0):
+                try:
+                    for key in held:
+                        meta = self.dict.get(key)
+                        # Only keys this prefetch was for (lmcache unpins a rounded-off
+                        # tail itself), only a pin still there (an evict may have won).
+                        if key in wanted and meta is not None and meta.pin_count > 0:
+                            meta.unpin()
+                finally:
+                    self.disk_lock.release()
+            elif held:
+                log.warning("ascend_ext: disk lock busy; %d lookup pins kept", len(held))
+
+    batched_async_contains.__ramakv_wrapped__ = True  # type: ignore[attr-defined]
+    batched_get_non_blocking.__ramakv_wrapped__ = True  # type: ignore[attr-defined]
+    LocalDiskBackend.batched_async_contains = batched_async_contains
+    LocalDiskBackend.batched_get_non_blocking = batched_get_non_blocking
+    return True

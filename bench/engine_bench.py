@@ -192,7 +192,7 @@ def _calibrate(engine: EngineProcess, shape: Shape) -> dict[str, float]:
         httpx.post(engine.memory_url + "/memory/evict", json={"chunk_hashes": hashes},
                    timeout=TIMEOUT)
     med = {k: statistics.median(v) for k, v in out.items()}
-    return {"cold_8_chunks_ms": round(med["cold"] * 1000, 2),
+    return {"runs_ms": {k: [round(x * 1000, 1) for x in v] for k, v in out.items()},"cold_8_chunks_ms": round(med["cold"] * 1000, 2),
             "ddr_8_chunks_ms": round(med["ddr"] * 1000, 2),
             "disk_8_chunks_ms": round(med["disk"] * 1000, 2),
             "prefill_tokens_per_s": round(8 * CHUNK / max(med["cold"] - med["ddr"], 1e-4), 1)}
@@ -255,9 +255,9 @@ def run(quick: bool = False, work_dir: str | None = None) -> dict[str, Any]:
                 for side in (alone, steered) if i % 2 == 0 else (steered, alone):
                     side.play(step)
             phases = {"alone": alone.summary(), "steered": steered.summary()}
-            faults = {side.name: [bad for bad in ("Double free", "Traceback", "degraded mode")
-                                  if bad in side.engine.log_text()]
-                      for side in (alone, steered)}
+            faults = {side.name: {bad: side.engine.log_text().count(bad) for bad in (
+                "Double free", "Traceback", "degraded mode", "Insufficient evictable disk",
+                "Failed to allocate")} for side in (alone, steered)}
     a, b = phases["alone"], phases["steered"]
     gain = a["recomputed_tokens"] / b["recomputed_tokens"] if b["recomputed_tokens"] else 0.0
     result = {
