@@ -38,6 +38,7 @@ def install(*, memory_api: bool = True, vllm: bool = True) -> dict[str, bool]:
         _once("cpu_kv_connector", lmcache_fixes.patch_cpu_kv_connector)
         _once("async_loading_double_release_fix", lmcache_fixes.patch_async_double_release)
         _once("async_disk_pin_release_fix", lmcache_fixes.patch_async_disk_pin_leak)
+        _once("disk_remove_size_fix", lmcache_fixes.patch_disk_remove_size)
         if memory_api:
             _once("memory_api", _install_memory_api)
         if vllm:

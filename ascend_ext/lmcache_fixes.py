@@ -172,3 +172,35 @@ def patch_async_disk_pin_leak() -> bool:
     LocalDiskBackend.batched_async_contains = batched_async_contains
     LocalDiskBackend.batched_get_non_blocking = batched_get_non_blocking
     return True
+
+
+#: lmcache releases whose LocalDiskBackend.remove(force=True) forgets the chunk's bytes in
+#: current_cache_size (only its own LRU eviction subtracts them), so every chunk deleted
+#: from outside — the memory API's evict, i.e. the daemon's steering — shrinks the disk tier
+#: for good, until put() finds it "full" with nothing to evict.
+DISK_SIZE_LEAK_VERSIONS = frozenset({"0.5.6"})
+
+
+def patch_disk_remove_size() -> bool:
+    """Subtract a force-removed chunk's size from LocalDiskBackend.current_cache_size."""
+    if lmcache_version() not in DISK_SIZE_LEAK_VERSIONS:
+        return False
+    from lmcache.v1.storage_backend.local_disk_backend import LocalDiskBackend
+
+    orig = LocalDiskBackend.remove
+    if getattr(orig, "__ramakv_wrapped__", False):
+        return True
+
+    @functools.wraps(orig)
+    def remove(self: Any, key: Any, force: bool = True) -> bool:
+        meta = self.dict.get(key)
+        removed = orig(self, key, force)
+        # force=False is lmcache's own eviction, which has subtracted the size already.
+        if removed and force and meta is not None:
+            with self.disk_lock:
+                self.current_cache_size = max(0.0, self.current_cache_size - meta.size)
+        return removed
+
+    remove.__ramakv_wrapped__ = True  # type: ignore[attr-defined]
+    LocalDiskBackend.remove = remove
+    return True

@@ -1,4 +1,4 @@
-"""The disk pin an async lookup takes is released once its prefetch finished (lmcache 0.5.6).
+"""lmcache 0.5.6 disk-tier fixes: lookup pins released after the prefetch; deletes free space.
 
 On a real two-tier lmcache engine: the storage manager's own async lookup-and-prefetch path
 (as vLLM's async lookups drive it) hits a chunk on disk; afterwards the chunk must be
@@ -58,5 +58,24 @@ def test_a_disk_hit_leaves_the_chunk_evictable(tmp_path: Path) -> None:
             assert hits == len(keys)
             assert [disk.dict[k].pin_count for k in keys] == [0, 0]
             assert all(disk.dict[k].can_evict for k in keys)
+        finally:
+            ops.close()
+
+
+def test_deleting_chunks_gives_their_disk_space_back(tmp_path: Path) -> None:
+    """lmcache 0.5.6's remove(force=True) (the memory API's evict) kept the bytes counted:
+    the daemon's deletes shrank the disk tier until nothing more could be stored."""
+    import ascend_ext
+
+    assert ascend_ext.install()["disk_remove_size_fix"] is True
+    with cpu_engine(tmp_path / "disk", ddr_mb=4) as engine:
+        ops = MemoryOps(engine)
+        try:
+            hashes = run_turn(ops, tokens(3))["kv_transfer_params"]["chunk_hashes"]
+            disk = engine.storage_manager.storage_backends[DISK]
+            _on_disk(disk, [ops.key_for(h) for h in hashes])
+            assert disk.current_cache_size > 0
+            assert ops.evict(hashes, None) == 2 * len(hashes)  # DDR and disk copies
+            assert disk.current_cache_size == 0 and not disk.dict
         finally:
             ops.close()
