@@ -192,7 +192,8 @@ def _calibrate(engine: EngineProcess, shape: Shape) -> dict[str, float]:
         httpx.post(engine.memory_url + "/memory/evict", json={"chunk_hashes": hashes},
                    timeout=TIMEOUT)
     med = {k: statistics.median(v) for k, v in out.items()}
-    return {"runs_ms": {k: [round(x * 1000, 1) for x in v] for k, v in out.items()},"cold_8_chunks_ms": round(med["cold"] * 1000, 2),
+    return {"runs_ms": {k: [round(x * 1000, 1) for x in v] for k, v in out.items()},
+            "cold_8_chunks_ms": round(med["cold"] * 1000, 2),
             "ddr_8_chunks_ms": round(med["ddr"] * 1000, 2),
             "disk_8_chunks_ms": round(med["disk"] * 1000, 2),
             "prefill_tokens_per_s": round(8 * CHUNK / max(med["cold"] - med["ddr"], 1e-4), 1)}
