@@ -1,7 +1,7 @@
 """`make bench`: every benchmark, side by side, into bench/results/latest.{json,md}.
 
 Usage: python -m bench [--quick] [--only NAME[,NAME]] — names: throughput, recovery, memory,
-sdk, proxy, cache, engine.
+sdk, proxy, cache, console, engine.
 """
 
 from __future__ import annotations
@@ -86,6 +86,14 @@ def _cache(quick: bool) -> tuple[dict, str]:
     return res, "```\n" + suite.table(res) + "\n```"
 
 
+def _console(quick: bool) -> tuple[dict, str]:
+    from bench import console_scale
+
+    scales = [(4000, 22), (10_000, 512)] if quick else [(4000, 22), (50_000, 512)]
+    res = console_scale.run(scales)
+    return res, console_scale.table(res)
+
+
 def _engine(quick: bool) -> tuple[dict, str]:
     from ascend_ext.tiny_engine import vllm_available
 
@@ -100,7 +108,7 @@ def _engine(quick: bool) -> tuple[dict, str]:
 
 BENCHES: dict[str, Callable[[bool], tuple[dict, str]]] = {
     "throughput": _throughput, "recovery": _recovery, "memory": _memory,
-    "sdk": _sdk, "proxy": _proxy, "cache": _cache, "engine": _engine,
+    "sdk": _sdk, "proxy": _proxy, "cache": _cache, "console": _console, "engine": _engine,
 }
 
 

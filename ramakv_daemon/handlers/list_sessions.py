@@ -8,7 +8,7 @@ from ramakv_daemon.handlers.registry import HandlerContext, event
 MAX_LIMIT = 10000
 
 
-def _int_field(payload: dict, name: str, default: int, maximum: int) -> int:
+def int_field(payload: dict, name: str, default: int, maximum: int) -> int:
     value = payload.get(name, default)
     if value is None:
         return default
@@ -29,8 +29,8 @@ def list_sessions(ctx: HandlerContext, payload: dict, now: float) -> Change:
     state = payload.get("state")
     if state is not None and state not in ("active", "suspended", "closed"):
         raise InvalidEvent("'state' must be \"active\", \"suspended\" or \"closed\"")
-    limit = _int_field(payload, "limit", 1000, MAX_LIMIT)
-    offset = _int_field(payload, "offset", 0, 2**31)
+    limit = int_field(payload, "limit", 1000, MAX_LIMIT)
+    offset = int_field(payload, "offset", 0, 2**31)
     if payload.get("namespace") is not None:
         managers = [ctx.manager]
     else:
