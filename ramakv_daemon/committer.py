@@ -63,6 +63,7 @@ class GroupCommitter:
         self._commits = 0
         self.next_row_id = 1  # the service sets it above the stored rows at start-up
         self._last: asyncio.Future[None] | None = None
+        self._inflight: list[_Pending] = []  # the batch whose write is under way
 
     def start(self) -> None:
         """Start the writer task on the running loop."""
@@ -84,6 +85,29 @@ class GroupCommitter:
     def busy(self) -> bool:
         """True while some submitted change is not yet committed or rolled back."""
         return self._last is not None and not self._last.done()
+
+    def uncommitted(self, namespace: str) -> list[Change]:
+        """``namespace``'s applied changes not yet committed or rolled back, oldest first."""
+        return [
+            p.change for p in (*self._inflight, *self._pending)
+            if p.change is not None and p.change.namespace == namespace
+        ]
+
+    def touched(self, namespace: str, hashes: list[str]) -> set[str]:
+        """Those of ``hashes`` whose refcount an uncommitted change of ``namespace``
+        moved: their committed count is not known yet (that change may be rolled back)."""
+        changes = self.uncommitted(namespace) if self.busy else []
+        if not changes:
+            return set()
+        wanted = set(hashes)
+        out: set[str] = set()
+        for c in changes:
+            counts = c.prev_counts
+            if len(counts) < len(wanted):
+                out.update(h for h in counts if h in wanted)
+            else:
+                out.update(h for h in wanted if h in counts)
+        return out
 
     async def barrier(self) -> None:
         """Wait until every change submitted so far is committed or rolled back.
@@ -109,7 +133,11 @@ class GroupCommitter:
                     return
                 continue
             batch, self._pending = self._pending, []
-            await self._commit(batch)
+            self._inflight = batch
+            try:
+                await self._commit(batch)
+            finally:
+                self._inflight = []
 
     async def _commit(self, batch: list[_Pending]) -> None:
         sessions: dict = {}

@@ -45,6 +45,9 @@ class Config:
     trace_buffer: int = 10000
     trace_queue: int = 1000
     backend_timeout_s: float = 5.0
+    # A cache that supports it (ascend_ext's memory API) holds each delete this long, and
+    # a chunk referenced again meanwhile is kept (docs/reliability.md); 0 = act at once.
+    evict_defer_s: float = 1.0
     auth_token: str = ""
     max_sessions: int = 1_000_000
     idempotency_window: int = 10000

@@ -6,6 +6,8 @@ import asyncio
 import json
 import logging
 import time
+from collections.abc import Generator
+from contextlib import ExitStack
 from typing import Any
 
 from ramakv_daemon.committer import GroupCommitter
@@ -24,6 +26,15 @@ from ramakv_daemon.ports import Backend, SessionStore, StoreError
 from ramakv_daemon.trace import TraceHub
 
 log = logging.getLogger("ramakv")
+
+# Events that only read state (turn_start also refreshes last_event_ts and prefetches):
+# while commits are in flight they answer from committed state.
+READ_EVENTS = frozenset(
+    {"session_map", "health", "list_sessions", "chunk_info", "list_events",
+     "list_namespaces", "turn_start"}
+)
+READS_WITH_EFFECT = frozenset({"turn_start"})
+WINDOW_TRACE_HASHES = 20  # hashes named in one evict_window trace record
 
 
 class EventService:
@@ -50,7 +61,7 @@ class EventService:
         self.namespaces = Namespaces(
             config, registry, self.limits, lambda: self.committer, backend,
             backend_factory or _lmcache_factory(config), self.metrics.backend,
-            self._backend_failed,
+            self._backend_failed, self._window_report,
         )
         self.committer = GroupCommitter(
             store, self.namespaces.managers, self.metrics.commit, config.idempotency_ttl_s,
@@ -179,9 +190,10 @@ class EventService:
                 change = await handler.query(ns.ctx, payload, ns.dispatcher.backend)
                 change.namespace = ns.key
             else:
-                change = await self._apply(handler.apply, payload, ns)
+                change = await self._apply(type_, handler.apply, payload, ns)
                 # The delta is taken now, before any await, so it is this event's alone.
-                change.notes["_delta"] = self._delta(change)
+                if "_delta" not in change.notes:
+                    change.notes["_delta"] = self._delta(change)
                 if change.durable or change.evict_delete or change.evict_demote:
                     answer = None
                     if event_id is not None:
@@ -200,14 +212,19 @@ class EventService:
             await self._write_debug(session_id or "", change)
         return 200, self._succeeded(type_, session_id, change, started)
 
-    async def _apply(self, apply: Any, payload: dict[str, Any], ns: Namespace) -> Change:
+    async def _apply(
+        self, type_: str, apply: Any, payload: dict[str, Any], ns: Namespace
+    ) -> Change:
         """Apply a handler; a read or a refusal never answers from a change still in doubt.
 
-        While earlier changes wait for their commit, an answer that changes nothing (a
-        read, or an error) could be contradicted by their rollback: wait for them, then
-        apply again (a read or a refusal changed nothing, so applying again is safe).
+        A read while changes wait for their commit is evaluated as of before them (the
+        committed state: :meth:`_read_committed`). A write refused while changes are in
+        doubt could be contradicted by their rollback: wait for them, then apply again
+        (a refusal changed nothing, so applying again is safe).
         """
         busy = self.committer.busy
+        if busy and type_ in READ_EVENTS:
+            return await self._read_committed(type_, apply, payload, ns)
         try:
             change = apply(ns.ctx, payload, time.time())
         except RamAKvError:
@@ -220,6 +237,33 @@ class EventService:
         if busy and not (change.durable or change.evict_delete or change.evict_demote):
             await self.committer.barrier()
             change = apply(ns.ctx, payload, time.time())
+        change = await _finish_read(_first_step(change))
+        change.namespace = ns.key
+        return change
+
+    async def _read_committed(
+        self, type_: str, apply: Any, payload: dict[str, Any], ns: Namespace
+    ) -> Change:
+        """A read answered from committed state: every namespace's uncommitted changes are
+        taken out for the (synchronous) apply and put back after it, so the answer is the
+        one a reader would get if every change in doubt were rolled back — and it is also
+        right when they commit, because none of them is acknowledged yet."""
+        now = time.time()
+        if type_ in READS_WITH_EFFECT:
+            # turn_start's advisory last_event_ts and its prefetch apply to the live state.
+            try:
+                apply(ns.ctx, payload, now)
+            except RamAKvError:
+                pass
+        with ExitStack() as stack:
+            for key, manager in self.namespaces.managers.items():
+                pending = self.committer.uncommitted(key)
+                if pending:
+                    stack.enter_context(manager.as_committed(pending))
+            result = _first_step(apply(ns.ctx, payload, now))  # may raise: the answer
+            if not isinstance(result, Generator):
+                result.notes["_delta"] = self._delta(result)
+        change = await _finish_read(result)
         change.namespace = ns.key
         return change
 
@@ -235,6 +279,8 @@ class EventService:
         prefetch = c.prefetch
         if ns.budget.budget and "_delta" in c.notes:
             prefetch = self._budget_after(type_, session_id, c, ns)
+        if c.durable:
+            ns.dispatcher.referenced_again(c.prev_counts)
         ns.dispatcher.prefetch(session_id, prefetch)
         self._publish(type_, session_id, True, c)
         if c.notes.get("_budget"):
@@ -269,6 +315,23 @@ class EventService:
         )
         self._print_trace()
         return {"ok": False, "type": type_, "error": error}
+
+    def _window_report(self, key: str, outcome: str, hashes: list[str], seconds: float) -> None:
+        """The eviction window's reports: metrics; a trace record for each outcome."""
+        self.metrics.window(outcome, len(hashes), seconds)
+        if outcome in ("kept", "exposed", "repeated"):
+            record: dict[str, Any] = {
+                "kind": "evict_window", "ts": time.time(), "outcome": outcome,
+                "count": len(hashes), "hashes": hashes[:WINDOW_TRACE_HASHES],
+            }
+            if key:
+                record["namespace"] = key
+            self.trace.publish(record)
+            if outcome == "exposed":
+                log.warning(
+                    "%d chunks referenced again while their eviction may have been acted on "
+                    "(namespace %r): %s", len(hashes), key, hashes[:WINDOW_TRACE_HASHES],
+                )
 
     def _backend_failed(self, op: str, count: int, result: Any, backlog: int) -> None:
         self.trace.publish(
@@ -434,6 +497,32 @@ def _lmcache_factory(config: Config) -> BackendFactory:
         )
 
     return make
+
+
+def _first_step(result: Change | Generator[None, None, Change]) -> Any:
+    """A sliced read (a generator) run to its first yield, where it took its snapshot;
+    the change itself when there is nothing more to run."""
+    if not isinstance(result, Generator):
+        return result
+    try:
+        next(result)
+    except StopIteration as done:
+        return done.value
+    return result
+
+
+async def _finish_read(result: Change | Generator[None, None, Change]) -> Change:
+    """A plain change as is; a sliced read run to its end, one slice per loop iteration
+    so other events run in between (its first step, the snapshot, has run)."""
+    while isinstance(result, Generator):
+        await asyncio.sleep(0)
+        try:
+            next(result)
+        except StopIteration as done:
+            change: Change = done.value
+            change.notes.setdefault("_delta", {"sessions": {}, "refcounts": {}})
+            return change
+    return result
 
 
 def _utf8(text: str) -> bool:
