@@ -83,6 +83,7 @@ class BackendDispatcher:
         self._keep_wake = asyncio.Event()
         self._keeper: asyncio.Task[None] | None = None
         self._prefetching = 0
+        self._drop_logged = 0.0
 
     # ---- feeding ---------------------------------------------------------------------
     def load(self, row_id: int, entries: list[tuple[str, str]]) -> None:
@@ -137,9 +138,15 @@ class BackendDispatcher:
         if not hashes:
             return
         if self._prefetching >= MAX_PREFETCHES_IN_FLIGHT:
-            self._report("prefetch", len(hashes), BackendResult(
+            dropped = BackendResult(
                 False, 0, f"dropped: {MAX_PREFETCHES_IN_FLIGHT} prefetches still in flight"
-            ))
+            )
+            if self.on_result is not None:
+                self.on_result("prefetch", len(hashes), dropped)
+            now = time.monotonic()
+            if now - self._drop_logged >= 10.0:  # one line per 10 s, not one per event
+                self._drop_logged = now
+                log.warning("prefetch of %d chunks %s", len(hashes), dropped.detail)
             return
         self._prefetching += 1
         task = asyncio.get_running_loop().create_task(self._prefetch(session_id, hashes))
@@ -283,7 +290,7 @@ class BackendDispatcher:
         # since is no longer owed a keep), older than every later one.
         result = await keep(hashes, window.generation())
         self._report("keep", len(hashes), result)
-        supported = result.ok or result.status not in (400, 404, 405)
+        supported = result.ok or result.status not in (404, 405)
         if window.kept(hashes, result.ok, supported, time.monotonic()):
             self._keep_due = time.monotonic() + RECHECK_S
 

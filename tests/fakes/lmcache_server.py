@@ -20,6 +20,7 @@ from typing import Any
 
 from aiohttp import web
 
+from ascend_ext.deferred_evict import DeferredEvictions, parse_defer, parse_generation
 from ascend_ext.memory_ops import RequestError, parse_hashes, parse_locations, parse_lookup_id
 
 CPU, DISK = "LocalCPUBackend", "LocalDiskBackend"
@@ -48,6 +49,14 @@ class FakeLMCacheServer:
         self.mode: str | None = None
         self.times: int | None = None
         self.delay = 0.0
+        # Off: a stock memory API (acts at once, no /memory/keep). On: ascend_ext's deferred
+        # deletes and keeps; pending deletes run when ``fire_deferred()`` is called (tests
+        # decide when the deferral ends, so nothing depends on timing).
+        self.defers = False
+        self.deferred = DeferredEvictions()
+        # Called as each delete is carried out, with the hashes removed: a test checks the
+        # daemon's state at that very moment (the recording backend's invariant probe).
+        self.on_delete: Any = None
         self._runner: web.AppRunner | None = None
         self._site: web.TCPSite | None = None
 
@@ -143,7 +152,7 @@ class FakeLMCacheServer:
             }, status=500)
         elif failing == "malformed":
             return web.Response(text="{not json", content_type="application/json")
-        if op not in ("prefetch", "evict", "query"):
+        if op not in ("prefetch", "evict", "query", "keep") or (op == "keep" and not self.defers):
             return _err(404, f"no route /memory/{op}")
         if not isinstance(body, dict):
             return _err(400, "body must be a JSON object")
@@ -157,8 +166,20 @@ class FakeLMCacheServer:
                         tiers.insert(0, CPU)
                 return web.json_response({"status": "prefetch_started", "lookup_id": lookup_id,
                                           "num_chunks": len(hashes)})
+            if op == "keep":
+                generation = parse_generation(body)
+                if generation is None:
+                    raise RequestError("missing required field 'generation'")
+                return web.json_response(
+                    {"status": "success", "cancelled": self.deferred.keep(hashes, generation)})
             if op == "evict":
                 locations = parse_locations(body)
+                if self.defers:
+                    now, deferred, stale = self.deferred.add(
+                        hashes, locations, parse_generation(body), parse_defer(body))
+                    return web.json_response({
+                        "status": "success", "num_evicted": self._evict(now, locations),
+                        "deferred": deferred, "stale": stale})
                 return web.json_response({"status": "success",
                                           "num_evicted": self._evict(hashes, locations)})
             return web.json_response({h: list(self.tiers.get(h, [])) for h in hashes})
@@ -176,8 +197,19 @@ class FakeLMCacheServer:
                 self.mode, self.times = None, None
         return mode
 
+    def fire_deferred(self) -> int:
+        """End every pending deferral now: carry out the deletes no keep cancelled."""
+        self.deferred.clock = lambda: float("inf")
+        try:
+            groups = self.deferred.take_due()
+        finally:
+            self.deferred.clock = time.monotonic
+        return sum(self._evict(hashes, locations) for locations, hashes in groups)
+
     def _evict(self, hashes: list[str], locations: list[str] | None) -> int:
         """Remove copies; the count is copies removed, like StorageManager.batched_remove."""
+        if self.on_delete is not None and hashes:
+            self.on_delete(list(hashes))
         n = 0
         for h in hashes:
             tiers = self.tiers.get(h, [])
