@@ -44,6 +44,7 @@ class GroupCommitter:
         on_commit: Callable[[float, int], None] | None = None,
         event_id_ttl_s: float = 3600.0,
         on_evictions: Callable[[Change, int], None] | None = None,
+        on_committed: Callable[[Change], None] | None = None,
     ) -> None:
         """``on_evictions(change, outbox_row)`` hands each committed change's evictions
         to delivery before any waiter resumes: all of a row's entries are registered at
@@ -55,6 +56,9 @@ class GroupCommitter:
         self.managers: Mapping[str, SessionManager] = managers
         self.on_commit = on_commit
         self.on_evictions = on_evictions
+        # Called for each committed change in apply order before any waiter resumes (the
+        # trace publishes there, so records come out in apply order).
+        self.on_committed = on_committed
         self.event_id_ttl_s = event_id_ttl_s
         self._pending: list[_Pending] = []
         self._wake = asyncio.Event()
@@ -178,6 +182,10 @@ class GroupCommitter:
                 c = p.change
                 if c is not None and (c.evict_delete or c.evict_demote):
                     self.on_evictions(c, row_of[c.namespace])
+        if self.on_committed is not None:
+            for p in batch:
+                if p.change is not None:
+                    self.on_committed(p.change)
         for p in batch:
             if p.future is not None and not p.future.done():
                 p.future.set_result(None)

@@ -65,7 +65,7 @@ class EventService:
         )
         self.committer = GroupCommitter(
             store, self.namespaces.managers, self.metrics.commit, config.idempotency_ttl_s,
-            self._evictions_committed,
+            self._evictions_committed, self._committed,
         )
         self.namespaces.setup()
         default = self.namespaces[self.namespaces.default]
@@ -195,6 +195,7 @@ class EventService:
                 if "_delta" not in change.notes:
                     change.notes["_delta"] = self._delta(change)
                 if change.durable or change.evict_delete or change.evict_demote:
+                    change.notes["_event"] = (type_, session_id)
                     answer = None
                     if event_id is not None:
                         body = {"ok": True, "type": type_, "data": change.data}
@@ -282,7 +283,8 @@ class EventService:
         if c.durable:
             ns.dispatcher.referenced_again(c.prev_counts)
         ns.dispatcher.prefetch(session_id, prefetch)
-        self._publish(type_, session_id, True, c)
+        if not c.notes.get("_published"):
+            self._publish(type_, session_id, True, c)
         if c.notes.get("_budget"):
             self.trace.publish(c.notes["_budget"])  # type: ignore[arg-type]
         elapsed = time.perf_counter() - started
@@ -294,6 +296,15 @@ class EventService:
             )
         self._print_trace()
         return {"ok": True, "type": type_, "data": c.data}
+
+    def _committed(self, change: Change) -> None:
+        """A write is durable: its trace record goes out now, in apply order (replies
+        resume later, in any order; reads answer from committed state, so none of them
+        can be published carrying an older map than a write already published)."""
+        event = change.notes.pop("_event", None)
+        if event is not None:
+            self._publish(event[0], event[1], True, change)
+            change.notes["_published"] = True
 
     def _evictions_committed(self, change: Change, row: int) -> None:
         """A committed change's evictions, durable in outbox row ``row``: deliver them."""
