@@ -56,7 +56,7 @@ class EventService:
         self.registry = registry
         self.limits = Limits(config.max_hashes_per_event, config.max_hash_bytes)
         self.metrics = DaemonMetrics({s.name for s in registry.specs()})
-        self.trace = TraceHub(config.trace_buffer, config.trace_queue)
+        self.trace = TraceHub(config.trace_buffer, config.trace_queue, config.trace_buffer_bytes)
         self.trace.on_drop = self.metrics.dropped_subscribers.inc
         self.namespaces = Namespaces(
             config, registry, self.limits, lambda: self.committer, backend,
@@ -320,9 +320,12 @@ class EventService:
             "ram-a-kv event failed type=%s session_id=%s error=%s", _loggable(type_),
             _loggable(session_id or ""), _loggable(error, 500),
         )
+        # A rejected request's own strings are cut: they are the client's, of any size,
+        # and the ring must not keep megabytes of them.
         self.trace.publish(
-            {"kind": "event", "ts": time.time(), "type": type_, "session_id": session_id,
-             "ok": False, "error": error, "delta": {"sessions": {}, "refcounts": {}}}
+            {"kind": "event", "ts": time.time(), "type": _cut(type_),
+             "session_id": _cut(session_id), "ok": False, "error": _cut(error, 500),
+             "delta": {"sessions": {}, "refcounts": {}}}
         )
         self._print_trace()
         return {"ok": False, "type": type_, "error": error}
@@ -534,6 +537,13 @@ async def _finish_read(result: Change | Generator[None, None, Change]) -> Change
             change.notes.setdefault("_delta", {"sessions": {}, "refcounts": {}})
             return change
     return result
+
+
+def _cut(text: Any, limit: int = 200) -> Any:
+    """A string kept in a rejected request's trace record: at most ``limit`` characters."""
+    if isinstance(text, str) and len(text) > limit:
+        return text[:limit] + "..."
+    return text
 
 
 def _utf8(text: str) -> bool:

@@ -72,7 +72,10 @@ class Subscriber:
 class TraceHub:
     """Assigns gap-free sequence numbers and fans records out without ever blocking."""
 
-    def __init__(self, buffer_size: int = 10000, queue_size: int = 1000) -> None:
+    def __init__(
+        self, buffer_size: int = 10000, queue_size: int = 1000,
+        buffer_bytes: int = 64 * 1024 * 1024,
+    ) -> None:
         # seq restarts at 0 with the process; the epoch tells a client that its ?since=
         # belongs to an earlier run (then it gets a fresh snapshot, never a wrong replay).
         self.epoch = secrets.token_hex(8)
@@ -81,7 +84,12 @@ class TraceHub:
         # (seq, sessions touched, JSON text). Text, not the record: strings are not tracked
         # by the garbage collector, and 10,000 kept records of dicts and lists made its
         # older generations slow to scan (60 ms pauses, the daemon's p99 under load).
-        self.ring: deque[tuple[int, tuple[str, ...], str]] = deque(maxlen=buffer_size)
+        self.ring: deque[tuple[int, tuple[str, ...], str]] = deque()
+        # Bounded in records and in bytes of text: 10,000 records of 1000-hash maps were
+        # ~1 GB; the oldest go first whichever bound is reached.
+        self.buffer_size = max(1, buffer_size)
+        self.buffer_bytes = buffer_bytes
+        self.ring_bytes = 0
         self.subscribers: set[Subscriber] = set()
         self.dropped_total = 0
         self.on_drop: Callable[[], None] | None = None
@@ -95,7 +103,13 @@ class TraceHub:
         sid = record.get("session_id")
         changed = record.get("delta", {}).get("sessions", ())
         sessions = (sid, *changed) if isinstance(sid, str) else tuple(changed)
-        self.ring.append((self.seq, sessions, message))
+        ring = self.ring
+        ring.append((self.seq, sessions, message))
+        self.ring_bytes += len(message)
+        while len(ring) > self.buffer_size or (
+            self.ring_bytes > self.buffer_bytes and len(ring) > 1
+        ):
+            self.ring_bytes -= len(ring.popleft()[2])
         if self.subscribers:
             for sub in list(self.subscribers):
                 if sub.wants(sessions) and not sub.offer(message):
