@@ -1,7 +1,7 @@
 """`make bench`: every benchmark, side by side, into bench/results/latest.{json,md}.
 
 Usage: python -m bench [--quick] [--only NAME[,NAME]] — names: throughput, recovery, memory,
-sdk, proxy, cache.
+sdk, proxy, cache, admin_stall.
 """
 
 from __future__ import annotations
@@ -86,9 +86,19 @@ def _cache(quick: bool) -> tuple[dict, str]:
     return res, "```\n" + suite.table(res) + "\n```"
 
 
+def _admin_stall(quick: bool) -> tuple[dict, str]:
+    import asyncio
+
+    from bench import admin_stall
+
+    res = asyncio.run(admin_stall.measure(5000 if quick else 20000))
+    return res, admin_stall.table(res)
+
+
 BENCHES: dict[str, Callable[[bool], tuple[dict, str]]] = {
     "throughput": _throughput, "recovery": _recovery, "memory": _memory,
     "sdk": _sdk, "proxy": _proxy, "cache": _cache,
+    "admin_stall": _admin_stall,
 }
 
 
