@@ -40,6 +40,9 @@ class DeferredEvictions:
         self.kept_max = kept_max
         self.pending: dict[str, Pending] = {}
         self.kept: OrderedDict[str, int] = OrderedDict()
+        # Deletes carried out, hash -> generation (bounded like ``kept``): a keep that comes
+        # after its chunk's delete ran learns it was too late ("late"), so the daemon knows.
+        self.done: OrderedDict[str, int] = OrderedDict()
         self._lock = threading.Lock()
 
     def add(
@@ -60,6 +63,8 @@ class DeferredEvictions:
                     continue
                 if defer_s <= 0:
                     now_list.append(h)
+                    if generation is not None:
+                        self._remember(self.done, h, generation)
                     continue
                 old = self.pending.get(h)
                 if old is None or generation is None or old.generation <= generation:
@@ -67,21 +72,30 @@ class DeferredEvictions:
                 deferred += 1
         return now_list, deferred, stale
 
-    def keep(self, hashes: Sequence[str], generation: int) -> int:
-        """Cancel pending deletes older than ``generation``; returns how many."""
+    def keep(self, hashes: Sequence[str], generation: int) -> tuple[int, list[str]]:
+        """Cancel pending deletes older than ``generation``: (how many were cancelled, the
+        hashes whose older delete had already been carried out — too late for them)."""
         cancelled = 0
+        late: list[str] = []
         with self._lock:
             for h in hashes:
                 p = self.pending.get(h)
                 if p is not None and p.generation < generation:
                     del self.pending[h]
                     cancelled += 1
+                ran = self.done.get(h)
+                if ran is not None and ran < generation:
+                    late.append(h)
+                    del self.done[h]  # told once; the chunk is gone, a new store is new
                 if self.kept.get(h, -1) < generation:
-                    self.kept[h] = generation
-                    self.kept.move_to_end(h)
-            while len(self.kept) > self.kept_max:
-                self.kept.popitem(last=False)
-        return cancelled
+                    self._remember(self.kept, h, generation)
+        return cancelled, late
+
+    def _remember(self, table: OrderedDict[str, int], h: str, generation: int) -> None:
+        table[h] = generation
+        table.move_to_end(h)
+        while len(table) > self.kept_max:
+            table.popitem(last=False)
 
     def take_due(self) -> list[tuple[list[str] | None, list[str]]]:
         """Pop every pending delete whose time has come, grouped by tier list."""
@@ -91,6 +105,7 @@ class DeferredEvictions:
             for h, p in list(self.pending.items()):
                 if p.due <= now:
                     del self.pending[h]
+                    self._remember(self.done, h, p.generation)
                     key = tuple(p.locations) if p.locations is not None else None
                     groups.setdefault(key, []).append(h)
         return [(list(k) if k is not None else None, hs) for k, hs in groups.items()]

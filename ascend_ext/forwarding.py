@@ -79,7 +79,8 @@ def merge(kind: str, answers: Sequence[WorkerAnswer], request: dict) -> tuple[in
             merged["stale"] = sorted({h for a in good for h in a.body.get("stale", [])})
     elif kind == "keep":
         merged = {"status": "success",
-                  "cancelled": sum(int(a.body.get("cancelled", 0)) for a in good)}
+                  "cancelled": sum(int(a.body.get("cancelled", 0)) for a in good),
+                  "late": sorted({h for a in good for h in a.body.get("late", [])})}
     else:  # query: union of locations per hash, first-seen order
         merged = {}
         for a in good:

@@ -135,7 +135,8 @@ class MemoryOps:
 
     def keep(self, hashes: Sequence[str], generation: int) -> dict:
         """The daemon saw these chunks referenced again: cancel their older deletes."""
-        return {"status": "success", "cancelled": self.deferred.keep(hashes, generation)}
+        cancelled, late = self.deferred.keep(hashes, generation)
+        return {"status": "success", "cancelled": cancelled, "late": late}
 
     def _schedule(self, delay: float) -> None:
         if self._closed:

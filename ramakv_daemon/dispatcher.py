@@ -6,6 +6,7 @@ import asyncio
 import heapq
 import logging
 import time
+from collections import deque
 from collections.abc import Callable, Iterable
 
 from ramakv_daemon.committer import GroupCommitter
@@ -79,8 +80,13 @@ class BackendDispatcher:
         self.window = EvictWindow(self.defer_s, on_window)
         self.on_window = on_window
         self._repeat: set[str] = set()  # may have been delivered before (restart, failure)
+        # (time, row -> entries) of deliveries a deferring cache may still act on: their
+        # rows stay stored until then, so a restart meanwhile sends them again and watches
+        # their window (keeps) instead of forgetting a delete still pending in the cache.
+        self._settling: deque[tuple[float, dict[int, int]]] = deque()
         self._keep_due = 0.0
         self._keep_wake = asyncio.Event()
+        self._keep_failures = 0
         self._keeper: asyncio.Task[None] | None = None
         self._prefetching = 0
         self._drop_logged = 0.0
@@ -221,6 +227,8 @@ class BackendDispatcher:
         waits = []
         if self._ready:
             waits.append(self._paused_until - now)
+        if self._settling:
+            waits.append(self._settling[0][0] - now)
         if self._later:
             # The heap may hold stale entries (delivered or re-queued since): waking for
             # one early only costs a pop.
@@ -284,18 +292,33 @@ class BackendDispatcher:
         hashes = list(window.owed())
         keep = getattr(self.backend, "keep", None)
         if keep is None:
-            window.kept(hashes, False, False, time.monotonic())
+            window.kept(hashes, False, False, [], time.monotonic())
             return
         # A fresh generation: newer than every evict written so far (a chunk evicted again
         # since is no longer owed a keep), older than every later one.
-        result = await keep(hashes, window.generation())
+        generation = window.generation()
+        result = await keep(hashes, generation)
         self._report("keep", len(hashes), result)
         supported = result.ok or result.status not in (404, 405)
-        if window.kept(hashes, result.ok, supported, time.monotonic()):
-            self._keep_due = time.monotonic() + RECHECK_S
+        late = list((result.body or {}).get("late") or []) if result.ok else []
+        if window.kept(hashes, result.ok, supported, late, time.monotonic(), generation):
+            # The cache is down or hung: retry, backing off to once a second.
+            self._keep_failures += 1
+            self._keep_due = time.monotonic() + min(1.0, RECHECK_S * 2 ** self._keep_failures)
+        else:
+            self._keep_failures = 0
+
+    def _settle(self, now: float) -> None:
+        """Release the rows of deliveries whose deferral is over."""
+        settling = self._settling
+        while settling and settling[0][0] <= now:
+            for row, k in settling.popleft()[1].items():
+                self._release_row(row, k)
+        self._flush_rows()
 
     async def _deliver_due(self) -> None:
         now = time.monotonic()
+        self._settle(now)
         self._promote(now)
         if not self._ready or now < self._paused_until:
             return
@@ -344,6 +367,12 @@ class BackendDispatcher:
         doubt = self.committer.touched(self.manager.namespace, part)
         again = [h for h in part if h in refs and h not in doubt]
         if again:
+            repeat = self._repeat
+            if repeat and self.window.owe((h for h in again if h in repeat), time.monotonic()):
+                # An earlier run may have sent this evict, its delete still pending in the
+                # cache, and then committed the new reference: tell the cache to keep it.
+                self._keep_due = 0.0
+                self._keep_wake.set()
             self._forget_all(again)
             self._flush_rows()
         if doubt:
@@ -364,20 +393,24 @@ class BackendDispatcher:
         """One evict call, its hashes checked once more as the body is written; True when
         the backend took it (or nothing was left to send)."""
         outbox, window = self.outbox, self.window
-        gen = window.generation()
         entries: dict[str, tuple[EvictMode, int, int]] = {}
+        # The generation is taken at the write too: a keep sent while this call waited for
+        # its connection is older, so it cannot make the cache refuse this evict as stale.
+        extra: dict = {"defer_s": self.defer_s} if self.defer_s > 0 else {}
 
         def at_write(batch: list[str]) -> list[str]:
             part = self._sendable(batch, mode)
             for h in part:
                 entries[h] = outbox[h]
+            gen = window.generation()
+            if extra:
+                extra["generation"] = gen
             window.wrote(part, gen, time.monotonic())
             return part
 
         checked = getattr(self.backend, "evict_checked", None)
         if checked is not None:
-            extra = {"generation": gen, "defer_s": self.defer_s} if self.defer_s > 0 else None
-            result, sent, wrote_at = await checked(hashes, mode, at_write, extra)
+            result, sent, wrote_at = await checked(hashes, mode, at_write, extra or None)
         else:
             sent = at_write(hashes)
             wrote_at = time.monotonic()
@@ -400,7 +433,10 @@ class BackendDispatcher:
                 if self.on_window is not None:
                     self.on_window("repeated", repeated, 0.0)
             # An entry replaced while the call was out is a newer intent: it stays queued.
-            self._forget_all([h for h in sent if outbox.get(h) is entries[h]])
+            self._forget_all(
+                [h for h in sent if outbox.get(h) is entries[h]],
+                answered_at + self.defer_s if deferred else None,
+            )
             self._flush_rows()
             self._failures, self._paused_until = 0, 0.0
             return True
@@ -411,8 +447,9 @@ class BackendDispatcher:
             self.on_failure(op, count, result, self.backlog)
         return False
 
-    def _forget_all(self, hashes: list[str]) -> None:
-        """Drop delivered (or re-referenced) entries; release their rows in one count each."""
+    def _forget_all(self, hashes: list[str], settle_at: float | None = None) -> None:
+        """Drop delivered (or re-referenced) entries; release their rows in one count each
+        (at ``settle_at`` when the cache may still act on them until then)."""
         pop = self.outbox.pop
         rows: dict[int, int] = {}
         if self._repeat:
@@ -421,6 +458,10 @@ class BackendDispatcher:
             entry = pop(h, None)
             if entry is not None:
                 rows[entry[2]] = rows.get(entry[2], 0) + 1
+        if settle_at is not None and rows:
+            self._settling.append((settle_at, rows))
+            self._wake.set()
+            return
         for row, k in rows.items():
             self._release_row(row, k)
 

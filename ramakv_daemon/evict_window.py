@@ -27,7 +27,7 @@ class Keep:
 
     generation: int
     wrote_at: float
-    deadline: float  # the cache's pending delete fires by then; inf until the evict's answer
+    give_up: float  # retried until then (the cache down or hung); then reported exposed
 
 
 class EvictWindow:
@@ -38,9 +38,12 @@ class EvictWindow:
     later (after the network, its queue, its worker). A cache that defers deletes
     (ascend_ext's memory API with ``defer_s``) can still be told: a re-referenced chunk
     gets a ``keep`` with a newer generation, and if that keep is confirmed before the
-    deferral ends the chunk is certainly kept ("kept"). Otherwise (a stock cache, or a
-    keep that did not get through in time) it may have been evicted while referenced
-    ("exposed"): counted and traced, never silent.
+    the cache answers whether it was in time: its ``late`` list names the chunks whose
+    older delete had already run ("exposed"); every other one is certainly kept ("kept":
+    its pending delete is cancelled, and an older evict still on its way is refused). A
+    stock cache (no deferral, no keep), or a keep that never gets through, leaves the
+    chunk "exposed": it may have been evicted while referenced. Counted and traced, never
+    silent.
     """
 
     def __init__(
@@ -74,15 +77,7 @@ class EvictWindow:
         acted; a failed call may still be acted on later."""
         if ok and self.defer_s > 0:
             self.defers = deferred
-        lost: list[str] = []
         for h in hashes:
-            k = self.keeps.get(h)
-            if k is not None and k.deadline == float("inf"):
-                if ok and not deferred:
-                    lost.append(h)  # acted on inline, before or after the reference
-                    del self.keeps[h]
-                else:
-                    k.deadline = (k.wrote_at + self.defer_s) if ok else at + FAILED_HORIZON_S
             w = self.open.get(h)
             if w is None:
                 continue
@@ -93,8 +88,6 @@ class EvictWindow:
                 w.until = w.wrote_at + self.defer_s
             else:
                 del self.open[h]
-        if lost and self.report is not None:
-            self.report("exposed", lost, 0.0)
         self.prune(at)
 
     def referenced(self, hashes: Iterable[str], now: float) -> list[str]:
@@ -109,8 +102,7 @@ class EvictWindow:
                 continue
             since = max(since, now - w.wrote_at)
             if self.defers is not False:
-                deadline = w.wrote_at + self.defer_s if w.answered else float("inf")
-                self.keeps[h] = Keep(self.generation(), w.wrote_at, deadline)
+                self.keeps[h] = Keep(self.generation(), w.wrote_at, now + FAILED_HORIZON_S)
                 keep.append(h)
             else:
                 exposed.append(h)
@@ -120,22 +112,41 @@ class EvictWindow:
             self.report("rereferenced", keep, since)
         return keep
 
-    def kept(self, hashes: list[str], ok: bool, supported: bool, now: float) -> list[str]:
+    def owe(self, hashes: Iterable[str], now: float) -> bool:
+        """Keeps for chunks an earlier run may have had evicted with a delete still
+        pending in the cache (outbox rows loaded at start-up, now referenced)."""
+        if self.defers is False:
+            return False
+        added = False
+        for h in hashes:
+            if h not in self.keeps:
+                self.keeps[h] = Keep(self.generation(), now, now + FAILED_HORIZON_S)
+                added = True
+        return added
+
+    def kept(
+        self, hashes: list[str], ok: bool, supported: bool, late: list[str], now: float,
+        generation: int | None = None,
+    ) -> list[str]:
         """A keep call's answer: report the chunks it saved or lost; those left to retry.
 
-        ``supported`` is False when the cache does not know keeps (a stock memory API):
-        then it does not defer either, and nothing can be saved.
+        ``late``: the chunks whose delete the cache says had already run. ``supported`` is
+        False when the cache does not know keeps (a stock memory API): then it does not
+        defer either, and nothing can be saved. ``generation``: the call's; a keep owed
+        since (newer: the chunk was evicted and referenced again meanwhile) is not answered
+        by it and stays owed.
         """
         if not supported:
             self.defers = False
+        too_late = set(late)
         saved, lost, retry = [], [], []
         for h in hashes:
             k = self.keeps.get(h)
-            if k is None:
+            if k is None or (generation is not None and k.generation > generation):
                 continue
-            if ok and now <= k.deadline:
-                saved.append(h)
-            elif ok or now > k.deadline or not supported:
+            if ok:
+                (lost if h in too_late else saved).append(h)
+            elif not supported or now > k.give_up:
                 lost.append(h)
             else:
                 retry.append(h)

@@ -170,8 +170,9 @@ class FakeLMCacheServer:
                 generation = parse_generation(body)
                 if generation is None:
                     raise RequestError("missing required field 'generation'")
+                cancelled, late = self.deferred.keep(hashes, generation)
                 return web.json_response(
-                    {"status": "success", "cancelled": self.deferred.keep(hashes, generation)})
+                    {"status": "success", "cancelled": cancelled, "late": late})
             if op == "evict":
                 locations = parse_locations(body)
                 if self.defers:

@@ -28,8 +28,9 @@ HANG = 1.0  # every cache call is held this long (under the 2 s backend timeout)
 class Probe:
     """Called by the fake as each delete happens: records every hash then referenced."""
 
-    def __init__(self, d: DaemonClient) -> None:
+    def __init__(self, d: DaemonClient, fake: FakeLMCacheServer) -> None:
         self.d = d
+        self.fake = fake
         self.deleted: list[str] = []
         self.violations: list[tuple[str, str]] = []
 
@@ -44,6 +45,16 @@ class Probe:
                 self.violations.append((h, "memory"))
             if h in held:
                 self.violations.append((h, "committed"))
+
+    def history(self) -> dict[str, list[tuple[float, str, dict]]]:
+        """For each violating hash, the evicts and keeps the fake received naming it."""
+        return {
+            h: [(round(r.at, 3), r.path, {k: v for k, v in (r.body or {}).items()
+                                          if k != "chunk_hashes"})
+                for r in self.fake.requests
+                if r.path != "/memory/prefetch" and h in (r.body or {}).get("chunk_hashes", [])]
+            for h, _ in self.violations
+        }
 
 
 async def eventually(pred: Callable[[], bool], timeout: float = 20.0) -> None:
@@ -70,7 +81,7 @@ async def rig(
     )
     d = await start_daemon(cfg, store=store(cfg.session_store_path) if store else None)
     d.service.dispatcher.base_backoff_s = 0.05
-    probe = Probe(d)
+    probe = Probe(d, fake)
     fake.on_delete = probe
     return d, probe
 
@@ -234,6 +245,64 @@ async def test_fault_mix_never_evicts_a_referenced_chunk(
     await eventually(lambda: d.service.dispatcher.backlog == 0 and not
                      d.service.dispatcher.window.keeps)
     fake_lmcache.fire_deferred()
-    assert probe.violations == []
+    assert probe.violations == [], probe.history()
     d.assert_consistent()
     assert d.service.metrics.window_rereferences.labels("exposed")._value.get() == 0
+
+
+async def test_a_restart_inside_the_deferral_keeps_what_the_last_run_re_referenced(
+    start_daemon: Any, make_config: Any, fake_lmcache: FakeLMCacheServer
+) -> None:
+    """The evict of aa is pending in the cache; B takes aa, but the keep cannot get through
+    before the daemon stops. The outbox row outlives the deferral, so the next run finds aa
+    referenced with an eviction it may have sent, and keeps it."""
+    fake_lmcache.defers = True
+    d, probe = await rig(start_daemon, make_config, fake_lmcache)
+    fake_lmcache.put(["aa", "bb"])
+    await d.turn_end("A", ["aa", "bb"])
+    await d.turn_end("A", ["bb"])
+    await eventually(lambda: received_evict(fake_lmcache, "aa") and
+                     d.service.dispatcher.backlog == 0)
+    assert fake_lmcache.deferred.pending.keys() == {"aa"}
+    await fake_lmcache.set_failure("503")  # keeps fail from now on
+    await d.turn_end("B", ["aa"])
+    await eventually(lambda: any(r.path == "/memory/keep" for r in fake_lmcache.requests))
+    cfg = d.config
+    await d.close()  # the keep never got through; aa's row is still stored
+    await fake_lmcache.heal()
+    d2 = await start_daemon(cfg)
+    probe.d = d2
+    kept = d2.service.metrics.window_rereferences.labels("kept")
+    await eventually(lambda: kept._value.get() >= 1)
+    assert d2.service.metrics.evictions_repeated._value.get() == 0  # aa was not re-sent
+    fake_lmcache.fire_deferred()
+    assert "aa" in fake_lmcache.tiers and probe.violations == [], probe.history()
+
+
+async def test_a_repeated_delivery_after_a_restart_is_harmless_and_counted(
+    start_daemon: Any, make_config: Any, fake_lmcache: FakeLMCacheServer
+) -> None:
+    fake_lmcache.defers = True
+    d, probe = await rig(start_daemon, make_config, fake_lmcache)
+    fake_lmcache.put(["aa", "bb"])
+    await d.turn_end("A", ["aa", "bb"])
+    await d.turn_end("A", ["bb"])
+    await eventually(lambda: received_evict(fake_lmcache, "aa") and
+                     d.service.dispatcher.backlog == 0)
+    cfg = d.config
+    await d.close()  # stopped inside the deferral: the row stays
+    d2 = await start_daemon(cfg)
+    ws = await d2.client.ws_connect("/trace")
+    repeated = d2.service.metrics.evictions_repeated
+    await eventually(lambda: repeated._value.get() == 1)
+    evicts = [b for b in fake_lmcache.calls("evict") if "aa" in b["chunk_hashes"]]
+    assert len(evicts) == 2 and evicts[1]["generation"] > evicts[0]["generation"]
+    record = None
+    while record is None:
+        msg = await ws.receive_json(timeout=10)
+        if msg.get("kind") == "evict_window" and msg["outcome"] == "repeated":
+            record = msg
+    assert record["hashes"] == ["aa"]
+    assert fake_lmcache.fire_deferred() >= 1  # one delete: the repeat replaced the pending one
+    assert "aa" not in fake_lmcache.tiers and probe.violations == []
+    await ws.close()
