@@ -15,6 +15,10 @@ from ramakv_daemon.ports import SessionStore, StoreError
 log = logging.getLogger("ramakv.store")
 
 PRUNE_EVERY_COMMITS = 1000
+# How long a commit waits for the cache's answer to a keep its changes need (a chunk
+# referenced again while its deferred delete is pending): long enough for a healthy cache,
+# short enough that a hung one barely slows events; past it the commit goes ahead.
+KEEP_WAIT_S = 0.25
 
 
 @dataclass(slots=True)
@@ -26,6 +30,7 @@ class _Pending:
     done_rows: list[int]
     event_id: tuple[str, str, float] | None
     future: asyncio.Future[None] | None
+    gate: asyncio.Future[None] | None = None
 
 
 class GroupCommitter:
@@ -45,6 +50,7 @@ class GroupCommitter:
         event_id_ttl_s: float = 3600.0,
         on_evictions: Callable[[Change, int], None] | None = None,
         on_committed: Callable[[Change], None] | None = None,
+        on_rolled_back: Callable[[Change], None] | None = None,
     ) -> None:
         """``on_evictions(change, outbox_row)`` hands each committed change's evictions
         to delivery before any waiter resumes: all of a row's entries are registered at
@@ -59,6 +65,7 @@ class GroupCommitter:
         # Called for each committed change in apply order before any waiter resumes (the
         # trace publishes there, so records come out in apply order).
         self.on_committed = on_committed
+        self.on_rolled_back = on_rolled_back
         self.event_id_ttl_s = event_id_ttl_s
         self._pending: list[_Pending] = []
         self._wake = asyncio.Event()
@@ -74,13 +81,15 @@ class GroupCommitter:
         self._task = asyncio.get_running_loop().create_task(self._run(), name="group-commit")
 
     def submit(
-        self, change: Change, event_id: tuple[str, str, float] | None = None
+        self, change: Change, event_id: tuple[str, str, float] | None = None,
+        gate: asyncio.Future[None] | None = None,
     ) -> asyncio.Future[None]:
-        """Queue ``change``'s sessions, evictions and answer; await the commit."""
+        """Queue ``change``'s sessions, evictions and answer; await the commit. The commit
+        first waits (at most KEEP_WAIT_S) for ``gate``: the cache's answer to a keep."""
         live = self.managers[change.namespace].sessions
         sessions = {sid: live.get(sid) for sid in change.prev_sessions}
         fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self._pending.append(_Pending(change, sessions, [], event_id, fut))
+        self._pending.append(_Pending(change, sessions, [], event_id, fut, gate))
         self._last = fut
         self._wake.set()
         return fut
@@ -139,6 +148,11 @@ class GroupCommitter:
             batch, self._pending = self._pending, []
             self._inflight = batch
             try:
+                gates = [p.gate for p in batch if p.gate is not None and not p.gate.done()]
+                if gates:
+                    _, late = await asyncio.wait(gates, timeout=KEEP_WAIT_S)
+                    for gate in late:
+                        gate.cancel()  # committed without the cache's word on that keep
                 await self._commit(batch)
             finally:
                 self._inflight = []
@@ -196,6 +210,10 @@ class GroupCommitter:
         for p in reversed(failed):
             if p.change is not None:
                 self.managers[p.change.namespace].undo(p.change)
+        if self.on_rolled_back is not None:
+            for p in failed:
+                if p.change is not None:
+                    self.on_rolled_back(p.change)
         error = err if isinstance(err, StoreError) else StoreError(f"persistence failed: {err}")
         log.error("commit of %d writes failed, state rolled back: %s", len(failed), error)
         for p in failed:

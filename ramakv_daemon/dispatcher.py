@@ -250,20 +250,40 @@ class BackendDispatcher:
         if entry is not None:
             heapq.heappush(self._later, (until, entry[1], h))
 
-    def referenced_again(self, prev_counts: dict[str, int]) -> None:
-        """A committed change moved these refcounts (hash -> count before it): chunks it
-        took from 0 while their evict may not have been acted on yet get a keep."""
+    def keep_for(
+        self, prev_counts: dict[str, int]
+    ) -> tuple[asyncio.Future[None], list[str]] | None:
+        """A change just applied moved these refcounts (hash -> count before it). The
+        chunks it took from 0 while their evict may not have been acted on yet get a keep;
+        returns the future its commit waits on (the cache's answer) and those hashes."""
         open_ = self.window.open
         if not open_:
-            return
+            return None
         refs = self.manager.refcounts.counts
         if len(prev_counts) <= len(open_):
             hits = [h for h, n in prev_counts.items() if n == 0 and h in open_ and h in refs]
         else:
             hits = [h for h in open_ if prev_counts.get(h) == 0 and h in refs]
-        if hits and self.window.referenced(hits, time.monotonic()):
-            self._keep_due = 0.0
-            self._keep_wake.set()
+        if not hits:
+            return None
+        gate: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        kept = self.window.referenced(hits, time.monotonic(), gate)
+        if not kept:
+            return None
+        self._keep_due = 0.0
+        self._keep_wake.set()
+        return gate, kept
+
+    def rolled_back(self, kept: list[str]) -> None:
+        """The change that got these chunks kept was rolled back: those unreferenced now
+        were kept in the cache for nothing, so evict them again (best effort: no stored
+        row; a crash before it leaves them to the cache's own LRU)."""
+        refs, parked = self.manager.refcounts.counts, self.manager.parked
+        free = [h for h in kept if h not in refs]
+        if free:
+            self.evictions_committed(
+                [h for h in free if h not in parked], [h for h in free if h in parked], 0
+            )
 
     async def _keep_loop(self) -> None:
         """Its own task: a keep must get through while an evict call is still out."""

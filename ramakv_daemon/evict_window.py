@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -28,6 +29,9 @@ class Keep:
     generation: int
     wrote_at: float
     give_up: float  # retried until then (the cache down or hung); then reported exposed
+    # The commit of the change that referenced the chunk waits on this (bounded): resolved
+    # by the cache's answer; cancelled when the commit went ahead without it.
+    gate: asyncio.Future[None] | None = None
 
 
 class EvictWindow:
@@ -90,8 +94,11 @@ class EvictWindow:
                 del self.open[h]
         self.prune(at)
 
-    def referenced(self, hashes: Iterable[str], now: float) -> list[str]:
-        """``hashes`` are referenced again (committed): those to send a keep for."""
+    def referenced(
+        self, hashes: Iterable[str], now: float, gate: asyncio.Future[None] | None = None
+    ) -> list[str]:
+        """``hashes`` are referenced again by a change not committed yet: those to send a
+        keep for (the change's commit waits on ``gate`` until the cache has answered)."""
         self.prune(now)
         keep: list[str] = []
         exposed: list[str] = []
@@ -102,7 +109,9 @@ class EvictWindow:
                 continue
             since = max(since, now - w.wrote_at)
             if self.defers is not False:
-                self.keeps[h] = Keep(self.generation(), w.wrote_at, now + FAILED_HORIZON_S)
+                self.keeps[h] = Keep(
+                    self.generation(), w.wrote_at, now + FAILED_HORIZON_S, gate
+                )
                 keep.append(h)
             else:
                 exposed.append(h)
@@ -139,24 +148,38 @@ class EvictWindow:
         if not supported:
             self.defers = False
         too_late = set(late)
-        saved, lost, retry = [], [], []
+        saved, missed, lost, retry = [], [], [], []
+        answered: list[asyncio.Future[None]] = []
+        waiting: set[asyncio.Future[None]] = set()
         for h in hashes:
             k = self.keeps.get(h)
             if k is None or (generation is not None and k.generation > generation):
                 continue
-            if ok:
-                (lost if h in too_late else saved).append(h)
+            gate = k.gate
+            if ok and h in too_late:
+                # The delete ran before the keep: if the referencing change was still
+                # waiting for this answer, it ran before the new reference was committed
+                # (a cache miss, not an eviction of a referenced chunk).
+                (missed if gate is not None and not gate.cancelled() else lost).append(h)
+            elif ok:
+                saved.append(h)
             elif not supported or now > k.give_up:
                 lost.append(h)
             else:
                 retry.append(h)
+                if gate is not None:
+                    waiting.add(gate)
                 continue
+            if gate is not None:
+                answered.append(gate)
             del self.keeps[h]
+        for gate in answered:
+            if gate not in waiting and not gate.done():
+                gate.set_result(None)
         if self.report is not None:
-            if saved:
-                self.report("kept", saved, 0.0)
-            if lost:
-                self.report("exposed", lost, 0.0)
+            for outcome, hs in (("kept", saved), ("missed", missed), ("exposed", lost)):
+                if hs:
+                    self.report(outcome, hs, 0.0)
         return retry
 
     def owed(self) -> dict[str, int]:

@@ -65,7 +65,7 @@ class EventService:
         )
         self.committer = GroupCommitter(
             store, self.namespaces.managers, self.metrics.commit, config.idempotency_ttl_s,
-            self._evictions_committed, self._committed,
+            self._evictions_committed, self._committed, self._rolled_back,
         )
         self.namespaces.setup()
         default = self.namespaces[self.namespaces.default]
@@ -200,7 +200,10 @@ class EventService:
                     if event_id is not None:
                         body = {"ok": True, "type": type_, "data": change.data}
                         answer = (event_id, json.dumps(body), time.time())
-                    await self.committer.submit(change, answer)
+                    keep = ns.dispatcher.keep_for(change.prev_counts) if change.durable else None
+                    if keep is not None:
+                        change.notes["_kept"] = keep[1]
+                    await self.committer.submit(change, answer, keep and keep[0])
         except StoreError as err:
             status, change, error = 503, None, str(err)
         except RamAKvError as err:
@@ -280,8 +283,6 @@ class EventService:
         prefetch = c.prefetch
         if ns.budget.budget and "_delta" in c.notes:
             prefetch = self._budget_after(type_, session_id, c, ns)
-        if c.durable:
-            ns.dispatcher.referenced_again(c.prev_counts)
         ns.dispatcher.prefetch(session_id, prefetch)
         if not c.notes.get("_published"):
             self._publish(type_, session_id, True, c)
@@ -305,6 +306,11 @@ class EventService:
         if event is not None:
             self._publish(event[0], event[1], True, change)
             change.notes["_published"] = True
+
+    def _rolled_back(self, change: Change) -> None:
+        kept = change.notes.get("_kept")
+        if kept:
+            self.namespaces[change.namespace].dispatcher.rolled_back(kept)  # type: ignore[arg-type]
 
     def _evictions_committed(self, change: Change, row: int) -> None:
         """A committed change's evictions, durable in outbox row ``row``: deliver them."""
@@ -333,7 +339,7 @@ class EventService:
     def _window_report(self, key: str, outcome: str, hashes: list[str], seconds: float) -> None:
         """The eviction window's reports: metrics; a trace record for each outcome."""
         self.metrics.window(outcome, len(hashes), seconds)
-        if outcome in ("kept", "exposed", "repeated"):
+        if outcome in ("kept", "missed", "exposed", "repeated"):
             record: dict[str, Any] = {
                 "kind": "evict_window", "ts": time.time(), "outcome": outcome,
                 "count": len(hashes), "hashes": hashes[:WINDOW_TRACE_HASHES],

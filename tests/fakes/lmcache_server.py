@@ -57,6 +57,11 @@ class FakeLMCacheServer:
         # Called as each delete is carried out, with the hashes removed: a test checks the
         # daemon's state at that very moment (the recording backend's invariant probe).
         self.on_delete: Any = None
+        # Run alone (--defer), pending deletes also fire on their own when due, as in
+        # ascend_ext; in-process tests leave this off and call fire_deferred().
+        self.timers = False
+        self.violations: list[dict[str, Any]] = []
+        self.deleted = 0
         self._runner: web.AppRunner | None = None
         self._site: web.TCPSite | None = None
 
@@ -76,6 +81,7 @@ class FakeLMCacheServer:
         app.router.add_post("/_fake/reset", self._ctl_reset)
         app.router.add_post("/_fake/put", self._ctl_put)
         app.router.add_get("/_fake/requests", self._ctl_requests)
+        app.router.add_get("/_fake/state", self._ctl_state)
         self._runner = web.AppRunner(app)
         await self._runner.setup()
         await self.accept()
@@ -176,8 +182,11 @@ class FakeLMCacheServer:
             if op == "evict":
                 locations = parse_locations(body)
                 if self.defers:
+                    delay = parse_defer(body)
                     now, deferred, stale = self.deferred.add(
-                        hashes, locations, parse_generation(body), parse_defer(body))
+                        hashes, locations, parse_generation(body), delay)
+                    if deferred and self.timers:
+                        asyncio.get_running_loop().call_later(delay + 0.001, self._fire_due)
                     return web.json_response({
                         "status": "success", "num_evicted": self._evict(now, locations),
                         "deferred": deferred, "stale": stale})
@@ -197,6 +206,10 @@ class FakeLMCacheServer:
             if self.times <= 0:
                 self.mode, self.times = None, None
         return mode
+
+    def _fire_due(self) -> None:
+        for locations, hashes in self.deferred.take_due():
+            self._evict(hashes, locations)
 
     def fire_deferred(self) -> int:
         """End every pending deferral now: carry out the deletes no keep cancelled."""
@@ -250,6 +263,43 @@ class FakeLMCacheServer:
                                   for r in self.requests])
 
 
+    async def _ctl_state(self, request: web.Request) -> web.Response:
+        """GET /_fake/state: pending deferred deletes, deletes carried out, probe findings."""
+        return web.json_response({
+            "pending": sorted(self.deferred.pending), "violations": self.violations,
+            "deleted": self.deleted})
+
+
+def store_probe(fake: FakeLMCacheServer, store: str) -> Any:
+    """A delete-time probe: every hash deleted while the daemon's SQLite file (committed
+    state, read at that very moment) says a live map or fork hold references it."""
+    import sqlite3
+
+    def probe(hashes: list[str]) -> None:
+        fake.deleted += len(hashes)
+        try:
+            con = sqlite3.connect(f"file:{store}?mode=ro", uri=True, timeout=10)
+            try:
+                rows = con.execute(
+                    "SELECT s.map_json, st.suspended, st.fork_holds_json FROM sessions s "
+                    "LEFT JOIN session_state st ON st.session_id = s.session_id").fetchall()
+            finally:
+                con.close()
+        except sqlite3.Error as exc:
+            fake.violations.append({"error": str(exc)})
+            return
+        held: set[str] = set()
+        for map_json, suspended, holds in rows:
+            if not suspended:
+                held.update(json.loads(map_json))
+            for hold in json.loads(holds or "[]"):
+                held.update(hold)
+        fake.violations.extend(
+            {"hash": h, "at": time.time()} for h in hashes if h in held)
+
+    return probe
+
+
 def _err(status: int, message: str) -> web.Response:
     """The memory API's error shape."""
     return web.json_response({"error": message}, status=status)
@@ -267,10 +317,17 @@ def main() -> None:
     p = argparse.ArgumentParser(description="fake LMCache memory API")
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=int, default=6999)
+    p.add_argument("--defer", action="store_true",
+                   help="defer deletes as ascend_ext does (defer_s, generations, /memory/keep)")
+    p.add_argument("--probe-store", default="",
+                   help="check this daemon store at every delete (GET /_fake/state)")
     args = p.parse_args()
 
     async def run() -> None:
         fake = FakeLMCacheServer(args.host, args.port)
+        fake.defers = fake.timers = args.defer
+        if args.probe_store:
+            fake.on_delete = store_probe(fake, args.probe_store)
         print(f"fake lmcache memory API on {await fake.start()}", flush=True)
         await asyncio.Event().wait()
 

@@ -1,0 +1,71 @@
+"""kill -9 under load with a deferring cache that checks the daemon's file at every delete."""
+
+from __future__ import annotations
+
+import os
+import random
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from support.daemon_proc import DaemonProcess
+from support.loadgen import Model, apply, model_from_json
+from support.reliability import (
+    FakeLMCacheProcess,
+    db_outbox,
+    finish,
+    metric,
+    run_loadgen,
+    wait_for,
+    wait_ready,
+)
+
+KILLS = int(os.environ.get("RAMAKV_EVICT_KILLS", "3"))
+# Longer than a restart here takes (a delete still pending in the cache when the daemon is
+# killed must meet the next run's keep: docs/reliability.md, "The eviction window"), and
+# shorter than a burst, so deletes are carried out while the load runs.
+DEFER_S = 5.0
+
+
+def test_kill_loop_with_a_deferring_cache_never_evicts_a_referenced_chunk(
+    daemon_proc_factory: Callable[..., DaemonProcess], tmp_path: Path
+) -> None:
+    rng = random.Random(int(os.environ.get("RAMAKV_KILL_SEED", time.time_ns() % 10**6)))
+    store = tmp_path / "daemon0" / "sessions.db"
+    fake = FakeLMCacheProcess(
+        tmp_path, extra_args=["--defer", "--probe-store", str(store)]
+    ).start()
+    try:
+        d = daemon_proc_factory(
+            config={"lmcache_url": fake.url, "backend_timeout_s": 1.0,
+                    "evict_defer_s": DEFER_S},
+            noop=False, store=store,
+        )
+        model: Model = {}
+        for round_ in range(KILLS):
+            gen = run_loadgen(d.url, tmp_path, model, round_, hex_hashes=True,
+                              max_events=100_000, duration=30.0)
+            wait_ready(gen)
+            time.sleep(rng.uniform(DEFER_S + 1, DEFER_S + 4))  # deletes fall due meanwhile
+            d.kill()
+            result = finish(gen, tmp_path, round_)
+            assert result["mismatches"] == [], result["mismatches"]
+            model = model_from_json(result["model"])
+            d.start()
+            for _, event in sorted(result["pending"].items()):  # applied once either way
+                expect_ok = apply(model, event)
+                status, body = d.post(event)
+                assert status == 200 and body["ok"] is expect_ok, (event, body)
+        # The last run delivers the outbox; then every deferral runs out.
+        assert wait_for(lambda: not db_outbox(store), 60), db_outbox(store)
+        assert wait_for(lambda: not fake.state()["pending"], DEFER_S * 3)
+        state = fake.state()
+        assert state["deleted"] > 0
+        assert state["violations"] == [], state["violations"][:10]
+        kept = metric(d.url, "ramakv_evict_window_rereferences_total")
+        repeated = metric(d.url, "ramakv_evictions_repeated_total")
+        print(f"\nevict kill loop: {KILLS} kills, {state['deleted']} chunks deleted by the "
+              f"cache, 0 while referenced; last run: {kept:.0f} re-references in the window, "
+              f"{repeated:.0f} repeated deliveries")
+    finally:
+        fake.kill()
