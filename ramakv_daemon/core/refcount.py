@@ -12,10 +12,13 @@ class RefcountTable:
     times it repeats) or one open fork hold containing it.
     """
 
-    __slots__ = ("_counts",)
+    __slots__ = ("_counts", "_total")
 
     def __init__(self) -> None:
         self._counts: dict[str, int] = {}
+        # Sum of all counts, kept as they change: summing a million counts for /metrics
+        # stalled the loop ~5 ms per scrape.
+        self._total = 0
 
     @property
     def counts(self) -> dict[str, int]:
@@ -45,7 +48,7 @@ class RefcountTable:
 
     def total_references(self) -> int:
         """Sum of all counts."""
-        return sum(self._counts.values())
+        return self._total
 
     def incr(self, hashes: Sequence[str], changed: dict[str, int]) -> None:
         """Add one reference per listing of each hash; record previous counts in ``changed``."""
@@ -57,6 +60,7 @@ class RefcountTable:
             old = get(h, 0)
             remember(h, old)
             counts[h] = old + 1
+        self._total += len(hashes)
 
     def decr(self, hashes: Sequence[str], changed: dict[str, int]) -> list[str]:
         """Drop one reference from each hash; return the hashes that reached zero.
@@ -86,16 +90,20 @@ class RefcountTable:
                 zeros.append(h)
             else:
                 counts[h] = old - 1
+        self._total -= len(hashes)
         return zeros
 
     def restore(self, previous: dict[str, int]) -> None:
         """Put back counts recorded by incr/decr (undo)."""
         counts = self._counts
+        delta = 0
         for h, n in previous.items():
+            delta += n - counts.get(h, 0)
             if n:
                 counts[h] = n
             else:
                 counts.pop(h, None)
+        self._total += delta
 
     def replace_all(self, counts: dict[str, int]) -> None:
         """Take over a whole table (start-up rebuild); every count must be positive.
@@ -105,6 +113,7 @@ class RefcountTable:
         would run for every chunk that drops to zero.
         """
         self._counts = counts if type(counts) is dict else dict(counts)
+        self._total = sum(self._counts.values())
 
 
 

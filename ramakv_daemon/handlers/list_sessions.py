@@ -1,10 +1,15 @@
-"""list_sessions (admin): one summary row per session, filterable and paged."""
+"""list_sessions (admin): one summary row per session, filterable and paged, in slices."""
+
+import heapq
+from collections.abc import Generator
+from itertools import islice
 
 from ramakv_daemon.core.change import Change
 from ramakv_daemon.core.errors import InvalidEvent
 from ramakv_daemon.handlers.registry import HandlerContext, event
 
 MAX_LIMIT = 10000
+SLICE = 2000  # sessions filtered, ids sorted or rows built per loop iteration
 
 
 def _int_field(payload: dict, name: str, default: int, maximum: int) -> int:
@@ -23,31 +28,60 @@ def _int_field(payload: dict, name: str, default: int, maximum: int) -> int:
     "default namespace carry 'namespace')",
     optional=("state", "limit", "offset"),
 )
-def list_sessions(ctx: HandlerContext, payload: dict, now: float) -> Change:
+def list_sessions(
+    ctx: HandlerContext, payload: dict, now: float
+) -> Generator[None, None, Change]:
+    """A sliced read: the sessions are copied at the first step (immutable values: the
+    state of that moment); filtering, sorting (runs merged lazily) and the rows follow a
+    slice per loop iteration (one sort of 20k ids stalled the loop ~6 ms)."""
     state = payload.get("state")
     if state is not None and state not in ("active", "suspended"):
         raise InvalidEvent("'state' must be \"active\" or \"suspended\"")
     limit = _int_field(payload, "limit", 1000, MAX_LIMIT)
     offset = _int_field(payload, "offset", 0, 2**31)
     if payload.get("namespace") is not None:
-        sessions = ctx.manager.sessions
+        sessions = dict(ctx.manager.sessions)
     else:
         sessions = {}
         for m in ctx.every().values():
             sessions.update(m.sessions)
-    ids = sorted(sid for sid, s in sessions.items() if state is None or s.state == state)
+    yield
+    items = list(sessions.items())
+    runs: list[list[str]] = []
+    total = 0
+    for start in range(0, len(items), SLICE):
+        run = sorted(
+            sid for sid, s in items[start : start + SLICE] if state is None or s.state == state
+        )
+        total += len(run)
+        runs.append(run)
+        yield
     rows = []
-    for sid in ids[offset : offset + limit]:
-        s = sessions[sid]
-        row = {
-            "session_id": sid,
-            "state": s.state,
-            "turn_count": s.turn_count,
-            "chunk_count": len(s.chunk_hashes),
-            "fork_holds": len(s.fork_holds),
-            "last_event_ts": s.last_event_ts,
-        }
-        if s.namespace:
-            row["namespace"] = s.namespace
-        rows.append(row)
-    return Change(data={"total": len(ids), "sessions": rows})
+    merged = heapq.merge(*runs)
+    skip = min(offset, total)
+    while skip:  # skipped a slice at a time too: merging is the costly part
+        step = min(skip, SLICE)
+        for _ in islice(merged, step):
+            pass
+        skip -= step
+        yield
+    picked = islice(merged, limit)
+    while True:
+        batch = list(islice(picked, SLICE))
+        for sid in batch:
+            s = sessions[sid]
+            row = {
+                "session_id": sid,
+                "state": s.state,
+                "turn_count": s.turn_count,
+                "chunk_count": len(s.chunk_hashes),
+                "fork_holds": len(s.fork_holds),
+                "last_event_ts": s.last_event_ts,
+            }
+            if s.namespace:
+                row["namespace"] = s.namespace
+            rows.append(row)
+        if len(batch) < SLICE:
+            break
+        yield
+    return Change(data={"total": total, "sessions": rows})
