@@ -51,7 +51,8 @@ class ConsoleApp(App[None]):
 
     revision: reactive[int] = reactive(0, init=False)
     connection: reactive[tuple[bool, str]] = reactive((False, "connecting"))
-    catalogue: reactive[dict[str, Any]] = reactive(dict)
+    catalogue: reactive[dict[str, Any]] = reactive(dict)  # contract and admin events
+    admin_events: frozenset[str] = frozenset()  # which of them list_events calls admin
 
     def __init__(self, url: str, link: DaemonLink | None = None, *,
                  daemon_config: Path | None = None, sdk_config: Path | None = None,
@@ -128,7 +129,10 @@ class ConsoleApp(App[None]):
         """Fetch list_events for the fire-event form."""
         env = await self.send_event({"type": "list_events"})
         if env.get("ok"):
-            self.catalogue = dict((env.get("data") or {}).get("events") or {})
+            data = env.get("data") or {}
+            admin = dict(data.get("admin_events") or {})
+            self.admin_events = frozenset(admin)  # before the catalogue: its watchers read it
+            self.catalogue = {**dict(data.get("events") or {}), **admin}
 
     def on_sessions_act(self, msg: Sessions.Act) -> None:
         self.run_session_action(msg.event_type, msg.session_id)

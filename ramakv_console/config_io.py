@@ -74,6 +74,9 @@ DAEMON_FIELDS: tuple[FieldSpec, ...] = (
               "stops protecting its session after this long (s)"),
     FieldSpec("budget_check_interval_s", "float0", 1.0, "at most one budget pass per "
               "namespace this often (s)"),
+    FieldSpec("fork_hold_ttl_s", "float0", 86400.0, "a fork hold older than this is "
+              "released as its fork_end would be (s; 0 = never)"),
+    FieldSpec("max_forks_per_session", "int", 64, "most open forks one session may have"),
 )
 # Keys the form does not edit but every save keeps as they are: [[deployments]] tables
 # (edit them in the file; docs/namespaces.md).

@@ -8,7 +8,7 @@ from typing import Any
 
 HASH_LIST_FIELDS = frozenset({"chunk_hashes", "kv_transfer_params"})
 BOOL_FIELDS = frozenset({"dry_run", "force"})
-INT_FIELDS = frozenset({"limit", "offset"})
+INT_FIELDS = frozenset({"limit", "offset", "fork_id"})
 TEXT_FIELDS = frozenset({"session_id", "source_session_id", "state", "idempotency_key",
                          "namespace"})
 

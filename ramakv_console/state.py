@@ -82,6 +82,9 @@ class ConsoleState:
         self.sessions: dict[str, SessionView] = {}
         self.refcounts: dict[str, int] = {}
         self.holders: dict[str, set[str]] = {}
+        # fork id -> {fork_id, session_id, created_ts, chunk_count}: open forks, also those
+        # of closed parents (a fork outlives its parent's close).
+        self.forks: dict[int, dict[str, Any]] = {}
         self.events: deque[dict[str, Any]] = deque(maxlen=max_events)
         self.seq = 0
         self.event_times: deque[float] = deque(maxlen=20000)
@@ -118,6 +121,30 @@ class ConsoleState:
         if s is None or not s.last_event_ts:
             return "-"
         return age_text(self.clock() - s.last_event_ts)
+
+    def forks_of(self, sid: str) -> list[dict[str, Any]]:
+        """The session's open forks, oldest first (its parent may be closed)."""
+        return [f for _, f in sorted(self.forks.items()) if f.get("session_id") == sid]
+
+    def fork_ages(self, sid: str) -> str:
+        """'#1 5m, #3 2s' for the session's open forks; '-' when none."""
+        now = self.clock()
+        return ", ".join(
+            f"#{f['fork_id']} {age_text(now - float(f.get('created_ts') or now))}"
+            for f in self.forks_of(sid)
+        ) or "-"
+
+    def _put_forks(self, forks: dict[str, Any]) -> set[str]:
+        """Apply fork id -> summary (None = ended); the parents touched."""
+        parents: set[str] = set()
+        for fid, value in forks.items():
+            old = self.forks.pop(int(fid), None)
+            if old is not None:
+                parents.add(str(old.get("session_id")))
+            if value is not None:
+                self.forks[int(fid)] = dict(value)
+                parents.add(str(value.get("session_id")))
+        return parents
 
     def session_events(self, sid: str, limit: int = 50) -> list[dict[str, Any]]:
         """The newest events that touched ``sid``, oldest first."""
@@ -177,6 +204,8 @@ class ConsoleState:
             self._put_session(sid, d, changes)
         self.refcounts = {h: int(n) for h, n in (msg.get("refcounts") or {}).items() if n}
         changes.chunks = set(self.refcounts)
+        self.forks.clear()
+        self._put_forks(msg.get("forks") or {})
         self.seq = int(msg.get("seq") or 0)
         return changes
 
@@ -190,6 +219,9 @@ class ConsoleState:
         delta = rec.get("delta") or {}
         for sid, value in (delta.get("sessions") or {}).items():
             self._put_session(sid, value, changes)
+        forks = delta.get("forks") or {}
+        if forks:
+            changes.sessions |= self._put_forks(forks)
         for h, n in (delta.get("refcounts") or {}).items():
             changes.chunks.add(h)
             if n:

@@ -14,12 +14,13 @@ import urllib.error
 import urllib.request
 from collections import Counter
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
 
 from ramakv_daemon import config as config_mod
 from ramakv_daemon.config import Config
+from ramakv_daemon.core.fork import Fork
 from ramakv_daemon.core.manager import SessionManager
 from ramakv_daemon.core.session import Session
 from ramakv_daemon.deployments import DEFAULT_NAMESPACE
@@ -58,19 +59,48 @@ def load_sessions(con: sqlite3.Connection) -> list[Session]:
     has_ns = "namespace" in _columns(con, "session_state")
     ns_col = "st.namespace" if has_ns else "''"
     rows = con.execute(
-        "SELECT s.session_id, s.map_json, s.turn_count, st.suspended, st.fork_holds_json, "
+        "SELECT s.session_id, s.map_json, s.turn_count, st.suspended, "
         f"st.last_event_ts, {ns_col} FROM sessions s "
         "LEFT JOIN session_state st ON st.session_id = s.session_id"
     ).fetchall()
     out = []
-    for sid, map_json, turns, suspended, holds, ts, ns in rows:
+    for sid, map_json, turns, suspended, ts, ns in rows:
         try:
             hashes = tuple(json.loads(map_json))
-            forks = tuple(tuple(h) for h in json.loads(holds or "[]"))
         except (ValueError, TypeError):
             continue
-        out.append(Session(sid, hashes, int(turns or 0), bool(suspended), forks,
+        out.append(Session(sid, hashes, int(turns or 0), bool(suspended),
                            float(ts or 0.0), ns or ""))
+    return out
+
+
+def load_forks(con: sqlite3.Connection) -> list[Fork]:
+    """Every open fork, as the daemon would load it; a file the daemon has not opened
+    since fork ids exist keeps them in session_state.fork_holds_json (given ids < 0)."""
+    out: list[Fork] = []
+    tables = {r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+    if "forks" in tables:
+        for fid, sid, ns, hashes_json, ts in con.execute(
+            "SELECT fork_id, session_id, namespace, hashes_json, created_ts FROM forks"
+        ):
+            try:
+                out.append(Fork(int(fid), sid, tuple(json.loads(hashes_json)), float(ts),
+                                ns or ""))
+            except (ValueError, TypeError):
+                continue
+    if "fork_holds_json" in _columns(con, "session_state"):
+        ns_col = "namespace" if "namespace" in _columns(con, "session_state") else "''"
+        legacy = con.execute(
+            f"SELECT session_id, fork_holds_json, {ns_col}, last_event_ts FROM session_state "
+            "WHERE fork_holds_json NOT IN ('', '[]')"
+        ).fetchall()
+        for sid, holds, ns, ts in legacy:
+            try:
+                for hold in json.loads(holds):
+                    out.append(Fork(-len(out) - 1, sid, tuple(hold), float(ts or 0.0),
+                                    ns or ""))
+            except (ValueError, TypeError):
+                continue
     return out
 
 
@@ -139,7 +169,10 @@ def daemon_alive(url: str, token: str) -> bool:
 
 
 # ---- reports ------------------------------------------------------------------------------
-def report(sessions: list[Session], outbox: Counter, cfg: Config, now: float) -> dict:
+def report(
+    sessions: list[Session], outbox: Counter, cfg: Config, now: float,
+    forks: list[Fork] | None = None,
+) -> dict:
     """Sessions per namespace and state, idle ages, chunks, budget use, outbox, strays."""
     configured = {DEFAULT_NAMESPACE: "default"}
     budgets = {DEFAULT_NAMESPACE: cfg.ddr_budget_chunks}
@@ -154,9 +187,11 @@ def report(sessions: list[Session], outbox: Counter, cfg: Config, now: float) ->
         row["idle"][_bucket(now - s.last_event_ts if s.last_event_ts else None)] += 1
         counts = refs.setdefault(s.namespace, Counter())
         counts.update(s.held_hashes())
-        for hold in s.fork_holds:
-            counts.update(hold)
         row["stored_chunks"].update(s.chunk_hashes)
+    for f in forks or ():
+        row = spaces.setdefault(f.namespace, _empty_row(f.namespace, configured, budgets))
+        row["open_forks"] += 1
+        refs.setdefault(f.namespace, Counter()).update(f.hashes)
     for (ns, mode), n in outbox.items():
         spaces.setdefault(ns, _empty_row(ns, configured, budgets))["outbox"][mode] += n
     for ns, row in spaces.items():
@@ -177,7 +212,7 @@ def _empty_row(ns: str, configured: dict[str, str], budgets: dict[str, int]) -> 
         "deployment": configured.get(ns), "configured": ns in configured,
         "sessions": {"active": 0, "suspended": 0},
         "idle": dict.fromkeys([b for _, b in IDLE_BUCKETS] + [">=7d", "never"], 0),
-        "stored_chunks": set(), "ddr_budget_chunks": budgets.get(ns, 0),
+        "stored_chunks": set(), "ddr_budget_chunks": budgets.get(ns, 0), "open_forks": 0,
         "outbox": Counter(),
     }
 
@@ -206,6 +241,8 @@ def print_report(rep: dict, out: TextIO) -> None:
         if row["ddr_budget_chunks"]:
             print(f"  DDR budget: {row['chunks_referenced']} / {row['ddr_budget_chunks']} "
                   f"chunks referenced ({row['budget_use']:.0%})", file=out)
+        if row.get("open_forks"):
+            print(f"  open forks: {row['open_forks']}", file=out)
         box = ", ".join(f"{m} {n}" for m, n in row["outbox"].items())
         print(f"  eviction outbox: {box or 'empty'}", file=out)
     if rep["unconfigured"]:
@@ -222,6 +259,7 @@ class Cleanup:
 
     sessions: list[Session]
     evict: dict[str, dict[str, str]]  # namespace -> hash -> mode
+    forks: list[Fork] = field(default_factory=list)  # forks ended too (a namespace purge)
 
     def describe(self, out: TextIO, now: float) -> None:
         for s in self.sessions:
@@ -229,9 +267,13 @@ class Cleanup:
             print(f"close {s.session_id}  namespace={s.namespace or '(default)'}  "
                   f"state={s.state}  idle={_fmt_age(idle)}  chunks={len(s.chunk_hashes)}",
                   file=out)
+        for f in self.forks:
+            print(f"end fork {f.fork_id} of {f.session_id}  "
+                  f"namespace={f.namespace or '(default)'}  chunks={len(f.hashes)}", file=out)
         n = sum(len(v) for v in self.evict.values())
-        print(f"{len(self.sessions)} sessions, {n} chunks to evict once the daemon runs",
-              file=out)
+        forks = f", {len(self.forks)} forks" if self.forks else ""
+        print(f"{len(self.sessions)} sessions{forks}, {n} chunks to evict once the daemon "
+              "runs", file=out)
 
 
 def _fmt_age(age: float) -> str:
@@ -243,22 +285,30 @@ def _fmt_age(age: float) -> str:
     return f"{age:.0f}s"
 
 
-def plan_close(all_sessions: list[Session], victims: list[Session]) -> Cleanup:
-    """Close ``victims`` the way the daemon's session_close would (the pure core decides)."""
+def plan_close(
+    all_sessions: list[Session], victims: list[Session], forks: list[Fork] | None = None,
+    purge: str | None = None,
+) -> Cleanup:
+    """Close ``victims`` the way the daemon's session_close would (the pure core decides):
+    their open forks stay held, except in ``purge``, a namespace whose forks end too."""
     by_ns: dict[str, list[Session]] = {}
     for s in all_sessions:
         by_ns.setdefault(s.namespace, []).append(s)
+    forks_of: dict[str, list[Fork]] = {}
+    for f in forks or ():
+        forks_of.setdefault(f.namespace, []).append(f)
+    ended = list(forks_of.get(purge, [])) if purge is not None else []
     evict: dict[str, dict[str, str]] = {}
-    for ns in sorted({v.namespace for v in victims}):
+    for ns in sorted({v.namespace for v in victims} | {f.namespace for f in ended}):
         m = SessionManager(max_sessions=0, namespace=ns)
-        m.load(by_ns.get(ns, []))
-        for v in victims:
-            if v.namespace == ns:
-                change = m.session_close(v.session_id)
-                rows = evict.setdefault(ns, {})
-                rows.update(dict.fromkeys(change.evict_delete, "delete"))
-                rows.update(dict.fromkeys(change.evict_demote, "demote"))
-    return Cleanup(sorted(victims, key=lambda s: (s.namespace, s.session_id)), evict)
+        m.load(by_ns.get(ns, []), forks_of.get(ns, []))
+        changes = [m.session_close(v.session_id) for v in victims if v.namespace == ns]
+        changes += [m.session_fork_end(f.session_id, f.fork_id) for f in ended]
+        rows = evict.setdefault(ns, {})
+        for change in changes:
+            rows.update(dict.fromkeys(change.evict_delete, "delete"))
+            rows.update(dict.fromkeys(change.evict_demote, "demote"))
+    return Cleanup(sorted(victims, key=lambda s: (s.namespace, s.session_id)), evict, ended)
 
 
 def apply_offline(con: sqlite3.Connection, plan: Cleanup) -> None:
@@ -268,6 +318,12 @@ def apply_offline(con: sqlite3.Connection, plan: Cleanup) -> None:
         for s in plan.sessions:
             con.execute("DELETE FROM sessions WHERE session_id = ?", (s.session_id,))
             con.execute("DELETE FROM session_state WHERE session_id = ?", (s.session_id,))
+        for f in plan.forks:
+            if f.fork_id > 0:
+                con.execute("DELETE FROM forks WHERE fork_id = ?", (f.fork_id,))
+            else:  # a hold of a file the daemon has not migrated yet
+                con.execute("UPDATE session_state SET fork_holds_json = '[]' "
+                            "WHERE session_id = ?", (f.session_id,))
         for ns, rows in plan.evict.items():
             for h, mode in rows.items():
                 if ns == DEFAULT_NAMESPACE:
@@ -290,6 +346,12 @@ def apply_online(url: str, token: str, plan: Cleanup, out: TextIO) -> int:
         if not body.get("ok"):
             failed += 1
             print(f"session_close {s.session_id}: {body.get('error')}", file=sys.stderr)
+    for f in plan.forks:
+        body = post_event(url, token, {"type": "session_fork_end", "session_id": f.session_id,
+                                       "fork_id": f.fork_id, "namespace": f.namespace})
+        if not body.get("ok"):
+            failed += 1
+            print(f"session_fork_end {f.fork_id}: {body.get('error')}", file=sys.stderr)
     print(f"closed {len(plan.sessions) - failed} sessions through the daemon at {url}",
           file=out)
     return EXIT_FAILED if failed else EXIT_OK
@@ -355,7 +417,7 @@ def _run(args: argparse.Namespace, cfg: Config, path: str, out: TextIO) -> int:
     if args.command == "report":
         con = connect(path, write=False)
         try:
-            rep = report(load_sessions(con), load_outbox(con), cfg, now)
+            rep = report(load_sessions(con), load_outbox(con), cfg, now, load_forks(con))
         finally:
             con.close()
         if args.json:
@@ -367,6 +429,7 @@ def _run(args: argparse.Namespace, cfg: Config, path: str, out: TextIO) -> int:
     con = connect(path, write=False)
     try:
         sessions = load_sessions(con)
+        forks = load_forks(con)
     finally:
         con.close()
     if args.command == "vacuum":
@@ -388,12 +451,13 @@ def _run(args: argparse.Namespace, cfg: Config, path: str, out: TextIO) -> int:
             and (ns is None or s.namespace == ns)
             and (args.state is None or s.state == args.state)
         ]
-    plan = plan_close(sessions, victims)
+    purge = ns if args.command == "purge-namespace" else None
+    plan = plan_close(sessions, victims, forks, purge)
     plan.describe(out, now)
     if not args.yes:
         print("dry run: nothing changed (add --yes to act)", file=out)
         return EXIT_OK
-    if not plan.sessions:
+    if not plan.sessions and not plan.forks:
         return EXIT_OK
     return _offline(path, cfg, args, out, lambda con: apply_offline(con, plan), plan)
 

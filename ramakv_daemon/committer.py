@@ -27,6 +27,7 @@ class _Pending:
 
     change: Change | None
     sessions: dict
+    forks: dict
     done_rows: list[int]
     event_id: tuple[str, str, float] | None
     future: asyncio.Future[None] | None
@@ -86,10 +87,12 @@ class GroupCommitter:
     ) -> asyncio.Future[None]:
         """Queue ``change``'s sessions, evictions and answer; await the commit. The commit
         first waits (at most KEEP_WAIT_S) for ``gate``: the cache's answer to a keep."""
-        live = self.managers[change.namespace].sessions
+        manager = self.managers[change.namespace]
+        live = manager.sessions
         sessions = {sid: live.get(sid) for sid in change.prev_sessions}
+        forks = {fid: manager.forks.get(fid) for fid in change.prev_forks}
         fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self._pending.append(_Pending(change, sessions, [], event_id, fut, gate))
+        self._pending.append(_Pending(change, sessions, forks, [], event_id, fut, gate))
         self._last = fut
         self._wake.set()
         return fut
@@ -134,7 +137,7 @@ class GroupCommitter:
     def forget_rows(self, row_ids: list[int]) -> None:
         """Queue the deletion of outbox rows none of whose entries waits; nobody waits."""
         if row_ids:
-            self._pending.append(_Pending(None, {}, list(row_ids), None, None))
+            self._pending.append(_Pending(None, {}, {}, list(row_ids), None, None))
             self._wake.set()
 
     async def _run(self) -> None:
@@ -159,11 +162,13 @@ class GroupCommitter:
 
     async def _commit(self, batch: list[_Pending]) -> None:
         sessions: dict = {}
+        forks: dict = {}
         evictions: dict[str, list[tuple[str, str]]] = {}
         done: list[int] = []
         answers = []
         for p in batch:
             sessions.update(p.sessions)
+            forks.update(p.forks)
             done.extend(p.done_rows)
             c = p.change
             if c is not None and (c.evict_delete or c.evict_demote):
@@ -184,8 +189,14 @@ class GroupCommitter:
         if answers and self._commits % PRUNE_EVERY_COMMITS == 0:
             prune = time.time() - self.event_id_ttl_s
         started = time.perf_counter()
+        extra = {}
+        if forks:
+            # Every manager shares one counter; a value above ids not yet committed is
+            # harmless (those are skipped), one below would let a restart reuse an id.
+            counter = next(iter(self.managers.values())).fork_ids.next_id
+            extra = {"forks": forks, "next_fork_id": counter}
         try:
-            await self.store.write(sessions, rows, done, answers, prune)
+            await self.store.write(sessions, rows, done, answers, prune, **extra)
         except Exception as err:  # noqa: BLE001 - any failure must undo, not kill the loop
             self._fail(batch, err)
             return

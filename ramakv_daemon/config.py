@@ -61,6 +61,10 @@ class Config:
     ddr_budget_chunks: int = 0  # budget of the unnamed default namespace; 0 = none
     turn_in_flight_timeout_s: float = 600.0  # a turn_start with no turn_end stops pinning
     budget_check_interval_s: float = 1.0  # at most one budget pass per namespace this often
+    # Forks (docs/forks.md): a hold older than this is released as its fork_end would be
+    # (0 = never); and at most this many open forks per session.
+    fork_hold_ttl_s: float = 86400.0
+    max_forks_per_session: int = 64
 
     @property
     def host_port(self) -> tuple[str, int]:
@@ -85,6 +89,8 @@ def _coerce(name: str, value: Any) -> Any:
     if kind == "int" and isinstance(value, int) and not isinstance(value, bool) and value > 0:
         return value
     if kind == "float" and isinstance(value, int | float) and not isinstance(value, bool):
+        if name == "fork_hold_ttl_s" and value < 0:
+            raise TypeError("config key 'fork_hold_ttl_s' must be >= 0 (0 = never expire)")
         return float(value)
     if kind == "str" and isinstance(value, str):
         if name == "sqlite_synchronous" and value.upper() not in ("NORMAL", "FULL", "EXTRA"):

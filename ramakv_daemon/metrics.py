@@ -62,6 +62,10 @@ class DaemonMetrics:
             registry=r,
         )
         self.subscribers = Gauge("ramakv_trace_subscribers", "Trace subscribers", registry=r)
+        self.open_forks = Gauge("ramakv_open_forks", "Open fork holds", registry=r)
+        self.forks_expired = Counter(
+            "ramakv_fork_holds_expired", "Fork holds released by fork_hold_ttl_s", registry=r
+        )
         self.dropped_subscribers = Counter(
             "ramakv_trace_dropped_subscribers", "Trace subscribers dropped for lag", registry=r
         )

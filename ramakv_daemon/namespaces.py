@@ -13,6 +13,7 @@ from ramakv_daemon.config import Config
 from ramakv_daemon.core.budget import BudgetState
 from ramakv_daemon.core.errors import IllegalTransition, InvalidEvent
 from ramakv_daemon.core.events import Limits
+from ramakv_daemon.core.fork import ForkIds
 from ramakv_daemon.core.manager import SessionManager
 from ramakv_daemon.deployments import DEFAULT_NAMESPACE, Deployment, default_namespace
 from ramakv_daemon.dispatcher import BackendDispatcher
@@ -107,6 +108,7 @@ class Namespaces:
             self.aliases[d.key] = d.key
         self.by_key: dict[str, Namespace] = {}
         self.managers: dict[str, SessionManager] = {}
+        self.fork_ids = ForkIds()  # one counter for the whole store: fork ids are unique
 
     def __iter__(self) -> Iterator[Namespace]:
         return iter(self.by_key.values())
@@ -132,7 +134,8 @@ class Namespaces:
         cfg = self.config
         manager = SessionManager(
             turn_start_prefetch=cfg.turn_start_prefetch, max_sessions=cfg.max_sessions,
-            namespace=key,
+            namespace=key, fork_ids=self.fork_ids,
+            max_forks_per_session=cfg.max_forks_per_session,
         )
         self.managers[key] = manager
         ctx = HandlerContext(manager, self.limits, self.registry, self.managers, self.describe)
@@ -185,9 +188,13 @@ class Namespaces:
 
     # ---- routing -----------------------------------------------------------------------
     def owner(self, session_id: str) -> str | None:
-        """The namespace holding ``session_id`` (a session lives in exactly one)."""
+        """The namespace holding ``session_id`` (a session lives in exactly one); a closed
+        session with open forks belongs to its forks' namespace."""
         for key, m in self.managers.items():
             if session_id in m.sessions:
+                return key
+        for key, m in self.managers.items():
+            if m.forks.count(session_id):
                 return key
         return None
 

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Protocol
 
+from ramakv_daemon.core.fork import Fork
 from ramakv_daemon.core.session import Session
 
 
@@ -86,7 +87,7 @@ class StoreError(Exception):
 
 
 class SessionStore(Protocol):
-    """Durable home of every session's map, turn count, suspension and fork holds."""
+    """Durable home of every session's map, turn count and suspension, and of open forks."""
 
     async def open(self) -> None:
         """Create or migrate the schema.
@@ -98,6 +99,11 @@ class SessionStore(Protocol):
 
     async def load_all(self) -> list[Session]:
         """Every stored session (corrupt rows are skipped and logged)."""
+        ...
+
+    async def load_forks(self) -> tuple[list[Fork], int]:
+        """Every open fork, oldest first, and the next fork id to hand out (never below
+        one already given, even when that fork has ended)."""
         ...
 
     async def load_outbox(self) -> list[tuple[int, str, list[tuple[str, str]]]]:
@@ -116,6 +122,8 @@ class SessionStore(Protocol):
         outbox_done: list[int] | None = None,
         event_ids: list[tuple[str, str, float]] | None = None,
         prune_event_ids_before: float | None = None,
+        forks: dict[int, Fork | None] | None = None,
+        next_fork_id: int | None = None,
     ) -> None:
         """Apply everything in one transaction.
 
@@ -125,6 +133,8 @@ class SessionStore(Protocol):
             outbox_done: ids of outbox rows none of whose entries waits any more.
             event_ids: (event_id, response JSON, timestamp) answers to remember.
             prune_event_ids_before: forget answers older than this timestamp.
+            forks: fork id -> open fork, or None when it ended.
+            next_fork_id: the counter's new value (stored only if higher).
         Raises:
             StoreError: nothing was written.
         """

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import time
-from collections.abc import Generator
+from collections.abc import Callable, Generator
 from contextlib import ExitStack
 from typing import Any
 
@@ -15,6 +16,7 @@ from ramakv_daemon.config import Config
 from ramakv_daemon.core.change import Change
 from ramakv_daemon.core.errors import InvalidEvent, RamAKvError
 from ramakv_daemon.core.events import Limits, check_required
+from ramakv_daemon.core.fork import Fork
 from ramakv_daemon.core.manager import SessionManager
 from ramakv_daemon.core.session import Session
 from ramakv_daemon.debug_files import wants_debug_file, write_debug_file
@@ -47,10 +49,13 @@ class EventService:
         backend: Backend,
         registry: Registry = DEFAULT_REGISTRY,
         backend_factory: BackendFactory | None = None,
+        clock: Callable[[], float] = time.time,
     ) -> None:
         """``backend`` steers the unnamed default namespace and every deployment without
-        its own lmcache_url; ``backend_factory(url, evict_locations)`` builds the others."""
+        its own lmcache_url; ``backend_factory(url, evict_locations)`` builds the others.
+        ``clock`` is the wall clock events and fork expiry read (tests inject one)."""
         self.config = config
+        self.clock = clock
         self.store = store
         self.backend = backend
         self.registry = registry
@@ -75,6 +80,7 @@ class EventService:
         self.dispatcher = default.dispatcher
         self.answers = AnswerCache(config.idempotency_window)
         self._budget_warned: dict[str, float] = {}
+        self._expiry_task: asyncio.Task[None] | None = None
 
     # ---- life cycle ------------------------------------------------------------------
     async def start(self) -> None:
@@ -84,8 +90,14 @@ class EventService:
         groups: dict[str, list[Session]] = {key: [] for key in self.namespaces.managers}
         for s in await self.store.load_all():
             groups.setdefault(s.namespace, []).append(s)
+        forks, next_fork_id = await self.store.load_forks()
+        fork_groups: dict[str, list[Fork]] = {}
+        for f in forks:
+            fork_groups.setdefault(f.namespace, []).append(f)
+            groups.setdefault(f.namespace, [])
+        self.namespaces.fork_ids.seen(next_fork_id - 1)
         for key, group in groups.items():
-            self.namespaces.add(key).manager.load(group)
+            self.namespaces.add(key).manager.load(group, fork_groups.get(key, ()))
         for row_id, key, entries in await self.store.load_outbox():
             self.committer.next_row_id = max(self.committer.next_row_id, row_id + 1)
             self.namespaces.add(key).dispatcher.load(row_id, entries)
@@ -93,9 +105,10 @@ class EventService:
             self.answers.remember(event_id, json.loads(body))
         managers = self.namespaces.managers.values()
         log.info(
-            "ram-a-kv restored %d sessions, %d chunks, %d references in %d namespaces "
-            "in %.3fs from %s",
-            sum(len(m.sessions) for m in managers), sum(len(m.refcounts) for m in managers),
+            "ram-a-kv restored %d sessions, %d open forks, %d chunks, %d references in %d "
+            "namespaces in %.3fs from %s",
+            sum(len(m.sessions) for m in managers), sum(len(m.forks) for m in managers),
+            sum(len(m.refcounts) for m in managers),
             sum(m.refcounts.total_references() for m in managers), len(managers),
             time.perf_counter() - t0, self.config.session_store_path,
         )
@@ -110,9 +123,18 @@ class EventService:
                 )
             if ns.delivers:
                 ns.dispatcher.start()
+        if self.config.fork_hold_ttl_s > 0:
+            await self.expire_forks()  # holds that expired while the daemon was down
+            self._expiry_task = asyncio.get_running_loop().create_task(
+                self._expire_forks_forever(), name="fork-expiry"
+            )
 
     async def stop(self) -> None:
         """Close subscribers, flush commits and backend calls, close the store."""
+        if self._expiry_task is not None:
+            self._expiry_task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._expiry_task
         self.trace.close_all("daemon shutting down")
         for ns in self.namespaces:
             await ns.dispatcher.close()
@@ -230,17 +252,17 @@ class EventService:
         if busy and type_ in READ_EVENTS:
             return await self._read_committed(type_, apply, payload, ns)
         try:
-            change = apply(ns.ctx, payload, time.time())
+            change = apply(ns.ctx, payload, self.clock())
         except RamAKvError:
             if not busy:
                 raise
             await self.committer.barrier()
-            change = apply(ns.ctx, payload, time.time())
+            change = apply(ns.ctx, payload, self.clock())
             change.namespace = ns.key
             return change
         if busy and not (change.durable or change.evict_delete or change.evict_demote):
             await self.committer.barrier()
-            change = apply(ns.ctx, payload, time.time())
+            change = apply(ns.ctx, payload, self.clock())
         change = await _finish_read(_first_step(change))
         change.namespace = ns.key
         return change
@@ -252,7 +274,7 @@ class EventService:
         taken out for the (synchronous) apply and put back after it, so the answer is the
         one a reader would get if every change in doubt were rolled back — and it is also
         right when they commit, because none of them is acknowledged yet."""
-        now = time.time()
+        now = self.clock()
         if type_ in READS_WITH_EFFECT:
             # turn_start's advisory last_event_ts and its prefetch apply to the live state.
             try:
@@ -370,7 +392,8 @@ class EventService:
         if back and not prefetch and session is not None and not session.suspended:
             prefetch = list(session.unique_hashes())
         if b.due(type_, len(m.refcounts), now):  # resident <= referenced: cheap test first
-            plan = b.plan_fast(m.sessions, m.refcounts.counts, now)
+            holds = m.fork_holds_by_session() if len(m.forks) else None
+            plan = b.plan_fast(m.sessions, m.refcounts.counts, now, holds)
             if plan.victims:
                 b.apply(plan)
                 ns.dispatcher.demote(plan.demote)
@@ -395,13 +418,20 @@ class EventService:
         manager = self.namespaces.managers[c.namespace]
         sessions = manager.sessions
         counts = manager.refcounts.counts
-        return {
+        delta: dict[str, Any] = {
             "sessions": {
-                sid: (sessions[sid].to_dict() if sid in sessions else None)
+                sid: (manager.session_dict(sid) if sid in sessions else None)
                 for sid in c.prev_sessions
             },
             "refcounts": {h: counts.get(h, 0) for h in c.prev_counts},
         }
+        if c.prev_forks:  # fork id -> its summary, or None once ended
+            forks = manager.forks
+            delta["forks"] = {
+                str(fid): (f.summary() if (f := forks.get(fid)) is not None else None)
+                for fid in c.prev_forks
+            }
+        return delta
 
     def _publish(self, type_: str, session_id: str | None, ok: bool, c: Change) -> None:
         delta = c.notes.get("_delta") or self._delta(c)
@@ -412,6 +442,8 @@ class EventService:
         }
         if c.namespace:
             record["namespace"] = c.namespace
+        if "_touched" in c.notes:
+            record["_touched"] = c.notes["_touched"]
         notes = {
             # Keys starting with "_" are the daemon's own bookkeeping, not facts for clients.
             k: v for k, v in c.notes.items() if k != "debug_context" and not k.startswith("_")
@@ -452,6 +484,55 @@ class EventService:
             if m.sessions or not key:
                 log.info("[trace] global refcounts%s %s", where, m.refcounts.as_dict())
 
+    # ---- fork expiry ------------------------------------------------------------------
+    async def expire_forks(self) -> int:
+        """Release every fork hold older than fork_hold_ttl_s, as its fork_end would.
+
+        Each expiry is logged at WARNING (a subagent that never sent its fork_end) and
+        published on the trace as a ``fork_expire`` event. Returns how many expired.
+        """
+        ttl, total = self.config.fork_hold_ttl_s, 0
+        for ns in list(self.namespaces):
+            if not len(ns.manager.forks):
+                continue
+            if self.committer.busy:
+                await self.committer.barrier()  # never decide from a change still in doubt
+            now = self.clock()
+            change = ns.manager.expire_forks(now, ttl)
+            if change is None:
+                continue
+            change.namespace = ns.key
+            change.notes["_delta"] = self._delta(change)
+            try:
+                await self.committer.submit(change)
+            except StoreError as err:  # rolled back: the next pass tries again
+                log.error("fork expiry not persisted (will retry): %s", err)
+                continue
+            for row in change.data["expired"]:  # type: ignore[union-attr]
+                log.warning(
+                    "fork hold expired: session=%s fork_id=%s age=%.0fs (older than "
+                    "fork_hold_ttl_s=%g; its session_fork_end never came)%s",
+                    _loggable(str(row["session_id"])), row["fork_id"], row["age_s"], ttl,
+                    f" namespace={ns.key}" if ns.key else "",
+                )
+            total += len(change.data["expired"])  # type: ignore[arg-type]
+            change.notes["_touched"] = sorted(
+                {str(r["session_id"]) for r in change.data["expired"]}  # type: ignore[union-attr]
+            )
+            self._publish("fork_expire", None, True, change)
+            self.metrics.forks_expired.inc(len(change.data["expired"]))  # type: ignore[arg-type]
+        return total
+
+    async def _expire_forks_forever(self) -> None:
+        """Look for expired holds every ttl/10 (at least 1 s, at most 60 s)."""
+        interval = min(60.0, max(1.0, self.config.fork_hold_ttl_s / 10))
+        while True:
+            await asyncio.sleep(interval)
+            try:
+                await self.expire_forks()
+            except Exception:  # noqa: BLE001 - the loop must outlive one bad pass
+                log.exception("fork expiry pass failed")
+
     # ---- views for the HTTP layer -------------------------------------------------------
     def snapshot(self, session: str | None = None) -> dict[str, Any]:
         """The trace stream's first message: all sessions and refcounts at ``seq``."""
@@ -461,16 +542,18 @@ class EventService:
             owner = self.namespaces.owner(session)
             m = managers[owner] if owner is not None else self.manager
             sessions = m.sessions
-            picked = {session: sessions[session].to_dict()} if session in sessions else {}
+            picked = {session: m.session_dict(session)} if session in sessions else {}
+            forks = {str(f.fork_id): _fork_entry(f) for f in m.forks.of(session)}
             wanted = set(picked[session]["chunk_hashes"]) if picked else set()  # type: ignore[arg-type]
             counts = {h: n for h, n in m.refcounts.items() if h in wanted}
             if m is not self.manager:
                 others[m.namespace] = {"refcounts": counts}
                 counts = {}
         else:
-            picked = {}
+            picked, forks = {}, {}
             for m in managers.values():
-                picked.update((sid, s.to_dict()) for sid, s in m.sessions.items())
+                picked.update((sid, m.session_dict(sid)) for sid in m.sessions)
+                forks.update((str(f.fork_id), _fork_entry(f)) for f in m.forks.values())
             counts = self.manager.refcounts.as_dict()
             # Hashes mean something only within a namespace: the top-level refcounts are
             # the default namespace's, the others' are listed under "namespaces".
@@ -480,7 +563,7 @@ class EventService:
             }
         snap = {"kind": "snapshot", "seq": self.trace.seq, "epoch": self.trace.epoch,
                 "ts": time.time(),
-                "sessions": picked, "refcounts": counts}
+                "sessions": picked, "refcounts": counts, "forks": forks}
         if others:
             snap["namespaces"] = others
         return snap
@@ -498,8 +581,15 @@ class EventService:
             sum(x.refcounts.total_references() for x in self.namespaces.managers.values())
         )
         m.subscribers.set(len(self.trace.subscribers))
+        m.open_forks.set(sum(len(x.forks) for x in self.namespaces.managers.values()))
         m.evict_backlog.set(sum(r["evict_backlog"] for r in rows))
         m.namespaces(self.namespaces)
+
+
+def _fork_entry(fork: Fork) -> dict[str, object]:
+    """A fork in the trace snapshot: its summary and hashes (a closed parent's forks are
+    held by no session in the snapshot, so a follower learns their hashes only here)."""
+    return {**fork.summary(), "chunk_hashes": list(fork.hashes)}
 
 
 def _lmcache_factory(config: Config) -> BackendFactory:

@@ -99,10 +99,13 @@ class TraceHub:
         self.seq += 1
         record["seq"] = self.seq
         record["epoch"] = self.epoch
+        # Sessions a record concerns beyond its session_id and delta (a fork expiry's
+        # parents): for ?session= filtering only, never sent.
+        extra = tuple(record.pop("_touched", ()))
         message = encode(record)
         sid = record.get("session_id")
         changed = record.get("delta", {}).get("sessions", ())
-        sessions = (sid, *changed) if isinstance(sid, str) else tuple(changed)
+        sessions = (sid, *changed, *extra) if isinstance(sid, str) else (*changed, *extra)
         ring = self.ring
         ring.append((self.seq, sessions, message))
         self.ring_bytes += len(message)

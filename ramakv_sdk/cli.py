@@ -40,13 +40,16 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--hashes-file", help="file with chunk hashes (one per line, or commas); "
                    "- for stdin")
     e.add_argument("--source", help="source_session_id (snapshot_restore)")
+    e.add_argument("--fork-id", type=int, help="fork_id (session_fork_end; without it the "
+                   "session's newest open fork)")
     e.add_argument("--dry-run", action="store_true", help="dry_run: true (chunk_evict)")
     e.add_argument("--force", action="store_true", help="force: true (chunk_evict)")
     e.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                    help="any other field; VALUE is parsed as JSON, else taken as a string")
 
     ls = sub.add_parser("sessions", help="list sessions (list_sessions)")
-    ls.add_argument("--state", choices=("active", "suspended"))
+    ls.add_argument("--state", choices=("active", "suspended", "closed"),
+                    help="closed: sessions closed with open forks")
     ls.add_argument("--limit", type=int)
     ls.add_argument("--offset", type=int)
     ls.add_argument("--json", action="store_true", help="print the raw data as JSON")
@@ -62,7 +65,9 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--count", type=int, help="stop after this many events")
 
     sub.add_parser("health", help="daemon health")
-    sub.add_parser("events", help="list the events the daemon knows (list_events)")
+    ev = sub.add_parser("events", help="list the events the daemon knows (list_events): the "
+                        "nine contract events, then the admin events")
+    ev.add_argument("--json", action="store_true", help="print the raw data as JSON")
     return p
 
 
@@ -101,11 +106,16 @@ def build_event(args: argparse.Namespace) -> dict[str, Any]:
     if args.session is not None:
         event["session_id"] = args.session
     if args.type == "turn_end":
-        event["kv_transfer_params"] = None if hashes is None else {"chunk_hashes": hashes}
+        if hashes is None:  # the daemon would refuse it: say so before sending
+            raise ValueError("turn_end needs --hashes or --hashes-file (--hashes= for an "
+                             "empty map)")
+        event["kv_transfer_params"] = {"chunk_hashes": hashes}
     elif hashes is not None:
         event["chunk_hashes"] = hashes
     if args.source is not None:
         event["source_session_id"] = args.source
+    if args.fork_id is not None:
+        event["fork_id"] = args.fork_id
     if args.dry_run:
         event["dry_run"] = True
     if args.force:
@@ -129,23 +139,45 @@ def age(ts: float | None, now: float) -> str:
     """'12s', '5m', '3h', '2d' ago; '-' when unknown."""
     if not ts:
         return "-"
-    secs = max(0.0, now - ts)
+    return duration(now - ts)
+
+
+def duration(secs: float) -> str:
+    """'12s', '5m', '3h', '2d'."""
+    secs = max(0.0, secs)
     for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
         if secs >= size:
             return f"{int(secs // size)}{unit}"
     return f"{int(secs)}s"
 
 
+def forks_cell(forks: list[dict[str, Any]]) -> str:
+    """Open forks as ``#id age``: '#3 2h, #7 5s'; '-' when none."""
+    if not forks:
+        return "-"
+    return ", ".join(f"#{f['fork_id']} {duration(f.get('age_s', 0.0))}" for f in forks)
+
+
 def print_sessions(data: dict[str, Any], out: TextIO) -> None:
-    rows = [("SESSION", "STATE", "TURNS", "CHUNKS", "FORK HOLDS", "LAST EVENT")]
+    rows = [("SESSION", "STATE", "TURNS", "CHUNKS", "OPEN FORKS", "LAST EVENT")]
     now = time.time()
     for s in data["sessions"]:
         rows.append((s["session_id"], s["state"], str(s["turn_count"]), str(s["chunk_count"]),
-                     str(s["fork_holds"]), age(s.get("last_event_ts"), now)))
+                     forks_cell(s.get("forks") or []), age(s.get("last_event_ts"), now)))
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     for r in rows:
         out.write("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() + "\n")
     out.write(f"{len(data['sessions'])} of {data['total']} sessions\n")
+
+
+def print_events(data: dict[str, Any], out: TextIO) -> None:
+    """list_events as two lists: the nine contract events, then the admin events."""
+    for title, key in (("contract events", "events"), ("admin events", "admin_events")):
+        specs = data.get(key) or {}
+        out.write(f"{title} ({len(specs)}):\n")
+        for name, spec in sorted(specs.items()):
+            fields = [*spec.get("required", []), *(f"[{f}]" for f in spec.get("optional", []))]
+            out.write(f"  {name}  {' '.join(fields)}\n".rstrip() + "\n")
 
 
 def trace_line(msg: dict[str, Any]) -> str:
@@ -212,7 +244,8 @@ async def run(args: argparse.Namespace, out: TextIO) -> int:
         elif cmd == "health":
             dump(await c.health(), out)
         elif cmd == "events":
-            dump(await c.list_events(), out)
+            listed = dict(await c.list_events())
+            dump(listed, out) if args.json else print_events(listed, out)
     return EXIT_OK
 
 

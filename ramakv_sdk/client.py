@@ -132,7 +132,8 @@ class AsyncClient(AsyncClosing):
         return cast(HealthData, await self.send({"type": "health"}))
 
     async def list_events(self) -> ListEventsData:
-        """``{"events": {name: {description, required, optional}}}``."""
+        """``{"events": {...}, "admin_events": {...}}``: name -> {description, required,
+        optional}; ``events`` holds exactly the nine contract events."""
         return cast(ListEventsData, await self.send({"type": "list_events"}))
 
     async def turn_start(self, session_id: str) -> TurnStartData:
@@ -144,8 +145,9 @@ class AsyncClient(AsyncClosing):
         kv_transfer_params: Mapping[str, Any] | None = None,
         debug_context: Mapping[str, Any] | None = None,
     ) -> TurnEndData:
-        """Report a finished turn; ``kv_transfer_params=None`` (or null chunk_hashes) counts
-        the turn and keeps the map (``map_updated`` false)."""
+        """Report a finished turn with the engine's ``kv_transfer_params``, which must carry
+        a ``chunk_hashes`` list (``[]`` empties the map); without one MissingChunkHashes
+        (a ValueError) is raised and nothing is sent: the daemon would refuse it."""
         event = events.turn_end(session_id, kv_transfer_params, debug_context)
         return cast(TurnEndData, await self.send(event))
 
@@ -162,11 +164,21 @@ class AsyncClient(AsyncClosing):
         return cast(SessionMapData, await self.send(event))
 
     async def session_fork(self, session_id: str) -> SessionForkData:
+        """Hold the session's current chunks for a subagent: ``{"forked": true, "fork_id":
+        n}``. Keep ``fork_id`` and pass it to :meth:`session_fork_end` when that subagent
+        is done (subagents finish in any order)."""
         event = events.session_event("session_fork", session_id)
         return cast(SessionForkData, await self.send(event))
 
-    async def session_fork_end(self, session_id: str) -> SessionForkEndData:
-        event = events.session_event("session_fork_end", session_id)
+    async def session_fork_end(
+        self, session_id: str, fork_id: int | None = None
+    ) -> SessionForkEndData:
+        """Release fork ``fork_id`` (without it, the session's newest open fork).
+
+        ``{"fork_end": true, "fork_id": n}``; ``fork_end`` is false, and nothing changed,
+        when ``fork_id`` was already released (a retry) or is unknown.
+        """
+        event = events.session_event("session_fork_end", session_id, fork_id=fork_id)
         return cast(SessionForkEndData, await self.send(event))
 
     async def session_suspend(self, session_id: str) -> SessionSuspendData:
@@ -180,12 +192,13 @@ class AsyncClient(AsyncClosing):
     # ---- admin events
     async def list_sessions(
         self,
-        state: Literal["active", "suspended"] | None = None,
+        state: Literal["active", "suspended", "closed"] | None = None,
         limit: int | None = None,
         offset: int | None = None,
     ) -> ListSessionsData:
         """``{"total": n, "sessions": [{session_id, state, turn_count, chunk_count,
-        fork_holds, last_event_ts}]}``; ``total`` counts every match, not just this page."""
+        fork_holds, forks, last_event_ts}]}``; ``total`` counts every match, not just this
+        page; a closed session with open forks is listed with state ``"closed"``."""
         event: dict[str, Any] = {"type": "list_sessions"}
         for key, value in (("state", state), ("limit", limit), ("offset", offset)):
             if value is not None:

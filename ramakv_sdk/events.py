@@ -27,19 +27,35 @@ def hash_list(hashes: Iterable[str | int]) -> list[str]:
     return [hex_hash(h) for h in out]
 
 
-def kv_params(kv_transfer_params: Mapping[str, Any] | None) -> dict[str, Any] | None:
-    """The engine's kv_transfer_params, ready to send.
+class MissingChunkHashes(ValueError):
+    """A turn_end without a chunk_hashes list: the daemon refuses it, so it is never sent."""
 
-    None stays None, and a missing or null ``chunk_hashes`` stays missing or null: the daemon
-    then counts the turn and keeps the session's map. Turning "no hashes reported" into an
-    empty list would evict the whole session. Int hashes become signed hex strings.
+    def __init__(self) -> None:
+        super().__init__(
+            "turn_end needs kv_transfer_params.chunk_hashes, a list ([] empties the map); "
+            "an engine answer without one means its connector is not configured"
+        )
+
+
+def has_chunk_hashes(kv_transfer_params: Mapping[str, Any] | None) -> bool:
+    """True when the engine's kv_transfer_params carries a chunk_hashes list."""
+    return kv_transfer_params is not None and isinstance(
+        kv_transfer_params.get("chunk_hashes"), list | tuple
+    )
+
+
+def kv_params(kv_transfer_params: Mapping[str, Any] | None) -> dict[str, Any]:
+    """The engine's kv_transfer_params, ready to send; int hashes become signed hex strings.
+
+    Raises:
+        MissingChunkHashes: no kv_transfer_params, or no ``chunk_hashes`` list in them. The
+            daemon would refuse it (a missing list is a host or engine bug; reading it as
+            ``[]`` would evict the whole session).
     """
-    if kv_transfer_params is None:
-        return None
+    if kv_transfer_params is None or not has_chunk_hashes(kv_transfer_params):
+        raise MissingChunkHashes()
     params = dict(kv_transfer_params)
-    raw = params.get("chunk_hashes")
-    if isinstance(raw, list | tuple):
-        params["chunk_hashes"] = hash_list(raw)
+    params["chunk_hashes"] = hash_list(params["chunk_hashes"])
     return params
 
 
@@ -55,7 +71,7 @@ def turn_end(
     kv_transfer_params: Mapping[str, Any] | None = None,
     debug_context: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """A turn_end event; ``kv_transfer_params`` is always present (null when unknown)."""
+    """A turn_end event (raises MissingChunkHashes without a chunk_hashes list)."""
     event: dict[str, Any] = {
         "type": "turn_end",
         "session_id": session_id,

@@ -220,12 +220,19 @@ def turn_end(
     kv_transfer_params: Mapping[str, Any] | None = None,
     debug_context: Mapping[str, Any] | None = None,
 ) -> None:
-    """Report a turn; a missing or null ``chunk_hashes`` counts it and keeps the map."""
+    """Report a turn; ``kv_transfer_params`` must carry a ``chunk_hashes`` list (``[]``
+    empties the map). Without one the turn_end is dropped (counted as failed, logged): the
+    daemon would refuse it."""
     client = _client
     if client is None:
         return
     try:
         event = events.turn_end(session_id, kv_transfer_params, debug_context)
+    except events.MissingChunkHashes:
+        client.stats.failed += 1
+        log.warning("ram-a-kv turn_end for %r dropped: no kv_transfer_params.chunk_hashes",
+                    session_id)
+        return
     except Exception:  # malformed params: drop, never raise into the host
         client.stats.failed += 1
         log.warning("ram-a-kv turn_end for %r dropped: malformed kv_transfer_params", session_id)
@@ -238,11 +245,14 @@ def snapshot_restore(session_id: str, source_session_id: str | None = None) -> N
 
 
 def session_fork(session_id: str) -> None:
+    """Fire-and-forget: the fork_id is not returned (use :class:`ramakv_sdk.AsyncClient` to get
+    it); a later :func:`session_fork_end` without an id ends the newest open fork."""
     _emit({"type": "session_fork", "session_id": session_id})
 
 
-def session_fork_end(session_id: str) -> None:
-    _emit({"type": "session_fork_end", "session_id": session_id})
+def session_fork_end(session_id: str, fork_id: int | None = None) -> None:
+    """End fork ``fork_id`` (as returned by AsyncClient.session_fork), else the newest."""
+    _emit(events.session_event("session_fork_end", session_id, fork_id=fork_id))
 
 
 def session_suspend(session_id: str) -> None:

@@ -47,12 +47,15 @@ class ProxySettings:
 SETTINGS = web.AppKey("settings", ProxySettings)
 UPSTREAM = web.AppKey("upstream", aiohttp.ClientSession)
 SENDER = web.AppKey("sender", EventSender)
+# Upstreams already warned about answers without chunk_hashes (once each, not per turn).
+WARNED = web.AppKey("warned_no_hashes", set)
 
 
 def make_app(settings: ProxySettings) -> web.Application:
     """The proxy application; the upstream session and the event sender live with it."""
     app = web.Application(client_max_size=settings.max_body_bytes)
     app[SETTINGS] = settings
+    app[WARNED] = set()
 
     async def resources(app: web.Application) -> AsyncIterator[None]:
         # auto_decompress=False: bytes go to the client exactly as the engine sent them.
@@ -147,9 +150,23 @@ async def _relay(
             params = scanner.params
         else:
             params = from_json_body(b"".join(kept or ()), encoding)
-        if complete or params is not None:
+        if events.has_chunk_hashes(params):
             sender.submit(events.turn_end(sid, params))
+        elif complete:
+            _warn_no_hashes(request.app, request.app[SETTINGS].upstream)
     return out
+
+
+def _warn_no_hashes(app: web.Application, upstream: str) -> None:
+    """The daemon refuses a turn_end without a list: say so once per upstream, send none."""
+    warned = app[WARNED]
+    if upstream in warned:
+        return
+    warned.add(upstream)
+    log.warning(
+        "answers from %s carry no kv_transfer_params.chunk_hashes: no turn_end is sent for "
+        "them (is ascend_ext's connector configured?)", upstream,
+    )
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:

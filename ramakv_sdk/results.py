@@ -36,10 +36,12 @@ class SessionSuspendData(TypedDict):
 
 class SessionForkData(TypedDict):
     forked: bool
+    fork_id: int
 
 
 class SessionForkEndData(TypedDict):
-    fork_end: bool
+    fork_end: bool  # false: that fork_id was already released or is unknown
+    fork_id: int
 
 
 class HealthData(TypedDict):
@@ -54,10 +56,18 @@ class EventSpecData(TypedDict):
 
 
 class ListEventsData(TypedDict):
-    events: dict[str, EventSpecData]
+    events: dict[str, EventSpecData]  # the nine contract events
+    admin_events: dict[str, EventSpecData]  # every other event
 
 
-SessionState = Literal["active", "suspended"]
+SessionState = Literal["active", "suspended", "closed"]
+
+
+class ForkRow(TypedDict):
+    fork_id: int
+    created_ts: float
+    age_s: float
+    chunk_count: int
 
 
 class SessionRow(TypedDict):
@@ -65,7 +75,8 @@ class SessionRow(TypedDict):
     state: SessionState
     turn_count: int
     chunk_count: int
-    fork_holds: int
+    fork_holds: int  # open forks
+    forks: list[ForkRow]
     last_event_ts: float
 
 

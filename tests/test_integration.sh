@@ -94,7 +94,8 @@ if [ "${1:-}" = "xiaoo" ]; then
         -d '{"type":"session_map","session_id":"<id>"}'
    chunk_hashes stays empty until the engine returns kv_transfer_params.chunk_hashes
    (vLLM + LMCache with the ascend_ext connector); a turn_end whose chunk_hashes is
-   missing or null leaves the map untouched (map_updated=false).
+   missing or null is refused (ok=false, "missing required field
+   'kv_transfer_params.chunk_hashes'") and changes nothing; [] empties the map.
 
 7) Debug files (debug_enabled = true in the daemon, kvcache_debug_enabled in the host):
    ls /tmp/ram-a-kv-test/debug/
@@ -378,8 +379,13 @@ fi
 # ─────────────────────────────────────────────────────────────
 echo ""
 echo "=== L1.2 list_events ==="
-ok "list_events" '{"type":"list_events"}' '["events"]'
+ok "list_events" '{"type":"list_events"}' '["admin_events","events"]'
 LIST="$RESP"
+field "list_events: data.events holds exactly the nine contract events" '.data.events | length' '9'
+has_item "list_events: admin events apart (list_sessions)" \
+    "$(jget "$LIST" '.data.admin_events | keys')" list_sessions
+has_item "session_fork_end optional has fork_id" \
+    "$(jget "$LIST" '.data.events.session_fork_end.optional')" fork_id
 for ev in turn_start turn_end snapshot_restore session_map session_close session_suspend \
           session_fork session_fork_end health; do
     RESP="$LIST"
@@ -443,12 +449,18 @@ map_is "$S2" '["hash-a","hash-x"]'
 # ─────────────────────────────────────────────────────────────
 echo ""
 echo "=== L1.5 session_fork / session_fork_end ==="
-ok "session_fork s1" "{\"type\":\"session_fork\",\"session_id\":\"$S1\"}" '["forked"]'
+ok "session_fork s1" "{\"type\":\"session_fork\",\"session_id\":\"$S1\"}" '["fork_id","forked"]'
 field "session_fork forked=true" '.data.forked' 'true'
+FID=$(jget "$RESP" '.data.fork_id')
+check "session_fork fork_id is a positive integer" "$([[ "$FID" =~ ^[1-9][0-9]*$ ]] && echo yes)" yes
 te "$S1" '["hash-d"]'
 field "turn_end after fork: hash-b held by the fork, evicted_count=0" '.data.evicted_count' '0'
-ok "session_fork_end s1" "{\"type\":\"session_fork_end\",\"session_id\":\"$S1\"}" '["fork_end"]'
+ok "session_fork_end s1 by fork_id" \
+    "{\"type\":\"session_fork_end\",\"session_id\":\"$S1\",\"fork_id\":$FID}" '["fork_end","fork_id"]'
 field "session_fork_end fork_end=true" '.data.fork_end' 'true'
+post "{\"type\":\"session_fork_end\",\"session_id\":\"$S1\",\"fork_id\":$FID}"
+check "a retried fork_end of the same fork_id: ok, fork_end=false" \
+    "$(jget "$RESP" '.ok') $(jget "$RESP" '.data.fork_end')" "true false"
 err "session_fork_end with no open fork" "{\"type\":\"session_fork_end\",\"session_id\":\"$S1\"}" '*'
 map_is "$S1" '["hash-d"]'
 # fork_end releases the snapshot taken at fork time, not the current map
@@ -472,6 +484,26 @@ post "{\"type\":\"session_fork_end\",\"session_id\":\"$NF\"}"; field "nested: fo
 post "{\"type\":\"session_fork_end\",\"session_id\":\"$NF\"}"; field "nested: fork_end #1" '.data.fork_end' 'true'
 err "nested: third fork_end has no open fork" "{\"type\":\"session_fork_end\",\"session_id\":\"$NF\"}" '*'
 map_is "$NF" '["n3"]'
+# parallel subagents end in any order: by id, the first to finish releases its own snapshot
+PA=$(s parallel)
+te "$PA" '["pa-1"]'
+post "{\"type\":\"session_fork\",\"session_id\":\"$PA\"}"; F1=$(jget "$RESP" '.data.fork_id')
+te "$PA" '["pa-2"]'
+post "{\"type\":\"session_fork\",\"session_id\":\"$PA\"}"; F2=$(jget "$RESP" '.data.fork_id')
+check "fork ids increase" "$([ "$F2" -gt "$F1" ] && echo yes)" yes
+te "$PA" '["pa-3"]'
+post "{\"type\":\"session_fork_end\",\"session_id\":\"$PA\",\"fork_id\":$F1}"
+post "{\"type\":\"chunk_info\",\"chunk_hashes\":[\"pa-1\",\"pa-2\"]}"
+check "fork_end of the first fork: pa-1 released, pa-2 still held by the second" \
+    "$(jget "$RESP" '.data.chunks["pa-1"].refcount') $(jget "$RESP" '.data.chunks["pa-2"].refcount')" "0 1"
+# the parent's close keeps its open forks held until their fork_end
+post "{\"type\":\"session_close\",\"session_id\":\"$PA\"}"
+post "{\"type\":\"chunk_info\",\"chunk_hashes\":[\"pa-2\"]}"
+field "after the parent's close pa-2 is still held by its fork" '.data.chunks["pa-2"].refcount' '1'
+post "{\"type\":\"session_fork_end\",\"session_id\":\"$PA\",\"fork_id\":$F2}"
+field "fork_end by id after the parent's close" '.data.fork_end' 'true'
+post "{\"type\":\"chunk_info\",\"chunk_hashes\":[\"pa-2\"]}"
+field "then pa-2 is released" '.data.chunks["pa-2"].refcount' '0'
 
 # ─────────────────────────────────────────────────────────────
 echo ""
@@ -523,18 +555,15 @@ err "JSON array body"            '[{"type":"health"}]'                         '
 err "JSON string body"           '"health"'                                    '*'
 err "session_id not a string"    '{"type":"turn_start","session_id":42}'       '*'
 err "type not a string"          '{"type":7}'                                  '*'
-# null / missing chunk_hashes: ok, map untouched, turn counted
+# null / missing chunk_hashes: refused, map untouched (a missing list is a host or engine bug)
 E2=$(s edge-s2)
 te "$E2" '["k1","k2"]'
-ok "turn_end kv_transfer_params {} (no chunk_hashes)" \
+err "turn_end kv_transfer_params {} (no chunk_hashes)" \
     "{\"type\":\"turn_end\",\"session_id\":\"$E2\",\"kv_transfer_params\":{}}" \
-    '["debug_written","evicted_count","map_updated"]'
-field "no chunk_hashes: map_updated=false" '.data.map_updated' 'false'
-field "no chunk_hashes: evicted_count=0" '.data.evicted_count' '0'
-ok "turn_end chunk_hashes=null" \
+    "missing required field 'kv_transfer_params.chunk_hashes'"
+err "turn_end chunk_hashes=null" \
     "{\"type\":\"turn_end\",\"session_id\":\"$E2\",\"kv_transfer_params\":{\"chunk_hashes\":null}}" \
-    '["debug_written","evicted_count","map_updated"]'
-field "chunk_hashes=null: map_updated=false" '.data.map_updated' 'false'
+    "missing required field 'kv_transfer_params.chunk_hashes'"
 map_is "$E2" '["k1","k2"]'
 err "turn_end chunk_hashes with a non-string" \
     "{\"type\":\"turn_end\",\"session_id\":\"$E2\",\"kv_transfer_params\":{\"chunk_hashes\":[\"ok\",123]}}" '*'
@@ -549,11 +578,11 @@ ok "turn_end explicit [] clears the map" \
 field "explicit []: map_updated=true" '.data.map_updated' 'true'
 field "explicit []: evicted_count=2" '.data.evicted_count' '2'
 map_is "$E2" '[]'
-# turn_end on an unknown session with no chunk_hashes creates it with an empty map
+# a refused turn_end on an unknown session creates nothing
 E3=$(s edge-s3)
 post "{\"type\":\"turn_end\",\"session_id\":\"$E3\",\"kv_transfer_params\":{\"chunk_hashes\":null}}"
-field "turn_end null on unknown session: ok" '.ok' 'true'
-map_is "$E3" '[]'
+field "turn_end null on unknown session: refused" '.ok' 'false'
+err "... and no session was created" "{\"type\":\"session_map\",\"session_id\":\"$E3\"}" "session '$E3' not found"
 # limits: more than 1000 hashes, a hash over 100 bytes
 BIG=$(printf '"h%d",' $(seq 1 1001)); BIG="[${BIG%,}]"
 LONG=$(printf 'x%.0s' $(seq 1 101))
@@ -660,6 +689,7 @@ if [ "$OWN_DAEMON" = "1" ]; then
     te "$PS" '["persist-h1","persist-h2"]'; field "persist-s1 [persist-h1,persist-h2]" '.ok' 'true'
     te "$FK" '["fk-1"]'; field "fork-persist [fk-1]" '.ok' 'true'
     post "{\"type\":\"session_fork\",\"session_id\":\"$FK\"}"; field "fork-persist forked" '.data.forked' 'true'
+    FKID=$(jget "$RESP" '.data.fork_id')
     te "$FK" '["fk-2"]'; field "fork-persist -> [fk-2], fk-1 held by the fork" '.data.evicted_count' '0'
     te "$SS" '["ss-1","ss-2"]'; field "suspended-persist [ss-1,ss-2]" '.ok' 'true'
     post "{\"type\":\"session_suspend\",\"session_id\":\"$SS\"}"; field "suspended-persist suspended" '.data.suspended' 'true'
@@ -689,6 +719,10 @@ if [ "$OWN_DAEMON" = "1" ]; then
     post "{\"type\":\"session_fork_end\",\"session_id\":\"$FK\"}"
     field "after restart: fork_end finds the persisted fork" '.data.fork_end' 'true'
     err "after restart: second fork_end has no open fork" "{\"type\":\"session_fork_end\",\"session_id\":\"$FK\"}" '*'
+    post "{\"type\":\"session_fork\",\"session_id\":\"$FK\"}"
+    check "after restart: a new fork_id is above every earlier one" \
+        "$([ "$(jget "$RESP" '.data.fork_id')" -gt "$FKID" ] && echo yes)" yes
+    post "{\"type\":\"session_fork_end\",\"session_id\":\"$FK\"}"
 
     # kill -9: every acknowledged turn_end survives
     K9=$(s kill9)
@@ -711,7 +745,7 @@ fi
 # ─────────────────────────────────────────────────────────────
 echo ""
 echo "=== L1.10 cleanup ==="
-for id in "$S1" "$S2" "$HX" "$FP" "$NF" "$SU" "$UQ" "$E2" "$E3" "$LIM" "$SRC2" "$DST2" "$DS" \
+for id in "$S1" "$S2" "$HX" "$FP" "$NF" "$SU" "$UQ" "$E2" "$LIM" "$SRC2" "$DST2" "$DS" \
           "${PS:-}" "${FK:-}" "${SS:-}"; do
     [ -z "$id" ] && continue
     post "{\"type\":\"session_close\",\"session_id\":\"$id\"}"
@@ -724,6 +758,7 @@ if [ "$OWN_DAEMON" = "1" ]; then
     field "final sessions_count=0" '.data.sessions_count' '0'
     check "SQLite sessions table empty (suspended rows deleted by close)" \
         "$(sqlite_q 'SELECT count(*) FROM sessions')" "0"
+    check "SQLite forks table empty (every fork ended)" "$(sqlite_q 'SELECT count(*) FROM forks')" "0"
     check "sessions table keeps the original columns" \
         "$(sqlite_q "SELECT name FROM pragma_table_info('sessions') WHERE name IN ('session_id','map_json','turn_count') ORDER BY name")" \
         "map_json,session_id,turn_count"

@@ -23,6 +23,7 @@ from bench.cache_sim.workload import (
     Trace,
 )
 from ramakv_daemon.config import Config
+from ramakv_daemon.core.fork import Fork
 from ramakv_daemon.core.session import Session
 from ramakv_daemon.service import EventService
 
@@ -42,12 +43,16 @@ class MemoryStore:
     async def load_outbox(self) -> list[tuple[int, str, list[tuple[str, str]]]]:
         return []
 
+    async def load_forks(self) -> tuple[list[Fork], int]:
+        return [], 1
+
     async def load_event_ids(self, limit: int) -> list[tuple[str, str]]:
         return []
 
     async def write(self, sessions: dict, outbox_add: list | None = None,
                     outbox_done: list | None = None, event_ids: list | None = None,
-                    prune_event_ids_before: float | None = None) -> None:
+                    prune_event_ids_before: float | None = None,
+                    forks: dict | None = None, next_fork_id: int | None = None) -> None:
         return None
 
     async def close(self) -> None:

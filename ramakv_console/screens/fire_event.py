@@ -49,7 +49,10 @@ class FireEventScreen(Screen[None]):
     def _fill_types(self, catalogue: dict[str, Any]) -> None:
         select = self.query_one("#event-type", Select)
         current = select.value
-        select.set_options((name, name) for name in sorted(catalogue))
+        admin = self.app.admin_events  # type: ignore[attr-defined]
+        # The nine contract events first, then the admin ones (labelled).
+        names = sorted(catalogue, key=lambda n: (n in admin, n))
+        select.set_options((f"{n} (admin)" if n in admin else n, n) for n in names)
         if isinstance(current, str) and current in catalogue:
             select.value = current
         elif "turn_end" in catalogue and not isinstance(current, str):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from rich.markup import escape
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.widgets import Footer, Label, Static
@@ -47,15 +48,17 @@ class SessionDetailScreen(SessionActionsMixin):
     def _summary(self) -> None:
         s = self.state.sessions.get(self.session_id)
         box = self.query_one("#detail-summary", Static)
+        forks = self.state.fork_ages(self.session_id)  # a closed parent's forks stay open
         if s is None:
-            box.update(f"[b]{self.session_id}[/b]  [red]gone (closed)[/red]")
+            box.update(f"[b]{self.session_id}[/b]  [red]gone (closed)[/red]  "
+                       f"open forks {escape(forks)}")
             return
         colour = "yellow" if s.state == "suspended" else "green"
         box.update(
             f"[b]{s.session_id}[/b]  [{colour}]{s.state}[/{colour}]  turns {s.turn_count}  "
             f"chunks {len(s.chunk_hashes)} ({len(set(s.chunk_hashes))} distinct)  "
             f"shared {self.state.shared_count(self.session_id)}  "
-            f"fork holds {len(s.fork_holds)}  last event {self.state.age(self.session_id)} ago"
+            f"open forks {escape(forks)}  last event {self.state.age(self.session_id)} ago"
         )
 
     def _on_revision(self, _revision: int) -> None:

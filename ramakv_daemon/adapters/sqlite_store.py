@@ -1,4 +1,4 @@
-"""SQLite session store (aiosqlite, WAL): the original's sessions table plus our state table."""
+"""SQLite session store (aiosqlite, WAL): the original's sessions table plus our own tables."""
 
 from __future__ import annotations
 
@@ -17,6 +17,9 @@ from typing import Any
 import aiosqlite
 import orjson
 
+from ramakv_daemon.adapters import sqlite_forks
+from ramakv_daemon.adapters.sqlite_forks import BUMP_FORK_IDS, UPSERT_FORK
+from ramakv_daemon.core.fork import Fork
 from ramakv_daemon.core.session import Session
 from ramakv_daemon.ports import StoreError
 
@@ -71,7 +74,24 @@ CREATE TABLE IF NOT EXISTS evict_log (
     namespace TEXT NOT NULL DEFAULT '',
     entries_json TEXT NOT NULL
 );
+CREATE TABLE IF NOT EXISTS forks (
+    fork_id INTEGER PRIMARY KEY,
+    session_id TEXT NOT NULL,
+    namespace TEXT NOT NULL DEFAULT '',
+    hashes_json TEXT NOT NULL,
+    created_ts REAL NOT NULL
+);
+CREATE TABLE IF NOT EXISTS counters (
+    name TEXT PRIMARY KEY,
+    value INTEGER NOT NULL
+);
 """
+# Open forks live in `forks`, apart from their parent's row: a fork outlives its parent's
+# close. counters.next_fork_id keeps ids increasing and never reused across restarts (the
+# newest fork may have ended, so the largest stored id is not enough). Files written before
+# forks had ids kept each session's holds in session_state.fork_holds_json: open() moves
+# them into `forks` (fresh ids, created now, so they get a full fork_hold_ttl_s) and
+# empties the column, in one transaction.
 # The daemon's outbox is evict_log: one row per group commit and namespace holding
 # [[hash, mode], ...] (a later row's intent for a hash replaces an earlier one's); a row is
 # deleted once none of its entries waits any more. One row per commit instead of one per
@@ -91,12 +111,11 @@ _UPSERT_SESSION = (
     "turn_count=excluded.turn_count"
 )
 _UPSERT_STATE = (
-    "INSERT INTO session_state (session_id, suspended, fork_holds_json, last_event_ts, "
-    "namespace) VALUES (?, ?, ?, ?, ?) ON CONFLICT(session_id) DO UPDATE SET "
-    "suspended=excluded.suspended, fork_holds_json=excluded.fork_holds_json, "
-    "last_event_ts=excluded.last_event_ts, namespace=excluded.namespace"
+    "INSERT INTO session_state (session_id, suspended, last_event_ts, namespace) "
+    "VALUES (?, ?, ?, ?) ON CONFLICT(session_id) DO UPDATE SET "
+    "suspended=excluded.suspended, last_event_ts=excluded.last_event_ts, "
+    "namespace=excluded.namespace"
 )
-
 OutboxRow = tuple[int, str, list[tuple[str, str]]]  # (row id, namespace, [(hash, mode)])
 
 
@@ -138,20 +157,16 @@ def _decode_sessions(rows: Iterable[tuple[Any, ...]]) -> list[Session]:
     """Stored rows as sessions; rows whose JSON is corrupt are skipped with a warning."""
     out: list[Session] = []
     loads = _loads  # start-up decodes every stored map: the fast decoder pays
-    for sid, map_json, turn_count, suspended, holds_json, ts, ns in rows:
+    for sid, map_json, turn_count, suspended, ts, ns in rows:
         try:
             hashes = loads(map_json)
-            holds = loads(holds_json or "[]")
-            if not isinstance(hashes, list) or not isinstance(holds, list):
+            if not isinstance(hashes, list):
                 raise ValueError("map_json is not a list of strings")
             chunk_hashes = tuple(hashes)
-            fork_holds = tuple(tuple(hold) for hold in holds)
             # str.join raises TypeError on a non-string: one C-level check per list.
             # Stored hashes are not interned: that costs 10x the decode at start-up
             # and saves only the shared chunks' duplicate strings.
             "".join(chunk_hashes)
-            for hold in fork_holds:
-                "".join(hold)
         except (ValueError, TypeError) as err:
             log.warning("skipping stored session %r: %s", sid, err)
             continue
@@ -161,7 +176,6 @@ def _decode_sessions(rows: Iterable[tuple[Any, ...]]) -> list[Session]:
                 chunk_hashes=chunk_hashes,
                 turn_count=int(turn_count or 0),
                 suspended=bool(suspended),
-                fork_holds=fork_holds,
                 last_event_ts=float(ts or 0.0),
                 namespace=ns or "",
             )
@@ -240,6 +254,7 @@ class SqliteSessionStore:
             await self._migrate()
             await self._db.executescript(SCHEMA)
             await self._db.commit()
+            await sqlite_forks.migrate_fork_holds(self._db)
             self._writer = await self._in_thread(self._open_writer)
         except (OSError, sqlite3.Error) as err:
             raise StoreError(f"cannot open session store {self.path}: {err}") from err
@@ -331,7 +346,7 @@ class SqliteSessionStore:
         out: list[Session] = []
         query = (
             "SELECT s.session_id, s.map_json, s.turn_count, st.suspended, "
-            "st.fork_holds_json, st.last_event_ts, st.namespace FROM sessions s "
+            "st.last_event_ts, st.namespace FROM sessions s "
             "LEFT JOIN session_state st ON st.session_id = s.session_id"
         )
         # The collector has to scan each new tuple of hashes once (the scan is what untracks
@@ -355,6 +370,13 @@ class SqliteSessionStore:
             if gc_was_enabled:
                 gc.enable()
         return out
+
+    async def load_forks(self) -> tuple[list[Fork], int]:
+        """Every open fork, oldest first, and the next fork id to hand out."""
+        try:
+            return await sqlite_forks.load_forks(self.db)
+        except sqlite3.Error as err:
+            raise StoreError(f"cannot read forks: {err}") from err
 
     async def load_outbox(self) -> list[OutboxRow]:
         """Evictions acknowledged but not yet confirmed, as rows in commit order."""
@@ -394,13 +416,16 @@ class SqliteSessionStore:
         outbox_done: list[int] | None = None,
         event_ids: list[tuple[str, str, float]] | None = None,
         prune_event_ids_before: float | None = None,
+        forks: dict[int, Fork | None] | None = None,
+        next_fork_id: int | None = None,
     ) -> None:
-        """One transaction: sessions (None = delete), outbox rows added and done, answers."""
+        """One transaction: sessions (None = delete), outbox rows added and done, answers,
+        forks (None = ended) and the fork id counter."""
         if self._writer is None:
             raise StoreError("session store is not open")
         args = (
             sessions, outbox_add or [], outbox_done or [], event_ids or [],
-            prune_event_ids_before,
+            prune_event_ids_before, forks or {}, next_fork_id,
         )
         if not self.inline_commits:
             await self._in_thread(self._write_sync, *args)
@@ -454,6 +479,8 @@ class SqliteSessionStore:
         outbox_done: list[int],
         event_ids: list[tuple[str, str, float]],
         prune_before: float | None,
+        forks: dict[int, Fork | None],
+        next_fork_id: int | None,
     ) -> None:
         db = self._writer
         assert db is not None
@@ -472,14 +499,25 @@ class SqliteSessionStore:
                 db.executemany(
                     _UPSERT_STATE,
                     [
-                        (s.session_id, int(s.suspended), dumps(s.fork_holds), s.last_event_ts,
-                         s.namespace)
+                        (s.session_id, int(s.suspended), s.last_event_ts, s.namespace)
                         for s in upserts
                     ],
                 )
             if deletes:
                 db.executemany("DELETE FROM sessions WHERE session_id = ?", deletes)
                 db.executemany("DELETE FROM session_state WHERE session_id = ?", deletes)
+            if forks:
+                db.executemany(
+                    UPSERT_FORK,
+                    [(f.fork_id, f.session_id, f.namespace, dumps(f.hashes), f.created_ts)
+                     for f in forks.values() if f is not None],
+                )
+                db.executemany(
+                    "DELETE FROM forks WHERE fork_id = ?",
+                    [(fid,) for fid, f in forks.items() if f is None],
+                )
+            if next_fork_id is not None:
+                db.execute(BUMP_FORK_IDS, (next_fork_id,))
             if outbox_add:
                 db.executemany(
                     "INSERT INTO evict_log (id, namespace, entries_json) VALUES (?, ?, ?)",

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from ramakv_daemon.core.retention import Candidate, retention_order
@@ -99,11 +99,14 @@ def plan_demotions(holders: Iterable[Holder], budget: int) -> Plan:
     return plan
 
 
-def contribution(session: Session) -> Counter[str]:
+ForkHolds = Mapping[str, Sequence[tuple[str, ...]]]  # session id -> its open forks' hashes
+
+
+def contribution(session: Session, fork_holds: Sequence[tuple[str, ...]] = ()) -> Counter[str]:
     """The references ``session`` adds to the refcount table: its active map's distinct
-    hashes once each, and every hash of every fork hold."""
+    hashes once each, and every hash of every open fork of it."""
     out: Counter[str] = Counter(session.held_hashes())
-    for hold in session.fork_holds:
+    for hold in fork_holds:
         out.update(hold)
     return out
 
@@ -114,6 +117,7 @@ def plan_from_refcounts(
     demoted: set[str],
     in_flight: set[str],
     budget: int,
+    fork_holds: ForkHolds | None = None,
 ) -> Plan:
     """:func:`plan_demotions` from the live refcount table: the same plan, without
     building a hash set for every session.
@@ -124,11 +128,12 @@ def plan_from_refcounts(
     of the sessions plus the demoted sessions' and the victims' references, not every
     reference the namespace holds (tests/budget proves both plans equal).
     """
+    holds = fork_holds or {}
     parked: Counter[str] = Counter()
     for sid in demoted:
         s = sessions.get(sid)
         if s is not None and sid not in in_flight:
-            parked.update(contribution(s))
+            parked.update(contribution(s, holds.get(sid, ())))
     usage = len(refcounts) - sum(1 for h, n in parked.items() if refcounts.get(h, 0) <= n)
     plan = Plan(usage_before=usage, usage_after=usage, budget=budget)
     if budget <= 0 or usage <= budget:
@@ -141,7 +146,7 @@ def plan_from_refcounts(
     for sid in retention_order(candidates):
         if usage <= budget:
             break
-        mine = contribution(sessions[sid])
+        mine = contribution(sessions[sid], holds.get(sid, ()))
         private = sorted(h for h, n in mine.items() if refcounts.get(h, 0) - parked[h] == n)
         parked.update(mine)
         plan.victims.append(sid)
@@ -152,11 +157,12 @@ def plan_from_refcounts(
 
 
 def holder_of(
-    session: Session, *, demoted: bool, in_flight: bool
+    session: Session, *, demoted: bool, in_flight: bool,
+    fork_holds: Sequence[tuple[str, ...]] = (),
 ) -> Holder:
-    """The budget's view of a session: active map (unless suspended) plus fork holds."""
+    """The budget's view of a session: active map (unless suspended) plus its forks."""
     hashes = set(session.held_hashes())
-    for hold in session.fork_holds:
+    for hold in fork_holds:
         hashes.update(hold)
     return Holder(
         Candidate(session.session_id, session.suspended, session.last_event_ts, in_flight),
@@ -217,15 +223,20 @@ class BudgetState:
         return True
 
     def plan_fast(
-        self, sessions: Mapping[str, Session], refcounts: Mapping[str, int], now: float
+        self, sessions: Mapping[str, Session], refcounts: Mapping[str, int], now: float,
+        fork_holds: ForkHolds | None = None,
     ) -> Plan:
         """:meth:`plan` computed from the live refcount table (what the daemon runs)."""
         self.demoted &= sessions.keys()
         stale = now - self.in_flight_timeout_s
         flying = {sid for sid, t in self.in_flight.items() if t >= stale and sid in sessions}
-        return plan_from_refcounts(sessions, refcounts, self.demoted, flying, self.budget)
+        return plan_from_refcounts(
+            sessions, refcounts, self.demoted, flying, self.budget, fork_holds
+        )
 
-    def plan(self, sessions: Mapping[str, Session], now: float) -> Plan:
+    def plan(
+        self, sessions: Mapping[str, Session], now: float, fork_holds: ForkHolds | None = None
+    ) -> Plan:
         """The demotions needed now (does not apply them; see :meth:`apply`)."""
         self.demoted &= sessions.keys()
         stale = now - self.in_flight_timeout_s
@@ -234,6 +245,7 @@ class BudgetState:
                 s,
                 demoted=sid in self.demoted,
                 in_flight=self.in_flight.get(sid, -1.0) >= stale,
+                fork_holds=(fork_holds or {}).get(sid, ()),
             )
             for sid, s in sessions.items()
         ]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from ramakv_daemon.core.fork import Fork
 from ramakv_daemon.core.session import Session
 
 
@@ -15,6 +16,7 @@ class Change:
         data: the reply's ``data`` object.
         durable: True when the store must commit before the reply.
         prev_sessions: session id -> state before the event (None = did not exist).
+        prev_forks: fork id -> fork before the event (None = did not exist).
         prev_counts: chunk hash -> refcount before the event (0 = absent).
         prev_parked: chunk hash -> suspended-map count before the event.
         prefetch: hashes to bring into DDR, in reuse order.
@@ -27,6 +29,7 @@ class Change:
     data: dict[str, object] = field(default_factory=dict)
     durable: bool = False
     prev_sessions: dict[str, Session | None] = field(default_factory=dict)
+    prev_forks: dict[int, Fork | None] = field(default_factory=dict)
     prev_counts: dict[str, int] = field(default_factory=dict)
     prev_parked: dict[str, int] = field(default_factory=dict)
     prefetch: list[str] = field(default_factory=list)

@@ -8,6 +8,7 @@ from contextlib import contextmanager
 
 from ramakv_daemon.core.change import Change
 from ramakv_daemon.core.errors import CapacityExceeded, IllegalTransition, SessionNotFound
+from ramakv_daemon.core.fork import Fork, ForkBook, ForkIds
 from ramakv_daemon.core.refcount import RefcountTable
 from ramakv_daemon.core.session import Session, unique
 
@@ -23,11 +24,17 @@ class SessionManager:
     """
 
     def __init__(
-        self, *, turn_start_prefetch: bool = True, max_sessions: int = 0, namespace: str = ""
+        self, *, turn_start_prefetch: bool = True, max_sessions: int = 0, namespace: str = "",
+        fork_ids: ForkIds | None = None, max_forks_per_session: int = 64,
     ) -> None:
         # One manager per compatibility namespace: its hashes mean nothing in another one.
         self.namespace = namespace
         self.sessions: dict[str, Session] = {}
+        # Open forks live apart from the sessions: a fork outlives its parent's close.
+        self.forks = ForkBook()
+        # Shared by every namespace's manager: fork ids are unique in the whole store.
+        self.fork_ids = fork_ids or ForkIds()
+        self.max_forks_per_session = max_forks_per_session  # 0 = no limit
         self.refcounts = RefcountTable()
         # hash -> number of suspended sessions whose stored map contains it. Derived from
         # the sessions (rebuilt exactly at start-up): a chunk that drops to 0 while parked is
@@ -62,16 +69,26 @@ class SessionManager:
         (they hold no reference, but would want it back at snapshot_restore).
         """
         wanted = set(hashes)
-        out: dict[str, list[str]] = {h: [] for h in wanted}
+        found: dict[str, set[str]] = {h: set() for h in wanted}
         for sid, s in self.sessions.items():
             mine = set(s.chunk_hashes) if with_suspended else s.held_hashes()
-            held = mine & wanted
-            for hold in s.fork_holds:
-                held.update(wanted.intersection(hold))
-            for h in held:
-                out[h].append(sid)
-        for sids in out.values():
-            sids.sort()
+            for h in mine & wanted:
+                found[h].add(sid)
+        for fork in self.forks.values():  # a closed parent's forks still hold
+            for h in wanted.intersection(fork.hashes):
+                found[h].add(fork.session_id)
+        return {h: sorted(sids) for h, sids in found.items()}
+
+    def fork_holds_by_session(self) -> dict[str, list[tuple[str, ...]]]:
+        """session id -> its open forks' hashes, oldest first (the budget's view)."""
+        return {sid: [f.hashes for f in self.forks.of(sid)] for sid in self.forks.parents()}
+
+    def session_dict(self, session_id: str) -> dict[str, object]:
+        """The session's JSON shape with its open forks (summaries and their hashes)."""
+        out = self.sessions[session_id].to_dict()
+        forks = self.forks.of(session_id)
+        out["fork_holds"] = [list(f.hashes) for f in forks]
+        out["forks"] = [f.summary() for f in forks]
         return out
 
     # ---- mutation helpers ------------------------------------------------------------
@@ -85,6 +102,17 @@ class SessionManager:
         if session_id not in change.prev_sessions:
             change.prev_sessions[session_id] = self.sessions.get(session_id)
         self.sessions.pop(session_id, None)
+
+    def _put_fork(self, change: Change, fork: Fork) -> None:
+        fid = fork.fork_id
+        if fid not in change.prev_forks:
+            change.prev_forks[fid] = self.forks.get(fid)
+        self.forks.put(fork)
+
+    def _drop_fork(self, change: Change, fork_id: int) -> None:
+        if fork_id not in change.prev_forks:
+            change.prev_forks[fork_id] = self.forks.get(fork_id)
+        self.forks.drop(fork_id)
 
     def _park(self, change: Change, hashes: Iterable[str], step: int) -> None:
         parked = self.parked
@@ -163,31 +191,25 @@ class SessionManager:
         change.data = {"prefetch_sent": bool(hashes), "prefetch_count": len(hashes)}
         return change
 
-    def turn_end(
-        self, session_id: str, chunk_hashes: Sequence[str] | None, now: float = 0.0
-    ) -> Change:
+    def turn_end(self, session_id: str, chunk_hashes: Sequence[str], now: float = 0.0) -> Change:
         """Replace the session's map with the engine's new one; evict chunks dropped to 0.
 
-        ``chunk_hashes=None`` (the engine sent none) counts the turn and keeps the map:
-        treating it as an empty map would evict the whole session.
+        The list is required (the handler refuses a missing one): ``[]`` empties the map.
         """
         change = Change(durable=True)
         old = self.sessions.get(session_id) or self._new_session(session_id)
-        if chunk_hashes is None:
-            new = old.evolve(turn_count=old.turn_count + 1, last_event_ts=now)
-        else:
-            new_map = self._swap_map(change, old, chunk_hashes)
-            # Built directly rather than with evolve(): dataclasses.replace costs 3x more
-            # and this runs on every turn_end.
-            new = Session(
-                session_id=old.session_id, chunk_hashes=new_map,
-                turn_count=old.turn_count + 1, suspended=False, fork_holds=old.fork_holds,
-                last_event_ts=now, namespace=old.namespace,
-            )
+        new_map = self._swap_map(change, old, chunk_hashes)
+        # Built directly rather than with evolve(): dataclasses.replace costs 3x more
+        # and this runs on every turn_end.
+        new = Session(
+            session_id=old.session_id, chunk_hashes=new_map,
+            turn_count=old.turn_count + 1, suspended=False,
+            last_event_ts=now, namespace=old.namespace,
+        )
         self._put(change, new)
         change.data = {
             "evicted_count": change.evicted_count,
-            "map_updated": chunk_hashes is not None,
+            "map_updated": True,
             "debug_written": False,
         }
         change.notes["turn"] = new.turn_count
@@ -232,7 +254,11 @@ class SessionManager:
         return change
 
     def session_close(self, session_id: str) -> Change:
-        """Release everything the session holds, delete zeros and forget the session."""
+        """Release the session's map, delete zeros and forget the session.
+
+        Its open forks stay held: a subagent may still be running on them. They end with
+        their fork_end (by id, or by this session id) or their expiry.
+        """
         session = self.sessions.get(session_id)
         if session is None:
             return Change(data={"evicted_count": 0, "closed": False})
@@ -247,41 +273,93 @@ class SessionManager:
             )
         else:
             self._release(change, session.unique_hashes())
-        for hold in reversed(session.fork_holds):
-            self._release(change, hold)
         self._delete(change, session_id)
         change.evict_delete[:] = unique(tuple(change.evict_delete))
         change.data = {"evicted_count": change.evicted_count, "closed": True}
+        open_forks = self.forks.count(session_id)
+        if open_forks:
+            change.notes["open_forks"] = open_forks
         return change
 
     def session_fork(self, session_id: str, now: float = 0.0) -> Change:
-        """Hold +1 on a snapshot of the session's unique hashes until the matching fork_end."""
+        """Hold +1 on a snapshot of the session's unique hashes under a new fork id."""
         session = self.get(session_id)
         if session.suspended:
             raise IllegalTransition(f"session '{session_id}' is suspended")
+        open_forks = self.forks.count(session_id)
+        if self.max_forks_per_session and open_forks >= self.max_forks_per_session:
+            raise CapacityExceeded(
+                f"session '{session_id}' has {open_forks} open forks, the limit "
+                f"(max_forks_per_session = {self.max_forks_per_session}); end one with "
+                "session_fork_end first"
+            )
         change = Change(durable=True)
         snapshot = session.unique_hashes()
         self._reference(change, snapshot)
-        self._put(
-            change,
-            session.evolve(fork_holds=(*session.fork_holds, snapshot), last_event_ts=now),
-        )
-        change.data = {"forked": True}
-        change.notes["fork_depth"] = len(session.fork_holds) + 1
+        fork = Fork(self.fork_ids.take(), session_id, snapshot, now, self.namespace)
+        self._put_fork(change, fork)
+        self._put(change, session.evolve(last_event_ts=now))
+        change.data = {"forked": True, "fork_id": fork.fork_id}
+        change.notes["fork_depth"] = open_forks + 1
         return change
 
-    def session_fork_end(self, session_id: str, now: float = 0.0) -> Change:
-        """Release exactly the newest fork's snapshot (not the current map); delete zeros."""
-        session = self.get(session_id)
-        if not session.fork_holds:
-            raise IllegalTransition(f"session '{session_id}' has no open fork")
-        change = Change(durable=True)
-        self._release(change, session.fork_holds[-1])
-        self._put(
-            change, session.evolve(fork_holds=session.fork_holds[:-1], last_event_ts=now)
-        )
-        change.data = {"fork_end": True}
+    def session_fork_end(
+        self, session_id: str, fork_id: int | None = None, now: float = 0.0
+    ) -> Change:
+        """Release exactly one fork's snapshot (not the current map); delete zeros.
+
+        ``fork_id`` names the fork; without it, the session's newest open fork. An id
+        already released (a retry) or not this session's answers ``fork_end: false`` and
+        changes nothing. The parent may have been closed since the fork.
+        """
+        if fork_id is None:
+            forks = self.forks.of(session_id)
+            if not forks:
+                self.get(session_id)  # SessionNotFound when there is no such session
+                raise IllegalTransition(f"session '{session_id}' has no open fork")
+            fork = forks[-1]
+        else:
+            found = self.forks.get(fork_id)
+            if found is None or found.session_id != session_id:
+                return Change(data={"fork_end": False, "fork_id": fork_id})
+            fork = found
+        change = self._end_fork(fork, now)
+        change.data = {"fork_end": True, "fork_id": fork.fork_id}
         change.notes["evicted_count"] = change.evicted_count
+        return change
+
+    def _end_fork(self, fork: Fork, now: float | None) -> Change:
+        """Release ``fork``'s hold; the parent (when still open) records the event."""
+        change = Change(durable=True)
+        self._release(change, fork.hashes)
+        self._drop_fork(change, fork.fork_id)
+        parent = self.sessions.get(fork.session_id)
+        if parent is not None:
+            # Put even when unchanged: the trace delta then carries its new fork list.
+            self._put(change, parent if now is None else parent.evolve(last_event_ts=now))
+        return change
+
+    def expire_forks(self, now: float, ttl_s: float) -> Change | None:
+        """End every fork older than ``ttl_s`` as its fork_end would; None when none is.
+
+        A fork whose subagent never sent fork_end would hold its chunks for ever.
+        """
+        if ttl_s <= 0:
+            return None
+        old = [f for f in self.forks.values() if f.age(now) >= ttl_s]
+        if not old:
+            return None
+        change = Change(durable=True)
+        expired = []
+        for fork in old:
+            part = self._end_fork(fork, None)
+            _merge(change, part)
+            expired.append({
+                "fork_id": fork.fork_id, "session_id": fork.session_id,
+                "age_s": round(fork.age(now), 3),
+            })
+        change.evict_delete[:] = unique(tuple(change.evict_delete))
+        change.data = {"expired": expired, "evicted_count": change.evicted_count}
         return change
 
     def chunk_evict(
@@ -309,7 +387,7 @@ class SessionManager:
         evicted = list(free) + ([h for h in wanted if h in refused] if force else [])
         if not dry_run:
             for sid, dropped in released.items():
-                self._force_release(change, self.sessions[sid], set(dropped), now)
+                self._force_release(change, sid, set(dropped), now)
             # The operator asked for these gone from every tier, parked or not.
             forced = set(refused) if force else set()
             change.evict_delete.extend(h for h in change.evict_demote if h in forced)
@@ -325,23 +403,29 @@ class SessionManager:
         return change
 
     def _force_release(
-        self, change: Change, session: Session, dropped: set[str], now: float
+        self, change: Change, session_id: str, dropped: set[str], now: float
     ) -> None:
-        """Take ``dropped`` out of a session's map and fork holds, releasing references."""
+        """Take ``dropped`` out of a session's map and forks, releasing references (the
+        session may be closed, holding only through its forks)."""
+        for fork in self.forks.of(session_id):
+            gone = [h for h in fork.hashes if h in dropped]
+            if gone:
+                self._release(change, gone)
+                kept = tuple(h for h in fork.hashes if h not in dropped)
+                self._put_fork(change, Fork(fork.fork_id, fork.session_id, kept,
+                                            fork.created_ts, fork.namespace))
+        session = self.sessions.get(session_id)
+        if session is None:
+            return
         mine = [h for h in session.unique_hashes() if h in dropped]
         if session.suspended:
             self._park(change, mine, -1)
         else:
             self._release(change, mine)
-        for hold in session.fork_holds:
-            self._release(change, [h for h in hold if h in dropped])
         self._put(
             change,
             session.evolve(
                 chunk_hashes=tuple(h for h in session.chunk_hashes if h not in dropped),
-                fork_holds=tuple(
-                    tuple(h for h in hold if h not in dropped) for hold in session.fork_holds
-                ),
                 last_event_ts=now,
             ),
         )
@@ -358,6 +442,10 @@ class SessionManager:
                 self.sessions.pop(sid, None)
             else:
                 self.sessions[sid] = prev
+        for fid, fork in change.prev_forks.items():
+            self.forks.drop(fid)
+            if fork is not None:
+                self.forks.put(fork)
         self.refcounts.restore(change.prev_counts)
         for h, n in change.prev_parked.items():
             if n:
@@ -375,11 +463,14 @@ class SessionManager:
         """
         sessions, counts, parked = self.sessions, self.refcounts.counts, self.parked
         now_sessions: dict[str, Session | None] = {}
+        now_forks: dict[int, Fork | None] = {}
         now_counts: dict[str, int] = {}
         now_parked: dict[str, int] = {}
         for c in pending:
             for sid in c.prev_sessions:
                 now_sessions.setdefault(sid, sessions.get(sid))
+            for fid in c.prev_forks:
+                now_forks.setdefault(fid, self.forks.get(fid))
             for h in c.prev_counts:
                 now_counts.setdefault(h, counts.get(h, 0))
             for h in c.prev_parked:
@@ -389,30 +480,53 @@ class SessionManager:
         try:
             yield
         finally:
-            self.undo(
-                Change(prev_sessions=now_sessions, prev_counts=now_counts, prev_parked=now_parked)
-            )
+            self.undo(Change(
+                prev_sessions=now_sessions, prev_forks=now_forks, prev_counts=now_counts,
+                prev_parked=now_parked,
+            ))
 
-    def load(self, sessions: Iterable[Session]) -> None:
-        """Replace all state with stored sessions and rebuild refcounts from them."""
+    def load(self, sessions: Iterable[Session], forks: Iterable[Fork] = ()) -> None:
+        """Replace all state with stored sessions and forks; rebuild refcounts from them."""
         # Imported here so this method is the only part of the module that knows about it.
         from ramakv_daemon.core import rebuild
 
         self.sessions = {s.session_id: s for s in sessions}
+        self.forks = ForkBook()
+        for fork in forks:
+            self.forks.put(fork)
+            self.fork_ids.seen(fork.fork_id)
         # The bulk rebuild: same tables as recompute_* below (the tests' oracle), faster.
-        self.refcounts.replace_all(rebuild.refcounts(self.sessions.values()))
+        self.refcounts.replace_all(
+            rebuild.refcounts(self.sessions.values(), self.forks.by_id.values())
+        )
         self.parked = rebuild.parked(self.sessions.values())
 
 
-def recompute_refcounts(sessions: Iterable[Session]) -> dict[str, int]:
+def _merge(into: Change, part: Change) -> None:
+    """Fold ``part`` (applied after ``into``) into ``into``: first previous values win."""
+    for sid, prev in part.prev_sessions.items():
+        into.prev_sessions.setdefault(sid, prev)
+    for fid, fork in part.prev_forks.items():
+        into.prev_forks.setdefault(fid, fork)
+    for h, n in part.prev_counts.items():
+        into.prev_counts.setdefault(h, n)
+    for h, n in part.prev_parked.items():
+        into.prev_parked.setdefault(h, n)
+    into.evict_delete.extend(part.evict_delete)
+    into.evict_demote.extend(part.evict_demote)
+
+
+def recompute_refcounts(
+    sessions: Iterable[Session], forks: Iterable[Fork] = ()
+) -> dict[str, int]:
     """Refcounts from first principles: each active map's unique hashes + every fork hold."""
     counts: Counter[str] = Counter()
     for s in sessions:
         # Counter.update over an iterable counts in C; this runs over every stored
         # reference at start-up.
         counts.update(s.held_hashes())
-        for hold in s.fork_holds:
-            counts.update(hold)
+    for fork in forks:
+        counts.update(fork.hashes)
     # A Counter is a dict: handing it over as is saves copying millions of entries.
     return counts
 

@@ -6,20 +6,21 @@ from collections import _count_elements  # type: ignore[attr-defined]
 from collections.abc import Collection, Iterable
 from itertools import chain
 
+from ramakv_daemon.core.fork import Fork
 from ramakv_daemon.core.session import Session
 
 # References from which the count's table takes the hash-storing layout (see _table_for).
 _GENERAL_LAYOUT_FROM = 1 << 17
 
 
-def refcounts(sessions: Iterable[Session]) -> dict[str, int]:
+def refcounts(sessions: Iterable[Session], forks: Iterable[Fork] = ()) -> dict[str, int]:
     """Same table as :func:`~ramakv_daemon.core.manager.recompute_refcounts`: each
-    non-suspended map's distinct hashes once, plus every fork hold's hashes."""
+    non-suspended map's distinct hashes once, plus every open fork's hashes."""
     held: list[Collection[str]] = []
     for s in sessions:
         if not s.suspended:
             held.append(_distinct(s.chunk_hashes))
-        held.extend(s.fork_holds)
+    held.extend(f.hashes for f in forks)
     counts = _table_for(sum(map(len, held)))
     _count_elements(counts, chain.from_iterable(held))
     return counts

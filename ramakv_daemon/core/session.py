@@ -1,4 +1,4 @@
-"""A session's state: its ordered chunk map, turn count, suspension and fork holds."""
+"""A session's state: its ordered chunk map, turn count and suspension."""
 
 from __future__ import annotations
 
@@ -15,8 +15,6 @@ class Session:
         turn_count: turn_end events seen.
         suspended: True after session_suspend until snapshot_restore or turn_end; a
             suspended session's map holds no references.
-        fork_holds: one snapshot of unique hashes per open fork, oldest first; each holds
-            one reference on each of its hashes until its fork_end.
         last_event_ts: wall-clock time of the last event that touched the session.
         namespace: the compatibility namespace the session belongs to ("" = the unnamed
             default); its chunk hashes mean something only within it.
@@ -26,7 +24,6 @@ class Session:
     chunk_hashes: tuple[str, ...] = ()
     turn_count: int = 0
     suspended: bool = False
-    fork_holds: tuple[tuple[str, ...], ...] = ()
     last_event_ts: float = 0.0
     namespace: str = ""
 
@@ -48,13 +45,13 @@ class Session:
         return replace(self, **changes)  # type: ignore[arg-type]
 
     def to_dict(self) -> dict[str, object]:
-        """The JSON shape used by the trace stream and admin events."""
+        """The JSON shape used by the trace stream and admin events (the manager adds the
+        session's open forks: they live apart from the session, see core.fork)."""
         out: dict[str, object] = {
             "session_id": self.session_id,
             "state": self.state,
             "turn_count": self.turn_count,
             "chunk_hashes": list(self.chunk_hashes),
-            "fork_holds": [list(h) for h in self.fork_holds],
             "last_event_ts": self.last_event_ts,
         }
         if self.namespace:  # the default namespace's shape is unchanged

@@ -1,9 +1,23 @@
-"""list_events: every registered event's spec, read from the registry itself."""
+"""list_events: the nine contract events apart from the admin ones, read from the registry."""
 
 from ramakv_daemon.core.change import Change
 from ramakv_daemon.handlers.registry import HandlerContext, event
 
+# The seeds' contract, as the original's clients count it: data.events holds these alone.
+CONTRACT_EVENTS = frozenset({
+    "turn_start", "turn_end", "snapshot_restore", "session_map", "session_close",
+    "session_suspend", "session_fork", "session_fork_end", "health",
+})
 
-@event("list_events", "List every event type with its description and fields")
+
+@event(
+    "list_events",
+    "List every event type with its description and fields: the nine contract events "
+    "under 'events', every other (admin) event under 'admin_events'",
+)
 def list_events(ctx: HandlerContext, payload: dict, now: float) -> Change:
-    return Change(data={"events": {s.name: s.as_dict() for s in ctx.registry.specs()}})
+    specs = ctx.registry.specs()
+    return Change(data={
+        "events": {s.name: s.as_dict() for s in specs if s.name in CONTRACT_EVENTS},
+        "admin_events": {s.name: s.as_dict() for s in specs if s.name not in CONTRACT_EVENTS},
+    })

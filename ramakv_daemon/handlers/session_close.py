@@ -1,4 +1,4 @@
-"""session_close: release everything the session holds, delete zeros, drop the row."""
+"""session_close: release the session's map, delete zeros, drop the row (forks stay)."""
 
 from ramakv_daemon.core.change import Change
 from ramakv_daemon.core.events import session_id_of
@@ -7,8 +7,8 @@ from ramakv_daemon.handlers.registry import HandlerContext, event
 
 @event(
     "session_close",
-    "Close session: release references and fork holds, delete refcount==0 chunks from every "
-    "tier, delete the stored row",
+    "Close session: release the map's references, delete refcount==0 chunks from every "
+    "tier, delete the stored row. Open forks stay held until their fork_end or expiry",
     required=("session_id",),
 )
 def session_close(ctx: HandlerContext, payload: dict, now: float) -> Change:

@@ -1,4 +1,4 @@
-"""session_fork: hold a snapshot of the session's chunks for a forked sub-agent."""
+"""session_fork: hold a snapshot of the session's chunks for a forked sub-agent, by id."""
 
 from ramakv_daemon.core.change import Change
 from ramakv_daemon.core.events import session_id_of
@@ -8,7 +8,8 @@ from ramakv_daemon.handlers.registry import HandlerContext, event
 @event(
     "session_fork",
     "Fork session: hold +1 on a snapshot of the session's unique chunk_hashes so the "
-    "parent's turn_end cannot evict what the fork still uses",
+    "parent's turn_end or close cannot evict what the fork still uses; answers its fork_id. "
+    "The hold lasts until its session_fork_end or fork_hold_ttl_s",
     required=("session_id",),
 )
 def session_fork(ctx: HandlerContext, payload: dict, now: float) -> Change:

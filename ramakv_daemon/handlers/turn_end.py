@@ -1,7 +1,7 @@
 """turn_end: replace the session's map with the engine's, evicting chunks dropped to 0."""
 
 from ramakv_daemon.core.change import Change
-from ramakv_daemon.core.errors import InvalidEvent
+from ramakv_daemon.core.errors import InvalidEvent, MissingField
 from ramakv_daemon.core.events import chunk_hashes_of, object_of, session_id_of
 from ramakv_daemon.handlers.registry import HandlerContext, event
 
@@ -18,9 +18,12 @@ def turn_end(ctx: HandlerContext, payload: dict, now: float) -> Change:
     if params is not None and not isinstance(params, dict):
         raise InvalidEvent("'kv_transfer_params' must be an object")
     raw = (params or {}).get("chunk_hashes")
-    # Absent or null chunk_hashes means "the engine reported none", never "no chunks".
     field = "kv_transfer_params.chunk_hashes"
-    hashes = None if raw is None else chunk_hashes_of(raw, ctx.limits, field)
+    if raw is None:
+        # A missing list is a host or engine bug: a quiet success would hide it, and
+        # reading it as [] would evict the whole session. Only an explicit [] empties it.
+        raise MissingField(field)
+    hashes = chunk_hashes_of(raw, ctx.limits, field)
     debug_context = object_of(payload, "debug_context")
     change = ctx.manager.turn_end(session_id, hashes, now)
     if debug_context is not None:

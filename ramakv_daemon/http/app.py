@@ -5,7 +5,8 @@ from __future__ import annotations
 import hmac
 import json
 import logging
-from collections.abc import AsyncIterator
+import time
+from collections.abc import AsyncIterator, Callable
 
 import orjson
 from aiohttp import web
@@ -87,9 +88,11 @@ async def auth_middleware(request: web.Request, handler):  # type: ignore[no-unt
 
 
 def init_app(
-    config: Config, store: SessionStore | None = None, backend: Backend | None = None
+    config: Config, store: SessionStore | None = None, backend: Backend | None = None,
+    clock: Callable[[], float] = time.time,
 ) -> web.Application:
-    """Build the daemon's application; the service starts and stops with it."""
+    """Build the daemon's application; the service starts and stops with it. ``clock`` is
+    the wall clock of events and fork expiry (tests inject one)."""
     # Without a token the middleware would only add a call to every request.
     app = web.Application(
         client_max_size=config.max_body_bytes,
@@ -102,6 +105,7 @@ def init_app(
             config.session_store_path, config.sqlite_synchronous, config.sqlite_commit_thread
         ),
         backend or make_backend(config),
+        clock=clock,
     )
     app[SERVICE_KEY] = service
 

@@ -23,6 +23,9 @@ async def seed(d: Daemon) -> None:
 async def view(d: Daemon, hashes: list[str]) -> tuple[Any, Any, Any]:
     """Everything an operator can see: list_sessions, each session_map, chunk_info."""
     rows = await d.ok("list_sessions")
+    for r in rows["sessions"]:  # a fork's age moves with the clock; the rest must not
+        for f in r["forks"]:
+            f.pop("age_s")
     maps = {
         r["session_id"]: await d.ok("session_map", session_id=r["session_id"])
         for r in rows["sessions"]
@@ -35,7 +38,7 @@ ALL = ["sys", "a1", "a2", "b1", "c1", "c2", "s1", "nope"]
 
 
 async def test_admin_events_are_listed(daemon: Daemon) -> None:
-    events = (await daemon.ok("list_events"))["events"]
+    events = (await daemon.ok("list_events"))["admin_events"]
     assert events["list_sessions"]["optional"] == ["state", "limit", "offset"]
     assert events["chunk_info"]["required"] == ["chunk_hashes"]
     assert events["chunk_evict"]["required"] == ["chunk_hashes"]
@@ -55,8 +58,10 @@ async def test_list_sessions_rows_filter_and_paging(daemon: Daemon) -> None:
     assert [r["session_id"] for r in rows] == ["a", "b", "c", "s"]
     c = rows[2]
     assert set(c) == {
-        "session_id", "state", "turn_count", "chunk_count", "fork_holds", "last_event_ts"
+        "session_id", "state", "turn_count", "chunk_count", "fork_holds", "forks",
+        "last_event_ts",
     }
+    assert [f["fork_id"] for f in c["forks"]] == [1]
     assert (c["state"], c["turn_count"], c["chunk_count"], c["fork_holds"]) == (
         "active", 2, 1, 1
     )
@@ -74,9 +79,9 @@ async def test_list_sessions_rows_filter_and_paging(daemon: Daemon) -> None:
 @pytest.mark.parametrize(
     ("fields", "error"),
     [
-        ({"state": "closed"}, "'state' must be \"active\" or \"suspended\""),
-        ({"state": 1}, "'state' must be \"active\" or \"suspended\""),
-        ({"state": ""}, "'state' must be \"active\" or \"suspended\""),
+        ({"state": "gone"}, "'state' must be \"active\", \"suspended\" or \"closed\""),
+        ({"state": 1}, "'state' must be \"active\", \"suspended\" or \"closed\""),
+        ({"state": ""}, "'state' must be \"active\", \"suspended\" or \"closed\""),
         ({"limit": -1}, "'limit' must be an integer from 0 to 10000"),
         ({"limit": 10001}, "'limit' must be an integer from 0 to 10000"),
         ({"limit": "10"}, "'limit' must be an integer from 0 to 10000"),

@@ -182,3 +182,51 @@ async def test_running_daemon_read_only_or_through_its_events(tmp_path, two_fake
         assert left == {"fresh", "stale", "plain"}
     finally:
         await server.close()
+
+
+async def test_offline_close_keeps_forks_and_purge_ends_them(tmp_path, two_fakes) -> None:
+    """A closed session's open forks stay held (as the daemon's close); purge-namespace
+    ends the namespace's forks too."""
+    fake, _ = two_fakes
+    cfg_path = write_config(tmp_path, fake.url, with_old=True)
+    from ramakv_daemon.config import load
+
+    cfg, _ = load(str(cfg_path))
+    async with Rig(cfg) as r:
+        await r.turn_end("parent", ["0001", "0002"], namespace="qwen")
+        await r.ev("session_fork", session_id="parent")
+        await r.turn_end("parent", ["0002", "0003"], namespace="qwen")
+        await r.turn_end("olds", ["0007"], namespace="old")
+        await r.ev("session_fork", session_id="olds")
+        await r.settle()
+    db = tmp_path / "sessions.db"
+    con = sqlite3.connect(db)
+    with con:
+        con.execute("UPDATE session_state SET last_event_ts=?", (time.time() - 3 * DAY,))
+    con.close()
+    code, text = run("--config", str(cfg_path), "report", "--json")
+    rep = json.loads(text)
+    assert rep["namespaces"][NS_A]["open_forks"] == 1
+    assert rep["namespaces"][NS_A]["references"] == 4  # map 0002 0003 + fork 0001 0002
+    code, text = run("--config", str(cfg_path), "close-idle", "--older-than", "1d",
+                     "--namespace", "qwen", "--yes")
+    assert code == 0
+    con = sqlite3.connect(db)
+    # Only the chunk the fork does not hold is queued; the fork row stays.
+    assert sorted(con.execute("SELECT chunk_hash, mode FROM ns_evict_outbox")) == [
+        ("0003", "delete")]
+    assert [r[0] for r in con.execute("SELECT session_id FROM forks ORDER BY fork_id")] == [
+        "parent", "olds"]
+    con.close()
+    code, text = run("--config", str(write_config(tmp_path, fake.url)), "purge-namespace",
+                     NS_OLD, "--yes")
+    assert code == 0 and "end fork 2 of olds" in text
+    con = sqlite3.connect(db)
+    assert [r[0] for r in con.execute("SELECT session_id FROM forks")] == ["parent"]
+    assert sorted(con.execute("SELECT chunk_hash FROM ns_evict_outbox WHERE namespace=?",
+                              (NS_OLD,))) == [("0007",)]
+    con.close()
+    async with Rig(load(str(cfg_path))[0]) as r:  # the daemon agrees with the file
+        m = r.svc.namespaces.managers[NS_A]
+        assert m.refcounts.as_dict() == {"0001": 1, "0002": 1}
+        assert [f.session_id for f in m.forks.values()] == ["parent"]

@@ -31,7 +31,7 @@ def _turn(client, toks):
     return r.json()
 
 
-def _settle(client, hashes, want, timeout=10.0):
+def _settle(client, hashes, want, timeout=120.0):
     """Query until every hash sits exactly in `want` (disk writes are asynchronous)."""
     deadline = time.monotonic() + timeout
     while True:

@@ -35,7 +35,7 @@ async def _turn(url: str, toks: list[int]) -> dict:
         return (await c.post(url + "/engine/turn", json={"token_ids": toks})).json()
 
 
-async def _until(backend, hashes, want, timeout=10.0):
+async def _until(backend, hashes, want, timeout=120.0):
     deadline = time.monotonic() + timeout
     while True:
         res, locs = await backend.query(hashes)

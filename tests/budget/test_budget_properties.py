@@ -111,18 +111,19 @@ def namespaces_state(draw):
 
     n = draw(st.integers(0, 7))
     sessions = {}
+    holds = {}
     for i in range(n):
         sessions[f"s{i}"] = Session(
             f"s{i}",
             chunk_hashes=tuple(draw(SESSION_HASHES)),
             suspended=draw(st.booleans()),
-            fork_holds=tuple(tuple(dict.fromkeys(h)) for h in draw(
-                st.lists(SESSION_HASHES, max_size=2))),
             last_event_ts=float(draw(st.integers(0, 5))),
         )
+        holds[f"s{i}"] = [tuple(dict.fromkeys(h)) for h in draw(
+            st.lists(SESSION_HASHES, max_size=2))]
     demoted = {s for s in sessions if draw(st.booleans())}
     flying = {s for s in sessions if draw(st.booleans())}
-    return sessions, demoted, flying
+    return sessions, holds, demoted, flying
 
 
 @settings(max_examples=400)
@@ -130,14 +131,17 @@ def namespaces_state(draw):
 def test_plan_from_refcounts_equals_plan_demotions(state, budget: int) -> None:
     """The daemon's fast plan (from the refcount table) is the pure plan, exactly."""
     from ramakv_daemon.core.budget import holder_of, plan_from_refcounts
+    from ramakv_daemon.core.fork import Fork
     from ramakv_daemon.core.manager import recompute_refcounts
 
-    sessions, demoted, flying = state
-    holders_ = [holder_of(s, demoted=sid in demoted, in_flight=sid in flying)
+    sessions, holds, demoted, flying = state
+    holders_ = [holder_of(s, demoted=sid in demoted, in_flight=sid in flying,
+                          fork_holds=holds[sid])
                 for sid, s in sessions.items()]
     slow = plan_demotions(holders_, budget)
-    fast = plan_from_refcounts(sessions, recompute_refcounts(sessions.values()), demoted,
-                               flying, budget)
+    forks = [Fork(0, sid, h, 0.0) for sid, hs in holds.items() for h in hs]
+    fast = plan_from_refcounts(sessions, recompute_refcounts(sessions.values(), forks),
+                               demoted, flying, budget, holds)
     assert fast.victims == slow.victims
     assert sorted(fast.demote) == sorted(slow.demote)
     assert (fast.usage_before, fast.usage_after) == (slow.usage_before, slow.usage_after)

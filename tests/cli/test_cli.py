@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 
@@ -10,8 +11,14 @@ def test_health_and_events(daemon_proc, ramakv) -> None:
     r = ramakv("--url", daemon_proc.url, "health")
     assert r.returncode == 0, r.stderr
     assert json.loads(r.stdout) == {"status": "running", "sessions_count": 0}
-    r = ramakv("--url", daemon_proc.url, "events")
+    r = ramakv("--url", daemon_proc.url, "events", "--json")
     assert "turn_end" in json.loads(r.stdout)["events"]
+    assert "chunk_info" in json.loads(r.stdout)["admin_events"]
+    lines = ramakv("--url", daemon_proc.url, "events").stdout.splitlines()
+    assert lines[0] == "contract events (9):"
+    assert "  session_fork_end  session_id [fork_id]" in lines
+    admin = lines.index(next(x for x in lines if x.startswith("admin events (")))
+    assert admin == 10 and "  list_events" in lines[admin + 1:]
 
 
 def test_event_map_and_sessions(daemon_proc, ramakv) -> None:
@@ -25,7 +32,7 @@ def test_event_map_and_sessions(daemon_proc, ramakv) -> None:
     ramakv(*u, "event", "session_suspend", "-s", "s1")
     r = ramakv(*u, "sessions")
     lines = r.stdout.splitlines()
-    assert lines[0].split() == ["SESSION", "STATE", "TURNS", "CHUNKS", "FORK", "HOLDS", "LAST",
+    assert lines[0].split() == ["SESSION", "STATE", "TURNS", "CHUNKS", "OPEN", "FORKS", "LAST",
                                 "EVENT"]
     assert lines[1].split()[:4] == ["s1", "suspended", "1", "3"]
     assert lines[-1] == "1 of 1 sessions"
@@ -33,12 +40,33 @@ def test_event_map_and_sessions(daemon_proc, ramakv) -> None:
     assert data == {"total": 0, "sessions": []}
 
 
-def test_turn_end_without_hashes_keeps_the_map(daemon_proc, ramakv) -> None:
+def test_turn_end_needs_a_list(daemon_proc, ramakv) -> None:
     u = ("--url", daemon_proc.url)
     ramakv(*u, "event", "turn_end", "-s", "s", "--hashes", "aa,bb")
     r = ramakv(*u, "event", "turn_end", "-s", "s")
-    assert json.loads(r.stdout)["map_updated"] is False
+    assert r.returncode == 2 and "turn_end needs --hashes" in r.stderr
     assert ramakv(*u, "map", "s").stdout.split() == ["aa", "bb"]
+    r = ramakv(*u, "send", '{"type": "turn_end", "session_id": "s", "kv_transfer_params": {}}')
+    assert r.returncode == 1
+    assert "missing required field 'kv_transfer_params.chunk_hashes'" in r.stderr
+    r = ramakv(*u, "event", "turn_end", "-s", "s", "--hashes=")  # an explicit empty map
+    assert json.loads(r.stdout)["evicted_count"] == 2
+
+
+def test_forks_by_id(daemon_proc, ramakv) -> None:
+    u = ("--url", daemon_proc.url)
+    ramakv(*u, "event", "turn_end", "-s", "p", "--hashes", "aa")
+    ids = [json.loads(ramakv(*u, "event", "session_fork", "-s", "p").stdout)["fork_id"]
+           for _ in range(2)]
+    assert ids == [1, 2]
+    ramakv(*u, "event", "session_close", "-s", "p")
+    lines = ramakv(*u, "sessions", "--state", "closed").stdout.splitlines()
+    assert lines[1].split()[:4] == ["p", "closed", "0", "0"]
+    assert re.search(r"#1 \d+[smhd], #2 \d+[smhd]", lines[1]), lines[1]
+    r = ramakv(*u, "event", "session_fork_end", "-s", "p", "--fork-id", "1")
+    assert json.loads(r.stdout) == {"fork_end": True, "fork_id": 1}
+    r = ramakv(*u, "event", "session_fork_end", "-s", "p", "--fork-id", "1")
+    assert json.loads(r.stdout) == {"fork_end": False, "fork_id": 1}
 
 
 def test_hashes_file_and_chunk_events(daemon_proc, ramakv, tmp_path: Path) -> None:

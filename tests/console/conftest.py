@@ -43,9 +43,13 @@ def fixed_snapshot() -> dict[str, Any]:
         "agent-beta": s("agent-beta", "active", 3, ["sys-0", "sys-1", "b-2"], [], 95),
         "agent-gamma": s("agent-gamma", "suspended", 12, ["sys-0", "g-1"], [], 7300),
     }
+    fork = {"fork_id": 1, "session_id": "agent-alpha", "created_ts": FIXED_NOW - 300,
+            "chunk_count": 3}
+    sessions["agent-alpha"]["forks"] = [fork]
     refcounts = {"sys-0": 3, "sys-1": 3, "a-2": 2, "a-3": 1, "b-2": 1}
     return {"kind": "snapshot", "seq": 42, "ts": FIXED_NOW, "sessions": sessions,
-            "refcounts": refcounts}
+            "refcounts": refcounts,
+            "forks": {"1": {**fork, "chunk_hashes": ["sys-0", "sys-1", "a-2"]}}}
 
 
 class FakeLink:
@@ -60,7 +64,10 @@ class FakeLink:
     async def send(self, event: dict[str, Any]) -> dict[str, Any]:
         self.sent.append(event)
         if event.get("type") == "list_events":
-            return {"ok": True, "type": "list_events", "data": {"events": CATALOGUE}}
+            admin = {"chunk_evict"}
+            return {"ok": True, "type": "list_events", "data": {
+                "events": {k: v for k, v in CATALOGUE.items() if k not in admin},
+                "admin_events": {k: v for k, v in CATALOGUE.items() if k in admin}}}
         return {"ok": True, "type": event.get("type"), "data": {}}
 
     async def trace(self) -> AsyncIterator[dict[str, Any]]:

@@ -172,3 +172,35 @@ async def test_config_editor_round_trip(real_app: Any, tmp_path: Path) -> None:
     assert "custom_flag = true" in text  # unknown key kept
     assert "hand-written comment" not in text  # tomli-w drops comments (documented)
     assert "hand-written comment" in (tmp_path / "daemon.toml.bak").read_text()
+
+
+async def test_fork_end_by_id_from_the_form_after_the_parents_close(
+    real_app: Any, daemon_proc: Any
+) -> None:
+    daemon_proc.post(turn_end("p", ["sys", "a"]))
+    ids = [daemon_proc.event("session_fork", session_id="p")["data"]["fork_id"] for _ in "12"]
+    daemon_proc.event("session_close", session_id="p")  # its two forks stay open
+    app = real_app()
+    seen: list[Any] = []
+    async with app.run_test(size=SIZE, message_hook=seen.append) as pilot:
+        await until(pilot, lambda: "session_fork_end" in app.catalogue and len(app.state.forks)
+                    == 2, what="list_events and both open forks")
+        # The nine contract events and the admin ones both reach the form.
+        assert "list_sessions" in app.admin_events and "session_fork" not in app.admin_events
+        assert app.state.fork_ages("p").startswith(f"#{ids[0]} ")
+        await pilot.press("4")
+        await until(pilot, lambda: isinstance(app.screen, FireEventScreen))
+        await app.screen.choose("session_fork_end")
+        form = app.screen.query_one(EventForm)
+        await until(pilot, lambda: form.event_type == "session_fork_end", what="fork_end form")
+        form.query_one("#field-session_id", Input).value = "p"
+        form.query_one("#field-fork_id", Input).value = str(ids[0])
+        await pilot.press("ctrl+s")
+        await until(pilot, lambda: any(isinstance(m, Daemon.EventAnswered)
+                                       and m.event["type"] == "session_fork_end" for m in seen))
+        answered = next(m for m in seen if isinstance(m, Daemon.EventAnswered)
+                        and m.event["type"] == "session_fork_end")
+        assert answered.event == {"type": "session_fork_end", "session_id": "p",
+                                  "fork_id": ids[0]}
+        assert answered.envelope["data"] == {"fork_end": True, "fork_id": ids[0]}
+        await until(pilot, lambda: list(app.state.forks) == [ids[1]], what="fork 1 gone")

@@ -48,6 +48,37 @@ def test_fork_holds_count_as_holders() -> None:
     assert st.holders["x"] == {"a"}
 
 
+def test_open_forks_by_id_with_their_age_outlive_the_parent() -> None:
+    now = [1000.0]
+    st = ConsoleState(clock=lambda: now[0])
+    fork = {"fork_id": 7, "session_id": "p", "created_ts": 700.0, "chunk_count": 1}
+    st.apply([{"kind": "snapshot", "seq": 1, "sessions": {"p": sess("p", ["x"])},
+               "refcounts": {"x": 2}, "forks": {"7": fork}}])
+    assert st.fork_ages("p") == "#7 5m"
+    later = {"fork_id": 9, "session_id": "p", "created_ts": 990.0, "chunk_count": 1}
+    rec = ev(2, {"p": None}, {"x": 2}, "p")  # the parent closes; its forks stay
+    rec["delta"]["forks"] = {"9": later}
+    ch = st.apply([rec])
+    assert "p" in ch.sessions and "p" not in st.sessions
+    assert [f["fork_id"] for f in st.forks_of("p")] == [7, 9]
+    now[0] = 1010.0
+    assert st.fork_ages("p") == "#7 5m, #9 20s"
+    end = ev(3, {}, {"x": 1}, "p")
+    end["delta"]["forks"] = {"7": None}
+    assert "p" in st.apply([end]).sessions  # the parent's detail must redraw
+    assert st.fork_ages("p") == "#9 20s" and st.fork_ages("q") == "-"
+
+
+def test_fork_id_is_a_number_in_the_form() -> None:
+    fields = form_fields({"required": ["session_id"], "optional": ["fork_id"]})
+    assert build_event("session_fork_end", fields, {"session_id": "p", "fork_id": " 3 "}) == {
+        "type": "session_fork_end", "session_id": "p", "fork_id": 3}
+    assert build_event("session_fork_end", fields, {"session_id": "p", "fork_id": ""}) == {
+        "type": "session_fork_end", "session_id": "p"}
+    with pytest.raises(ValueError, match="fork_id must be a whole number"):
+        build_event("session_fork_end", fields, {"session_id": "p", "fork_id": "x"})
+
+
 def test_build_event_from_form() -> None:
     fields = form_fields({"required": ["session_id", "kv_transfer_params"],
                           "optional": ["debug_context"]})

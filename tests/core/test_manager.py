@@ -29,12 +29,12 @@ def test_duplicates_in_one_map_hold_one_reference(m: SessionManager) -> None:
     assert m.session_close("a").evict_delete == ["x"]
 
 
-def test_turn_end_without_hashes_keeps_the_map(m: SessionManager) -> None:
+def test_turn_end_with_an_empty_list_empties_the_map(m: SessionManager) -> None:
     m.turn_end("a", ["x", "y"])
-    change = m.turn_end("a", None)
-    assert change.data["map_updated"] is False
-    assert change.evict_delete == []
-    assert m.sessions["a"].chunk_hashes == ("x", "y")
+    change = m.turn_end("a", [])
+    assert change.data["map_updated"] is True
+    assert sorted(change.evict_delete) == ["x", "y"]
+    assert m.sessions["a"].chunk_hashes == ()
     assert m.sessions["a"].turn_count == 2
 
 

@@ -7,6 +7,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from ramakv_daemon.core import rebuild
+from ramakv_daemon.core.fork import Fork
 from ramakv_daemon.core.manager import SessionManager, recompute_parked, recompute_refcounts
 from ramakv_daemon.core.session import Session
 
@@ -17,32 +18,43 @@ SESSIONS = st.lists(
         session_id=st.text(min_size=1, max_size=3),
         chunk_hashes=HASHES.map(tuple),
         suspended=st.booleans(),
-        fork_holds=st.lists(HASHES.map(tuple), max_size=3).map(tuple),
     ),
     max_size=6,
+)
+FORKS = st.lists(
+    st.builds(
+        lambda i, sid, hashes: Fork(i, sid, tuple(dict.fromkeys(hashes)), 0.0),
+        st.integers(1, 10**6), st.text(min_size=1, max_size=3), HASHES,
+    ),
+    max_size=4,
+    unique_by=lambda f: f.fork_id,
 )
 
 
 @pytest.mark.parametrize("general_from", [0, rebuild._GENERAL_LAYOUT_FROM])
-@given(sessions=SESSIONS)
-def test_rebuild_matches_recompute(sessions: list[Session], general_from: int) -> None:
+@given(sessions=SESSIONS, forks=FORKS)
+def test_rebuild_matches_recompute(
+    sessions: list[Session], forks: list[Fork], general_from: int
+) -> None:
     # general_from=0: the hash-storing table the start-up of a large store gets.
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(rebuild, "_GENERAL_LAYOUT_FROM", general_from)
-        assert rebuild.refcounts(sessions) == recompute_refcounts(sessions)
+        assert rebuild.refcounts(sessions, forks) == recompute_refcounts(sessions, forks)
         assert rebuild.parked(sessions) == recompute_parked(sessions)
 
 
-@given(sessions=SESSIONS)
-def test_rebuilt_tables_are_plain_dicts_with_positive_counts(sessions: list[Session]) -> None:
+@given(sessions=SESSIONS, forks=FORKS)
+def test_rebuilt_tables_are_plain_dicts_with_positive_counts(
+    sessions: list[Session], forks: list[Fork]
+) -> None:
     m = SessionManager()
-    m.load(sessions)
+    m.load(sessions, forks)
     # A plain dict is adopted by the refcount table without a copy.
     assert type(m.refcounts.counts) is dict and type(m.parked) is dict
     assert all(n > 0 for n in m.refcounts.counts.values())
     assert all(n > 0 for n in m.parked.values())
     by_id = {s.session_id: s for s in sessions}.values()
-    assert m.refcounts.as_dict() == recompute_refcounts(by_id)
+    assert m.refcounts.as_dict() == recompute_refcounts(by_id, forks)
     assert m.parked == recompute_parked(by_id)
 
 

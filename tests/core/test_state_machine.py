@@ -1,4 +1,5 @@
-"""Hypothesis state machine: the manager against a model that recomputes refcounts."""
+"""Hypothesis state machine: the manager against a model that recomputes refcounts, with
+forks by id (ended in any order, retried, outliving the parent) and expiry on a clock."""
 
 from __future__ import annotations
 
@@ -10,28 +11,42 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
 from ramakv_daemon.core.change import Change
 from ramakv_daemon.core.errors import RamAKvError
+from ramakv_daemon.core.fork import ForkIds
 from ramakv_daemon.core.manager import SessionManager, recompute_parked, recompute_refcounts
 
 SIDS = st.sampled_from(["s1", "s2", "s3", "s4"])
 HASHES = st.lists(st.sampled_from([f"h{i}" for i in range(10)]), max_size=8)
+TTL = 100.0
+MAX_FORKS = 3
 
 
 class ManagerMachine(RuleBasedStateMachine):
-    """Random event sequences; after every step refcounts equal the recomputed model."""
+    """Random event sequences; after every step refcounts equal the recomputed model.
+
+    The fork model: every id handed out (``issued``) and, for the open ones, the parent
+    and the snapshot taken at fork time. The clock only moves forward, by rule.
+    """
 
     def __init__(self) -> None:
         super().__init__()
-        self.m = SessionManager()
+        self.m = SessionManager(max_forks_per_session=MAX_FORKS)
+        self.now = 0.0
+        self.issued: list[int] = []
+        self.open: dict[int, tuple[str, tuple[str, ...], float]] = {}
 
     def _apply(self, op, *args, **kw) -> Change | None:
         before_counts = self.m.refcounts.as_dict()
         before_sessions = dict(self.m.sessions)
+        before_forks = dict(self.m.forks.by_id)
         try:
             change = op(*args, **kw)
         except RamAKvError:
             # An illegal step changes nothing.
             assert self.m.refcounts.as_dict() == before_counts
             assert self.m.sessions == before_sessions
+            assert self.m.forks.by_id == before_forks
+            return None
+        if change is None:  # expire_forks: nothing was due
             return None
         after = self.m.refcounts.as_dict()
         evicted = change.evict_delete + change.evict_demote
@@ -45,12 +60,9 @@ class ManagerMachine(RuleBasedStateMachine):
         assert len(evicted) == len(set(evicted))
         return change
 
-    @rule(sid=SIDS, hashes=st.one_of(st.none(), HASHES))
-    def turn_end(self, sid: str, hashes: list[str] | None) -> None:
-        old = self.m.sessions.get(sid)
-        self._apply(self.m.turn_end, sid, hashes)
-        if hashes is None and old is not None:
-            assert self.m.sessions[sid].chunk_hashes == old.chunk_hashes
+    @rule(sid=SIDS, hashes=HASHES)
+    def turn_end(self, sid: str, hashes: list[str]) -> None:
+        self._apply(self.m.turn_end, sid, hashes, self.now)
 
     @rule(sid=SIDS)
     def turn_start(self, sid: str) -> None:
@@ -78,18 +90,66 @@ class ManagerMachine(RuleBasedStateMachine):
     def close(self, sid: str) -> None:
         self._apply(self.m.session_close, sid)
         assert sid not in self.m.sessions
+        # The parent's close leaves its forks held.
+        assert {f for f, (p, _, _) in self.open.items() if p == sid} == {
+            f.fork_id for f in self.m.forks.of(sid)
+        }
 
     @rule(sid=SIDS)
     def fork(self, sid: str) -> None:
-        self._apply(self.m.session_fork, sid)
+        s = self.m.sessions.get(sid)
+        n_open = sum(1 for p, _, _ in self.open.values() if p == sid)
+        change = self._apply(self.m.session_fork, sid, self.now)
+        if s is None or s.suspended or n_open >= MAX_FORKS:
+            assert change is None
+            return
+        assert change is not None
+        fid = change.data["fork_id"]
+        assert isinstance(fid, int)
+        assert all(fid > old for old in self.issued)  # increasing, never reused
+        self.issued.append(fid)
+        self.open[fid] = (sid, tuple(dict.fromkeys(s.chunk_hashes)), self.now)
 
     @rule(sid=SIDS)
-    def fork_end(self, sid: str) -> None:
-        s = self.m.sessions.get(sid)
-        change = self._apply(self.m.session_fork_end, sid)
-        if s is not None and s.fork_holds:
-            assert change is not None
-            assert self.m.sessions[sid].fork_holds == s.fork_holds[:-1]
+    def fork_end_newest(self, sid: str) -> None:
+        mine = [f for f, (p, _, _) in self.open.items() if p == sid]
+        change = self._apply(self.m.session_fork_end, sid, None, self.now)
+        if not mine:
+            assert change is None
+            return
+        assert change is not None and change.data["fork_id"] == max(mine)
+        del self.open[max(mine)]
+
+    @rule(sid=SIDS, pick=st.integers(0, 20))
+    def fork_end_by_id(self, sid: str, pick: int) -> None:
+        """Any id ever issued (open, released, another session's) or one never issued."""
+        fid = self.issued[pick % len(self.issued)] if self.issued and pick < 18 else 10**6
+        mine = fid in self.open and self.open[fid][0] == sid
+        before = (self.m.refcounts.as_dict(), dict(self.m.forks.by_id))
+        change = self._apply(self.m.session_fork_end, sid, fid, self.now)
+        assert change is not None and change.data["fork_end"] is mine
+        if mine:
+            held = self.open.pop(fid)[1]
+            assert set(change.prev_counts) == set(held)  # exactly that fork's snapshot
+        else:
+            assert not change.durable
+            assert (self.m.refcounts.as_dict(), dict(self.m.forks.by_id)) == before
+
+    @rule(seconds=st.sampled_from([1.0, 30.0, 60.0, TTL]))
+    def time_passes(self, seconds: float) -> None:
+        self.now += seconds
+
+    @rule()
+    def expire(self) -> None:
+        due = {f for f, (_, _, ts) in self.open.items() if self.now - ts >= TTL}
+        change = self._apply(self.m.expire_forks, self.now, TTL)
+        if not due:
+            assert change is None
+            return
+        assert change is not None
+        assert {r["fork_id"] for r in change.data["expired"]} == due  # type: ignore[union-attr]
+        for fid in due:
+            del self.open[fid]
 
     @rule(hashes=HASHES, force=st.booleans(), dry_run=st.booleans())
     def chunk_evict(self, hashes: list[str], force: bool, dry_run: bool) -> None:
@@ -101,28 +161,45 @@ class ManagerMachine(RuleBasedStateMachine):
         if force and not dry_run:
             for h in hashes:
                 assert self.m.refcounts.get(h) == 0
+            gone = set(hashes)  # forced out of every holder, open forks included
+            self.open = {fid: (sid, tuple(h for h in held if h not in gone), ts)
+                         for fid, (sid, held, ts) in self.open.items()}
 
-    @rule(sid=SIDS, hashes=HASHES, op=st.sampled_from(["turn_end", "close", "fork", "suspend"]))
+    @rule(sid=SIDS, hashes=HASHES, op=st.sampled_from(
+        ["turn_end", "close", "fork", "suspend", "fork_end", "expire"]))
     def undo_restores_everything(self, sid: str, hashes: list[str], op: str) -> None:
-        before = (dict(self.m.sessions), self.m.refcounts.as_dict(), dict(self.m.parked))
+        def state() -> tuple[object, ...]:
+            forks = self.m.forks
+            return (dict(self.m.sessions), self.m.refcounts.as_dict(), dict(self.m.parked),
+                    dict(forks.by_id), {s: forks.of(s) for s in forks.parents()})
+
+        before = state()
         calls = {
             "turn_end": lambda: self.m.turn_end(sid, hashes),
             "close": lambda: self.m.session_close(sid),
             "fork": lambda: self.m.session_fork(sid),
             "suspend": lambda: self.m.session_suspend(sid),
+            "fork_end": lambda: self.m.session_fork_end(sid),
+            "expire": lambda: self.m.expire_forks(self.now + TTL, TTL),
         }
         try:
             change = calls[op]()
         except RamAKvError:
             return
-        self.m.undo(change)
-        assert (dict(self.m.sessions), self.m.refcounts.as_dict(), dict(self.m.parked)) == before
+        if change is not None:
+            self.m.undo(change)
+        assert state() == before
+        if op == "fork" and change is not None:
+            self.issued.append(change.data["fork_id"])  # type: ignore[arg-type]  # burnt
 
     @rule()
     def restart(self) -> None:
+        """What the store gives back at start-up: sessions, open forks, the counter."""
         counts = self.m.refcounts.as_dict()
-        fresh = SessionManager()
-        fresh.load(self.m.sessions.values())
+        fresh = SessionManager(
+            max_forks_per_session=MAX_FORKS, fork_ids=ForkIds(self.m.fork_ids.next_id)
+        )
+        fresh.load(self.m.sessions.values(), self.m.forks.values())
         assert fresh.refcounts.as_dict() == counts
         self.m = fresh
 
@@ -151,7 +228,14 @@ class ManagerMachine(RuleBasedStateMachine):
 
     @invariant()
     def refcounts_match_model(self) -> None:
-        assert self.m.refcounts.as_dict() == recompute_refcounts(self.m.sessions.values())
+        assert self.m.refcounts.as_dict() == recompute_refcounts(
+            self.m.sessions.values(), self.m.forks.values()
+        )
+
+    @invariant()
+    def forks_match_model(self) -> None:
+        assert {f.fork_id: (f.session_id, f.hashes, f.created_ts)
+                for f in self.m.forks.values()} == self.open
 
     @invariant()
     def parked_counts_match_model(self) -> None:

@@ -12,7 +12,7 @@ NINE = {
     "session_close": (["session_id"], []),
     "session_suspend": (["session_id"], []),
     "session_fork": (["session_id"], []),
-    "session_fork_end": (["session_id"], []),
+    "session_fork_end": (["session_id"], ["fork_id"]),
     "health": ([], []),
 }
 
@@ -89,16 +89,21 @@ async def test_turn_end_duplicates_hold_one_reference(daemon: DaemonClient) -> N
     assert daemon.refcounts() == {"b": 1}
 
 
-async def test_turn_end_null_or_missing_chunk_hashes_keeps_map(daemon: DaemonClient) -> None:
+async def test_turn_end_without_a_list_is_refused_and_changes_nothing(
+    daemon: DaemonClient,
+) -> None:
+    """The original's later contract: a missing list is a host or engine bug."""
     await daemon.turn_end("s1", ["a", "b"])
     before = daemon.refcounts()
-    for params in ({"chunk_hashes": None}, {}, None):
-        data = await daemon.ok("turn_end", session_id="s1", kv_transfer_params=params)
-        assert data == {"evicted_count": 0, "map_updated": False, "debug_written": False}
+    for params in ({"chunk_hashes": None}, {}, None, {"other": 1}):
+        error = await daemon.err("turn_end", session_id="s1", kv_transfer_params=params)
+        assert error == "missing required field 'kv_transfer_params.chunk_hashes'"
         assert (await daemon.ok("session_map", session_id="s1"))["chunk_hashes"] == ["a", "b"]
         assert daemon.refcounts() == before
-    # Each of those still counted a turn.
-    assert daemon.service.manager.sessions["s1"].turn_count == 4
+    assert daemon.service.manager.sessions["s1"].turn_count == 1  # no turn counted
+    # Nor does a refused turn_end create a session.
+    await daemon.err("turn_end", session_id="new", kv_transfer_params={})
+    assert "new" not in daemon.service.manager.sessions
 
 
 async def test_turn_end_empty_list_clears_map(daemon: DaemonClient) -> None:
@@ -168,8 +173,27 @@ async def test_close_unknown_session(daemon: DaemonClient) -> None:
 
 async def test_fork_and_fork_end_data(daemon: DaemonClient) -> None:
     await daemon.turn_end("s1", ["a"])
-    assert await daemon.ok("session_fork", session_id="s1") == {"forked": True}
-    assert await daemon.ok("session_fork_end", session_id="s1") == {"fork_end": True}
+    first = await daemon.ok("session_fork", session_id="s1")
+    assert first == {"forked": True, "fork_id": 1}
+    assert await daemon.ok("session_fork", session_id="s1") == {"forked": True, "fork_id": 2}
+    assert await daemon.ok("session_fork_end", session_id="s1", fork_id=1) == {
+        "fork_end": True, "fork_id": 1,
+    }
+    # A retry of a released id, or an unknown one: ok, fork_end false, nothing changes.
+    before = daemon.refcounts()
+    for fid in (1, 77):
+        assert await daemon.ok("session_fork_end", session_id="s1", fork_id=fid) == {
+            "fork_end": False, "fork_id": fid,
+        }
+    assert daemon.refcounts() == before
+    # Without an id: the newest open fork.
+    assert await daemon.ok("session_fork_end", session_id="s1") == {
+        "fork_end": True, "fork_id": 2,
+    }
+    for bad in (0, -1, "1", 1.5, True):
+        assert await daemon.err("session_fork_end", session_id="s1", fork_id=bad) == (
+            "'fork_id' must be a positive integer"
+        )
 
 
 async def test_turn_start_unknown_session_prefetches_nothing(daemon: DaemonClient) -> None:
@@ -181,8 +205,9 @@ async def test_turn_start_unknown_session_prefetches_nothing(daemon: DaemonClien
 
 async def test_list_events_reads_the_registry(daemon: DaemonClient) -> None:
     data = await daemon.ok("list_events")
-    assert set(data) == {"events"}
+    assert set(data) == {"events", "admin_events"}
     events = data["events"]
+    assert set(events) == set(NINE)  # exactly the nine, as the original's clients count
     for name, (required, optional) in NINE.items():
         assert name in events, name
         spec = events[name]
@@ -190,9 +215,14 @@ async def test_list_events_reads_the_registry(daemon: DaemonClient) -> None:
         assert isinstance(spec["description"], str) and spec["description"]
         assert spec["required"] == required, name
         assert spec["optional"] == optional, name
-    assert events["list_events"]["required"] == []
+    admin = data["admin_events"]
+    assert admin["list_events"]["required"] == []
+    assert {"chunk_info", "chunk_evict", "list_sessions", "list_namespaces"} <= set(admin)
+    for spec in admin.values():  # the same spec shape
+        assert set(spec) == {"description", "required", "optional"}, spec
     # Every listed event is served (none is a stale copy), and nothing else is.
     registry = daemon.service.registry
-    assert set(events) == {s.name for s in registry.specs()}
-    for name in events:
+    assert set(events) | set(admin) == {s.name for s in registry.specs()}
+    assert not set(events) & set(admin)
+    for name in [*events, *admin]:
         assert name in registry

@@ -73,7 +73,7 @@ async def test_kill9_keeps_every_acknowledged_turn_end(
         # At most one unacknowledged turn per session was in flight at the kill.
         assert s.turn_count in (last_ack, last_ack + 1), (sid, last_ack, s.turn_count)
         assert list(s.chunk_hashes) == burst_client.expected_map(sid, s.turn_count)
-        assert not s.suspended and s.fork_holds == ()
+        assert not s.suspended
     for sid, s in stored.items():
         if sid not in acked:  # only a first turn that was in flight may be there unacked
             assert s.turn_count == 1, (sid, s.turn_count)

@@ -16,9 +16,10 @@ def full_state(d: DaemonClient) -> dict[str, Any]:
     m = d.service.manager
     return {
         "sessions": {
-            sid: (s.chunk_hashes, s.turn_count, s.suspended, s.fork_holds)
+            sid: (s.chunk_hashes, s.turn_count, s.suspended)
             for sid, s in m.sessions.items()
         },
+        "forks": {f.fork_id: (f.session_id, f.hashes, f.created_ts) for f in m.forks.values()},
         "refcounts": m.refcounts.as_dict(),
         "parked": dict(m.parked),
     }
@@ -123,7 +124,7 @@ async def test_original_schema_database_loads(
     m = d.service.manager
     assert set(m.sessions) == {"old-1", "old-2", "old-3"}  # corrupt rows skipped
     assert m.sessions["old-1"].turn_count == 7
-    assert m.sessions["old-1"].suspended is False and m.sessions["old-1"].fork_holds == ()
+    assert m.sessions["old-1"].suspended is False and len(m.forks) == 0
     assert d.refcounts() == {"sys": 2, "h1": 1, "h2": 1, "h3": 1}
     assert await d.ok("session_map", session_id="old-1") == {
         "session_id": "old-1", "chunk_hashes": ["sys", "h1", "h1", "h2"],
@@ -146,7 +147,8 @@ async def test_original_schema_database_loads(
     assert json.loads(row[0]) == ["sys", "h4"] and row[1] == 3
 
     d2 = await start_daemon(config)
-    assert d2.refcounts() == recompute_refcounts(d2.service.manager.sessions.values())
+    m2 = d2.service.manager
+    assert d2.refcounts() == recompute_refcounts(m2.sessions.values(), m2.forks.values())
     assert d2.refcounts()["h4"] == 1
 
 

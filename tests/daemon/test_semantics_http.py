@@ -121,12 +121,12 @@ async def test_turn_end_on_suspended_session_reactivates(daemon: DaemonClient) -
     daemon.assert_consistent()
 
 
-async def test_turn_end_without_hashes_on_suspended_session_stays_suspended(
+async def test_refused_turn_end_on_suspended_session_leaves_it_suspended(
     daemon: DaemonClient,
 ) -> None:
     await daemon.turn_end("s1", ["a"])
     await daemon.ok("session_suspend", session_id="s1")
-    await daemon.ok("turn_end", session_id="s1", kv_transfer_params={})
+    await daemon.err("turn_end", session_id="s1", kv_transfer_params={})
     assert daemon.service.manager.sessions["s1"].suspended is True
     assert daemon.refcounts() == {}
     daemon.assert_consistent()
@@ -163,7 +163,7 @@ async def test_fork_end_releases_snapshot_not_current_map(
     assert d.refcounts() == {"a": 1, "b": 1, "c": 2, "d": 1}
     await d.settle()
     assert backend.of("delete") == []
-    assert await d.ok("session_fork_end", session_id="p") == {"fork_end": True}
+    assert await d.ok("session_fork_end", session_id="p") == {"fork_end": True, "fork_id": 1}
     await d.settle()
     assert sorted(backend.of("delete")) == ["a", "b"]
     assert d.refcounts() == {"c": 1, "d": 1}
@@ -177,12 +177,12 @@ async def test_forks_nest_newest_first(daemon: DaemonClient) -> None:
     await daemon.ok("session_fork", session_id="p")  # holds (a, b)
     await daemon.turn_end("p", ["b", "c"])
     await daemon.ok("session_fork", session_id="p")  # holds (b, c)
-    assert m.sessions["p"].fork_holds == (("a", "b"), ("b", "c"))
+    assert [f.hashes for f in m.forks.of("p")] == [("a", "b"), ("b", "c")]
     assert daemon.refcounts() == {"a": 1, "b": 3, "c": 2}
     await daemon.turn_end("p", ["e"])
     assert daemon.refcounts() == {"a": 1, "b": 2, "c": 1, "e": 1}
     await daemon.ok("session_fork_end", session_id="p")  # pops (b, c)
-    assert m.sessions["p"].fork_holds == (("a", "b"),)
+    assert [f.hashes for f in m.forks.of("p")] == [("a", "b")]
     assert daemon.refcounts() == {"a": 1, "b": 1, "e": 1}
     await daemon.ok("session_fork_end", session_id="p")  # pops (a, b)
     assert daemon.refcounts() == {"e": 1}
@@ -193,7 +193,7 @@ async def test_forks_nest_newest_first(daemon: DaemonClient) -> None:
     daemon.assert_consistent()
 
 
-async def test_fork_hold_outlives_suspend_and_close_releases_it(daemon: DaemonClient) -> None:
+async def test_fork_hold_outlives_suspend_and_close(daemon: DaemonClient) -> None:
     await daemon.turn_end("p", ["a", "b"])
     await daemon.ok("session_fork", session_id="p")
     assert await daemon.ok("session_suspend", session_id="p") == {
@@ -206,7 +206,13 @@ async def test_fork_hold_outlives_suspend_and_close_releases_it(daemon: DaemonCl
     await daemon.ok("session_fork", session_id="q")
     await daemon.ok("session_fork", session_id="q")
     assert daemon.refcounts() == {"x": 3}
-    assert await daemon.ok("session_close", session_id="q") == {"evicted_count": 1, "closed": True}
+    # The parent's close releases its map only: both subagents still hold x.
+    assert await daemon.ok("session_close", session_id="q") == {"evicted_count": 0, "closed": True}
+    assert daemon.refcounts() == {"x": 2}
+    assert await daemon.ok("session_fork_end", session_id="q", fork_id=2) == {
+        "fork_end": True, "fork_id": 2,
+    }
+    assert await daemon.ok("session_fork_end", session_id="q") == {"fork_end": True, "fork_id": 3}
     assert daemon.refcounts() == {}
     daemon.assert_consistent()
 
@@ -217,7 +223,9 @@ async def test_shared_chunk_across_fork_and_sessions(daemon: DaemonClient) -> No
     await daemon.ok("snapshot_restore", session_id="child", source_session_id="p")
     await daemon.turn_end("child", ["sys", "p1", "c1"])
     assert daemon.refcounts() == {"sys": 3, "p1": 3, "c1": 1}
-    await daemon.ok("session_close", session_id="p")
+    await daemon.ok("session_close", session_id="p")  # the fork still holds sys, p1
+    assert daemon.refcounts() == {"sys": 2, "p1": 2, "c1": 1}
+    await daemon.ok("session_fork_end", session_id="p")
     assert daemon.refcounts() == {"sys": 1, "p1": 1, "c1": 1}
     daemon.assert_consistent()
 

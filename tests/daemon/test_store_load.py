@@ -50,6 +50,7 @@ async def test_load_all_reads_every_batch_and_skips_corrupt_rows(
             sessions = await store.load_all()
         # The collector is left as it was found.
         assert gc.isenabled() is gc_on
+        forks, next_id = await store.load_forks()
     finally:
         (gc.enable if was else gc.disable)()
         await store.close()
@@ -58,6 +59,9 @@ async def test_load_all_reads_every_batch_and_skips_corrupt_rows(
     assert set(by_id) == {f"s{i:04d}" for i in range(N) if i not in CORRUPT}
     assert by_id["s0500"].chunk_hashes == ("h500", "sys", "h500")
     assert by_id["s0500"].turn_count == 500
-    assert by_id["s0003"].suspended and by_id["s0003"].fork_holds == (("x", "y"),)
+    assert by_id["s0003"].suspended
+    # The hold written before fork ids was moved to the forks table at open().
+    assert [(f.fork_id, f.session_id, f.hashes) for f in forks] == [(1, "s0003", ("x", "y"))]
+    assert next_id == 2
     skipped = sorted(r.getMessage() for r in caplog.records if "skipping" in r.getMessage())
     assert len(skipped) == len(CORRUPT)

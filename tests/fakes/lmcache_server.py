@@ -281,19 +281,20 @@ def store_probe(fake: FakeLMCacheServer, store: str) -> Any:
             con = sqlite3.connect(f"file:{store}?mode=ro", uri=True, timeout=10)
             try:
                 rows = con.execute(
-                    "SELECT s.map_json, st.suspended, st.fork_holds_json FROM sessions s "
+                    "SELECT s.map_json, st.suspended FROM sessions s "
                     "LEFT JOIN session_state st ON st.session_id = s.session_id").fetchall()
+                holds = [h for (h,) in con.execute("SELECT hashes_json FROM forks")]
             finally:
                 con.close()
         except sqlite3.Error as exc:
             fake.violations.append({"error": str(exc)})
             return
         held: set[str] = set()
-        for map_json, suspended, holds in rows:
+        for map_json, suspended in rows:
             if not suspended:
                 held.update(json.loads(map_json))
-            for hold in json.loads(holds or "[]"):
-                held.update(hold)
+        for hold in holds:  # open forks, their parent closed or not
+            held.update(json.loads(hold))
         fake.violations.extend(
             {"hash": h, "at": time.time()} for h in hashes if h in held)
 

@@ -110,8 +110,17 @@ class NamespaceMachine(RuleBasedStateMachine):
     @invariant()
     def each_namespace_matches_its_model(self) -> None:
         for m in self.spaces.managers.values():
-            assert m.refcounts.as_dict() == recompute_refcounts(m.sessions.values())
+            expected = recompute_refcounts(m.sessions.values(), m.forks.values())
+            assert m.refcounts.as_dict() == expected
             assert m.parked == recompute_parked(m.sessions.values())
+
+    @invariant()
+    def fork_ids_are_unique_in_the_store(self) -> None:
+        ids = [f.fork_id for m in self.spaces.managers.values() for f in m.forks.values()]
+        assert len(ids) == len(set(ids))
+        assert all(i < self.spaces.fork_ids.next_id for i in ids)
+        for m in self.spaces.managers.values():  # a fork lives in its parent's namespace
+            assert all(f.namespace == m.namespace for f in m.forks.values())
 
 
 NamespaceMachine.TestCase.settings = settings(

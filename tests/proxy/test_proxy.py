@@ -106,22 +106,36 @@ async def test_requests_without_a_session_send_nothing(daemon_proc, engine, star
     assert daemon_proc.event("health")["data"]["sessions_count"] == 0
 
 
-async def test_missing_or_null_hashes_keep_the_map(daemon_proc, engine, start_proxy) -> None:
+async def test_answers_without_hashes_send_no_turn_end_and_warn_once(
+    daemon_proc, engine, start_proxy, caplog  # type: ignore[no-untyped-def]
+) -> None:
+    """The daemon refuses a turn_end without a list, so the proxy never sends one: the map
+    stays, and the proxy says once per upstream that its connector looks unconfigured."""
+    import logging
+
     proxy = await start_proxy(engine.url, daemon_proc.url)
     hdr = {"X-Session-Id": "s"}
-    async with aiohttp.ClientSession() as http:
-        await (await http.post(f"{proxy.url}/v1/chat/completions", json=CHAT, headers=hdr)).read()
-        for mode, stream in (("null-hashes", False), ("none", False), ("null-hashes", True),
-                             ("none", True)):
-            async with http.post(f"{proxy.url}/v1/chat/completions",
-                                 json={**CHAT, "stream": stream},
-                                 headers={**hdr, "X-Engine-Params": mode}) as r:
-                assert r.status == 200
-                await r.read()
-    assert await proxy.sender.flush(10)
+    with caplog.at_level(logging.WARNING, logger="ramakv_proxy"):
+        async with aiohttp.ClientSession() as http:
+            await (await http.post(f"{proxy.url}/v1/chat/completions", json=CHAT,
+                                   headers=hdr)).read()
+            for mode, stream in (("null-hashes", False), ("none", False),
+                                 ("null-hashes", True), ("none", True)):
+                async with http.post(f"{proxy.url}/v1/chat/completions",
+                                     json={**CHAT, "stream": stream},
+                                     headers={**hdr, "X-Engine-Params": mode}) as r:
+                    assert r.status == 200
+                    await r.read()
+        assert await proxy.sender.flush(10)
     assert session_map(daemon_proc, "s") == expected_hashes(CHAT)
     listed = daemon_proc.event("list_sessions")["data"]["sessions"]
-    assert listed[0]["turn_count"] == 5 and proxy.sender.stats.failed == 0
+    assert listed[0]["turn_count"] == 1 and proxy.sender.stats.failed == 0
+    assert proxy.sender.stats.sent == 6  # five turn_starts and the one turn_end with a list
+    warned = [r.getMessage() for r in caplog.records if "chunk_hashes" in r.getMessage()]
+    assert warned == [
+        f"answers from {engine.url} carry no kv_transfer_params.chunk_hashes: no turn_end "
+        "is sent for them (is ascend_ext's connector configured?)"
+    ]
 
 
 async def test_daemon_down_never_breaks_the_chat(engine, start_proxy) -> None:

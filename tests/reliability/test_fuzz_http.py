@@ -78,7 +78,8 @@ class LiveDaemon:
 
     async def _invariant(self) -> tuple[dict[str, int], dict[str, int], int]:
         m = self.app[SERVICE_KEY].manager
-        return recompute_refcounts(m.sessions.values()), m.refcounts.as_dict(), len(m.sessions)
+        expected = recompute_refcounts(m.sessions.values(), m.forks.values())
+        return expected, m.refcounts.as_dict(), len(m.sessions)
 
     def check_invariant(self) -> None:
         recomputed, counts, _ = self.run(self._invariant())

@@ -77,7 +77,8 @@ async def test_concurrent_duplicates_apply_once(daemon_app: DaemonClient) -> Non
     forks = await asyncio.gather(*(d.post({"type": "session_fork", "session_id": "s",
                                            "event_id": "fork-1"}) for _ in range(20)))
     assert all(f == forks[0] for f in forks)
-    assert len(d.service.manager.sessions["s"].fork_holds) == 1
+    assert len(d.service.manager.forks.of("s")) == 1
+    assert forks[0][1]["data"] == {"forked": True, "fork_id": 1}  # one fork, one id
     d.assert_consistent()
 
 

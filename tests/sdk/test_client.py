@@ -14,30 +14,45 @@ from ramakv_sdk.events import hex_hash
 async def test_original_events_round_trip(daemon_proc) -> None:
     async with AsyncClient(daemon_proc.url) as c:
         assert await c.health() == {"status": "running", "sessions_count": 0}
-        specs = (await c.list_events())["events"]
-        for name in ("turn_start", "turn_end", "snapshot_restore", "session_map",
-                     "session_close", "session_suspend", "session_fork", "session_fork_end",
-                     "list_sessions", "chunk_info", "chunk_evict", "backend_query"):
-            assert name in specs
+        listed = await c.list_events()
+        specs = listed["events"]
+        assert set(specs) == {"turn_start", "turn_end", "snapshot_restore", "session_map",
+                              "session_close", "session_suspend", "session_fork",
+                              "session_fork_end", "health"}
+        for name in ("list_events", "list_sessions", "chunk_info", "chunk_evict",
+                     "backend_query"):
+            assert name in listed["admin_events"]
         assert specs["turn_end"]["required"] == ["session_id", "kv_transfer_params"]
         assert await c.turn_start("s") == {"prefetch_sent": False, "prefetch_count": 0}
         end = await c.turn_end("s", {"chunk_hashes": ["-1a", "2b", 0x3c]})
         assert end == {"evicted_count": 0, "map_updated": True, "debug_written": False}
         assert await c.session_map("s") == {"session_id": "s", "chunk_hashes": ["-1a", "2b", "3c"]}
-        assert await c.session_fork("s") == {"forked": True}
-        assert await c.session_fork_end("s") == {"fork_end": True}
+        assert await c.session_fork("s") == {"forked": True, "fork_id": 1}
+        assert await c.session_fork("s") == {"forked": True, "fork_id": 2}
+        assert await c.session_fork_end("s", 1) == {"fork_end": True, "fork_id": 1}
+        assert await c.session_fork_end("s", fork_id=1) == {"fork_end": False, "fork_id": 1}
+        assert await c.session_fork_end("s") == {"fork_end": True, "fork_id": 2}
         assert await c.session_suspend("s") == {"evicted_count": 3, "suspended": True}
         assert await c.snapshot_restore("s") == {"prefetch_sent": True, "prefetch_count": 3}
         assert await c.session_close("s") == {"evicted_count": 3, "closed": True}
 
 
-async def test_null_chunk_hashes_keep_the_map(daemon_proc) -> None:
+async def test_a_turn_end_without_a_list_is_never_sent(daemon_proc) -> None:
+    from ramakv_sdk.events import MissingChunkHashes
+
     async with AsyncClient(daemon_proc.url) as c:
         await c.turn_end("s", {"chunk_hashes": ["a1", "b2"]})
         for params in (None, {}, {"chunk_hashes": None}):
-            data = await c.turn_end("s", params)
-            assert data["map_updated"] is False and data["evicted_count"] == 0
+            with pytest.raises(MissingChunkHashes, match="kv_transfer_params.chunk_hashes"):
+                await c.turn_end("s", params)
         assert (await c.session_map("s"))["chunk_hashes"] == ["a1", "b2"]
+        sessions = (await c.list_sessions())["sessions"]
+        assert sessions[0]["turn_count"] == 1
+        # Sent anyway (by hand), the daemon refuses it with the field named.
+        with pytest.raises(RamAKvError, match="'kv_transfer_params.chunk_hashes'"):
+            await c.send({"type": "turn_end", "session_id": "s", "kv_transfer_params": {}})
+        # An explicit [] is a list: it empties the map.
+        assert (await c.turn_end("s", {"chunk_hashes": []}))["evicted_count"] == 2
 
 
 async def test_resume_under_a_new_session_id(daemon_proc) -> None:

@@ -115,7 +115,7 @@ class DaemonClient:
     def assert_consistent(self) -> None:
         """The invariant: refcounts equal those recomputed from every live map + hold."""
         m = self.service.manager
-        assert m.refcounts.as_dict() == recompute_refcounts(m.sessions.values())
+        assert m.refcounts.as_dict() == recompute_refcounts(m.sessions.values(), m.forks.values())
 
     async def close(self) -> None:
         await self.client.close()
@@ -162,16 +162,19 @@ StartDaemon = Callable[..., Awaitable[DaemonClient]]
 
 @pytest.fixture
 def start_daemon(aiohttp_client: Any, make_config: Callable[..., Config]) -> StartDaemon:
-    """Start an in-process daemon: ``await start_daemon(config=None, store=None, backend=None)``.
+    """Start an in-process daemon: ``await start_daemon(config=None, store=None, backend=None,
+    clock=None)``.
 
     Without a config, ``make_config()`` is used; several may run on the same file in turn
     (close the first with ``await d.close()``, which stops the service and the store).
     """
 
     async def start(
-        config: Config | None = None, store: Any = None, backend: Any = None
+        config: Config | None = None, store: Any = None, backend: Any = None,
+        clock: Callable[[], float] | None = None,
     ) -> DaemonClient:
-        app = init_app(config or make_config(), store=store, backend=backend)
+        extra = {"clock": clock} if clock is not None else {}
+        app = init_app(config or make_config(), store=store, backend=backend, **extra)
         return DaemonClient(await aiohttp_client(app))
 
     return start

@@ -44,6 +44,7 @@ class SessionModel:
     turn_count: int = 0
     suspended: bool = False
     fork_holds: list[list[str]] = field(default_factory=list)
+    closed: bool = False  # closed with open forks: they stay held until their fork_end
 
 
 Model = dict[str, SessionModel]
@@ -64,7 +65,7 @@ def apply(model: Model, event: dict[str, Any]) -> bool:
         model[sid] = SessionModel(list(hashes), s.turn_count + 1, False, s.fork_holds)
         return True
     if type_ == "session_fork":
-        if s is None or s.suspended:
+        if s is None or s.closed or s.suspended or len(s.fork_holds) >= 64:
             return False
         s.fork_holds = [*s.fork_holds, unique(s.chunk_hashes)]
         return True
@@ -72,20 +73,25 @@ def apply(model: Model, event: dict[str, Any]) -> bool:
         if s is None or not s.fork_holds:
             return False
         s.fork_holds = s.fork_holds[:-1]
+        if s.closed and not s.fork_holds:
+            del model[sid]
         return True
     if type_ == "session_suspend":
-        if s is not None:
+        if s is not None and not s.closed:
             s.suspended = True
         return True
     if type_ == "session_close":
-        model.pop(sid, None)
+        if s is not None and s.fork_holds:
+            model[sid] = SessionModel(fork_holds=s.fork_holds, closed=True)
+        else:
+            model.pop(sid, None)
         return True
-    if type_ == "snapshot_restore":
-        if s is None:
-            return False
-        s.suspended = False
+    if type_ in ("snapshot_restore", "session_map"):
+        if s is None or s.closed:
+            return type_ == "session_map" and s is None  # as before: never generated
+        s.suspended = s.suspended and type_ == "session_map"
         return True
-    return type_ in ("turn_start", "session_map", "health")
+    return type_ in ("turn_start", "health")
 
 
 def applied(model: Model, event: dict[str, Any]) -> Model:
@@ -104,7 +110,7 @@ def model_from_json(data: dict[str, Any]) -> Model:
     """Inverse of :func:`model_to_json`."""
     return {
         sid: SessionModel(list(v["chunk_hashes"]), int(v["turn_count"]), bool(v["suspended"]),
-                          [list(h) for h in v["fork_holds"]])
+                          [list(h) for h in v["fork_holds"]], bool(v.get("closed")))
         for sid, v in data.items()
     }
 

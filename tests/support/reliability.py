@@ -21,19 +21,27 @@ TESTS_DIR = REPO_ROOT / "tests"
 
 
 def db_model(path: Path | str) -> Model:
-    """Every stored session (sessions + session_state tables), read with plain sqlite3."""
+    """Every stored session and open fork (sessions, session_state and forks tables), read
+    with plain sqlite3; a closed session with open forks is a ``closed`` entry."""
     con = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=10)
     try:
         rows = con.execute(
-            "SELECT s.session_id, s.map_json, s.turn_count, st.suspended, st.fork_holds_json "
+            "SELECT s.session_id, s.map_json, s.turn_count, st.suspended "
             "FROM sessions s LEFT JOIN session_state st ON st.session_id = s.session_id"
+        ).fetchall()
+        forks = con.execute(
+            "SELECT session_id, hashes_json FROM forks ORDER BY fork_id"
         ).fetchall()
     finally:
         con.close()
-    return {
-        sid: SessionModel(json.loads(m), int(tc), bool(susp), json.loads(holds or "[]"))
-        for sid, m, tc, susp, holds in rows
+    out = {
+        sid: SessionModel(json.loads(m), int(tc), bool(susp))
+        for sid, m, tc, susp in rows
     }
+    for sid, hashes in forks:
+        s = out.setdefault(sid, SessionModel(closed=True))
+        s.fork_holds.append(json.loads(hashes))
+    return out
 
 
 def db_outbox(path: Path | str) -> dict[str, str]:
@@ -50,24 +58,31 @@ def db_outbox(path: Path | str) -> dict[str, str]:
 def as_sessions(model: Model) -> list[Session]:
     """Core Session values for :func:`recompute_refcounts`."""
     return [
-        Session(sid, tuple(s.chunk_hashes), s.turn_count, s.suspended,
-                tuple(tuple(h) for h in s.fork_holds))
+        Session(sid, tuple(s.chunk_hashes), s.turn_count, s.suspended)
         for sid, s in model.items()
     ]
 
 
 def model_refcounts(model: Model) -> dict[str, int]:
-    """Refcounts recomputed from first principles."""
-    return recompute_refcounts(as_sessions(model))
+    """Refcounts recomputed from first principles (each model hold is one open fork)."""
+    from ramakv_daemon.core.fork import Fork
+
+    forks = [Fork(0, sid, tuple(h), 0.0) for sid, s in model.items() for h in s.fork_holds]
+    return recompute_refcounts(as_sessions(model), forks)
 
 
 def snapshot_model(snapshot: dict[str, Any]) -> Model:
     """The sessions of a trace snapshot as a model."""
-    return {
+    out = {
         sid: SessionModel(list(s["chunk_hashes"]), int(s["turn_count"]),
                           s["state"] == "suspended", [list(h) for h in s["fork_holds"]])
         for sid, s in snapshot["sessions"].items()
     }
+    for f in sorted(snapshot.get("forks", {}).values(), key=lambda f: f["fork_id"]):
+        if f["session_id"] not in snapshot["sessions"]:
+            s = out.setdefault(f["session_id"], SessionModel(closed=True))
+            s.fork_holds.append(list(f["chunk_hashes"]))
+    return out
 
 
 def live_state(url: str) -> tuple[Model, dict[str, int]]:

@@ -74,8 +74,11 @@ async def test_snapshot_then_deltas_reproduce_daemon_state(daemon: Daemon) -> No
     snap = await recv(ws)
     assert snap["kind"] == "snapshot" and snap["seq"] == 2
     assert set(snap["sessions"]["pre"]) == {
-        "session_id", "state", "turn_count", "chunk_hashes", "fork_holds", "last_event_ts"
+        "session_id", "state", "turn_count", "chunk_hashes", "fork_holds", "forks",
+        "last_event_ts",
     }
+    assert [f["fork_id"] for f in snap["sessions"]["pre"]["forks"]] == [1]
+    assert snap["forks"]["1"]["chunk_hashes"] == [*shared, "pre-a", "pre-b"]
     assert snap["sessions"]["pre"]["fork_holds"] == [[*shared, "pre-a", "pre-b"]]
     assert snap["refcounts"]["sys000"] == 2
     apply_record(state, snap)

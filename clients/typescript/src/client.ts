@@ -93,7 +93,11 @@ export class DaemonClient {
     kvTransferParams?: KvTransferParams | null,
     debugContext?: DebugContext,
   ): Promise<TurnEndResult> {
-    return this.send("turn_end", turnEndPayload(sessionId, kvTransferParams, debugContext));
+    try {
+      return this.send("turn_end", turnEndPayload(sessionId, kvTransferParams, debugContext));
+    } catch (err) {
+      return Promise.reject(err);
+    }
   }
   snapshotRestore(sessionId: string, sourceSessionId?: string): Promise<SnapshotRestoreResult> {
     return this.send("snapshot_restore", restorePayload(sessionId, sourceSessionId));
@@ -107,12 +111,27 @@ export class DaemonClient {
   sessionSuspend(sessionId: string): Promise<SessionSuspendResult> {
     return this.send("session_suspend", { session_id: sessionId });
   }
+  /** Holds the session's chunks for a subagent; keep the answer's `fork_id`. */
   sessionFork(sessionId: string): Promise<SessionForkResult> {
     return this.send("session_fork", { session_id: sessionId });
   }
-  sessionForkEnd(sessionId: string): Promise<SessionForkEndResult> {
-    return this.send("session_fork_end", { session_id: sessionId });
+  /** Releases fork `forkId` (without it, the session's newest open fork). */
+  sessionForkEnd(sessionId: string, forkId?: number): Promise<SessionForkEndResult> {
+    return this.send("session_fork_end", forkEndPayload(sessionId, forkId));
   }
+}
+
+/** Thrown (by DaemonClient.turnEnd, as a rejection) for a turn_end without a chunk_hashes list. */
+export class MissingChunkHashesError extends Error {
+  constructor() {
+    super("turn_end needs kv_transfer_params.chunk_hashes, a list ([] empties the map); an " +
+      "engine answer without one means its connector is not configured");
+    this.name = "MissingChunkHashesError";
+  }
+}
+
+function forkEndPayload(sessionId: string, forkId?: number): Record<string, unknown> {
+  return forkId === undefined ? { session_id: sessionId } : { session_id: sessionId, fork_id: forkId };
 }
 
 /**
@@ -143,11 +162,9 @@ export function turnEndPayload(
       ? { ...kvTransferParams }
       : {};
   const raw: unknown = params["chunk_hashes"];
-  delete params["chunk_hashes"];
-  if (Array.isArray(raw)) {
-    const hashes = raw.map(hexHash);
-    if (hashes.every((h) => h !== undefined)) params["chunk_hashes"] = hashes;
-  }
+  const hashes = Array.isArray(raw) ? raw.map(hexHash) : undefined;
+  if (!hashes || !hashes.every((h) => h !== undefined)) throw new MissingChunkHashesError();
+  params["chunk_hashes"] = hashes;
   const payload: Record<string, unknown> = { session_id: sessionId, kv_transfer_params: params };
   if (debugContext) payload["debug_context"] = debugContext;
   return payload;
@@ -240,8 +257,17 @@ export class EventSender {
   turnStart(sessionId: string): void {
     this.enqueue("turn_start", { session_id: sessionId });
   }
+  /** A turn_end without a chunk_hashes list is never sent: it is counted as dropped, with a warning. */
   turnEnd(sessionId: string, kvTransferParams?: KvTransferParams | null, debugContext?: DebugContext): void {
-    this.enqueue("turn_end", turnEndPayload(sessionId, kvTransferParams, debugContext));
+    let payload: Record<string, unknown>;
+    try {
+      payload = turnEndPayload(sessionId, kvTransferParams, debugContext);
+    } catch (err) {
+      this.counters.dropped++;
+      this.warn(`ram-a-kv: turn_end for ${sessionId} not sent: ${errText(err)}`);
+      return;
+    }
+    this.enqueue("turn_end", payload);
   }
   snapshotRestore(sessionId: string, sourceSessionId?: string): void {
     this.enqueue("snapshot_restore", restorePayload(sessionId, sourceSessionId));
@@ -249,8 +275,9 @@ export class EventSender {
   sessionFork(sessionId: string): void {
     this.enqueue("session_fork", { session_id: sessionId });
   }
-  sessionForkEnd(sessionId: string): void {
-    this.enqueue("session_fork_end", { session_id: sessionId });
+  /** Fire-and-forget: ends fork `forkId` (as DaemonClient.sessionFork returned it), else the newest. */
+  sessionForkEnd(sessionId: string, forkId?: number): void {
+    this.enqueue("session_fork_end", forkEndPayload(sessionId, forkId));
   }
   sessionSuspend(sessionId: string): void {
     this.enqueue("session_suspend", { session_id: sessionId });

@@ -72,8 +72,8 @@ export function snapshotRestore(sessionId: string, sourceSessionId?: string): vo
 export function sessionFork(sessionId: string): void {
   sender?.sessionFork(sessionId);
 }
-export function sessionForkEnd(sessionId: string): void {
-  sender?.sessionForkEnd(sessionId);
+export function sessionForkEnd(sessionId: string, forkId?: number): void {
+  sender?.sessionForkEnd(sessionId, forkId);
 }
 export function sessionSuspend(sessionId: string): void {
   sender?.sessionSuspend(sessionId);

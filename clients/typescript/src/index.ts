@@ -4,6 +4,7 @@ export {
   DaemonClient,
   EventSender,
   RamAKvError,
+  MissingChunkHashesError,
   postEvent,
   turnEndPayload,
   hexHash,

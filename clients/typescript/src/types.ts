@@ -25,15 +25,20 @@ export interface SnapshotRestoreResult { prefetch_sent: boolean; prefetch_count:
 export interface SessionMapResult { session_id: string; chunk_hashes: string[] }
 export interface SessionCloseResult { evicted_count: number; closed: boolean }
 export interface SessionSuspendResult { evicted_count: number; suspended: boolean }
-export interface SessionForkResult { forked: boolean }
-export interface SessionForkEndResult { fork_end: boolean }
+/** `fork_id`: unique in the daemon's store; pass it to sessionForkEnd when that subagent ends. */
+export interface SessionForkResult { forked: boolean; fork_id: number }
+/** `fork_end` is false (and nothing changed) when that fork_id was already released or is unknown. */
+export interface SessionForkEndResult { fork_end: boolean; fork_id: number }
 export interface HealthResult { status: string; sessions_count: number }
 export interface EventSpec { description: string; required: string[]; optional: string[] }
-export interface ListEventsResult { events: Record<string, EventSpec> }
+/** `events`: exactly the nine contract events; `admin_events`: every other one. */
+export interface ListEventsResult { events: Record<string, EventSpec>; admin_events: Record<string, EventSpec> }
 
 /**
- * What the engine (vLLM + LMCache connector) returns. `chunk_hashes` may be
- * missing or null: that means "unknown", never "no chunks".
+ * What the engine (vLLM + LMCache connector) returns. A turn_end needs its
+ * `chunk_hashes` list (`[]` empties the map): without one the daemon refuses the
+ * event, so the client never sends it (a missing list means the engine's
+ * connector is not configured).
  */
 export interface KvTransferParams {
   chunk_hashes?: string[] | null;

@@ -68,7 +68,7 @@ test("a streamed turn sends turn_start, then turn_end with the engine's hashes a
   }
 });
 
-test("a stream without kv_transfer_params (or with null hashes) leaves the map alone", async () => {
+test("a stream without kv_transfer_params (or with null hashes) sends no turn_end; the map stays", async () => {
   let n = 0;
   const engine = await startEngine(() => {
     n++;
@@ -76,6 +76,7 @@ test("a stream without kv_transfer_params (or with null hashes) leaves the map a
     if (n === 2) return sseReply(["b"], undefined, { crlf: true });
     return sseReply(["c"], { chunk_hashes: null });
   });
+  const droppedBefore = sender.stats().dropped;
   try {
     for (let i = 0; i < 3; i++) {
       const r = await runChatTurn({ baseUrl: engine.baseUrl, sessionId: "br-2", body: { messages: [] } }, opts());
@@ -83,6 +84,7 @@ test("a stream without kv_transfer_params (or with null hashes) leaves the map a
     }
     await sender.flush(5000);
     assert.equal(sender.stats().rejected, 0);
+    assert.equal(sender.stats().dropped - droppedBefore, 2, "the two turn_ends without a list were not sent");
     assert.deepEqual((await api.sessionMap("br-2")).chunk_hashes, ["keep-1", "keep-2"]);
   } finally {
     await engine.close();

@@ -1,7 +1,7 @@
 // EventSender and DaemonClient against the real daemon.
 import { after, before, describe, test } from "node:test";
 import assert from "node:assert/strict";
-import { DaemonClient, EventSender, RamAKvError, turnEndPayload } from "../dist/index.js";
+import { DaemonClient, EventSender, MissingChunkHashesError, RamAKvError, turnEndPayload } from "../dist/index.js";
 import { startDaemon } from "./helpers.mjs";
 
 let daemon;
@@ -26,6 +26,8 @@ describe("DaemonClient (request/response)", () => {
       "session_suspend", "session_fork", "session_fork_end", "health"]) {
       assert.ok(l.events[ev], `list_events lacks ${ev}`);
     }
+    assert.equal(Object.keys(l.events).length, 9, "exactly the nine contract events");
+    assert.ok(l.admin_events.list_sessions && l.admin_events.list_events, "admin events apart");
   });
 
   test("ok:false becomes RamAKvError with the daemon's text", async () => {
@@ -43,8 +45,15 @@ describe("DaemonClient (request/response)", () => {
     assert.deepEqual(Object.keys(await api.turnEnd(sid, { chunk_hashes: ["a"] })).sort(),
       ["debug_written", "evicted_count", "map_updated"]);
     assert.deepEqual(await api.sessionMap(sid), { session_id: sid, chunk_hashes: ["a"] });
-    assert.deepEqual(await api.sessionFork(sid), { forked: true });
-    assert.deepEqual(await api.sessionForkEnd(sid), { fork_end: true });
+    const first = await api.sessionFork(sid);
+    assert.equal(first.forked, true);
+    assert.ok(Number.isInteger(first.fork_id) && first.fork_id > 0);
+    const second = await api.sessionFork(sid);
+    assert.ok(second.fork_id > first.fork_id, "fork ids increase");
+    assert.deepEqual(await api.sessionForkEnd(sid, first.fork_id), { fork_end: true, fork_id: first.fork_id });
+    // a retry of a released fork_id: ok, fork_end false, nothing changes
+    assert.deepEqual(await api.sessionForkEnd(sid, first.fork_id), { fork_end: false, fork_id: first.fork_id });
+    assert.deepEqual(await api.sessionForkEnd(sid), { fork_end: true, fork_id: second.fork_id });
     assert.deepEqual(Object.keys(await api.snapshotRestore(sid)).sort(), ["prefetch_count", "prefetch_sent"]);
     const sus = await api.sessionSuspend(sid);
     assert.deepEqual(Object.keys(sus).sort(), ["evicted_count", "suspended"]);
@@ -56,11 +65,11 @@ describe("DaemonClient (request/response)", () => {
 });
 
 describe("turnEndPayload", () => {
-  test("integer hashes become signed hex like the Python SDK; anything else drops the key", () => {
+  test("integer hashes become signed hex like the Python SDK; anything else is refused", () => {
     assert.deepEqual(turnEndPayload("s", { chunk_hashes: ["ab", 31, -31, -0x6ed9a448787a198fn] }).kv_transfer_params,
       { chunk_hashes: ["ab", "1f", "-1f", "-6ed9a448787a198f"] });
     for (const bad of [[1.5], [2 ** 60], [true], [null], [{}]]) {
-      assert.deepEqual(turnEndPayload("s", { chunk_hashes: bad, other: 1 }).kv_transfer_params, { other: 1 });
+      assert.throws(() => turnEndPayload("s", { chunk_hashes: bad, other: 1 }), MissingChunkHashesError);
     }
   });
 
@@ -75,11 +84,17 @@ describe("turnEndPayload", () => {
     assert.match(warnings[0], /could not queue turn_end/);
   });
 
-  test("null, missing or non-list chunk_hashes are left out", () => {
+  test("null, missing or non-list chunk_hashes: never sent (the daemon would refuse it)", async () => {
     for (const kv of [undefined, null, {}, { chunk_hashes: null }, { chunk_hashes: "x" }]) {
-      const p = turnEndPayload("s", kv);
-      assert.deepEqual(p.kv_transfer_params, {}, JSON.stringify(kv));
+      assert.throws(() => turnEndPayload("s", kv), /kv_transfer_params\.chunk_hashes/, JSON.stringify(kv));
     }
+    const warnings = [];
+    const s = new EventSender("http://127.0.0.1:9", { logger: { warn: (m) => warnings.push(m) } });
+    s.turnEnd("s", { chunk_hashes: null });
+    assert.equal(s.droppedCount, 1);
+    assert.equal(s.stats().pending, 0);
+    assert.match(warnings[0], /turn_end for s not sent/);
+    await assert.rejects(new DaemonClient("http://127.0.0.1:9").turnEnd("s", {}), MissingChunkHashesError);
     const p = turnEndPayload("s", { chunk_hashes: ["-1a", "2b"], do_remote_decode: false }, { timing: { ttft_ms: 1 } });
     assert.deepEqual(p, {
       session_id: "s",
@@ -127,7 +142,7 @@ describe("EventSender (fire-and-forget) against the daemon", () => {
     await s.flush(5000);
   });
 
-  test("null or missing chunk_hashes never clear the map", async () => {
+  test("null or missing chunk_hashes are never sent and never clear the map", async () => {
     const s = new EventSender(daemon.url, { logger: quiet });
     const sid = "ts-null";
     s.turnEnd(sid, { chunk_hashes: ["n1", "n2"] });
@@ -136,7 +151,7 @@ describe("EventSender (fire-and-forget) against the daemon", () => {
     s.turnEnd(sid);
     s.turnEnd(sid, null, { timing: { ttft_ms: 3 } });
     assert.equal(await s.flush(5000), true);
-    assert.deepEqual(s.stats(), { sent: 5, rejected: 0, dropped: 0, pending: 0 });
+    assert.deepEqual(s.stats(), { sent: 1, rejected: 0, dropped: 4, pending: 0 });
     assert.deepEqual((await api.sessionMap(sid)).chunk_hashes, ["n1", "n2"]);
     s.turnEnd(sid, { chunk_hashes: [] });
     await s.flush(5000);
