@@ -267,7 +267,8 @@ async def test_reads_during_a_burst_on_a_full_disk_see_only_acknowledged_maps(
         {"type": "turn_end", "session_id": f"s{i % 3 + 1}",
          "kv_transfer_params": {"chunk_hashes": ["sys", f"n{i}"]}} for i in range(40)
     ] + [{"type": "session_close", "session_id": "s2"}, {"type": "turn_end", "session_id": "new",
-                                                         "kv_transfer_params": {}}]
+                                                         "kv_transfer_params": {
+                                                             "chunk_hashes": ["sys"]}}]
     reads = [{"type": "session_map", "session_id": f"s{i % 3 + 1}"} for i in range(40)] + [
         {"type": "list_sessions"}, {"type": "health"},
         {"type": "chunk_info", "chunk_hashes": ["sys", "n1"]}] * 5
