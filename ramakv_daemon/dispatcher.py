@@ -233,7 +233,6 @@ class BackendDispatcher:
             # The heap may hold stale entries (delivered or re-queued since): waking for
             # one early only costs a pop.
             waits.append(self._later[0][0] - now)
-
         return max(0.0, min(waits)) if waits else None
 
     def _promote(self, now: float) -> None:
@@ -286,7 +285,8 @@ class BackendDispatcher:
             )
 
     async def _keep_loop(self) -> None:
-        """Its own task: a keep must get through while an evict call is still out."""
+        """Its own task: a keep must get through while an evict call is still out (a commit
+        is waiting for its answer)."""
         while not self._closing:
             timeout = None
             if self.window.keeps:
@@ -305,7 +305,8 @@ class BackendDispatcher:
                 self._keep_due = time.monotonic() + RECHECK_S
 
     async def _send_keeps(self) -> None:
-        """Keeps owed to the cache go before any eviction; retried until their deadline."""
+        """Send every keep owed in one call, on the evict pool but its own task; a failed
+        call is retried, backing off, until each keep gives up (then it is exposed)."""
         window = self.window
         if not window.keeps or time.monotonic() < self._keep_due:
             return
