@@ -10,6 +10,7 @@ from dataclasses import dataclass
 # A failed call may still be acted on late by a cache that hung: its chunks stay watched
 # this long (re-references in it are reported, and kept where the cache defers).
 FAILED_HORIZON_S = 60.0
+TRACE_HASHES = 20  # hashes named in one evict_window trace record
 
 
 @dataclass(slots=True)
@@ -192,3 +193,16 @@ class EvictWindow:
             self._pruned_at = now
             for h in [h for h, w in self.open.items() if w.until < now]:
                 del self.open[h]
+
+
+def window_record(key: str, outcome: str, hashes: list[str]) -> dict[str, object] | None:
+    """The trace record of one window outcome (None for those only measured)."""
+    if outcome not in ("kept", "missed", "exposed", "repeated"):
+        return None
+    record: dict[str, object] = {
+        "kind": "evict_window", "ts": time.time(), "outcome": outcome,
+        "count": len(hashes), "hashes": hashes[:TRACE_HASHES],
+    }
+    if key:
+        record["namespace"] = key
+    return record

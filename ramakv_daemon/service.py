@@ -7,8 +7,7 @@ import contextlib
 import json
 import logging
 import time
-from collections.abc import Callable, Generator
-from contextlib import ExitStack
+from collections.abc import Callable
 from typing import Any
 
 from ramakv_daemon.committer import GroupCommitter
@@ -20,23 +19,17 @@ from ramakv_daemon.core.fork import Fork
 from ramakv_daemon.core.manager import SessionManager
 from ramakv_daemon.core.session import Session
 from ramakv_daemon.debug_files import wants_debug_file, write_debug_file
+from ramakv_daemon.evict_window import window_record
 from ramakv_daemon.handlers import DEFAULT_REGISTRY, Registry
 from ramakv_daemon.idempotency import AnswerCache
 from ramakv_daemon.metrics import DaemonMetrics
 from ramakv_daemon.namespaces import BackendFactory, Namespace, Namespaces
 from ramakv_daemon.ports import Backend, SessionStore, StoreError
+from ramakv_daemon.reads import READ_EVENTS, finish_read, first_step, read_committed
 from ramakv_daemon.trace import TraceHub
 
 log = logging.getLogger("ramakv")
 
-# Events that only read state (turn_start also refreshes last_event_ts and prefetches):
-# while commits are in flight they answer from committed state.
-READ_EVENTS = frozenset(
-    {"session_map", "health", "list_sessions", "chunk_info", "list_events",
-     "list_namespaces", "turn_start"}
-)
-READS_WITH_EFFECT = frozenset({"turn_start"})
-WINDOW_TRACE_HASHES = 20  # hashes named in one evict_window trace record
 
 
 class EventService:
@@ -243,14 +236,17 @@ class EventService:
     ) -> Change:
         """Apply a handler; a read or a refusal never answers from a change still in doubt.
 
-        A read while changes wait for their commit is evaluated as of before them (the
-        committed state: :meth:`_read_committed`). A write refused while changes are in
+        A read while changes wait for their commit answers the committed state
+        (:func:`ramakv_daemon.reads.read_committed`). A write refused while changes are in
         doubt could be contradicted by their rollback: wait for them, then apply again
         (a refusal changed nothing, so applying again is safe).
         """
         busy = self.committer.busy
         if busy and type_ in READ_EVENTS:
-            return await self._read_committed(type_, apply, payload, ns)
+            return await read_committed(
+                type_, apply, payload, ns, self.namespaces.managers, self.committer,
+                self._delta, self.clock(),
+            )
         try:
             change = apply(ns.ctx, payload, self.clock())
         except RamAKvError:
@@ -263,33 +259,7 @@ class EventService:
         if busy and not (change.durable or change.evict_delete or change.evict_demote):
             await self.committer.barrier()
             change = apply(ns.ctx, payload, self.clock())
-        change = await _finish_read(_first_step(change))
-        change.namespace = ns.key
-        return change
-
-    async def _read_committed(
-        self, type_: str, apply: Any, payload: dict[str, Any], ns: Namespace
-    ) -> Change:
-        """A read answered from committed state: every namespace's uncommitted changes are
-        taken out for the (synchronous) apply and put back after it, so the answer is the
-        one a reader would get if every change in doubt were rolled back — and it is also
-        right when they commit, because none of them is acknowledged yet."""
-        now = self.clock()
-        if type_ in READS_WITH_EFFECT:
-            # turn_start's advisory last_event_ts and its prefetch apply to the live state.
-            try:
-                apply(ns.ctx, payload, now)
-            except RamAKvError:
-                pass
-        with ExitStack() as stack:
-            for key, manager in self.namespaces.managers.items():
-                pending = self.committer.uncommitted(key)
-                if pending:
-                    stack.enter_context(manager.as_committed(pending))
-            result = _first_step(apply(ns.ctx, payload, now))  # may raise: the answer
-            if not isinstance(result, Generator):
-                result.notes["_delta"] = self._delta(result)
-        change = await _finish_read(result)
+        change = await finish_read(first_step(change))
         change.namespace = ns.key
         return change
 
@@ -361,19 +331,12 @@ class EventService:
     def _window_report(self, key: str, outcome: str, hashes: list[str], seconds: float) -> None:
         """The eviction window's reports: metrics; a trace record for each outcome."""
         self.metrics.window(outcome, len(hashes), seconds)
-        if outcome in ("kept", "missed", "exposed", "repeated"):
-            record: dict[str, Any] = {
-                "kind": "evict_window", "ts": time.time(), "outcome": outcome,
-                "count": len(hashes), "hashes": hashes[:WINDOW_TRACE_HASHES],
-            }
-            if key:
-                record["namespace"] = key
+        record = window_record(key, outcome, hashes)
+        if record is not None:
             self.trace.publish(record)
             if outcome == "exposed":
-                log.warning(
-                    "%d chunks referenced again while their eviction may have been acted on "
-                    "(namespace %r): %s", len(hashes), key, hashes[:WINDOW_TRACE_HASHES],
-                )
+                log.warning("%d chunks referenced again while their eviction may have been "
+                            "acted on (namespace %r): %s", len(hashes), key, record["hashes"])
 
     def _backend_failed(self, op: str, count: int, result: Any, backlog: int) -> None:
         self.trace.publish(
@@ -607,32 +570,6 @@ def _lmcache_factory(config: Config) -> BackendFactory:
         )
 
     return make
-
-
-def _first_step(result: Change | Generator[None, None, Change]) -> Any:
-    """A sliced read (a generator) run to its first yield, where it took its snapshot;
-    the change itself when there is nothing more to run."""
-    if not isinstance(result, Generator):
-        return result
-    try:
-        next(result)
-    except StopIteration as done:
-        return done.value
-    return result
-
-
-async def _finish_read(result: Change | Generator[None, None, Change]) -> Change:
-    """A plain change as is; a sliced read run to its end, one slice per loop iteration
-    so other events run in between (its first step, the snapshot, has run)."""
-    while isinstance(result, Generator):
-        await asyncio.sleep(0)
-        try:
-            next(result)
-        except StopIteration as done:
-            change: Change = done.value
-            change.notes.setdefault("_delta", {"sessions": {}, "refcounts": {}})
-            return change
-    return result
 
 
 def _cut(text: Any, limit: int = 200) -> Any:
