@@ -1,7 +1,7 @@
 """`make bench`: every benchmark, side by side, into bench/results/latest.{json,md}.
 
 Usage: python -m bench [--quick] [--only NAME[,NAME]] — names: throughput, recovery, memory,
-sdk, proxy, cache, admin_stall.
+sdk, proxy, cache, console, admin_stall.
 """
 
 from __future__ import annotations
@@ -95,9 +95,17 @@ def _admin_stall(quick: bool) -> tuple[dict, str]:
     return res, admin_stall.table(res)
 
 
+def _console(quick: bool) -> tuple[dict, str]:
+    from bench import console_scale
+
+    scales = [(4000, 22), (10_000, 512)] if quick else [(4000, 22), (50_000, 512)]
+    res = console_scale.run(scales)
+    return res, console_scale.table(res)
+
+
 BENCHES: dict[str, Callable[[bool], tuple[dict, str]]] = {
     "throughput": _throughput, "recovery": _recovery, "memory": _memory,
-    "sdk": _sdk, "proxy": _proxy, "cache": _cache,
+    "sdk": _sdk, "proxy": _proxy, "cache": _cache, "console": _console,
     "admin_stall": _admin_stall,
 }
 

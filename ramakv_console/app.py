@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Callable, Iterable
 from functools import partial
@@ -15,7 +16,7 @@ from textual.reactive import reactive
 from textual.screen import Screen
 
 from ramakv_console import config_io
-from ramakv_console.daemon_link import DaemonLink, LinkDown, open_link
+from ramakv_console.daemon_link import DaemonLink, LinkDown, open_link, token_for
 from ramakv_console.messages import Daemon, Sessions
 from ramakv_console.screens.config_editor import ConfigScreen
 from ramakv_console.screens.fire_event import FireEventScreen
@@ -26,6 +27,18 @@ from ramakv_console.screens.sessions import SessionsScreen
 from ramakv_console.screens.trace import TraceScreen
 from ramakv_console.state import STATUS, Changes, ConsoleState
 from ramakv_console.themes import DEFAULT_THEME, load_themes
+
+
+def readable(data: Any) -> str:
+    """An answer's data as `key=value` pairs (JSON spelling: true, null), not a dict repr."""
+    if not isinstance(data, dict):
+        return json.dumps(data)
+    parts = []
+    for k, v in data.items():
+        shown = v if isinstance(v, str) else json.dumps(v)
+        parts.append(f"{k}={shown}")
+    return ", ".join(parts) or "ok"
+
 
 VIEWS = {"sessions": "Sessions", "refcounts": "Refcounts", "trace": "Trace",
          "fire": "Fire an event", "config": "Config editor"}
@@ -51,20 +64,23 @@ class ConsoleApp(App[None]):
 
     revision: reactive[int] = reactive(0, init=False)
     connection: reactive[tuple[bool, str]] = reactive((False, "connecting"))
+    connection_error: reactive[str] = reactive("")
     catalogue: reactive[dict[str, Any]] = reactive(dict)  # contract and admin events
     admin_events: frozenset[str] = frozenset()  # which of them list_events calls admin
 
     def __init__(self, url: str, link: DaemonLink | None = None, *,
                  daemon_config: Path | None = None, sdk_config: Path | None = None,
                  theme: str | None = None, theme_dirs: list[Path] | None = None,
-                 clock: Callable[[], float] = time.time, flush_every: float = 0.1) -> None:
+                 clock: Callable[[], float] = time.time, flush_every: float = 0.1,
+                 token: str | None = None) -> None:
         super().__init__()
         self.url = url
-        self.link: DaemonLink = link or open_link(url)
+        self.sdk_config_path = sdk_config or config_io.sdk_config_path()
+        self.link: DaemonLink = link or open_link(
+            url, token if token is not None else token_for(url, self.sdk_config_path))
         self.state = ConsoleState(clock=clock)
         self.last_changes = Changes()
         self.daemon_config_path = daemon_config or config_io.daemon_config_path()
-        self.sdk_config_path = sdk_config or config_io.sdk_config_path()
         self.wanted_theme = theme
         self.theme_dirs = theme_dirs
         self.flush_every = flush_every
@@ -99,13 +115,18 @@ class ConsoleApp(App[None]):
             self._pending.append(rec)
             if rec.get("kind") == STATUS:
                 connected, detail = bool(rec.get("connected")), str(rec.get("detail", ""))
+                self.connection_error = "" if connected else str(rec.get("error") or "")
                 self.connection = (connected, detail)
                 self.post_message(Daemon.ConnectionChanged(connected, detail))
                 if connected:
                     self.load_catalogue()
 
     def flush(self) -> None:
-        """Apply what arrived since the last flush, then let every view catch up once."""
+        """Apply what arrived since the last flush, then let every view catch up once.
+
+        Records are coalesced: at most one redraw per ``flush_every`` (0.1 s), whatever the
+        event rate, and each view's work follows what the batch changed.
+        """
         if not self._pending:
             return
         batch, self._pending = self._pending, []
@@ -114,14 +135,18 @@ class ConsoleApp(App[None]):
         self.post_message(Daemon.StateUpdated(self.last_changes))
 
     # ---- talking to the daemon ----------------------------------------------------------
-    async def send_event(self, event: dict[str, Any]) -> dict[str, Any]:
-        """POST an event; the envelope, or an ok:false one when the daemon is unreachable."""
+    async def send_event(self, event: dict[str, Any], quiet: bool = False) -> dict[str, Any]:
+        """POST an event; the envelope, or an ok:false one when the daemon is unreachable.
+
+        ``quiet``: the views' own reads (pages of maps and refcounts) are not announced.
+        """
         try:
             envelope = await self.link.send(event)
         except LinkDown as err:
             envelope = {"ok": False, "type": event.get("type"),
                         "error": f"daemon unreachable: {err}"}
-        self.post_message(Daemon.EventAnswered(event, envelope))
+        if not quiet:
+            self.post_message(Daemon.EventAnswered(event, envelope))
         return envelope
 
     @work(exclusive=True, group="catalogue")
@@ -142,7 +167,7 @@ class ConsoleApp(App[None]):
         """Send a session event and say how it went."""
         env = await self.send_event({"type": event_type, "session_id": session_id})
         if env.get("ok"):
-            self.notify(f"{event_type} {session_id}: {env.get('data')}")
+            self.notify(f"{event_type} {session_id}: {readable(env.get('data'))}")
         else:
             self.notify(f"{event_type} {session_id} failed: {env.get('error')}",
                         severity="error")
@@ -162,6 +187,7 @@ class ConsoleApp(App[None]):
             form_type = screen.query_one("#event-type").value  # type: ignore[attr-defined]
             kind = form_type if isinstance(form_type, str) else "turn_end"
             await screen.choose(kind, session_id=session_id)
+            screen.focus_first_field()
 
     def action_help(self) -> None:
         if not isinstance(self.screen, HelpScreen):

@@ -12,7 +12,7 @@ import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlparse
+from urllib.parse import urlsplit
 
 import tomli_w
 
@@ -77,6 +77,8 @@ DAEMON_FIELDS: tuple[FieldSpec, ...] = (
     FieldSpec("fork_hold_ttl_s", "float0", 86400.0, "a fork hold older than this is "
               "released as its fork_end would be (s; 0 = never)"),
     FieldSpec("max_forks_per_session", "int", 64, "most open forks one session may have"),
+    FieldSpec("ready_max_evict_backlog", "count", 100_000, "GET /readyz fails while more "
+              "evictions wait (0 = no bound)"),
 )
 # Keys the form does not edit but every save keeps as they are: [[deployments]] tables
 # (edit them in the file; docs/namespaces.md).
@@ -157,9 +159,9 @@ def parse_value(spec: FieldSpec, text: str) -> Any:
             raise ValueError(f"{spec.name}: expected HOST:PORT, e.g. 127.0.0.1:6998")
         return t
     if kind == "url":
-        u = urlparse(t)
-        if u.scheme not in ("http", "https") or not u.netloc:
-            raise ValueError(f"{spec.name}: expected an http:// or https:// URL")
+        problem = url_problem(t)
+        if problem:
+            raise ValueError(f"{spec.name}: {problem}")
         return t
     if kind == "path":
         if not t or "\x00" in t:
@@ -171,6 +173,37 @@ def parse_value(spec: FieldSpec, text: str) -> Any:
             raise ValueError(f"{spec.name}: expected one of {', '.join(options)}")
         return t.upper()
     return text  # str / secret: taken as typed
+
+
+def url_problem(text: str) -> str | None:
+    """Why ``text`` is not an http(s) base URL with a host and a valid port, or None.
+
+    The console cannot import the daemon's config module, so it checks the same things
+    itself: scheme, host, a numeric port from 1 to 65535, no stray characters.
+    """
+    try:
+        u = urlsplit(text)
+        port = u.port  # ValueError for "6999XYZ" or 70000
+    except ValueError as err:
+        return f"not a valid URL ({err})"
+    if u.scheme not in ("http", "https"):
+        return "expected an http:// or https:// URL"
+    if not u.hostname:
+        return "the URL has no host"
+    if port == 0:
+        return "port must be from 1 to 65535"
+    if any(c.isspace() for c in text) or u.query or u.fragment:
+        return "expected a base URL like http://localhost:6999 (no spaces, query or #)"
+    return None
+
+
+def toml_text(value: Any) -> str:
+    """A value as TOML writes it (true, not True; quoted strings)."""
+    if value is None:
+        return "(unset)"
+    if isinstance(value, list | tuple):
+        return "[" + ", ".join(toml_text(v) for v in value) + "]"
+    return tomli_w.dumps({"v": value}).split("=", 1)[1].strip()
 
 
 def format_value(value: Any) -> str:
@@ -193,9 +226,8 @@ class Diff:
 
     def line(self) -> str:
         """'- key = old' / '+ key = new' lines for the review dialog."""
-        old = "(unset)" if self.old is None else repr(self.old)
         note = "  [restart needed]" if self.needs_restart else ""
-        return f"{self.key}: {old} -> {self.new!r}{note}"
+        return f"{self.key}: {toml_text(self.old)} -> {toml_text(self.new)}{note}"
 
 
 def merge(original: dict[str, Any], edits: dict[str, Any],

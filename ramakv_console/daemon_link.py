@@ -4,14 +4,22 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import Any, Protocol
 
 from ramakv_console.state import STATUS
 from ramakv_sdk.client import AsyncClient
-from ramakv_sdk.config import auth_token, daemon_url
-from ramakv_sdk.errors import DaemonUnavailable, RamAKvError
+from ramakv_sdk.config import daemon_url, load_config
+from ramakv_sdk.errors import (
+    DaemonUnavailable,
+    RamAKvError,
+    TraceProtocolMismatch,
+    TraceUnauthorized,
+)
 
 SLOW_CLOSE_CODE = 4008  # the daemon closed a subscriber that fell behind
+HISTORY = 500  # recent records asked for with a fresh snapshot (the logs start filled)
+REFUSED_RETRY_S = 30.0  # a refused token or protocol: retried slowly (it may be fixed)
 
 
 class LinkDown(Exception):
@@ -41,9 +49,17 @@ def default_url() -> str:
     return daemon_url()
 
 
-def status(connected: bool, detail: str) -> dict[str, Any]:
-    """A connection marker."""
-    return {"kind": STATUS, "connected": connected, "detail": detail}
+def token_for(url: str, sdk_config: Path | None = None) -> str | None:
+    """The SDK config's auth_token, when that config names this daemon_url (as `ramakv`)."""
+    cfg = load_config(sdk_config)
+    if cfg is None or not cfg.auth_token:
+        return None
+    return cfg.auth_token if cfg.daemon_url == url.rstrip("/") else None
+
+
+def status(connected: bool, detail: str, error: str = "") -> dict[str, Any]:
+    """A connection marker; ``error`` says what kind of failure (see ConnectionBanner)."""
+    return {"kind": STATUS, "connected": connected, "detail": detail, "error": error}
 
 
 class SdkLink:
@@ -51,7 +67,7 @@ class SdkLink:
 
     def __init__(self, url: str, token: str | None = None, timeout: float = 5.0) -> None:
         self.url = url
-        self.client = AsyncClient(url, timeout=timeout, token=token or auth_token())
+        self.client = AsyncClient(url, timeout=timeout, token=token)
 
     async def send(self, event: dict[str, Any]) -> dict[str, Any]:
         try:
@@ -64,15 +80,15 @@ class SdkLink:
     async def trace(self) -> AsyncIterator[dict[str, Any]]:
         """The SDK's subscription; its markers become ``_status`` records.
 
-        After a slow-subscriber close (4008) the SDK resumes with ``?since=``. Any other
-        drop may be a daemon restart, whose sequence numbers start again from 0, so a
-        ``since`` from before would replay the wrong range: the console then subscribes
-        afresh and rebuilds from the new snapshot. A refused handshake (bad token) is
-        retried every few seconds, so the banner stays up instead of the console dying.
+        After a slow-subscriber close (4008) the SDK resumes with ``?since=`` (a replay).
+        Any other drop may be a daemon restart, whose sequence numbers start again from 0,
+        so the console subscribes afresh and rebuilds from the new snapshot (with recent
+        history). A refused token (401) or another protocol version is said as such and
+        retried every 30 s, so the banner stays up instead of the console dying.
         """
         connected = False
         while True:
-            sub = self.client.subscribe_trace()
+            sub = self.client.subscribe_trace(history=HISTORY)
             had_data = False
             try:
                 async for rec in sub:
@@ -81,19 +97,28 @@ class SdkLink:
                         connected = False
                         code = rec.get("code")
                         why = rec.get("reason") or "connection lost"
-                        yield status(False, f"{why} (code {code})" if code else str(why))
+                        yield status(False, f"{why} (code {code})" if code else str(why),
+                                     str(rec.get("error") or "unreachable"))
                         if had_data and code != SLOW_CLOSE_CODE:
                             break  # resubscribe for a fresh snapshot (see above)
                         continue
                     if kind == "reconnected" or not connected:
                         connected = True
                         yield status(True, "connected")
-                    if kind in ("snapshot", "event"):
+                    if kind in ("snapshot", "snapshot_sessions", "event"):
                         had_data = True
                         yield rec
+            except TraceUnauthorized as err:
+                connected = False
+                yield status(False, err.message, "unauthorized")
+                await asyncio.sleep(REFUSED_RETRY_S)
+            except TraceProtocolMismatch as err:
+                connected = False
+                yield status(False, err.message, "protocol")
+                await asyncio.sleep(REFUSED_RETRY_S)
             except RamAKvError as err:
                 connected = False
-                yield status(False, str(err))
+                yield status(False, str(err), "refused")
                 await asyncio.sleep(5.0)
             finally:
                 await sub.aclose()

@@ -1,4 +1,9 @@
-"""The console's mirror of daemon state, kept current from trace records (pure, no UI)."""
+"""The console's mirror of daemon state, kept current from protocol 2 trace records (pure).
+
+Protocol 2 sends session summaries, never maps: the mirror holds one small row per
+session and the daemon's totals; maps and refcounts are read on demand (session_chunks,
+chunk_top). Applying a batch costs what the batch changed, never the number of sessions.
+"""
 
 from __future__ import annotations
 
@@ -13,35 +18,32 @@ STATUS = "_status"  # kind of the connection markers mixed into the event histor
 
 @dataclass(slots=True)
 class SessionView:
-    """One session as the trace reports it."""
+    """One session as the trace summarises it."""
 
     session_id: str
     state: str = "active"
     turn_count: int = 0
-    chunk_hashes: list[str] = field(default_factory=list)
-    fork_holds: list[list[str]] = field(default_factory=list)
+    chunk_count: int = 0
+    shared_count: int | None = 0  # None: the daemon has not computed it yet
+    fork_holds: int = 0
     last_event_ts: float = 0.0
     namespace: str = ""  # "" = the daemon's default namespace (the field is then absent)
 
     @classmethod
     def from_dict(cls, sid: str, d: dict[str, Any]) -> SessionView:
-        """Build from a snapshot/delta session object."""
+        """Build from a snapshot row or a delta's session summary."""
+        holds = d.get("fork_holds") or 0
         return cls(
             session_id=str(d.get("session_id", sid)),
             state=str(d.get("state", "active")),
-            turn_count=int(d.get("turn_count", 0) or 0),
-            chunk_hashes=[str(h) for h in d.get("chunk_hashes") or []],
-            fork_holds=[[str(h) for h in hold] for hold in d.get("fork_holds") or []],
+            turn_count=int(d.get("turn_count") or 0),
+            chunk_count=int(d.get("chunk_count") or 0),
+            shared_count=(None if d.get("shared_count", 0) is None
+                          else int(d.get("shared_count") or 0)),
+            fork_holds=holds if isinstance(holds, int) else len(holds),
             last_event_ts=float(d.get("last_event_ts") or 0.0),
             namespace=str(d.get("namespace") or ""),
         )
-
-    def held(self) -> set[str]:
-        """Hashes this session holds a reference on (its map when active, plus fork holds)."""
-        out = set(self.chunk_hashes) if self.state == "active" else set()
-        for hold in self.fork_holds:
-            out.update(hold)
-        return out
 
 
 @dataclass(slots=True)
@@ -50,14 +52,15 @@ class Changes:
 
     reset: bool = False
     sessions: set[str] = field(default_factory=set)
-    chunks: set[str] = field(default_factory=set)
+    chunks: dict[str, int] = field(default_factory=dict)  # hash -> new refcount (0 = gone)
     events: list[dict[str, Any]] = field(default_factory=list)
+    dropped_events: int = 0  # records of this batch not kept for the logs (a burst)
 
     def merge(self, other: Changes) -> None:
         """Fold ``other`` into this one."""
         self.reset = self.reset or other.reset
         self.sessions |= other.sessions
-        self.chunks |= other.chunks
+        self.chunks.update(other.chunks)
         self.events.extend(other.events)
 
 
@@ -75,24 +78,29 @@ def age_text(seconds: float) -> str:
 
 
 class ConsoleState:
-    """Sessions, refcounts, a holder index and recent events; updated record by record."""
+    """Session rows, totals and recent events; updated record by record."""
 
     def __init__(self, clock: Callable[[], float] = time.time, max_events: int = 5000) -> None:
         self.clock = clock
         self.sessions: dict[str, SessionView] = {}
-        self.refcounts: dict[str, int] = {}
-        self.holders: dict[str, set[str]] = {}
+        self.suspended = 0  # kept as rows change: the header never recounts
+        self.totals: dict[str, int] = {"sessions": 0, "chunks": 0, "references": 0}
         # fork id -> {fork_id, session_id, created_ts, chunk_count}: open forks, also those
         # of closed parents (a fork outlives its parent's close).
         self.forks: dict[int, dict[str, Any]] = {}
         self.events: deque[dict[str, Any]] = deque(maxlen=max_events)
         self.seq = 0
+        self.loading = False  # a snapshot's parts are still arriving
         self.event_times: deque[float] = deque(maxlen=20000)
 
     # ---- derived views ----------------------------------------------------------------
     def references(self) -> int:
-        """Sum of all refcounts."""
-        return sum(self.refcounts.values())
+        """Sum of all refcounts (the daemon's total)."""
+        return self.totals.get("references", 0)
+
+    def chunk_total(self) -> int:
+        """Distinct referenced chunks (the daemon's total)."""
+        return self.totals.get("chunks", 0)
 
     def events_per_second(self, window: float = 5.0) -> float:
         """Events seen in the last ``window`` seconds, per second."""
@@ -101,19 +109,11 @@ class ConsoleState:
             self.event_times.popleft()
         return len(self.event_times) / window
 
-    def shared_count(self, sid: str) -> int:
-        """Distinct chunks of this session's map that some other session also holds."""
+    def shared_count(self, sid: str) -> int | None:
+        """Distinct chunks of this session's map some other session also holds (as the
+        daemon computed it when it last sent the session; None: not computed yet)."""
         s = self.sessions.get(sid)
-        if s is None:
-            return 0
-        holders = self.holders
-        empty: set[str] = set()
-        # "held by someone else" without building a set difference: a system prompt's
-        # holder set has one entry per session, and this runs for every row.
-        return sum(
-            1 for h in set(s.chunk_hashes)
-            if len(hs := holders.get(h, empty)) > 1 or (hs and sid not in hs)
-        )
+        return s.shared_count if s is not None else 0
 
     def age(self, sid: str) -> str:
         """Time since the session's last event."""
@@ -158,89 +158,85 @@ class ConsoleState:
         return out
 
     # ---- updates ------------------------------------------------------------------------
-    def _unindex(self, s: SessionView, changes: Changes) -> None:
-        for h in s.held():
-            owners = self.holders.get(h)
-            if owners is None:
-                continue
-            owners.discard(s.session_id)
-            if len(owners) == 1:
-                changes.sessions |= owners  # no longer shared with anyone
-            if not owners:
-                del self.holders[h]
-
-    def _index(self, s: SessionView, changes: Changes) -> None:
-        for h in s.held():
-            owners = self.holders.setdefault(h, set())
-            if len(owners) == 1:
-                changes.sessions |= owners  # becomes shared
-            owners.add(s.session_id)
-
-    def _put_session(self, sid: str, value: Any, changes: Changes) -> None:
+    def _put(self, sid: str, value: Any, changes: Changes) -> None:
         old = self.sessions.get(sid)
-        if old is not None:
-            self._unindex(old, changes)
+        if old is not None and old.state == "suspended":
+            self.suspended -= 1
         changes.sessions.add(sid)
-        if value is None:
+        if not isinstance(value, dict):
             self.sessions.pop(sid, None)
             return
-        if isinstance(value, dict):
-            new = SessionView.from_dict(sid, value)
-        else:  # a bare state string
-            new = SessionView(sid) if old is None else SessionView.from_dict(sid, {
-                "state": old.state, "turn_count": old.turn_count,
-                "chunk_hashes": old.chunk_hashes, "fork_holds": old.fork_holds,
-                "last_event_ts": old.last_event_ts})
-            new.state = str(value)
+        new = SessionView.from_dict(sid, value)
         self.sessions[sid] = new
-        self._index(new, changes)
+        if new.state == "suspended":
+            self.suspended += 1
 
     def apply_snapshot(self, msg: dict[str, Any]) -> Changes:
-        """Replace everything with a snapshot message."""
-        changes = Changes(reset=True)
+        """A snapshot header: forget every row; its parts follow."""
         self.sessions.clear()
-        self.holders.clear()
-        for sid, d in (msg.get("sessions") or {}).items():
-            self._put_session(sid, d, changes)
-        self.refcounts = {h: int(n) for h, n in (msg.get("refcounts") or {}).items() if n}
-        changes.chunks = set(self.refcounts)
         self.forks.clear()
-        self._put_forks(msg.get("forks") or {})
+        self.suspended = 0
+        self.totals = dict(msg.get("totals") or self.totals)
         self.seq = int(msg.get("seq") or 0)
+        self.loading = True
+        return Changes(reset=True)
+
+    def apply_part(self, msg: dict[str, Any]) -> Changes:
+        """A snapshot_sessions part: its rows (and, filtered, its chunks' refcounts)."""
+        changes = Changes()
+        for row in msg.get("sessions") or ():
+            if isinstance(row, dict) and isinstance(row.get("session_id"), str):
+                self._put(row["session_id"], row, changes)
+                self._put_forks({str(f["fork_id"]): f for f in row.get("forks") or ()})
+        # Forks of closed parents (a live parent's come with its row).
+        changes.sessions |= self._put_forks(
+            {str(f["fork_id"]): f for f in msg.get("forks") or () if isinstance(f, dict)})
+        for h, n in (msg.get("refcounts") or {}).items():
+            changes.chunks[str(h)] = int(n)
+        if msg.get("last"):
+            self.loading = False
         return changes
 
-    def apply_event(self, rec: dict[str, Any]) -> Changes:
-        """Apply one event record's delta and remember the record."""
-        changes = Changes(events=[rec])
-        self.events.append(rec)
+    def apply_event(self, rec: dict[str, Any], keep: bool = True) -> Changes:
+        """Apply one event record's delta (and remember it for the logs when ``keep``)."""
+        changes = Changes(events=[rec] if keep else [])
+        if keep:
+            self.events.append(rec)
         self.event_times.append(time.monotonic())
         if isinstance(rec.get("seq"), int):
             self.seq = rec["seq"]
+        if isinstance(rec.get("totals"), dict):
+            self.totals = rec["totals"]
         delta = rec.get("delta") or {}
         for sid, value in (delta.get("sessions") or {}).items():
-            self._put_session(sid, value, changes)
+            self._put(sid, value, changes)
         forks = delta.get("forks") or {}
         if forks:
             changes.sessions |= self._put_forks(forks)
         for h, n in (delta.get("refcounts") or {}).items():
-            changes.chunks.add(h)
-            if n:
-                self.refcounts[h] = int(n)
-            else:
-                self.refcounts.pop(h, None)
+            changes.chunks[h] = int(n or 0)
         return changes
 
-    def apply(self, records: Iterable[dict[str, Any]]) -> Changes:
-        """Apply a batch of trace records (snapshots and events) in order."""
-        total = Changes()
-        for rec in records:
+    def apply(self, records: Iterable[dict[str, Any]], keep_last: int = 500) -> Changes:
+        """Apply a batch of trace records in order; only the newest ``keep_last`` events
+        of a burst go to the logs (the state takes every one)."""
+        batch = list(records)
+        events = sum(1 for r in batch if r.get("kind") == "event")
+        skip = max(0, events - keep_last)
+        total = Changes(dropped_events=skip)
+        for rec in batch:
             kind = rec.get("kind")
             if kind == "snapshot":
                 snap = self.apply_snapshot(rec)  # a snapshot supersedes earlier changes
-                snap.events = total.events + snap.events
+                snap.events = total.events
+                snap.dropped_events = total.dropped_events
                 total = snap
+            elif kind == "snapshot_sessions":
+                total.merge(self.apply_part(rec))
             elif kind == "event":
-                total.merge(self.apply_event(rec))
+                keep = skip <= 0
+                skip -= 1
+                total.merge(self.apply_event(rec, keep))
             elif kind == STATUS:
                 self.events.append(rec)
                 total.events.append(rec)

@@ -11,7 +11,10 @@ import sys
 from aiohttp import web
 
 from ramakv_daemon import config as config_mod
+from ramakv_daemon.config import ConfigError
 from ramakv_daemon.http.app import init_app
+from ramakv_daemon.ports import StoreError
+from ramakv_sdk.version import add_version_flag, package_version
 
 log = logging.getLogger("ramakv")
 
@@ -27,6 +30,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--store", help="SQLite file (overrides session_store_path)")
     p.add_argument("--noop", action="store_true", help="use the noop backend (steer nothing)")
     p.add_argument("--log-level", default="INFO", help="DEBUG, INFO, WARNING (default INFO)")
+    p.add_argument(
+        "--check-config", action="store_true",
+        help="print the effective config (file + flags) as TOML and exit: 0 valid, 2 not",
+    )
+    add_version_flag(p)
     return p.parse_args(argv)
 
 
@@ -40,44 +48,67 @@ def is_loopback(host: str) -> bool:
         return False
 
 
+EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
+
+
 def main(argv: list[str] | None = None) -> int:
-    """Load config, start the daemon, serve until SIGINT/SIGTERM."""
+    """Load config, start the daemon, serve until SIGINT/SIGTERM.
+
+    Exit codes: 0 stopped cleanly, 1 the store or the port could not be used (the log
+    names the file or address), 2 bad config or flags.
+    """
     args = parse_args(argv)
     logging.basicConfig(
-        stream=sys.stdout,
+        stream=sys.stderr if args.check_config else sys.stdout,
         level=getattr(logging, str(args.log_level).upper(), logging.INFO),
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
-    cfg, warnings = config_mod.load(args.config)
+    try:
+        cfg, warnings = config_mod.load_for_cli(args.config)
+    except ConfigError as err:
+        log.error("%s; refusing to start", err)
+        return EXIT_USAGE
     for w in warnings:
         log.warning("%s", w)
     cfg = cfg.with_overrides(
         listen_addr=args.listen, session_store_path=args.store, noop_backend=args.noop or None
     )
-    try:
-        host, port = cfg.host_port
-    except ValueError as err:
-        log.error("%s", err)
-        return 2
+    problem = config_mod.listen_problem(cfg.listen_addr)
+    if problem is not None:
+        log.error("listen_addr %s", problem)
+        return EXIT_USAGE
+    host, port = cfg.host_port
     if not is_loopback(host) and not cfg.auth_token:
         log.error(
             "refusing to bind %s: a non-loopback listen_addr needs auth_token in the config",
             cfg.listen_addr,
         )
-        return 2
+        return EXIT_USAGE
+    if args.check_config:
+        import tomli_w
+
+        sys.stdout.write(f"# effective config of ram-a-kv {package_version()} "
+                         f"(file: {config_mod.resolve_path(args.config)})\n")
+        sys.stdout.write(tomli_w.dumps(config_mod.effective(cfg)))
+        return EXIT_OK
     log.info(
-        "ram-a-kv daemon starting addr=%s noop=%s store=%s lmcache_url=%s",
-        cfg.listen_addr, cfg.noop_backend, cfg.session_store_path, cfg.lmcache_url,
+        "ram-a-kv daemon starting addr=%s noop=%s store=%s lmcache_url=%s version=%s",
+        cfg.listen_addr, cfg.noop_backend, cfg.session_store_path,
+        cfg.lmcache_url, package_version(),
     )
     app = init_app(cfg)
     app.on_startup.append(_tune_gc)  # after the service's start-up (cleanup_ctx runs first)
     try:
         web.run_app(app, host=host, port=port, print=None, access_log=None,
                     shutdown_timeout=5)
+    except StoreError as err:
+        log.error("cannot start: %s", err)
+        return EXIT_FAILED
     except OSError as err:
         log.error("cannot listen on %s: %s", cfg.listen_addr, err)
-        return 1
-    return 0
+        return EXIT_FAILED
+    log.info("ram-a-kv daemon stopped (store %s closed)", cfg.session_store_path)
+    return EXIT_OK
 
 
 async def _tune_gc(app: web.Application) -> None:

@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
-import os
 import re
 import sqlite3
 import sys
@@ -19,11 +18,13 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from ramakv_daemon import config as config_mod
-from ramakv_daemon.config import Config
+from ramakv_daemon.adapters.store_lock import StoreLock, holder_of
+from ramakv_daemon.config import Config, ConfigError
 from ramakv_daemon.core.fork import Fork
 from ramakv_daemon.core.manager import SessionManager
 from ramakv_daemon.core.session import Session
 from ramakv_daemon.deployments import DEFAULT_NAMESPACE
+from ramakv_sdk.version import add_version_flag
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_RUNNING = 0, 1, 2, 4
 IDLE_BUCKETS = ((60, "<1m"), (600, "<10m"), (3600, "<1h"), (86400, "<1d"), (604800, "<7d"))
@@ -113,31 +114,26 @@ def load_outbox(con: sqlite3.Connection) -> Counter[tuple[str, str]]:
 
 # ---- is the daemon running? -----------------------------------------------------------------
 @contextlib.contextmanager
-def exclusive(path: str) -> Iterator[bool]:
-    """Yield True while holding ``<path>.lock`` exclusively (no daemon has the file open)."""
+def exclusive(path: str) -> Iterator[tuple[bool, str]]:
+    """Yield (True, "") while holding the store's lock (no daemon has the file open), else
+    (False, who holds it: "pid 123 (ram-a-kv)"). While held here, a daemon refuses to start
+    on the file, naming this process."""
+    lock = StoreLock(path, "ramakv-admin")
     try:
-        import fcntl
-    except ImportError:
-        yield True
-        return
-    lock = path + ".lock"
-    try:
-        fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o600)
+        free = lock.acquire()
     except OSError:
-        yield True  # cannot create the lock: no daemon could have either
+        yield True, ""  # the lock file cannot be created: no daemon could have either
         return
     try:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError:
-            yield False
-            return
-        try:
-            yield True
-        finally:
-            fcntl.flock(fd, fcntl.LOCK_UN)
+        yield (True, "") if free else (False, holder_of(lock.path))
     finally:
-        os.close(fd)
+        lock.release()
+
+
+def lock_holder(path: str) -> str | None:
+    """Who holds the store's lock now ("pid 123 (ram-a-kv)"), or None when nobody does."""
+    with exclusive(path) as (free, holder):
+        return None if free else holder
 
 
 def daemon_url(cfg: Config, url: str | None) -> str:
@@ -370,6 +366,7 @@ def build_parser() -> argparse.ArgumentParser:
                    "/etc/ram-a-kv/config.toml)")
     p.add_argument("--db", help="SQLite file (default: session_store_path of the config)")
     p.add_argument("--url", help="daemon URL (default: from listen_addr)")
+    add_version_flag(p)
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
     r = sub.add_parser("report", help="sessions, idle ages, chunks, budget use, outbox")
     r.add_argument("--json", action="store_true")
@@ -397,7 +394,11 @@ def main(argv: list[str] | None = None, out: TextIO | None = None) -> int:
         from ramakv_daemon.identity import main as identity_main
 
         return identity_main(["--from", args.path] + (["--json"] if args.json else []), out)
-    cfg, warnings = config_mod.load(args.config)
+    try:
+        cfg, warnings = config_mod.load_for_cli(args.config)
+    except ConfigError as err:
+        print(f"ramakv-admin: {err}", file=sys.stderr)
+        return EXIT_USAGE
     for w in warnings:
         if "not found" not in w:
             print(f"ramakv-admin: {w}", file=sys.stderr)
@@ -421,9 +422,10 @@ def _run(args: argparse.Namespace, cfg: Config, path: str, out: TextIO) -> int:
         finally:
             con.close()
         if args.json:
-            json.dump(rep, out, indent=2, sort_keys=True)
+            json.dump({"store": path, **rep}, out, indent=2, sort_keys=True)
             print(file=out)
         else:
+            print(f"store: {path}", file=out)
             print_report(rep, out)
         return EXIT_OK
     con = connect(path, write=False)
@@ -432,19 +434,26 @@ def _run(args: argparse.Namespace, cfg: Config, path: str, out: TextIO) -> int:
         forks = load_forks(con)
     finally:
         con.close()
+    print(f"store: {path}", file=out)
     if args.command == "vacuum":
         size = Path(path).stat().st_size
         print(f"VACUUM {path} ({size} bytes)", file=out)
         if not args.yes:
-            print("dry run: nothing changed (add --yes to act)", file=out)
+            _dry_run(path, cfg, args, out, through_daemon=False)
             return EXIT_OK
         return _offline(path, cfg, args, out, lambda con: con.execute("VACUUM"))
     aliases = {d.name: d.key for d in cfg.deployments}
+    wanted = args.namespace
+    ns = None if wanted is None else aliases.get(wanted, wanted)
+    if ns is not None and ns not in _known_namespaces(cfg, sessions, forks):
+        names = ", ".join(sorted(aliases)) or "none"
+        print(f"ramakv-admin: unknown namespace {wanted!r}: not a configured deployment "
+              f"(configured: {names}) and no session or fork in {path} has it",
+              file=sys.stderr)
+        return EXIT_USAGE
     if args.command == "purge-namespace":
-        ns = aliases.get(args.namespace, args.namespace)
         victims = [s for s in sessions if s.namespace == ns]
     else:
-        ns = None if args.namespace is None else aliases.get(args.namespace, args.namespace)
         victims = [
             s for s in sessions
             if now - s.last_event_ts > args.older_than
@@ -455,11 +464,36 @@ def _run(args: argparse.Namespace, cfg: Config, path: str, out: TextIO) -> int:
     plan = plan_close(sessions, victims, forks, purge)
     plan.describe(out, now)
     if not args.yes:
-        print("dry run: nothing changed (add --yes to act)", file=out)
+        _dry_run(path, cfg, args, out, through_daemon=bool(plan.sessions or plan.forks))
         return EXIT_OK
     if not plan.sessions and not plan.forks:
         return EXIT_OK
     return _offline(path, cfg, args, out, lambda con: apply_offline(con, plan), plan)
+
+
+def _known_namespaces(cfg: Config, sessions: list[Session], forks: list[Fork]) -> set[str]:
+    """The default namespace, every configured one, and every one the file holds."""
+    return {DEFAULT_NAMESPACE} | {d.key for d in cfg.deployments} | {
+        s.namespace for s in sessions
+    } | {f.namespace for f in forks}
+
+
+def _dry_run(path: str, cfg: Config, args: argparse.Namespace, out: TextIO,
+             through_daemon: bool) -> None:
+    """Say that nothing changed, and what the real run would do about a running daemon."""
+    print("dry run: nothing changed (add --yes to act)", file=out)
+    holder = lock_holder(path)
+    if holder is None:
+        print(f"with --yes: {path} is changed directly (no daemon holds it)", file=out)
+        return
+    url = daemon_url(cfg, args.url)
+    if through_daemon and daemon_alive(url, cfg.auth_token):
+        print(f"with --yes: through the daemon at {url} ({holder} holds the store), "
+              "one session_close per listed session", file=out)
+        return
+    why = "" if not through_daemon else f" and no daemon answers at {url}"
+    print(f"with --yes: refused (exit {EXIT_RUNNING}): {path} is in use by {holder}{why}",
+          file=out)
 
 
 def _offline(path: str, cfg: Config, args: argparse.Namespace, out: TextIO,
@@ -469,7 +503,7 @@ def _offline(path: str, cfg: Config, args: argparse.Namespace, out: TextIO,
     A daemon holds a shared lock on ``<db>.lock`` while the file is open, so a free lock
     means no daemon uses this file (whatever answers at the URL)."""
     url = daemon_url(cfg, args.url)
-    with exclusive(path) as free:
+    with exclusive(path) as (free, holder):
         if free:
             if args.command == "vacuum":
                 con = sqlite3.connect(path, isolation_level=None, timeout=5)
@@ -483,8 +517,8 @@ def _offline(path: str, cfg: Config, args: argparse.Namespace, out: TextIO,
             return EXIT_OK
     if plan is not None and daemon_alive(url, cfg.auth_token):
         return apply_online(url, cfg.auth_token, plan, out)
-    print(f"ramakv-admin: the daemon is running on {path} (its lock is held"
-          f"{'' if plan is None else ' and it does not answer at ' + url}); stop it first",
+    print(f"ramakv-admin: {path} is in use by {holder} (its lock is held"
+          f"{'' if plan is None else ' and no daemon answers at ' + url}); stop it first",
           file=sys.stderr)
     return EXIT_RUNNING
 

@@ -29,7 +29,7 @@ class _Pending:
     sessions: dict
     forks: dict
     done_rows: list[int]
-    event_id: tuple[str, str, float] | None
+    event_id: tuple[str, str, float, str] | None  # (id, answer JSON, ts, request digest)
     future: asyncio.Future[None] | None
     gate: asyncio.Future[None] | None = None
 
@@ -76,13 +76,14 @@ class GroupCommitter:
         self.next_row_id = 1  # the service sets it above the stored rows at start-up
         self._last: asyncio.Future[None] | None = None
         self._inflight: list[_Pending] = []  # the batch whose write is under way
+        self.last_error: str | None = None  # why the latest commit failed; None after a success
 
     def start(self) -> None:
         """Start the writer task on the running loop."""
         self._task = asyncio.get_running_loop().create_task(self._run(), name="group-commit")
 
     def submit(
-        self, change: Change, event_id: tuple[str, str, float] | None = None,
+        self, change: Change, event_id: tuple[str, str, float, str] | None = None,
         gate: asyncio.Future[None] | None = None,
     ) -> asyncio.Future[None]:
         """Queue ``change``'s sessions, evictions and answer; await the commit. The commit
@@ -93,6 +94,15 @@ class GroupCommitter:
         forks = {fid: manager.forks.get(fid) for fid in change.prev_forks}
         fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._pending.append(_Pending(change, sessions, forks, [], event_id, fut, gate))
+        self._last = fut
+        self._wake.set()
+        return fut
+
+    def submit_answer(self, answer: tuple[str, str, float, str]) -> asyncio.Future[None]:
+        """Queue an answer alone (an event that changed nothing, or a reply completed after
+        its change's commit); await the commit. A failure undoes nothing of its own."""
+        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._pending.append(_Pending(None, {}, {}, [], answer, fut))
         self._last = fut
         self._wake.set()
         return fut
@@ -200,6 +210,7 @@ class GroupCommitter:
         except Exception as err:  # noqa: BLE001 - any failure must undo, not kill the loop
             self._fail(batch, err)
             return
+        self.last_error = None
         if self.on_commit is not None:
             self.on_commit(time.perf_counter() - started, len(batch))
         if self.on_evictions is not None:
@@ -226,6 +237,7 @@ class GroupCommitter:
                 if p.change is not None:
                     self.on_rolled_back(p.change)
         error = err if isinstance(err, StoreError) else StoreError(f"persistence failed: {err}")
+        self.last_error = str(error)
         log.error("commit of %d writes failed, state rolled back: %s", len(failed), error)
         for p in failed:
             if p.future is not None and not p.future.done():

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from ramakv_daemon.deployments import Deployment, locations_of, parse_deployments
+from ramakv_daemon.urls import url_problem
 
 log = logging.getLogger("ramakv.config")
 
@@ -65,6 +66,7 @@ class Config:
     # (0 = never); and at most this many open forks per session.
     fork_hold_ttl_s: float = 86400.0
     max_forks_per_session: int = 64
+    ready_max_evict_backlog: int = 100_000  # /readyz fails above this outbox; 0 = no bound
 
     @property
     def host_port(self) -> tuple[str, int]:
@@ -81,28 +83,91 @@ class Config:
 
 _TYPES = {f.name: f.type for f in fields(Config)}
 
+# The smallest value each number key takes, and what 0 means where 0 is allowed. Every
+# other number must be positive: a 0 there would mean "refuse everything" or "never wait".
+_MINIMUM: dict[str, tuple[float, bool]] = {  # key -> (bound, bound allowed)
+    "max_hashes_per_event": (1, True),
+    "max_hash_bytes": (1, True),
+    "max_body_bytes": (1, True),
+    "trace_buffer": (0, True),  # 0: keep no records (a reconnect gets a fresh snapshot)
+    "trace_queue": (1, True),
+    "backend_timeout_s": (0, False),
+    "max_sessions": (0, True),  # 0: no cap
+    "idempotency_window": (1, True),
+    "idempotency_ttl_s": (0, False),
+    "ddr_budget_chunks": (0, True),  # 0: no budget
+    "turn_in_flight_timeout_s": (0, True),  # 0: a turn in flight never pins its session
+    "budget_check_interval_s": (0, True),  # 0: a budget pass may run on every event
+    "ready_max_evict_backlog": (0, True),  # 0: /readyz ignores the outbox's size
+    "fork_hold_ttl_s": (0, True),  # 0: a fork hold never expires
+    # Not 0, although the core reads 0 as "no limit": the limit bounds one session's memory.
+    "max_forks_per_session": (1, True),
+}
+URL_KEYS = frozenset({"lmcache_url"})
+__all__ = ["Config", "ConfigError", "load", "load_explicit", "url_problem", "value_problem"]
+
+
+class ConfigError(ValueError):
+    """An explicit config file that is missing, unreadable, not TOML, or has a bad value."""
+
+
+def listen_problem(value: str) -> str | None:
+    """Why ``value`` is not a usable HOST:PORT for listen_addr, or None."""
+    host, _, port = value.rpartition(":")
+    if not host.strip("[]") or not port.isdigit() or not 0 < int(port) < 65536:
+        return f"must be HOST:PORT with a port in 1..65535, got {value!r}"
+    return None
+
+
+def value_problem(name: str, value: Any) -> str | None:
+    """Why ``value`` is not valid for config key ``name`` (type and range), or None.
+
+    The one check both the daemon and the console's editor apply to a key.
+    """
+    kind = _TYPES.get(name)
+    shown = "<hidden>" if name in SECRET_KEYS else repr(value)  # never log a secret
+    if kind is None:
+        return f"unknown config key '{name}'"
+    if kind == "bool":
+        return None if isinstance(value, bool) else f"must be true or false, got {shown}"
+    if kind in ("int", "float"):
+        ok_type = isinstance(value, int) if kind == "int" else isinstance(value, int | float)
+        if not ok_type or isinstance(value, bool):
+            return f"must be {'an integer' if kind == 'int' else 'a number'}, got {shown}"
+        bound, inclusive = _MINIMUM.get(name, (0, False))
+        if value < bound or (value == bound and not inclusive):
+            return f"must be {'>=' if inclusive else '>'} {bound:g}, got {shown}"
+        return None
+    if kind == "str":
+        if not isinstance(value, str):
+            return f"must be a string, got {shown}"
+        if name == "sqlite_synchronous" and value.upper() not in ("NORMAL", "FULL", "EXTRA"):
+            return f"must be NORMAL, FULL or EXTRA, got {shown}"
+        if name in URL_KEYS:
+            return url_problem(value)
+        if name == "listen_addr":
+            return listen_problem(value)
+        return None
+    return None
+
 
 def _coerce(name: str, value: Any) -> Any:
-    kind = _TYPES[name]
-    if kind == "bool" and isinstance(value, bool):
-        return value
-    if kind == "int" and isinstance(value, int) and not isinstance(value, bool) and value > 0:
-        return value
-    if kind == "float" and isinstance(value, int | float) and not isinstance(value, bool):
-        if name == "fork_hold_ttl_s" and value < 0:
-            raise TypeError("config key 'fork_hold_ttl_s' must be >= 0 (0 = never expire)")
-        return float(value)
-    if kind == "str" and isinstance(value, str):
-        if name == "sqlite_synchronous" and value.upper() not in ("NORMAL", "FULL", "EXTRA"):
-            raise TypeError("config key 'sqlite_synchronous' must be NORMAL, FULL or EXTRA")
-        return value
-    shown = "<hidden>" if name in SECRET_KEYS else repr(value)  # never log a secret
-    raise TypeError(f"config key '{name}' must be {kind}, got {shown}")
+    problem = value_problem(name, value)
+    if problem is not None:
+        raise TypeError(f"config key '{name}' {problem}")
+    return float(value) if _TYPES[name] == "float" else value
 
 
-def from_mapping(data: dict[str, Any], source: str = "<mapping>") -> tuple[Config, list[str]]:
-    """Build a Config from parsed TOML; returns it and human-readable warnings."""
+def from_mapping(
+    data: dict[str, Any], source: str = "<mapping>", strict: bool = False
+) -> tuple[Config, list[str]]:
+    """Build a Config from parsed TOML; returns it and human-readable warnings.
+
+    A bad value is a warning (the key keeps its default) unless ``strict``: then every
+    bad top-level value is collected into one ConfigError. Unknown keys only warn.
+    """
     warnings: list[str] = []
+    errors: list[str] = []
     values: dict[str, Any] = {}
     for key, value in data.items():
         if key == "deployments":
@@ -113,7 +178,7 @@ def from_mapping(data: dict[str, Any], source: str = "<mapping>") -> tuple[Confi
             try:
                 values[key] = locations_of(value, "evict_locations")
             except TypeError as err:
-                warnings.append(f"{source}: config key {err}; using the default")
+                errors.append(f"config key {err}")
             continue
         if key not in _TYPES:
             warnings.append(f"{source}: unknown config key '{key}' ignored")
@@ -121,7 +186,10 @@ def from_mapping(data: dict[str, Any], source: str = "<mapping>") -> tuple[Confi
         try:
             values[key] = _coerce(key, value)
         except TypeError as err:
-            warnings.append(f"{source}: {err}; using the default")
+            errors.append(str(err))
+    if strict and errors:
+        raise ConfigError(f"config file {source}: " + "; ".join(errors))
+    warnings += [f"{source}: {e}; using the default" for e in errors]
     return Config(**values), warnings
 
 
@@ -134,7 +202,11 @@ def resolve_path(cli_path: str | None) -> Path:
 
 
 def load(cli_path: str | None = None) -> tuple[Config, list[str]]:
-    """Load the config file; a missing or unparseable file gives defaults and a warning."""
+    """Load the config file; a missing or unparseable file gives defaults and a warning.
+
+    The original's fallback, kept for $RAM_A_KV_CONFIG and the default path; an explicit
+    ``--config`` goes through :func:`load_explicit` instead.
+    """
     path = resolve_path(cli_path)
     try:
         raw = path.read_bytes()
@@ -147,3 +219,51 @@ def load(cli_path: str | None = None) -> tuple[Config, list[str]]:
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as err:
         return Config(), [f"config file {path} is not valid TOML ({err}); using built-in defaults"]
     return from_mapping(data, str(path))
+
+
+def load_explicit(path: str) -> tuple[Config, list[str]]:
+    """Load a file the operator named: missing, unreadable, not TOML or a bad value
+    raises ConfigError naming the file and the error (never silently the defaults)."""
+    try:
+        raw = Path(path).read_bytes()
+    except FileNotFoundError as err:
+        raise ConfigError(f"config file {path} not found") from err
+    except OSError as err:
+        raise ConfigError(f"config file {path} unreadable: {err}") from err
+    try:
+        data = tomllib.loads(raw.decode("utf-8"))
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as err:
+        raise ConfigError(f"config file {path} is not valid TOML: {err}") from err
+    return from_mapping(data, path, strict=True)
+
+
+def load_for_cli(cli_path: str | None) -> tuple[Config, list[str]]:
+    """``--config`` strictly (ConfigError), else the fallback chain of :func:`load`."""
+    return load_explicit(cli_path) if cli_path else load(None)
+
+
+def effective(cfg: Config) -> dict[str, Any]:
+    """The config as TOML-ready values (auth_token hidden): what ``--check-config`` prints."""
+    out: dict[str, Any] = {}
+    for f in fields(Config):
+        value = getattr(cfg, f.name)
+        if f.name in SECRET_KEYS:
+            value = "<hidden>" if value else ""
+        elif f.name == "deployments":
+            value = [_deployment_table(d) for d in value]
+        elif isinstance(value, tuple):
+            value = list(value)
+        out[f.name] = value
+    return out
+
+
+def _deployment_table(d: Deployment) -> dict[str, Any]:
+    table: dict[str, Any] = {"name": d.name, "namespace": d.namespace or "",
+                             "ddr_budget_chunks": d.ddr_budget_chunks}
+    if d.lmcache_url:
+        table["lmcache_url"] = d.lmcache_url
+    if d.evict_locations is not None:
+        table["evict_locations"] = list(d.evict_locations)
+    if d.problems:
+        table["problems"] = list(d.problems)
+    return table

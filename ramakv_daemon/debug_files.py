@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
+import tempfile
 import time
 from pathlib import Path
 from urllib.parse import quote
@@ -40,7 +42,8 @@ def wants_debug_file(debug_context: dict | None) -> bool:
 def write_debug_file(
     debug_dir: str, session_id: str, turn: int, chunk_hashes: list[str], debug_context: dict
 ) -> Path:
-    """Write the file atomically (temp + rename); returns its path. Raises OSError."""
+    """Write the file atomically (a private temp file + rename), mode 0600 in a 0700
+    directory; returns its path. Raises OSError."""
     timing = debug_context.get("timing") or {}
     if not isinstance(timing, dict):
         timing = {}
@@ -54,8 +57,31 @@ def write_debug_file(
         "written_at": time.time(),
     }
     path = debug_path(debug_dir, session_id, turn)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".json.tmp")
-    tmp.write_text(json.dumps(body, ensure_ascii=False, indent=2), encoding="utf-8")
-    os.replace(tmp, path)
+    _private_dir(path.parent)
+    text = json.dumps(body, ensure_ascii=False, indent=2).encode("utf-8")
+    # mkstemp: a fresh random name opened O_CREAT|O_EXCL|O_NOFOLLOW, mode 0600, so a file or
+    # symlink planted under a predictable ".tmp" name is never followed or written through.
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(text)
+        # rename() replaces a symlink at the final name; it never writes through it.
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
     return path
+
+
+def _private_dir(directory: Path) -> None:
+    """Create ``directory`` 0700 (debug files hold prompts). An existing one is kept as the
+    operator made it."""
+    if directory.is_dir():
+        return
+    directory.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        os.mkdir(directory, 0o700)
+    except FileExistsError:
+        return
+    os.chmod(directory, 0o700)  # the umask may have taken bits off, never added: set it

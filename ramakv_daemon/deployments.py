@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ramakv_daemon.core.identity import IDENTITY_FIELDS, is_namespace, namespace_of, problems
+from ramakv_daemon.urls import url_problem
 
 DEFAULT_NAMESPACE = ""  # the unnamed namespace of the original nine events
 UNRESOLVED_PREFIX = "unresolved:"
@@ -83,8 +84,8 @@ def parse_deployment(raw: Any, index: int) -> tuple[Deployment | None, list[str]
         if ns is None:
             why = problems(fields)
     url = raw.get("lmcache_url")
-    if url is not None and not (isinstance(url, str) and url.startswith(("http://", "https://"))):
-        warnings.append(f"{where}: 'lmcache_url' must be an http(s) URL; using the top-level one")
+    if url is not None and (why_not := url_problem(url)) is not None:
+        warnings.append(f"{where}: 'lmcache_url' {why_not}; using the top-level one")
         url = None
     budget = raw.get("ddr_budget_chunks", 0)
     if not isinstance(budget, int) or isinstance(budget, bool) or budget < 0:

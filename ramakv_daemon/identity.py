@@ -16,6 +16,7 @@ from ramakv_daemon.core.identity import (  # noqa: F401  (re-exported)
     namespace_of,
     problems,
 )
+from ramakv_sdk.version import add_version_flag
 
 
 def read_fields(path: str) -> dict[str, Any]:
@@ -62,6 +63,7 @@ def main(argv: list[str] | None = None, out: TextIO | None = None) -> int:
     p.add_argument("--from", dest="path", required=True,
                    help="JSON, TOML or KEY=VALUE file with the identity fields (- = stdin)")
     p.add_argument("--json", action="store_true", help="also print the canonical JSON")
+    add_version_flag(p)
     args = p.parse_args(argv)
     try:
         fields = read_fields(args.path)

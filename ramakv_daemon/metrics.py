@@ -2,12 +2,27 @@
 
 from __future__ import annotations
 
+import platform
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client import (
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    Info,
+    ProcessCollector,
+    disable_created_metrics,
+    generate_latest,
+)
 
 from ramakv_daemon.ports import BackendResult
+from ramakv_sdk.version import package_version
+
+# The *_created series (one timestamp per counter and histogram child) double the output
+# and say only when a label was first seen. The switch is process-wide in prometheus_client.
+disable_created_metrics()
 
 _LATENCY_BUCKETS = (0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0, 5.0)
 
@@ -18,6 +33,12 @@ class DaemonMetrics:
     def __init__(self, known_types: set[str]) -> None:
         self.registry = CollectorRegistry()
         self.known_types = known_types
+        # process_cpu_seconds_total, process_resident_memory_bytes, open fds, ... (Linux).
+        ProcessCollector(registry=self.registry)
+        Info("ramakv_build", "ram-a-kv version and Python it runs on",
+             registry=self.registry).info(
+            {"version": package_version(), "python": platform.python_version()}
+        )
         self._event_children: dict[tuple[str, bool], tuple[Any, Any]] = {}
         r = self.registry
         self.events = Counter(

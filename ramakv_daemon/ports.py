@@ -111,8 +111,9 @@ class SessionStore(Protocol):
         (row id, namespace, [(hash, mode)]) in commit order."""
         ...
 
-    async def load_event_ids(self, limit: int) -> list[tuple[str, str]]:
-        """The newest remembered answers to idempotent events, oldest first."""
+    async def load_event_ids(self, limit: int) -> list[tuple[str, ...]]:
+        """The newest remembered answers to idempotent events, oldest first:
+        (event_id, response JSON[, digest of the request])."""
         ...
 
     async def write(
@@ -120,7 +121,7 @@ class SessionStore(Protocol):
         sessions: dict[str, Session | None],
         outbox_add: list[tuple[int, str, list[tuple[str, str]]]] | None = None,
         outbox_done: list[int] | None = None,
-        event_ids: list[tuple[str, str, float]] | None = None,
+        event_ids: list[tuple[str, str, float, str]] | None = None,
         prune_event_ids_before: float | None = None,
         forks: dict[int, Fork | None] | None = None,
         next_fork_id: int | None = None,
@@ -131,7 +132,8 @@ class SessionStore(Protocol):
             sessions: session id -> new state, or None to delete the session.
             outbox_add: new outbox rows (row id, namespace, [(hash, mode)]).
             outbox_done: ids of outbox rows none of whose entries waits any more.
-            event_ids: (event_id, response JSON, timestamp) answers to remember.
+            event_ids: (event_id, response JSON, timestamp, request digest) answers to
+                remember.
             prune_event_ids_before: forget answers older than this timestamp.
             forks: fork id -> open fork, or None when it ended.
             next_fork_id: the counter's new value (stored only if higher).

@@ -21,12 +21,22 @@ from ramakv_daemon.core.session import Session
 from ramakv_daemon.debug_files import wants_debug_file, write_debug_file
 from ramakv_daemon.evict_window import window_record
 from ramakv_daemon.handlers import DEFAULT_REGISTRY, Registry
-from ramakv_daemon.idempotency import AnswerCache
+from ramakv_daemon.idempotency import (
+    AnswerCache,
+    AnswerSlot,
+    TooDeep,
+    keep_final,
+    request_digest,
+    reused,
+)
 from ramakv_daemon.metrics import DaemonMetrics
 from ramakv_daemon.namespaces import BackendFactory, Namespace, Namespaces
 from ramakv_daemon.ports import Backend, SessionStore, StoreError
 from ramakv_daemon.reads import READ_EVENTS, finish_read, first_step, read_committed
+from ramakv_daemon.shared_counts import SharedCounts
 from ramakv_daemon.trace import TraceHub
+from ramakv_daemon.trace_protocol import summary
+from ramakv_daemon.trace_snapshot import totals
 
 log = logging.getLogger("ramakv")
 
@@ -74,12 +84,23 @@ class EventService:
         self.answers = AnswerCache(config.idempotency_window)
         self._budget_warned: dict[str, float] = {}
         self._expiry_task: asyncio.Task[None] | None = None
+        self.shared = SharedCounts()
+        self._warm_task: asyncio.Task[int] | None = None
 
     # ---- life cycle ------------------------------------------------------------------
     async def start(self) -> None:
         """Open the store, restore every session, start the writer."""
         t0 = time.perf_counter()
         await self.store.open()
+        try:
+            await self._restore(t0)
+        except BaseException:
+            # A corrupt page found while loading: close the store (and its worker
+            # threads) so the process can exit and a supervisor sees it fail.
+            await self.store.close()
+            raise
+
+    async def _restore(self, t0: float) -> None:
         groups: dict[str, list[Session]] = {key: [] for key in self.namespaces.managers}
         for s in await self.store.load_all():
             groups.setdefault(s.namespace, []).append(s)
@@ -94,8 +115,10 @@ class EventService:
         for row_id, key, entries in await self.store.load_outbox():
             self.committer.next_row_id = max(self.committer.next_row_id, row_id + 1)
             self.namespaces.add(key).dispatcher.load(row_id, entries)
-        for event_id, body in await self.store.load_event_ids(self.config.idempotency_window):
-            self.answers.remember(event_id, json.loads(body))
+        for event_id, body, *digest in await self.store.load_event_ids(
+            self.config.idempotency_window
+        ):
+            self.answers.remember(event_id, json.loads(body), digest[0] if digest else "")
         managers = self.namespaces.managers.values()
         log.info(
             "ram-a-kv restored %d sessions, %d open forks, %d chunks, %d references in %d "
@@ -116,6 +139,11 @@ class EventService:
                 )
             if ns.delivers:
                 ns.dispatcher.start()
+        # Every stored session's shared_count, in the background: snapshots then need
+        # no refcount lookups (seconds of them at 50,000 sessions x 512 chunks).
+        self._warm_task = asyncio.get_running_loop().create_task(
+            self.shared.warm(self.namespaces.managers), name="shared-counts"
+        )
         if self.config.fork_hold_ttl_s > 0:
             await self.expire_forks()  # holds that expired while the daemon was down
             self._expiry_task = asyncio.get_running_loop().create_task(
@@ -124,6 +152,10 @@ class EventService:
 
     async def stop(self) -> None:
         """Close subscribers, flush commits and backend calls, close the store."""
+        if self._warm_task is not None and not self._warm_task.done():
+            self._warm_task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._warm_task
         if self._expiry_task is not None:
             self._expiry_task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -152,6 +184,10 @@ class EventService:
             return 400, {"ok": False, "error": "request body must be a JSON object"}
         if "event_id" not in payload:
             return await self._handle(payload, None)
+        return await self._idempotent(payload)
+
+    async def _idempotent(self, payload: dict[str, Any]) -> tuple[int, dict[str, Any]]:
+        """An event with an ``event_id``: the first answer, or apply it and keep its answer."""
         event_id = payload["event_id"]
         if not isinstance(event_id, str) or not 0 < len(event_id) <= 200 or not _utf8(event_id):
             return 200, {
@@ -159,20 +195,31 @@ class EventService:
                 "error": "event_id must be a non-empty string of at most 200 characters "
                 "(valid Unicode)",
             }
+        try:
+            digest = request_digest(payload)
+        except TooDeep as err:
+            return 200, {"ok": False, "type": payload.get("type"), "error": str(err)}
         known = self.answers.get(event_id)
         if known is not None:
-            return 200, known
+            if not known.matches(digest):
+                return 200, reused(event_id, payload.get("type"))
+            return 200, known.body
         inflight = self.answers.inflight.get(event_id)
         if inflight is not None:
-            return await asyncio.shield(inflight)
+            if inflight[0] != digest:
+                return 200, reused(event_id, payload.get("type"))
+            return await asyncio.shield(inflight[1])
         fut: asyncio.Future[tuple[int, dict[str, Any]]] = (
             asyncio.get_running_loop().create_future()
         )
-        self.answers.inflight[event_id] = fut
+        self.answers.inflight[event_id] = (digest, fut)
         try:
-            status, body = await self._handle(payload, event_id)
+            slot = AnswerSlot(event_id, digest)
+            status, body = await self._handle(payload, slot)
+            if status == 200 and body.get("ok"):
+                status, body = await keep_final(self.committer, slot, body)
             if status == 200:
-                self.answers.remember(event_id, body)
+                self.answers.remember(event_id, body, digest)
             fut.set_result((status, body))
             return status, body
         finally:
@@ -181,7 +228,7 @@ class EventService:
                 fut.cancel()
 
     async def _handle(
-        self, payload: dict[str, Any], event_id: str | None
+        self, payload: dict[str, Any], slot: AnswerSlot | None
     ) -> tuple[int, dict[str, Any]]:
         started = time.perf_counter()
         type_ = payload.get("type")
@@ -212,9 +259,9 @@ class EventService:
                 if change.durable or change.evict_delete or change.evict_demote:
                     change.notes["_event"] = (type_, session_id)
                     answer = None
-                    if event_id is not None:
-                        body = {"ok": True, "type": type_, "data": change.data}
-                        answer = (event_id, json.dumps(body), time.time())
+                    if slot is not None:
+                        slot.stored = json.dumps({"ok": True, "type": type_, "data": change.data})
+                        answer = (slot.event_id, slot.stored, time.time(), slot.digest)
                     keep = ns.dispatcher.keep_for(change.prev_counts) if change.durable else None
                     if keep is not None:
                         change.notes["_kept"] = keep[1]
@@ -377,15 +424,12 @@ class EventService:
         return prefetch
 
     def _delta(self, c: Change) -> dict[str, Any]:
-        """What the event changed, as it stands now: the sessions and the refcounts."""
+        """What the event changed, as it stands now: session summaries (protocol 2 sends
+        no maps) and the refcounts."""
         manager = self.namespaces.managers[c.namespace]
-        sessions = manager.sessions
         counts = manager.refcounts.counts
         delta: dict[str, Any] = {
-            "sessions": {
-                sid: (manager.session_dict(sid) if sid in sessions else None)
-                for sid in c.prev_sessions
-            },
+            "sessions": {sid: self._summary(manager, sid) for sid in c.prev_sessions},
             "refcounts": {h: counts.get(h, 0) for h in c.prev_counts},
         }
         if c.prev_forks:  # fork id -> its summary, or None once ended
@@ -396,12 +440,24 @@ class EventService:
             }
         return delta
 
+    def _summary(self, manager: SessionManager, sid: str) -> dict[str, Any] | None:
+        """A session's trace summary now (None when gone); its shared_count is kept for
+        snapshots (see shared_counts)."""
+        s = manager.sessions.get(sid)
+        if s is None:
+            self.shared.put(manager.namespace, sid, None)
+            return None
+        row = summary(s, manager.refcounts.counts, manager.forks.of(sid))
+        self.shared.put(manager.namespace, sid, row["shared_count"])
+        return row
+
     def _publish(self, type_: str, session_id: str | None, ok: bool, c: Change) -> None:
         delta = c.notes.get("_delta") or self._delta(c)
         record: dict[str, Any] = {
             "kind": "event", "ts": time.time(), "type": type_, "session_id": session_id,
             "ok": ok, "data": c.data, "delta": delta,
             "prefetch": c.prefetch, "evict": c.evict_delete, "demote": c.evict_demote,
+            "totals": totals(self.namespaces.managers),
         }
         if c.namespace:
             record["namespace"] = c.namespace
@@ -426,8 +482,9 @@ class EventService:
             path = await asyncio.to_thread(
                 write_debug_file, self.config.debug_dir, session_id, turn, hashes, ctx
             )
-        except (OSError, ValueError) as err:  # ValueError: text that cannot be UTF-8
-            log.warning("debug file write failed for session %s: %s", session_id, err)
+        except (OSError, ValueError, RecursionError) as err:  # ValueError: not UTF-8
+            log.warning("debug file write failed for session %s: %s", _loggable(session_id),
+                        _loggable(str(err), 500))
             return
         change.data["debug_written"] = True
         log.info("ram-a-kv debug file written path=%s", path)
@@ -436,13 +493,15 @@ class EventService:
         if not self.config.trace_events:
             return
         for key, m in self.namespaces.managers.items():
-            where = f" namespace={key}" if key else ""
+            where = f" namespace={_loggable(key)}" if key else ""
             if not m.sessions and not key:
                 log.info("[trace] sessions: <empty>")
             for sid, s in m.sessions.items():
+                # Escaped: a newline in a session id must not start a forged log line.
                 log.info(
                     "[trace] session map session_id=%s state=%s turn_count=%d "
-                    "chunk_hashes=%s%s", sid, s.state, s.turn_count, list(s.chunk_hashes), where,
+                    "chunk_hashes=%s%s", _loggable(sid, 1100), s.state, s.turn_count,
+                    list(s.chunk_hashes), where,
                 )
             if m.sessions or not key:
                 log.info("[trace] global refcounts%s %s", where, m.refcounts.as_dict())
@@ -497,40 +556,6 @@ class EventService:
                 log.exception("fork expiry pass failed")
 
     # ---- views for the HTTP layer -------------------------------------------------------
-    def snapshot(self, session: str | None = None) -> dict[str, Any]:
-        """The trace stream's first message: all sessions and refcounts at ``seq``."""
-        managers = self.namespaces.managers
-        others: dict[str, Any] = {}
-        if session is not None:
-            owner = self.namespaces.owner(session)
-            m = managers[owner] if owner is not None else self.manager
-            sessions = m.sessions
-            picked = {session: m.session_dict(session)} if session in sessions else {}
-            forks = {str(f.fork_id): _fork_entry(f) for f in m.forks.of(session)}
-            wanted = set(picked[session]["chunk_hashes"]) if picked else set()  # type: ignore[arg-type]
-            counts = {h: n for h, n in m.refcounts.items() if h in wanted}
-            if m is not self.manager:
-                others[m.namespace] = {"refcounts": counts}
-                counts = {}
-        else:
-            picked, forks = {}, {}
-            for m in managers.values():
-                picked.update((sid, m.session_dict(sid)) for sid in m.sessions)
-                forks.update((str(f.fork_id), _fork_entry(f)) for f in m.forks.values())
-            counts = self.manager.refcounts.as_dict()
-            # Hashes mean something only within a namespace: the top-level refcounts are
-            # the default namespace's, the others' are listed under "namespaces".
-            others = {
-                key: {"refcounts": m.refcounts.as_dict()}
-                for key, m in managers.items() if m is not self.manager and len(m.refcounts)
-            }
-        snap = {"kind": "snapshot", "seq": self.trace.seq, "epoch": self.trace.epoch,
-                "ts": time.time(),
-                "sessions": picked, "refcounts": counts, "forks": forks}
-        if others:
-            snap["namespaces"] = others
-        return snap
-
     def refresh_gauges(self) -> None:
         """Bring the state gauges up to date before /metrics renders."""
         m = self.metrics
@@ -547,12 +572,6 @@ class EventService:
         m.open_forks.set(sum(len(x.forks) for x in self.namespaces.managers.values()))
         m.evict_backlog.set(sum(r["evict_backlog"] for r in rows))
         m.namespaces(self.namespaces)
-
-
-def _fork_entry(fork: Fork) -> dict[str, object]:
-    """A fork in the trace snapshot: its summary and hashes (a closed parent's forks are
-    held by no session in the snapshot, so a follower learns their hashes only here)."""
-    return {**fork.summary(), "chunk_hashes": list(fork.hashes)}
 
 
 def _lmcache_factory(config: Config) -> BackendFactory:

@@ -3,31 +3,20 @@
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import secrets
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
 
+from ramakv_daemon.trace_protocol import SLOW_CLOSE_CODE, bounded, encode
+
+__all__ = ["SLOW_CLOSE_CODE", "Subscriber", "TraceHub", "encode"]
+
 log = logging.getLogger("ramakv.trace")
-
-SLOW_CLOSE_CODE = 4008  # ours: "you fell behind"; clients reconnect with ?since=
-
-
-def encode(record: dict[str, Any]) -> str:
-    """One record as JSON text.
-
-    orjson first; what it refuses (lone surrogates, integers over 64 bits) gets the
-    standard encoder, so the output never depends on which one ran.
-    """
-    try:
-        return orjson.dumps(record).decode()
-    except TypeError:
-        return json.dumps(record)
 
 
 @dataclass(eq=False)
@@ -36,18 +25,35 @@ class Subscriber:
 
     queue_size: int
     session: str | None = None
+    # With a session filter: returns the chunks that session holds now, so that records
+    # changing their refcounts (caused by other sessions) reach the subscriber too.
+    chunks_of: Callable[[str], set[str]] | None = None
     queue: asyncio.Queue[str | None] = field(init=False)
     close_reason: str | None = None
+    chunks: set[str] = field(default_factory=set)
 
     def __post_init__(self) -> None:
         self.queue = asyncio.Queue(self.queue_size)
+        self.refresh_chunks()
 
-    def wants(self, sessions: tuple[str, ...]) -> bool:
+    def refresh_chunks(self) -> None:
+        """Re-read the filtered session's chunks (its record changed them)."""
+        if self.session is not None and self.chunks_of is not None:
+            self.chunks = self.chunks_of(self.session)
+
+    def wants(self, sessions: tuple[str, ...], hashes: Iterable[str] = ()) -> bool:
         """True when no filter is set or the record touches the filtered session.
 
-        ``sessions``: the record's session_id and the sessions its delta changed.
+        ``sessions``: the record's session_id and the sessions its delta changed;
+        ``hashes``: the chunks whose refcounts it changed.
         """
-        return self.session is None or self.session in sessions
+        if self.session is None:
+            return True
+        if self.session in sessions:
+            self.refresh_chunks()
+            return True
+        chunks = self.chunks
+        return bool(chunks) and any(h in chunks for h in hashes)
 
     def offer(self, message: str) -> bool:
         """Queue a message; False (and the subscriber closed) when its queue is full."""
@@ -102,9 +108,10 @@ class TraceHub:
         # Sessions a record concerns beyond its session_id and delta (a fork expiry's
         # parents): for ?session= filtering only, never sent.
         extra = tuple(record.pop("_touched", ()))
-        message = encode(record)
+        delta = record.get("delta", {})
+        message = bounded(record)
         sid = record.get("session_id")
-        changed = record.get("delta", {}).get("sessions", ())
+        changed = delta.get("sessions", ())
         sessions = (sid, *changed, *extra) if isinstance(sid, str) else (*changed, *extra)
         ring = self.ring
         ring.append((self.seq, sessions, message))
@@ -114,8 +121,9 @@ class TraceHub:
         ):
             self.ring_bytes -= len(ring.popleft()[2])
         if self.subscribers:
+            hashes = delta.get("refcounts", ())
             for sub in list(self.subscribers):
-                if sub.wants(sessions) and not sub.offer(message):
+                if sub.wants(sessions, hashes) and not sub.offer(message):
                     self._forget(sub)
         return self.seq
 
@@ -138,12 +146,26 @@ class TraceHub:
             return None
         return [
             text for seq, sessions, text in self.ring
-            if seq > since and (sub is None or sub.wants(sessions))
+            if seq > since and _wanted(sub, sessions, text)
         ]
 
-    def subscribe(self, session: str | None = None) -> Subscriber:
+    def recent(self, count: int, sub: Subscriber | None = None) -> list[str]:
+        """Up to ``count`` of the newest kept records (those ``sub`` wants), oldest first."""
+        out: list[str] = []
+        for _seq, sessions, text in reversed(self.ring):
+            if len(out) >= count:
+                break
+            if _wanted(sub, sessions, text):
+                out.append(text)
+        out.reverse()
+        return out
+
+    def subscribe(
+        self, session: str | None = None,
+        chunks_of: Callable[[str], set[str]] | None = None,
+    ) -> Subscriber:
         """Register a subscriber; the caller sends its first message(s) itself."""
-        sub = Subscriber(self.queue_size, session)
+        sub = Subscriber(self.queue_size, session, chunks_of)
         self.subscribers.add(sub)
         return sub
 
@@ -156,3 +178,13 @@ class TraceHub:
         for sub in list(self.subscribers):
             sub.drop(reason)
         self.subscribers.clear()
+
+
+def _wanted(sub: Subscriber | None, sessions: tuple[str, ...], text: str) -> bool:
+    """Whether a kept record goes to ``sub``; its chunks are read only when they matter."""
+    if sub is None or sub.session is None or sub.session in sessions:
+        return True
+    if not sub.chunks:
+        return False
+    delta = orjson.loads(text).get("delta") or {}
+    return any(h in sub.chunks for h in delta.get("refcounts") or ())

@@ -12,6 +12,7 @@ from typing import Any, TextIO
 from ramakv_sdk.client import AsyncClient
 from ramakv_sdk.config import DEFAULT_DAEMON_URL, load_config
 from ramakv_sdk.errors import DaemonUnavailable, RamAKvError
+from ramakv_sdk.version import add_version_flag
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_UNAVAILABLE = 0, 1, 2, 3
 
@@ -27,6 +28,7 @@ def build_parser() -> argparse.ArgumentParser:
                    "~/.config/ram-a-kv/config.toml, else " + DEFAULT_DAEMON_URL + ")")
     p.add_argument("--token", help="bearer token (default: auth_token from the same config)")
     p.add_argument("--timeout", type=float, default=5.0, help="seconds per request (5)")
+    add_version_flag(p)
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     s = sub.add_parser("send", help="POST one raw JSON event and print its data")
@@ -184,10 +186,20 @@ def trace_line(msg: dict[str, Any]) -> str:
     """One human-readable line per trace message."""
     kind = msg.get("kind")
     if kind == "snapshot":
-        return (f"#{msg.get('seq')} snapshot: {len(msg.get('sessions', {}))} sessions, "
-                f"{len(msg.get('refcounts', {}))} chunks")
+        t = msg.get("totals") or {}
+        return (f"#{msg.get('seq')} snapshot: {t.get('sessions', 0)} sessions, "
+                f"{t.get('chunks', 0)} chunks, {t.get('references', 0)} references")
+    if kind == "snapshot_sessions":
+        rows = msg.get("sessions") or []
+        return f"#{msg.get('seq')} snapshot part {msg.get('part')}: {len(rows)} sessions" + (
+            " (last)" if msg.get("last") else "")
     if kind == "disconnected":
-        return f"-- disconnected ({msg.get('reason')}); retrying"
+        what = {"unreachable": "daemon unreachable", "too_large": "message too large",
+                "slow": "fell behind", "shutdown": "daemon shutting down"}.get(
+                    str(msg.get("error")), "connection lost")
+        reason = msg.get("reason")
+        return f"-- {what}: {reason}; retrying with backoff" if reason else (
+            f"-- {what}; retrying with backoff")
     if kind == "reconnected":
         return f"-- reconnected, resuming after #{msg.get('since')}"
     ts = time.strftime("%H:%M:%S", time.localtime(msg.get("ts") or 0))

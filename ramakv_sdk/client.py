@@ -228,15 +228,19 @@ class AsyncClient(AsyncClosing):
         session: str | None = None,
         *,
         max_backoff: float = 5.0,
+        history: int = 0,
     ) -> TraceSubscription:
-        """An async iterator over the trace websocket that reconnects by itself.
+        """An async iterator over the trace websocket (protocol 2) that reconnects by itself.
 
-        Yields the daemon's messages (``snapshot`` and ``event`` dicts) plus two markers of
-        ours: ``{"kind": "disconnected", ...}`` once per outage and
-        ``{"kind": "reconnected", "since": n, ...}`` when it is back (see docs/sdk.md).
+        Yields the daemon's messages (``snapshot``, ``snapshot_sessions`` and ``event``
+        dicts; docs/trace.md) plus two markers of ours: ``{"kind": "disconnected", ...}``
+        once per outage and ``{"kind": "reconnected", "since": n, ...}`` when it is back
+        (see docs/sdk.md). ``history=N`` asks for up to N recent records before a fresh
+        snapshot. Uses this client's token.
         """
         return TraceSubscription(
-            self._http, self.base_url, since=since, session=session, max_backoff=max_backoff
+            self._http, self.base_url, since=since, session=session, max_backoff=max_backoff,
+            history=history,
         )
 
     # ---- life cycle

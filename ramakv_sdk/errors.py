@@ -22,3 +22,11 @@ class RamAKvError(Exception):
 
 class DaemonUnavailable(RamAKvError):
     """The daemon could not be reached: connection refused, reset or timed out."""
+
+
+class TraceUnauthorized(RamAKvError):
+    """The daemon refused the trace handshake: HTTP 401/403 (missing or wrong token)."""
+
+
+class TraceProtocolMismatch(RamAKvError):
+    """The daemon speaks another trace protocol version (close code 4010)."""

@@ -17,6 +17,7 @@ from ramakv_sdk.client import AsyncClient
 from ramakv_sdk.config import DEFAULT_DAEMON_URL, load_config
 from ramakv_sdk.kvparams import SseScanner, from_json_body, session_id_of
 from ramakv_sdk.sender import EventSender
+from ramakv_sdk.version import add_version_flag
 
 log = logging.getLogger("ramakv_proxy")
 
@@ -183,6 +184,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--session-header", default="X-Session-Id",
                    help="request header carrying the session id (X-Session-Id)")
     p.add_argument("--log-level", default="INFO", help="DEBUG, INFO, WARNING (INFO)")
+    add_version_flag(p)
     return p.parse_args(argv)
 
 

@@ -10,12 +10,13 @@ from textual import work
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.screen import Screen
-from textual.widgets import Footer, Static, TabbedContent, TabPane
+from textual.widgets import Static, TabbedContent, TabPane
 
 from ramakv_console import config_io
 from ramakv_console.messages import Config
 from ramakv_console.screens.confirm import ConfirmDialog
 from ramakv_console.widgets.config_form import ConfigForm
+from ramakv_console.widgets.key_bar import KeyBar
 
 
 class ConfigScreen(Screen[None]):
@@ -41,7 +42,7 @@ class ConfigScreen(Screen[None]):
                 with TabPane(title, id=f"tab-{which}"):
                     yield Static("", id=f"{which}-info", classes="config-info")
                     yield ConfigForm(self.specs[which], id=which)
-        yield Footer()
+        yield KeyBar()
 
     def on_mount(self) -> None:
         self.sub_title = "Config"

@@ -10,10 +10,11 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical
 from textual.screen import Screen
-from textual.widgets import Button, Footer, Label, Select, Static
+from textual.widgets import Button, Input, Label, Select, Static, Switch, TextArea
 
 from ramakv_console.widgets.connection_banner import ConnectionBanner
 from ramakv_console.widgets.event_form import EventForm
+from ramakv_console.widgets.key_bar import KeyBar
 
 
 class FireEventScreen(Screen[None]):
@@ -22,6 +23,7 @@ class FireEventScreen(Screen[None]):
     BINDINGS = [
         Binding("ctrl+s", "send", "Send", priority=True),
         Binding("ctrl+l", "reload", "Reload event list"),
+        Binding("escape", "leave_field", "Leave field", show=False),
     ]
 
     def __init__(self, **kwargs: Any) -> None:
@@ -40,7 +42,7 @@ class FireEventScreen(Screen[None]):
             with Vertical(id="fire-right"):
                 yield Label("Answer", classes="section")
                 yield Static("(nothing sent yet)", id="answer", markup=False)
-        yield Footer()
+        yield KeyBar()
 
     def on_mount(self) -> None:
         self.sub_title = "Fire an event"
@@ -71,6 +73,27 @@ class FireEventScreen(Screen[None]):
     async def on_select_changed(self, event: Select.Changed) -> None:
         if isinstance(event.value, str):
             await self._load(event.value)
+            if self.focused is event.select or self.focused is None:
+                self.focus_first_field()  # typing goes into the form, not to the view keys
+
+    def focus_first_field(self) -> None:
+        """Focus the form's first field (after picking a type or prefilling)."""
+        fields = list(self.query_one(EventForm).query("Input, TextArea, Switch"))
+        prefilled = self.prefill.keys()
+        for w in fields:
+            if isinstance(w, Input | TextArea | Switch) and (w.id or "")[6:] not in prefilled:
+                w.focus()
+                return
+        if fields:
+            fields[0].focus()
+
+    def action_leave_field(self) -> None:
+        """Escape: out of the field to the type picker, where the view keys work again."""
+        self.query_one("#event-type", Select).focus()
+
+    def on_screen_resume(self) -> None:
+        if self.focused is None:
+            self.query_one("#event-type", Select).focus()
 
     async def _load(self, event_type: str) -> None:
         spec = self.app.catalogue.get(event_type, {})  # type: ignore[attr-defined]

@@ -12,8 +12,9 @@ HELP = """\
 # ram-a-kv console
 
 Everything is live: the tables follow the daemon's `/trace` websocket, not polling.
-If the daemon goes away a red banner says so and the console reconnects by itself,
-resuming from the last event it saw.
+If the daemon goes away a red banner says why and the console reconnects by itself:
+after a "too slow" drop it resumes from the last event it saw; after any other drop
+(the daemon may have restarted) it rebuilds from a fresh snapshot.
 
 ## Anywhere
 | key | does |
@@ -31,7 +32,7 @@ resuming from the last event it saw.
 ## Sessions
 | key | does |
 |---|---|
-| `/` | filter by session id (enter or escape returns to the table) |
+| `/` | filter by session id (enter returns to the table, escape clears it) |
 | `v` | show / hide suspended sessions |
 | `o` | cycle the sort: id, state, turns, chunks, last event |
 | `enter` | open the session's detail |
@@ -43,14 +44,16 @@ resuming from the last event it saw.
 | `e` | fire an event with this session id prefilled |
 
 ## Session detail
-The ordered chunk map with each chunk's global refcount; chunks other sessions also hold
-are highlighted and name those sessions. Below: this session's recent events.
+The ordered chunk map (read from the daemon) with each chunk's global refcount; chunks
+other sessions also hold are highlighted with how many references they hold. Below: this
+session's recent events.
 Same action keys as the table (`s r k K x e`).
 
 ## Refcounts
 | key | does |
 |---|---|
-| `/` | find a hash (substring) |
+| `/` | find hashes by prefix (escape clears) |
+| `n` / `b` | next / previous page (200 chunks, by refcount) |
 | `space` | mark / unmark the chunk |
 | `d` | evict the marked chunks (or the one under the cursor) |
 
@@ -62,12 +65,13 @@ those sessions' references; it asks a second time.
 | key | does |
 |---|---|
 | `p` | pause / resume (events keep arriving and are shown on resume) |
-| `/` | filter by event type or session id |
+| `/` | filter by event type or session id (escape clears) |
 | `f` | failed events only |
 | `c` | clear the log |
 
 ## Fire an event
-Pick the type (from the daemon's `list_events`); required fields are marked `*`.
+Pick the type (from the daemon's `list_events`; enter or space opens the list); the focus
+then goes to the first field, and `escape` leaves a field. Required fields are marked `*`.
 Chunk hashes go one per line; JSON fields are checked before sending.
 `ctrl+s` sends; the daemon's answer is shown as it came back.
 

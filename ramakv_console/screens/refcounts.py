@@ -2,18 +2,21 @@
 
 from __future__ import annotations
 
+import asyncio
+import time
 from typing import Any
 
 from textual import work
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.screen import Screen
-from textual.widgets import Footer, Input, Label
+from textual.widgets import Input, Label
 
 from ramakv_console.messages import Chunks
 from ramakv_console.screens.confirm import ConfirmDialog
 from ramakv_console.widgets.connection_banner import ConnectionBanner
-from ramakv_console.widgets.refcount_table import RefcountTable
+from ramakv_console.widgets.key_bar import KeyBar
+from ramakv_console.widgets.refcount_table import PAGE, RefcountTable
 from ramakv_console.widgets.stats_header import StatsHeader
 
 
@@ -37,22 +40,31 @@ def plan_lines(evicted: list[str], refused: dict[str, list[str]]) -> list[str]:
 
 
 class RefcountsScreen(Screen[None]):
-    """The global refcount table."""
+    """The daemon's chunks by refcount, a page at a time."""
 
     BINDINGS = [
         Binding("slash", "focus_find", "Find hash"),
         Binding("space", "mark", "Mark"),
         Binding("d", "evict", "Evict…"),
-        Binding("escape", "focus_table", "Table", show=False),
+        Binding("n", "page(1)", "Next page"),
+        Binding("b", "page(-1)", "Prev page"),
+        Binding("escape", "clear_find", "Clear find", show=False),
     ]
+    REFRESH_S = 3.0  # while showing, the page is fetched again this often (at least)
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self._fetching = False
+        self._fetched_at = 0.0
+        self._took = 0.0
 
     def compose(self) -> ComposeResult:
         yield StatsHeader(id="stats")
         yield ConnectionBanner(id="banner")
-        yield Input(placeholder="/ find a chunk hash", id="hash-find")
+        yield Input(placeholder="/ find a chunk hash (prefix)", id="hash-find")
         yield Label("", id="refcount-status")
         yield RefcountTable(id="refcounts")
-        yield Footer()
+        yield KeyBar()
 
     @property
     def table(self) -> RefcountTable:
@@ -62,25 +74,61 @@ class RefcountsScreen(Screen[None]):
     def on_mount(self) -> None:
         self.sub_title = "Refcounts"
         self.watch(self.app, "revision", self._on_revision, init=False)
+        self.set_interval(1.0, self._tick)
         self._status()
         self.table.focus()
+        self.fetch()
+
+    def on_screen_resume(self) -> None:
+        self.table.focus()
+        self.fetch()
+
+    def _tick(self) -> None:
+        """Refresh while showing, but never back to back: the daemon's chunk_top scan
+        takes seconds on a large store, so wait at least 4x its last duration."""
+        if not self.is_current or self._fetching:
+            return
+        if time.monotonic() - self._fetched_at >= max(self.REFRESH_S, 4 * self._took):
+            self.fetch()
+
+    @work(exclusive=True, group="refcounts-page")
+    async def fetch(self, delay: float = 0.0) -> None:
+        """Load the page from the daemon (``delay`` debounces typing in the find box)."""
+        if delay:
+            await asyncio.sleep(delay)
+        self._fetching = True
+        t0 = time.monotonic()
+        try:
+            await self.table.load()
+        finally:
+            self._fetching = False
+            self._fetched_at = time.monotonic()
+            self._took = self._fetched_at - t0
+        self._status()
 
     def _on_revision(self, _revision: int) -> None:
-        self.table.apply(self.app.last_changes)  # type: ignore[attr-defined]
-        self._status()
+        if self.is_current:
+            self.table.apply_refcounts(self.app.last_changes.chunks)  # type: ignore[attr-defined]
 
     def _status(self) -> None:
         t = self.table
-        total = len(self.app.state.refcounts)  # type: ignore[attr-defined]
-        text = f"showing {t.row_count} of {total} chunks · marked {len(t.marked)}"
-        if t.find_text:
-            text += f" · find: '{t.find_text}'"
+        if not t.loaded:
+            text = "loading…"
+        elif t.error:
+            text = f"[red]chunk_top failed: {t.error}[/red]"
+        else:
+            total = f"{t.total}" if t.total_exact else f"more than {t.total}"
+            last = min(t.page_offset + t.row_count, t.total)
+            text = (f"chunks {t.page_offset + 1 if t.row_count else 0}-{last} of {total} "
+                    f"(by refcount) · marked {len(t.marked)}")
+            if t.find_text:
+                text += f" · find: '{t.find_text}' (esc clears)"
         self.query_one("#refcount-status", Label).update(text)
 
     def on_input_changed(self, event: Input.Changed) -> None:
         self.table.find_text = event.value.strip()
-        self.table.rebuild()
-        self._status()
+        self.table.page_offset = 0
+        self.fetch(0.25)
 
     def on_input_submitted(self, _event: Input.Submitted) -> None:
         self.table.focus()
@@ -88,8 +136,18 @@ class RefcountsScreen(Screen[None]):
     def action_focus_find(self) -> None:
         self.query_one("#hash-find", Input).focus()
 
-    def action_focus_table(self) -> None:
+    def action_clear_find(self) -> None:
+        box = self.query_one("#hash-find", Input)
+        if box.value:
+            box.value = ""
         self.table.focus()
+
+    def action_page(self, step: int) -> None:
+        t = self.table
+        new = max(0, t.page_offset + step * PAGE)
+        if new != t.page_offset and (step < 0 or new < t.total):
+            t.page_offset = new
+            self.fetch()
 
     def action_mark(self) -> None:
         self.table.toggle_mark()
@@ -139,7 +197,6 @@ class RefcountsScreen(Screen[None]):
             done = (real.get("data") or {}).get("evicted") or []
             self.notify(f"Evicted {len(done)} chunk(s){' (forced)' if force else ''}")
             self.table.marked.clear()
-            self.table.rebuild()
-            self._status()
+            self.fetch()
         else:
             self.notify(f"chunk_evict failed: {real.get('error')}", severity="error")

@@ -46,6 +46,6 @@ class SessionActionsMixin(Screen[None]):
             answer,
         )
 
-    def action_fire_for_session(self) -> None:
+    async def action_fire_for_session(self) -> None:
         sid = self.selected_session()
-        self.app.open_fire(session_id=sid)  # type: ignore[attr-defined]
+        await self.app.open_fire(session_id=sid)  # type: ignore[attr-defined]

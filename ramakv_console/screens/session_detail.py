@@ -3,14 +3,16 @@
 from __future__ import annotations
 
 from rich.markup import escape
+from textual import work
 from textual.app import ComposeResult
 from textual.binding import Binding
-from textual.widgets import Footer, Label, Static
+from textual.widgets import Label, Static
 
 from ramakv_console.screens.session_actions import SESSION_BINDINGS, SessionActionsMixin
 from ramakv_console.state import ConsoleState
 from ramakv_console.widgets.chunk_map_table import ChunkMapTable
 from ramakv_console.widgets.connection_banner import ConnectionBanner
+from ramakv_console.widgets.key_bar import KeyBar
 from ramakv_console.widgets.trace_log import TraceLog
 
 
@@ -22,6 +24,7 @@ class SessionDetailScreen(SessionActionsMixin):
     def __init__(self, session_id: str) -> None:
         super().__init__()
         self.session_id = session_id
+        self._shown_turns: tuple[int, int, str] | None = None
 
     @property
     def state(self) -> ConsoleState:
@@ -36,14 +39,24 @@ class SessionDetailScreen(SessionActionsMixin):
         yield ChunkMapTable(self.session_id, id="chunk-map")
         yield Label("Recent events", classes="section")
         yield TraceLog(session_id=self.session_id, id="session-events")
-        yield Footer()
+        yield KeyBar()
 
     def on_mount(self) -> None:
         self.sub_title = f"Session {self.session_id}"
         self._summary()
         self.query_one(TraceLog).show(self.state.session_events(self.session_id))
         self.watch(self.app, "revision", self._on_revision, init=False)
+        self.set_interval(1.0, self._summary)  # "last event … ago" ticks
         self.query_one(ChunkMapTable).focus()
+        self.reload_map()
+
+    @work(exclusive=True, group="detail-map")
+    async def reload_map(self) -> None:
+        """Fetch the map (on open, and when the session's map changed)."""
+        s = self.state.sessions.get(self.session_id)
+        self._shown_turns = (s.turn_count, s.chunk_count, s.state) if s else None
+        await self.query_one(ChunkMapTable).load()
+        self._summary()
 
     def _summary(self) -> None:
         s = self.state.sessions.get(self.session_id)
@@ -53,21 +66,27 @@ class SessionDetailScreen(SessionActionsMixin):
             box.update(f"[b]{self.session_id}[/b]  [red]gone (closed)[/red]  "
                        f"open forks {escape(forks)}")
             return
+        table = self.query_one(ChunkMapTable)
+        distinct = f" ({len(set(table.hashes))} distinct)" if table.loaded else ""
         colour = "yellow" if s.state == "suspended" else "green"
+        shared = "…" if s.shared_count is None else s.shared_count
         box.update(
             f"[b]{s.session_id}[/b]  [{colour}]{s.state}[/{colour}]  turns {s.turn_count}  "
-            f"chunks {len(s.chunk_hashes)} ({len(set(s.chunk_hashes))} distinct)  "
-            f"shared {self.state.shared_count(self.session_id)}  "
+            f"chunks {s.chunk_count}{distinct}  shared {shared}  "
             f"open forks {escape(forks)}  last event {self.state.age(self.session_id)} ago"
+            + (f"\n[red]map: {escape(table.error)}[/red]" if table.error else "")
         )
 
     def _on_revision(self, _revision: int) -> None:
         changes = self.app.last_changes  # type: ignore[attr-defined]
         s = self.state.sessions.get(self.session_id)
-        mine = set(s.chunk_hashes) if s else set()
-        if changes.reset or self.session_id in changes.sessions or mine & changes.chunks:
-            self.query_one(ChunkMapTable).rebuild()
+        if changes.reset or self.session_id in changes.sessions:
+            now = (s.turn_count, s.chunk_count, s.state) if s else None
+            if now != self._shown_turns or changes.reset:
+                self.reload_map()
             self._summary()
+        elif changes.chunks:
+            self.query_one(ChunkMapTable).apply_refcounts(changes.chunks)
         self.query_one(TraceLog).add(changes.events)
 
     def selected_session(self) -> str | None:

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from textual.app import ComposeResult
 from textual.binding import Binding
-from textual.widgets import DataTable, Footer, Input, Label
+from textual.widgets import Input, Label
 
-from ramakv_console.messages import Sessions
 from ramakv_console.screens.session_actions import SESSION_BINDINGS, SessionActionsMixin
 from ramakv_console.widgets.connection_banner import ConnectionBanner
+from ramakv_console.widgets.key_bar import KeyBar
 from ramakv_console.widgets.session_table import SORTS, SessionTable
 from ramakv_console.widgets.stats_header import StatsHeader
 
@@ -18,11 +18,16 @@ class SessionsScreen(SessionActionsMixin):
 
     BINDINGS = [
         Binding("slash", "focus_filter", "Filter"),
-        Binding("v", "toggle_suspended", "Suspended on/off"),
         Binding("o", "cycle_sort", "Sort"),
+        Binding("v", "toggle_suspended", "Suspended"),
         *SESSION_BINDINGS,
-        Binding("escape", "focus_table", "Table", show=False),
+        Binding("escape", "clear_filter", "Clear filter", show=False),
     ]
+
+    def __init__(self, **kwargs: object) -> None:
+        super().__init__(**kwargs)  # type: ignore[arg-type]
+        self._stale = False
+        self._status_text = ""
 
     def compose(self) -> ComposeResult:
         yield StatsHeader(id="stats")
@@ -30,13 +35,13 @@ class SessionsScreen(SessionActionsMixin):
         yield Input(placeholder="/ filter by session id", id="session-filter")
         yield Label("", id="table-status")
         yield SessionTable(id="sessions")
-        yield Footer()
+        yield KeyBar()
 
     def on_mount(self) -> None:
         self.sub_title = "Sessions"
         self.watch(self.app, "revision", self._on_revision, init=False)
         self._status()
-        self.query_one(SessionTable).focus()
+        self.table.focus()
 
     @property
     def table(self) -> SessionTable:
@@ -44,19 +49,33 @@ class SessionsScreen(SessionActionsMixin):
         return self.query_one(SessionTable)
 
     def _on_revision(self, _revision: int) -> None:
+        if not self.is_current:  # another view is showing: catch up when it comes back
+            self._stale = True
+            return
         self.table.apply(self.app.last_changes)  # type: ignore[attr-defined]
         self._status()
 
+    def on_screen_resume(self) -> None:
+        if self._stale:
+            self._stale = False
+            self.table.rebuild()
+            self._status()
+        self.table.focus()  # typed text never lands in the filter box by surprise
+
     def _status(self) -> None:
         t = self.table
-        shown = t.row_count
         total = len(self.app.state.sessions)  # type: ignore[attr-defined]
-        parts = [f"showing {shown} of {total}", f"sort: {t.sort_key}"]
+        parts = [f"showing {t.row_count} of {total}", f"sort: {t.sort_key}"]
+        if self.app.state.loading:  # type: ignore[attr-defined]
+            parts.append("loading…")
         if t.filter_text:
-            parts.append(f"filter: '{t.filter_text}'")
+            parts.append(f"filter: '{t.filter_text}' (esc clears)")
         if not t.show_suspended:
             parts.append("suspended hidden")
-        self.query_one("#table-status", Label).update(" · ".join(parts))
+        text = " · ".join(parts)
+        if text != self._status_text:  # an unchanged label costs no repaint
+            self._status_text = text
+            self.query_one("#table-status", Label).update(text)
 
     def selected_session(self) -> str | None:
         return self.table.selected_id()
@@ -70,14 +89,14 @@ class SessionsScreen(SessionActionsMixin):
     def on_input_submitted(self, event: Input.Submitted) -> None:
         self.table.focus()
 
-    def on_data_table_row_selected(self, event: DataTable.RowSelected) -> None:
-        if event.row_key.value is not None:
-            self.post_message(Sessions.Open(event.row_key.value))
-
     def action_focus_filter(self) -> None:
         self.query_one("#session-filter", Input).focus()
 
-    def action_focus_table(self) -> None:
+    def action_clear_filter(self) -> None:
+        """Escape: clear the filter (if any) and go back to the table."""
+        box = self.query_one("#session-filter", Input)
+        if box.value:
+            box.value = ""  # Input.Changed rebuilds the table
         self.table.focus()
 
     def action_toggle_suspended(self) -> None:

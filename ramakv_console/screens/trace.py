@@ -5,9 +5,10 @@ from __future__ import annotations
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.screen import Screen
-from textual.widgets import Footer, Input, Label
+from textual.widgets import Input, Label
 
 from ramakv_console.widgets.connection_banner import ConnectionBanner
+from ramakv_console.widgets.key_bar import KeyBar
 from ramakv_console.widgets.stats_header import StatsHeader
 from ramakv_console.widgets.trace_log import TraceLog
 
@@ -20,7 +21,7 @@ class TraceScreen(Screen[None]):
         Binding("slash", "focus_filter", "Filter"),
         Binding("f", "toggle_failed", "Failed only"),
         Binding("c", "clear_log", "Clear"),
-        Binding("escape", "focus_log", "Log", show=False),
+        Binding("escape", "clear_filter", "Clear filter", show=False),
     ]
 
     def compose(self) -> ComposeResult:
@@ -29,7 +30,7 @@ class TraceScreen(Screen[None]):
         yield Input(placeholder="/ filter by event type or session id", id="trace-filter")
         yield Label("", id="trace-status")
         yield TraceLog(id="trace-log")
-        yield Footer()
+        yield KeyBar()
 
     @property
     def log_widget(self) -> TraceLog:
@@ -44,9 +45,21 @@ class TraceScreen(Screen[None]):
         self.log_widget.focus()
 
     def _on_revision(self, _revision: int) -> None:
-        self.log_widget.add(self.app.last_changes.events)  # type: ignore[attr-defined]
+        if not self.is_current:  # redrawn from the history when it shows again
+            self._stale = True
+            return
+        changes = self.app.last_changes  # type: ignore[attr-defined]
+        if changes.dropped_events and not self.log_widget.paused:
+            self.log_widget.note(f"… {changes.dropped_events} events of a burst not shown")
+        self.log_widget.add(changes.events)
         if self.log_widget.paused:
             self._status()
+
+    def on_screen_resume(self) -> None:
+        if getattr(self, "_stale", False):
+            self._stale = False
+            self._redraw()
+        self.log_widget.focus()
 
     def _status(self) -> None:
         log = self.log_widget
@@ -84,5 +97,8 @@ class TraceScreen(Screen[None]):
     def action_focus_filter(self) -> None:
         self.query_one("#trace-filter", Input).focus()
 
-    def action_focus_log(self) -> None:
+    def action_clear_filter(self) -> None:
+        box = self.query_one("#trace-filter", Input)
+        if box.value:
+            box.value = ""
         self.log_widget.focus()

@@ -1,4 +1,4 @@
-"""A banner shown while the trace connection is down."""
+"""A banner shown while the trace connection is down, naming what kind of failure."""
 
 from __future__ import annotations
 
@@ -6,16 +6,28 @@ from textual.widgets import Static
 
 
 class ConnectionBanner(Static):
-    """Hidden while connected; says what went wrong and that it is retrying otherwise."""
+    """Hidden while connected; says what went wrong and what happens next otherwise."""
 
     def on_mount(self) -> None:
+        self.watch(self.app, "connection_error", self._show)
         self.watch(self.app, "connection", self._show)
 
-    def _show(self, connection: tuple[bool, str]) -> None:
-        connected, detail = connection
+    def _show(self, _value: object = None) -> None:
+        connected, detail = self.app.connection  # type: ignore[attr-defined]
+        error = self.app.connection_error  # type: ignore[attr-defined]
         self.display = not connected
         url = self.app.url  # type: ignore[attr-defined]
-        self.update(
-            f"Daemon unreachable at {url}: {detail or 'connecting'} — retrying with backoff; "
-            "the tables show the last known state."
-        )
+        detail = detail or "connecting"
+        if error == "unauthorized":
+            text = (f"Daemon at {url} refused the console's token: {detail}. Start the "
+                    "console with --token, or set auth_token in the SDK config. Retrying "
+                    "every 30 s.")
+        elif error == "protocol":
+            text = (f"Daemon at {url} speaks another trace protocol: {detail}. Upgrade "
+                    "the console or the daemon. Retrying every 30 s.")
+        elif error == "too_large":
+            text = f"Trace message from {url} too large: {detail} — retrying with backoff."
+        else:
+            text = (f"Daemon unreachable at {url}: {detail} — retrying with backoff; the "
+                    "tables show the last known state.")
+        self.update(text)

@@ -1,4 +1,4 @@
-"""Every referenced chunk with its refcount and holders; rows can be marked for eviction."""
+"""One page of the daemon's chunks by refcount (chunk_top); rows can be marked for eviction."""
 
 from __future__ import annotations
 
@@ -6,74 +6,68 @@ from typing import Any
 
 from textual.widgets import DataTable
 
-from ramakv_console.state import Changes, ConsoleState
-from ramakv_console.widgets.chunk_map_table import others_text
-
 MARK = "●"
+PAGE = 200
 
 
 class RefcountTable(DataTable[Any]):
-    """Chunks matching the find text, highest refcount first; space marks a row."""
+    """The page the daemon answered: highest refcount first, then hash; space marks a row.
+
+    The daemon pages and searches (the console never holds every chunk); refcount changes
+    from the trace update the rows shown, and the page is fetched again now and then.
+    """
 
     DEFAULT_CSS = "RefcountTable { height: 1fr; }"
 
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(cursor_type="row", zebra_stripes=True, **kwargs)
         self.find_text = ""
+        self.page_offset = 0
+        self.total = 0
+        self.total_exact = True
         self.marked: set[str] = set()
-
-    @property
-    def state(self) -> ConsoleState:
-        """The app's mirror of daemon state."""
-        return self.app.state  # type: ignore[attr-defined,no-any-return]
+        self.counts: dict[str, int] = {}
+        self.loaded = False
+        self.error = ""
 
     def on_mount(self) -> None:
-        self.add_column(" ", key="mark")
-        self.add_column("chunk hash", key="hash")
-        self.add_column("refcount", key="refcount")
-        self.add_column("holders", key="holders")
-        self.rebuild()
+        self.add_column(" ", key="mark", width=1)
+        self.add_column("chunk hash", key="hash", width=40)
+        self.add_column("refcount", key="refcount", width=8)
 
-    def wants(self, h: str) -> bool:
-        """True when the chunk is referenced and matches the find text."""
-        return h in self.state.refcounts and self.find_text.lower() in h.lower()
-
-    def cells(self, h: str) -> tuple[str, str, str, str]:
-        """The row's cells."""
-        holders = sorted(self.state.holders.get(h, set()))
-        return (MARK if h in self.marked else " ", h, str(self.state.refcounts.get(h, 0)),
-                others_text(holders, 6))
-
-    def rebuild(self) -> None:
-        """Redraw every row."""
-        rc = self.state.refcounts
-        self.clear()
-        for h in sorted((h for h in rc if self.wants(h)), key=lambda h: (-rc[h], h)):
-            self.add_row(*self.cells(h), key=h)
-
-    def apply(self, changes: Changes) -> None:
-        """Update, add or drop the rows of the chunks that changed."""
-        if changes.reset or len(changes.chunks) > 2000:
-            self.rebuild()
+    async def load(self) -> None:
+        """Ask the daemon for the current page (chunk_top with the find text as prefix)."""
+        send = self.app.send_event  # type: ignore[attr-defined]
+        event: dict[str, Any] = {"type": "chunk_top", "limit": PAGE, "offset": self.page_offset}
+        if self.find_text:
+            event["prefix"] = self.find_text
+        env = await send(event, quiet=True)
+        if not env.get("ok"):
+            self.error = str(env.get("error"))
+            self.loaded = True
             return
-        added = False
-        for h in changes.chunks:
-            present = h in self.rows
-            if not self.wants(h):
-                if present:
-                    self.remove_row(h)
-                continue
-            cells = self.cells(h)
-            if present:
-                for key, value in zip(("mark", "hash", "refcount", "holders"), cells,
-                                      strict=True):
-                    self.update_cell(h, key, value, update_width=True)
-            else:
-                self.add_row(*cells, key=h)
-                added = True
-        if added:
-            rc = self.state.refcounts
-            self.sort("hash", key=lambda h: (-rc.get(str(h), 0), str(h)))
+        data = env.get("data") or {}
+        self.error = ""
+        self.total = int(data.get("total") or 0)
+        self.total_exact = bool(data.get("total_exact", True))
+        current = self.current_hash()
+        self.clear()
+        self.counts = {}
+        for row in data.get("chunks") or []:
+            h, n = str(row["hash"]), int(row["refcount"])
+            self.counts[h] = n
+            self.add_row(MARK if h in self.marked else " ", h, str(n), key=h)
+        self.loaded = True
+        if current in self.counts:
+            self.move_cursor(row=self.get_row_index(current))
+
+    def apply_refcounts(self, counts: dict[str, int]) -> None:
+        """New counts from the trace for the rows shown (order is fixed until the next
+        fetch)."""
+        for h, n in counts.items():
+            if h in self.counts and self.counts[h] != n:
+                self.counts[h] = n
+                self.update_cell(h, "refcount", str(n) if n else "0 (gone)")
 
     def current_hash(self) -> str | None:
         """The chunk under the cursor."""
@@ -90,9 +84,8 @@ class RefcountTable(DataTable[Any]):
         self.update_cell(h, "mark", MARK if h in self.marked else " ")
 
     def targets(self) -> list[str]:
-        """Marked chunks still referenced, else the one under the cursor."""
-        marked = sorted(h for h in self.marked if h in self.state.refcounts)
-        if marked:
-            return marked
+        """Marked chunks, else the one under the cursor."""
+        if self.marked:
+            return sorted(self.marked)
         h = self.current_hash()
         return [h] if h else []

@@ -1,24 +1,52 @@
-"""One line of totals: sessions, distinct chunks, references, events/s, trace seq."""
+"""One line of totals: sessions, trace seq, distinct chunks, references, events/s."""
 
 from __future__ import annotations
 
-from textual.widgets import Static
+from rich.text import Text
+from textual.widget import Widget
 
 
-class StatsHeader(Static):
-    """Counts from the app's ConsoleState, refreshed on every applied batch and each second."""
+class StatsHeader(Widget):
+    """Counts from the app's ConsoleState (kept as records arrive: nothing is recounted),
+    redrawn on every applied batch and each second.
+
+    A plain ``render`` plus ``refresh()``, not ``Static.update``: an update asks for a new
+    layout of the whole screen, ten times a second under load.
+    """
+
+    DEFAULT_CSS = "StatsHeader { height: 1; }"
+
+    def __init__(self, **kwargs: object) -> None:
+        super().__init__(**kwargs)  # type: ignore[arg-type]
+        self._text = ""
 
     def on_mount(self) -> None:
         self.watch(self.app, "revision", self._refresh_counts)
         self.set_interval(1.0, self._refresh_counts)
 
-    def _refresh_counts(self, _revision: int | None = None) -> None:
+    def line(self) -> str:
+        """The header's markup, most important first: at 80 columns the session count
+        and the seq still show."""
         state = self.app.state  # type: ignore[attr-defined]
-        suspended = sum(1 for s in state.sessions.values() if s.state == "suspended")
+        suspended = state.suspended
         total = len(state.sessions)
-        self.update(
+        return (
             f"[b]sessions[/b] {total} ({total - suspended} active, {suspended} suspended)  "
-            f"[b]chunks[/b] {len(state.refcounts)}  [b]references[/b] {state.references()}  "
-            f"[b]events/s[/b] {state.events_per_second():.1f}  [b]seq[/b] {state.seq}  "
+            f"[b]seq[/b] {state.seq}  [b]chunks[/b] {state.chunk_total()}  "
+            f"[b]references[/b] {state.references()}  "
+            f"[b]events/s[/b] {state.events_per_second():.1f}  "
             f"[dim]{self.app.url}[/dim]"  # type: ignore[attr-defined]
         )
+
+    def _refresh_counts(self, _revision: int | None = None) -> None:
+        if not self.screen.is_current:
+            return
+        text = self.line()
+        if text != self._text:
+            self._text = text
+            self.refresh()
+
+    def render(self) -> Text:
+        text = Text.from_markup(self._text or self.line(), overflow="crop")
+        text.no_wrap = True
+        return text

@@ -46,6 +46,10 @@ def line(rec: dict[str, Any]) -> Text:
     return text
 
 
+PER_BATCH = 12  # lines written per applied batch (10 batches a second)
+REDRAW_LINES = 200  # lines written when the log is redrawn (filter change, view shown)
+
+
 class TraceLog(RichLog):
     """Appends trace records; while paused new ones wait and are written on resume."""
 
@@ -71,21 +75,32 @@ class TraceLog(RichLog):
         return not f or f in str(rec.get("type", "")).lower() or f in sid.lower()
 
     def add(self, records: Iterable[dict[str, Any]]) -> None:
-        """Write new records (or hold them while paused)."""
+        """Write new records (or hold them while paused); of a large batch only the newest
+        PER_BATCH are written (nobody reads 1,000 lines a second; writing them would
+        delay the keys)."""
         if self.paused:
             self.held.extend(records)
+            del self.held[: max(0, len(self.held) - (self.max_lines or 5000))]
             return
-        for rec in records:
-            if self.wants(rec):
-                self.write(line(rec))
+        wanted = [rec for rec in records if self.wants(rec)]
+        if len(wanted) > PER_BATCH:
+            self.note(f"… {len(wanted) - PER_BATCH} more events (the Trace view's filter "
+                      "finds them in the last 5,000)")
+            wanted = wanted[-PER_BATCH:]
+        for rec in wanted:
+            self.write(line(rec))
+
+    def note(self, text: str) -> None:
+        """A dim line of the console's own (e.g. how many records a burst skipped)."""
+        self.write(Text(text, style="dim italic"))
 
     def show(self, records: Iterable[dict[str, Any]]) -> None:
         """Clear and write the given history (a filter changed)."""
         self.clear()
         self.held.clear()
-        for rec in records:
-            if self.wants(rec):
-                self.write(line(rec))
+        wanted = [rec for rec in records if self.wants(rec)]
+        for rec in wanted[-REDRAW_LINES:]:
+            self.write(line(rec))
 
     def set_paused(self, paused: bool) -> int:
         """Pause or resume; on resume the held records are written. Returns how many."""

@@ -9,7 +9,6 @@ import json
 import logging
 import os
 import sqlite3
-from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -17,8 +16,15 @@ from typing import Any
 import aiosqlite
 import orjson
 
-from ramakv_daemon.adapters import sqlite_forks
+from ramakv_daemon.adapters import sqlite_forks, store_files
 from ramakv_daemon.adapters.sqlite_forks import BUMP_FORK_IDS, UPSERT_FORK
+from ramakv_daemon.adapters.store_lock import StoreLock, StoreLocked
+from ramakv_daemon.adapters.store_rows import (  # noqa: F401 - re-exported for tools
+    _decode_sessions,
+    _fold_legacy_outbox,
+    _loads,
+    outbox_view,
+)
 from ramakv_daemon.core.fork import Fork
 from ramakv_daemon.core.session import Session
 from ramakv_daemon.ports import StoreError
@@ -31,6 +37,9 @@ CHECKPOINT_EVERY = 32  # commits between looks at the WAL's size (one stat each)
 # (a 4 MiB checkpoint took 7-8 ms here). Half-rate turn_end p99, 2 runs each: 1 MiB 5.0
 # and 7.3 ms, 4 MiB 10.9 and 11.2 ms, 16 MiB 23 and 25 ms; below 1 MiB no clear gain.
 CHECKPOINT_WAL_BYTES = 1 << 20
+# Between commits, the files are looked at this often: a deletion is repaired within it even
+# when no event comes, so what was acknowledged before it survives a crash soon after.
+FILE_CHECK_INTERVAL_S = 1.0
 
 
 def _is_busy(err: BaseException | None) -> bool:
@@ -54,7 +63,8 @@ CREATE TABLE IF NOT EXISTS evict_outbox (
 CREATE TABLE IF NOT EXISTS event_ids (
     event_id TEXT PRIMARY KEY,
     response_json TEXT NOT NULL,
-    ts REAL NOT NULL
+    ts REAL NOT NULL,
+    request_digest TEXT NOT NULL DEFAULT ''
 );
 CREATE TABLE IF NOT EXISTS session_state (
     session_id TEXT PRIMARY KEY,
@@ -103,6 +113,9 @@ CREATE TABLE IF NOT EXISTS counters (
 _MIGRATIONS = (
     ("session_state", "namespace", "ALTER TABLE session_state ADD COLUMN namespace "
      "TEXT NOT NULL DEFAULT ''"),
+    # The digest of the request an answer belongs to ('' in older files: unknown).
+    ("event_ids", "request_digest", "ALTER TABLE event_ids ADD COLUMN request_digest "
+     "TEXT NOT NULL DEFAULT ''"),
 )
 
 _UPSERT_SESSION = (
@@ -119,92 +132,7 @@ _UPSERT_STATE = (
 OutboxRow = tuple[int, str, list[tuple[str, str]]]  # (row id, namespace, [(hash, mode)])
 
 
-def outbox_view(con: sqlite3.Connection) -> dict[tuple[str, str], str]:
-    """(namespace, hash) -> mode of every eviction still on disk, in any of the formats.
-
-    For tools and tests; a row kept for one waiting entry may list delivered ones too
-    (delivering those again is harmless: they are re-checked against the refcounts).
-    """
-    out: dict[tuple[str, str], str] = {}
-    tables = {r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type='table'")}
-    if "evict_outbox" in tables:
-        rows = con.execute("SELECT chunk_hash, mode FROM evict_outbox")
-        out.update({("", h): m for h, m in rows})
-    if "ns_evict_outbox" in tables:
-        out.update({
-            (ns, h): m
-            for ns, h, m in con.execute("SELECT namespace, chunk_hash, mode FROM ns_evict_outbox")
-        })
-    if "evict_log" in tables:
-        for ns, entries in con.execute("SELECT namespace, entries_json FROM evict_log ORDER BY id"):
-            out.update({(ns, h): m for h, m in json.loads(entries)})
-    return out
-
-
-def _loads(text: str) -> object:
-    """orjson, falling back to json for what only the standard decoder takes (files
-    written by other tools may hold lone surrogate escapes or NaN)."""
-    try:
-        return orjson.loads(text)
-    except orjson.JSONDecodeError:
-        return json.loads(text)
-
-
 _LOAD_BATCH = 256  # sessions per fetch at start-up
-
-
-def _decode_sessions(rows: Iterable[tuple[Any, ...]]) -> list[Session]:
-    """Stored rows as sessions; rows whose JSON is corrupt are skipped with a warning."""
-    out: list[Session] = []
-    loads = _loads  # start-up decodes every stored map: the fast decoder pays
-    for sid, map_json, turn_count, suspended, ts, ns in rows:
-        try:
-            hashes = loads(map_json)
-            if not isinstance(hashes, list):
-                raise ValueError("map_json is not a list of strings")
-            chunk_hashes = tuple(hashes)
-            # str.join raises TypeError on a non-string: one C-level check per list.
-            # Stored hashes are not interned: that costs 10x the decode at start-up
-            # and saves only the shared chunks' duplicate strings.
-            "".join(chunk_hashes)
-        except (ValueError, TypeError) as err:
-            log.warning("skipping stored session %r: %s", sid, err)
-            continue
-        out.append(
-            Session(
-                session_id=sid,
-                chunk_hashes=chunk_hashes,
-                turn_count=int(turn_count or 0),
-                suspended=bool(suspended),
-                last_event_ts=float(ts or 0.0),
-                namespace=ns or "",
-            )
-        )
-    return out
-
-
-def _fold_legacy_outbox(con: sqlite3.Connection) -> None:
-    """Move per-chunk outbox rows (written by ramakv-admin) into evict_log, atomically."""
-    legacy: dict[str, list[tuple[str, str]]] = {}
-    for h, m in con.execute("SELECT chunk_hash, mode FROM evict_outbox"):
-        legacy.setdefault("", []).append((h, m))
-    for ns, h, m in con.execute("SELECT namespace, chunk_hash, mode FROM ns_evict_outbox"):
-        legacy.setdefault(ns, []).append((h, m))
-    if not legacy:
-        return
-    con.execute("BEGIN IMMEDIATE")
-    try:
-        for ns, entries in legacy.items():
-            con.execute(
-                "INSERT INTO evict_log (namespace, entries_json) VALUES (?, ?)",
-                (ns, json.dumps(entries)),
-            )
-        con.execute("DELETE FROM evict_outbox")
-        con.execute("DELETE FROM ns_evict_outbox")
-        con.execute("COMMIT")
-    except BaseException:
-        con.execute("ROLLBACK")
-        raise
 
 
 class SqliteSessionStore:
@@ -220,9 +148,13 @@ class SqliteSessionStore:
     """
 
     def __init__(
-        self, path: str, synchronous: str = "NORMAL", commit_thread: bool = False
+        self, path: str, synchronous: str = "NORMAL", commit_thread: bool = False,
+        program: str = "ram-a-kv", check_integrity: bool = True,
     ) -> None:
+        """``program`` is written into the lock file beside the pid (who holds the store);
+        ``check_integrity`` runs ``PRAGMA quick_check`` at open."""
         self.path = path
+        self.check_integrity = check_integrity
         # WAL + NORMAL survives kill -9 (the WAL is in the OS before commit returns);
         # FULL also survives power loss at the cost of an fsync per batch.
         self.synchronous = synchronous.upper()
@@ -234,7 +166,13 @@ class SqliteSessionStore:
         self._db: aiosqlite.Connection | None = None
         self._writer: sqlite3.Connection | None = None
         self._thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="ramakv-sqlite")
-        self._lock_fd: int | None = None
+        memory = path == ":memory:"
+        self._lock = None if memory else StoreLock(path, program)
+        self._files = None if memory else store_files.StoreFiles(os.path.realpath(path))
+        self._broken: str | None = None  # why writes are refused (the file is gone)
+        self._writing = False  # a write() is under way (the idle file check stays out)
+        self._recovering: asyncio.Future[None] | None = None  # the idle check repairing
+        self._watcher: asyncio.Task[None] | None = None
         self._commits = 0
         self._checkpoint: asyncio.Future[None] | None = None
         # SQLite keeps the WAL beside the real file when the path is a symlink.
@@ -242,11 +180,22 @@ class SqliteSessionStore:
         self._checkpointer: sqlite3.Connection | None = None
 
     async def open(self) -> None:
-        """Create the parent directory, open the file, enable WAL, create tables."""
+        """Create the parent directory, take the store's lock, open the file (a new one is
+        built whole under a temporary name first), enable WAL, create tables, check every
+        page, start the idle file check.
+
+        Raises:
+            StoreError: naming the file — another process holds it (with its pid), it is
+                empty, corrupt, unreadable or read-only. Nothing stays open then (an
+                aiosqlite worker thread left running would keep the process alive).
+        """
         try:
             if self.path != ":memory:":
                 Path(self.path).parent.mkdir(parents=True, exist_ok=True)
-            self._take_lock()
+            if self._lock is not None:
+                self._lock.acquire_or_raise()
+                store_files.refuse_empty(self.path)
+                await self._in_thread(store_files.create_new, self.path, SCHEMA)
             self._db = await aiosqlite.connect(self.path)
             await self._db.execute("PRAGMA journal_mode=WAL")
             await self._db.execute(f"PRAGMA synchronous={self.synchronous}")
@@ -256,31 +205,30 @@ class SqliteSessionStore:
             await self._db.commit()
             await sqlite_forks.migrate_fork_holds(self._db)
             self._writer = await self._in_thread(self._open_writer)
+            if self.check_integrity:
+                await self._in_thread(store_files.check_integrity, self._writer, self.path)
+            self._checkpointer = await self._in_thread(self._open_checkpointer)
+            if self._files is not None:
+                self._files.record()
+                self._watcher = asyncio.get_running_loop().create_task(
+                    self._watch_files(), name="store-file-check"
+                )
+        except StoreLocked as err:
+            await self.close()
+            raise StoreError(str(err)) from err
+        except StoreError:
+            await self.close()
+            raise
         except (OSError, sqlite3.Error) as err:
+            await self.close()
             raise StoreError(f"cannot open session store {self.path}: {err}") from err
 
-    def _take_lock(self) -> None:
-        """Hold a shared flock on ``<path>.lock`` while open: ramakv-admin asks for an
-        exclusive one, so it knows a daemon is using the file (several daemons may share)."""
-        if self.path == ":memory:" or self._lock_fd is not None:
-            return
-        try:
-            import fcntl
-        except ImportError:  # not POSIX: no lock, ramakv-admin falls back to health checks
-            return
-        try:
-            fd = os.open(self.path + ".lock", os.O_RDWR | os.O_CREAT, 0o600)
-        except OSError as err:
-            log.warning("cannot create %s.lock (%s): ramakv-admin cannot see this daemon",
-                        self.path, err)
-            return
-        try:
-            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
-        except OSError:
-            os.close(fd)
-            log.warning("%s.lock is held by ramakv-admin; opening the store anyway", self.path)
-            return
-        self._lock_fd = fd
+    def _open_checkpointer(self) -> sqlite3.Connection:
+        # Opened with the others, never later: a connection opened after the WAL was
+        # unlinked would create a new, empty one under the others' shared index.
+        conn = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
+        conn.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
+        return conn
 
     async def _migrate(self) -> None:
         """Add columns that older files lack (never touches the original sessions table)."""
@@ -397,49 +345,151 @@ class SqliteSessionStore:
                 log.warning("skipping corrupt outbox row %s: %s", row_id, err)
         return out
 
-    async def load_event_ids(self, limit: int) -> list[tuple[str, str]]:
-        """The newest ``limit`` remembered answers, oldest first: (event_id, response_json)."""
+    async def load_event_ids(self, limit: int) -> list[tuple[str, str, str]]:
+        """The newest ``limit`` remembered answers, oldest first:
+        (event_id, response_json, request digest)."""
         try:
             async with self.db.execute(
-                "SELECT event_id, response_json FROM event_ids ORDER BY ts DESC LIMIT ?",
+                "SELECT event_id, response_json, request_digest FROM event_ids "
+                "ORDER BY ts DESC LIMIT ?",
                 (limit,),
             ) as cur:
                 rows = await cur.fetchall()
         except sqlite3.Error as err:
             raise StoreError(f"cannot read event ids: {err}") from err
-        return [(e, r) for e, r in reversed(rows)]
+        return [(e, r, d) for e, r, d in reversed(rows)]
 
     async def write(
         self,
         sessions: dict[str, Session | None],
         outbox_add: list[OutboxRow] | None = None,
         outbox_done: list[int] | None = None,
-        event_ids: list[tuple[str, str, float]] | None = None,
+        event_ids: list[tuple[str, str, float, str]] | None = None,
         prune_event_ids_before: float | None = None,
         forks: dict[int, Fork | None] | None = None,
         next_fork_id: int | None = None,
     ) -> None:
         """One transaction: sessions (None = delete), outbox rows added and done, answers,
         forks (None = ended) and the fork id counter."""
+        if self._recovering is not None:  # the idle check is rewriting the file: after it
+            await asyncio.shield(self._recovering)
         if self._writer is None:
             raise StoreError("session store is not open")
+        if self._broken is not None:
+            raise StoreError(self._broken)
         args = (
             sessions, outbox_add or [], outbox_done or [], event_ids or [],
             prune_event_ids_before, forks or {}, next_fork_id,
         )
+        self._writing = True
+        try:
+            await self._write_and_verify(args)
+        finally:
+            self._writing = False
+
+    async def _write_and_verify(self, args: tuple[Any, ...]) -> None:
         if not self.inline_commits:
             await self._in_thread(self._write_sync, *args)
+        else:
+            self._commits += 1
+            if self._commits % CHECKPOINT_EVERY == 0:
+                await self._checkpoint_if_due()
+            try:
+                self._write_sync(*args)
+            except StoreError as err:
+                if not _is_busy(err.__cause__):
+                    raise
+                # Another process holds the write lock: wait for it on the thread, not here.
+                await self._in_thread(self._waiting_for_locks, self._write_sync, args)
+        await self.verify_files()
+
+    async def _watch_files(self) -> None:
+        """Between commits, notice a deleted file and repair it without waiting for the
+        next commit (which would find it too): a kill -9 meanwhile then loses nothing."""
+        files = self._files
+        assert files is not None
+        while self._broken is None:
+            await asyncio.sleep(FILE_CHECK_INTERVAL_S)
+            if self._writing or self._writer is None or files.problem() is None:
+                continue
+            self._recovering = asyncio.get_running_loop().create_future()
+            try:
+                await self.verify_files()
+            except StoreError:
+                pass  # logged; every later write answers 503
+            finally:
+                self._recovering.set_result(None)
+                self._recovering = None
+
+    def problem(self) -> str | None:
+        """Why this store cannot take writes now (for /readyz), or None."""
+        if self._writer is None:
+            return "session store is not open"
+        if self._broken is not None:
+            return self._broken
+        if self._files is not None and (what := self._files.problem()) is not None:
+            return f"session store {self.path} {what} (the next commit rewrites it)"
+        if self._files is not None:
+            return store_files.space_problem(self._files.db_path)
+        return None
+
+    async def verify_files(self) -> None:
+        """After a commit, before anyone is told: is what was committed in the file a
+        restart opens? Two stats. If the file or its WAL was deleted, everything committed
+        (this commit included) is copied from the still-open descriptors to a new file at
+        the path and the store reopens on it; if that fails, or another file took the
+        path, this and every later write fail (503) — nothing more is acknowledged.
+
+        Raises:
+            StoreError: the commit cannot survive a restart.
+        """
+        if self._files is None or self._broken is not None:
+            if self._broken is not None:
+                raise StoreError(self._broken)
             return
-        self._commits += 1
-        if self._commits % CHECKPOINT_EVERY == 0:
-            await self._checkpoint_if_due()
+        problem = self._files.problem()
+        if problem is None:
+            return
+        what = f"session store {self.path} {problem} while the daemon was running"
+        if not self._files.recoverable():
+            self._broken = (
+                f"{what}; writes are refused so nothing is acknowledged that a restart "
+                "would not find (restart the daemon once the file is where it belongs)"
+            )
+            log.error("%s", self._broken)
+            raise StoreError(self._broken)
+        log.error("%s: rewriting it from the open database", what)
         try:
-            self._write_sync(*args)
-        except StoreError as err:
-            if not _is_busy(err.__cause__):
-                raise
-            # Another process holds the write lock: wait for it on the thread, not here.
-            await self._in_thread(self._waiting_for_locks, self._write_sync, args)
+            await self._recover()
+        except (OSError, sqlite3.Error, StoreError) as err:
+            self._broken = f"{what}, and rewriting it failed ({err}); writes are refused"
+            log.error("%s", self._broken)
+            raise StoreError(self._broken) from err
+        log.warning("session store %s rewritten: nothing committed was lost", self.path)
+
+    async def _recover(self) -> None:
+        """Copy the open database to the path, then reopen every connection on it."""
+        assert self._writer is not None and self._files is not None
+        if self._checkpoint is not None:
+            with contextlib.suppress(Exception):
+                await self._checkpoint
+        real = self._files.db_path
+        tmp = await self._in_thread(store_files.copy_out, self._writer, real)
+        for name in ("_writer", "_checkpointer"):
+            conn = getattr(self, name)
+            setattr(self, name, None)
+            if conn is not None:
+                await self._in_thread(conn.close)
+        if self._db is not None:
+            db, self._db = self._db, None
+            await db.close()
+        await self._in_thread(store_files.move_in, tmp, real)
+        self._db = await aiosqlite.connect(self.path)
+        async with self._db.execute("PRAGMA journal_mode=WAL") as cur:
+            await cur.fetchall()
+        self._writer = await self._in_thread(self._open_writer)
+        self._checkpointer = await self._in_thread(self._open_checkpointer)
+        self._files.record()
 
     async def _checkpoint_if_due(self) -> None:
         """Once the WAL passes its size, commits wait for a checkpoint on the thread.
@@ -463,11 +513,10 @@ class SqliteSessionStore:
     def _checkpoint_sync(self) -> None:
         """Copy the WAL into the database, on its own connection (runs on the thread)."""
         try:
-            if self._checkpointer is None:
-                self._checkpointer = sqlite3.connect(
-                    self.path, check_same_thread=False, isolation_level=None
-                )
-                self._checkpointer.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
+            if self._checkpointer is None or (
+                self._files is not None and self._files.problem() is not None
+            ):
+                return  # the next commit's file check deals with it
             self._checkpointer.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
         except sqlite3.Error as err:  # the next commit past the limit tries again
             log.warning("WAL checkpoint failed: %s", err)
@@ -477,7 +526,7 @@ class SqliteSessionStore:
         sessions: dict[str, Session | None],
         outbox_add: list[OutboxRow],
         outbox_done: list[int],
-        event_ids: list[tuple[str, str, float]],
+        event_ids: list[tuple[str, str, float, str]],
         prune_before: float | None,
         forks: dict[int, Fork | None],
         next_fork_id: int | None,
@@ -527,9 +576,9 @@ class SqliteSessionStore:
                 db.executemany("DELETE FROM evict_log WHERE id = ?", [(i,) for i in outbox_done])
             if event_ids:
                 db.executemany(
-                    "INSERT OR REPLACE INTO event_ids (event_id, response_json, ts) "
-                    "VALUES (?, ?, ?)",
-                    event_ids,
+                    "INSERT OR REPLACE INTO event_ids (event_id, response_json, ts, "
+                    "request_digest) VALUES (?, ?, ?, ?)",
+                    [(*e, "")[:4] for e in event_ids],  # 3-tuples from older callers
                 )
             if prune_before is not None:
                 db.execute("DELETE FROM event_ids WHERE ts < ?", (prune_before,))
@@ -544,6 +593,11 @@ class SqliteSessionStore:
 
     async def close(self) -> None:
         """Close both connections and the writer thread (idempotent)."""
+        if self._watcher is not None:
+            watcher, self._watcher = self._watcher, None
+            watcher.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await watcher
         if self._checkpoint is not None:
             with contextlib.suppress(Exception):
                 await self._checkpoint
@@ -557,7 +611,5 @@ class SqliteSessionStore:
             db, self._db = self._db, None
             await db.close()
         self._thread.shutdown(wait=False)
-        if self._lock_fd is not None:
-            fd, self._lock_fd = self._lock_fd, None
-            with contextlib.suppress(OSError):
-                os.close(fd)
+        if self._lock is not None:
+            self._lock.release()

@@ -8,6 +8,9 @@ from typing import Any
 from ramakv_daemon.core.errors import InvalidEvent, MissingField
 
 MAX_SESSION_ID_BYTES = 1024
+# debug_context is written with json.dumps(indent=2), which recurses per level: far below
+# Python's recursion limit, and deeper than any real message list.
+MAX_DEBUG_DEPTH = 64
 
 
 @dataclass(frozen=True, slots=True)
@@ -149,3 +152,18 @@ def bool_of(payload: dict[str, Any], field: str, default: bool = False) -> bool:
     if not isinstance(value, bool):
         raise InvalidEvent(f"'{field}' must be true or false")
     return value
+
+
+def check_depth(value: Any, limit: int, field: str) -> None:
+    """Raise InvalidEvent when ``value`` nests lists/objects more than ``limit`` deep.
+
+    Iterative, so no input can make the check itself recurse; runs before anything is
+    applied, so a refused event changes nothing.
+    """
+    stack: list[tuple[Any, int]] = [(value, 1)]
+    while stack:
+        node, depth = stack.pop()
+        if depth > limit:
+            raise InvalidEvent(f"'{field}' is nested more than {limit} levels deep")
+        children = node.values() if isinstance(node, dict) else node
+        stack.extend((c, depth + 1) for c in children if isinstance(c, dict | list))

@@ -14,7 +14,7 @@ MAX_LIMIT = 10000
 SLICE = 2000  # sessions filtered, ids sorted or rows built per loop iteration
 
 
-def _int_field(payload: dict, name: str, default: int, maximum: int) -> int:
+def int_field(payload: dict, name: str, default: int, maximum: int) -> int:
     value = payload.get(name, default)
     if value is None:
         return default
@@ -40,8 +40,8 @@ def list_sessions(
     state = payload.get("state")
     if state is not None and state not in ("active", "suspended", "closed"):
         raise InvalidEvent("'state' must be \"active\", \"suspended\" or \"closed\"")
-    limit = _int_field(payload, "limit", 1000, MAX_LIMIT)
-    offset = _int_field(payload, "offset", 0, 2**31)
+    limit = int_field(payload, "limit", 1000, MAX_LIMIT)
+    offset = int_field(payload, "offset", 0, 2**31)
     if payload.get("namespace") is not None:
         managers = [ctx.manager]
     else:

@@ -2,7 +2,13 @@
 
 from ramakv_daemon.core.change import Change
 from ramakv_daemon.core.errors import InvalidEvent, MissingField
-from ramakv_daemon.core.events import chunk_hashes_of, object_of, session_id_of
+from ramakv_daemon.core.events import (
+    MAX_DEBUG_DEPTH,
+    check_depth,
+    chunk_hashes_of,
+    object_of,
+    session_id_of,
+)
 from ramakv_daemon.handlers.registry import HandlerContext, event
 
 
@@ -25,6 +31,8 @@ def turn_end(ctx: HandlerContext, payload: dict, now: float) -> Change:
         raise MissingField(field)
     hashes = chunk_hashes_of(raw, ctx.limits, field)
     debug_context = object_of(payload, "debug_context")
+    if debug_context is not None:
+        check_depth(debug_context, MAX_DEBUG_DEPTH, "debug_context")
     change = ctx.manager.turn_end(session_id, hashes, now)
     if debug_context is not None:
         change.notes["debug_context"] = debug_context

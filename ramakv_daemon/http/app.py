@@ -7,14 +7,17 @@ import json
 import logging
 import time
 from collections.abc import AsyncIterator, Callable
+from typing import Any
 
 import orjson
 from aiohttp import web
+from aiohttp.web_protocol import RequestPayloadError
 
 from ramakv_daemon.adapters.backends.noop import NoopBackend
 from ramakv_daemon.adapters.sqlite_store import SqliteSessionStore
 from ramakv_daemon.config import Config
-from ramakv_daemon.http.trace_ws import trace_handler
+from ramakv_daemon.http.probes import healthz, readyz
+from ramakv_daemon.http.trace_ws import FAILURES, trace_handler
 from ramakv_daemon.ports import Backend, SessionStore
 from ramakv_daemon.service import EventService
 
@@ -36,10 +39,12 @@ def make_backend(config: Config) -> Backend:
     )
 
 
-def _json(status: int, body: dict) -> web.Response:
+def _json(status: int, body: dict, headers: Any = None) -> web.Response:
     # The standard encoder on purpose: replies keep the documented `{"ok": true, ...}`
     # spacing, and a reply is small (orjson would save a few µs).
-    return web.Response(status=status, text=json.dumps(body), content_type="application/json")
+    kept = {k: v for k, v in (headers or {}).items() if k.lower() in ("allow", "retry-after")}
+    return web.Response(status=status, text=json.dumps(body), content_type="application/json",
+                        headers=kept or None)
 
 
 def _decode(raw: bytes) -> object:
@@ -62,6 +67,11 @@ async def handle_event(request: web.Request) -> web.Response:
         raw = await request.read()
     except web.HTTPRequestEntityTooLarge:
         return _json(413, {"ok": False, "error": f"request body larger than {limit} bytes"})
+    except RequestPayloadError as err:  # e.g. Content-Encoding: gzip over a plain body
+        encoding = request.headers.get("Content-Encoding")
+        why = f" (Content-Encoding {encoding!r} does not match the body)" if encoding else ""
+        return _json(400, {"ok": False, "error": f"cannot read the request body{why}: "
+                           f"{err.__cause__ or err}"})
     try:
         payload = _decode(raw)
     except (ValueError, RecursionError) as err:
@@ -78,11 +88,32 @@ async def handle_metrics(request: web.Request) -> web.Response:
 
 
 @web.middleware
+async def json_errors(request: web.Request, handler):  # type: ignore[no-untyped-def]
+    """Every error answer is JSON ``{"ok": false, "error": ...}``, never aiohttp's text page
+    (405, 404, a body that cannot be read, a bug)."""
+    try:
+        return await handler(request)
+    except web.HTTPException as exc:
+        if exc.status < 400 or exc.content_type == "application/json":
+            raise
+        text = exc.text or ""
+        if not text or text == f"{exc.status}: {exc.reason}":  # aiohttp's default text
+            text = exc.reason
+        return _json(exc.status, {"ok": False, "error": text}, headers=exc.headers)
+    except Exception:  # noqa: BLE001 - the answer stays JSON; the traceback goes to the log
+        log.exception("unhandled error answering %s %s", request.method, request.path)
+        return _json(500, {"ok": False, "error": "internal error (see the daemon's log)"})
+
+
+@web.middleware
 async def auth_middleware(request: web.Request, handler):  # type: ignore[no-untyped-def]
     """Require ``Authorization: Bearer <auth_token>`` when a token is configured."""
     token = request.app[CONFIG_KEY].auth_token
-    given = request.headers.get("Authorization", "").encode()
+    # Header bytes that are not UTF-8 arrive as surrogate escapes: compare them as sent.
+    given = request.headers.get("Authorization", "").encode("utf-8", "surrogateescape")
     if token and not hmac.compare_digest(given, f"Bearer {token}".encode()):
+        if request.path == "/trace":  # followers retry: one line per client, not per try
+            FAILURES.warn(request.remote or "?", "refused: missing or wrong bearer token")
         return _json(401, {"ok": False, "error": "missing or wrong bearer token"})
     return await handler(request)
 
@@ -96,7 +127,7 @@ def init_app(
     # Without a token the middleware would only add a call to every request.
     app = web.Application(
         client_max_size=config.max_body_bytes,
-        middlewares=[auth_middleware] if config.auth_token else [],
+        middlewares=[json_errors, auth_middleware] if config.auth_token else [json_errors],
     )
     app[CONFIG_KEY] = config
     service = EventService(
@@ -119,8 +150,12 @@ def init_app(
     app.router.add_post("/event", handle_event)
     app.router.add_get("/trace", trace_handler)
     app.router.add_get("/metrics", handle_metrics)
+    app.router.add_get("/healthz", healthz)
+    app.router.add_get("/readyz", readyz)
     return app
 
 
 async def _close_subscribers(app: web.Application) -> None:
+    log.info("ram-a-kv daemon shutting down: closing trace subscribers, then committing what "
+             "is queued and delivering evictions (at most a few seconds)")
     app[SERVICE_KEY].trace.close_all("daemon shutting down")

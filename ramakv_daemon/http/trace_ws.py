@@ -1,44 +1,117 @@
-"""GET /trace: snapshot (or replay since a seq), then one message per event."""
+"""GET /trace (protocol 2): snapshot parts (or a replay since a seq), then one message per
+event; a record cut down for size is followed by a fresh snapshot."""
 
 from __future__ import annotations
 
 import asyncio
+import logging
+from collections import OrderedDict
+from collections.abc import AsyncIterator
+from typing import TYPE_CHECKING
 
+import orjson
 from aiohttp import WSCloseCode, WSMsgType, web
 
-from ramakv_daemon.trace import SLOW_CLOSE_CODE, encode
+from ramakv_daemon.trace_protocol import (
+    MAX_HISTORY,
+    PROTOCOL,
+    PROTOCOL_CLOSE_CODE,
+    SLOW_CLOSE_CODE,
+    is_resync,
+)
+from ramakv_daemon.trace_snapshot import freeze, held_chunks, messages
+
+if TYPE_CHECKING:
+    from ramakv_daemon.service import EventService
+
+log = logging.getLogger("ramakv.trace")
+
+
+class OncePerClient:
+    """Logs a failure once per (client address, reason): a client retrying in a loop must
+    not fill the log (440 tracebacks in 16 s before)."""
+
+    def __init__(self, limit: int = 1024) -> None:
+        self.seen: OrderedDict[tuple[str, str], None] = OrderedDict()
+        self.limit = limit
+
+    def warn(self, peer: str, reason: str) -> None:
+        """WARNING the first time, DEBUG after."""
+        key = (peer, reason)
+        if key in self.seen:
+            self.seen.move_to_end(key)
+            log.debug("trace client %s: %s (again)", peer, reason)
+            return
+        self.seen[key] = None
+        if len(self.seen) > self.limit:
+            self.seen.popitem(last=False)
+        log.warning("trace client %s: %s (logged once per client)", peer, reason)
+
+
+FAILURES = OncePerClient()
+
+
+def _int(request: web.Request, name: str) -> int | None:
+    raw = request.query.get(name)
+    if raw is None:
+        return None
+    try:
+        return int(raw)
+    except ValueError:
+        raise web.HTTPBadRequest(text=f"{name} must be an integer") from None
 
 
 async def trace_handler(request: web.Request) -> web.StreamResponse:
-    """Stream the trace; ``?since=SEQ&epoch=E`` resumes, ``?session=ID`` filters.
-
-    A resume whose epoch is not this run's (the daemon restarted) gets a fresh snapshot.
+    """Stream the trace; ``protocol=2`` is required, ``since=SEQ&epoch=E`` resumes,
+    ``session=ID`` filters, ``history=N`` sends up to N recent records before a snapshot.
     """
     from ramakv_daemon.http.app import SERVICE_KEY
 
     service = request.app[SERVICE_KEY]
-    since_raw = request.query.get("since")
+    since = _int(request, "since")
+    history = min(max(_int(request, "history") or 0, 0), MAX_HISTORY)
     session = request.query.get("session") or None
-    since: int | None = None
-    if since_raw is not None:
-        try:
-            since = int(since_raw)
-        except ValueError:
-            raise web.HTTPBadRequest(text="since must be an integer") from None
+    protocol = request.query.get("protocol")
+    peer = request.remote or "?"
     ws = web.WebSocketResponse(heartbeat=30)
     await ws.prepare(request)
+    if protocol != str(PROTOCOL):
+        said = f"protocol {protocol}" if protocol else "no protocol (trace protocol 1)"
+        FAILURES.warn(peer, f"refused: asked for {said}")
+        await ws.close(
+            code=PROTOCOL_CLOSE_CODE,
+            message=f"trace protocol {PROTOCOL} required (?protocol={PROTOCOL}); "
+            f"upgrade the client".encode(),
+        )
+        return ws
     hub = service.trace
-    # Subscribing and choosing the first messages happen with no await in between,
-    # so no event can slip between the snapshot/replay and the live stream.
-    sub = hub.subscribe(session)
+    namespaces = service.namespaces
+
+    def chunks_of(sid: str) -> set[str]:
+        owner = namespaces.owner(sid)
+        m = namespaces.managers[owner] if owner is not None else service.manager
+        return held_chunks(m.sessions.get(sid), m.forks.of(sid))
+
+    # Subscribing and freezing the first messages happen with no await in between, so no
+    # event can slip between the snapshot/replay and the live stream.
+    sub = hub.subscribe(session, chunks_of if session is not None else None)
     epoch = request.query.get("epoch")
     same_run = epoch is None or epoch == hub.epoch
     replay = hub.replay(since, sub) if since is not None and same_run else None
-    first = [encode(service.snapshot(session))] if replay is None else replay
     reader = asyncio.create_task(_drain_client(ws))
     try:
-        for msg in first:
-            await ws.send_str(msg)
+        if replay is None:
+            recent = hub.recent(history, sub) if history else []
+            snapshot = _snapshot(service, session)
+            header = await snapshot.__anext__()  # frozen here: its first step never awaits
+            for text in recent:
+                await ws.send_str(text)
+            await ws.send_str(header)
+            async for text in snapshot:
+                await ws.send_str(text)
+            skip_to = 0
+        else:
+            skip_to = await _send_all(ws, service, session, replay)
         while True:
             getter = asyncio.create_task(sub.queue.get())
             done, _ = await asyncio.wait({getter, reader}, return_when=asyncio.FIRST_COMPLETED)
@@ -54,15 +127,48 @@ async def trace_handler(request: web.Request) -> web.StreamResponse:
                 )
                 await ws.close(code=code, message=(sub.close_reason or "").encode()[:120])
                 break
-            await ws.send_str(message)
-    except (ConnectionResetError, asyncio.CancelledError):
+            if skip_to and orjson.loads(message).get("seq", 0) <= skip_to:
+                continue  # already in the snapshot sent after a resync record
+            skip_to = await _send_all(ws, service, session, [message])
+    except (ConnectionError, asyncio.CancelledError):
         pass
+    except Exception as err:  # a client gone mid-send: one line, never a traceback per try
+        FAILURES.warn(peer, f"stream ended: {type(err).__name__}: {err}")
     finally:
         hub.unsubscribe(sub)
         reader.cancel()
         if not ws.closed:
             await ws.close()
     return ws
+
+
+async def _snapshot(service: EventService, session: str | None) -> AsyncIterator[str]:
+    """A fresh snapshot's messages (frozen at the first step, encoded in slices)."""
+    ns = service.namespaces
+    hub = service.trace
+    frozen = freeze(
+        ns.managers, service.manager, hub.seq, hub.epoch,
+        session, ns.owner(session) if session is not None else None, service.shared,
+    )
+    async for text in messages(frozen):
+        yield text
+
+
+async def _send_all(
+    ws: web.WebSocketResponse, service: EventService, session: str | None, texts: list[str]
+) -> int:
+    """Send ``texts``; after a resync record send a fresh snapshot and return its seq (the
+    queued records up to it are then skipped), else 0."""
+    skip_to = 0
+    for text in texts:
+        if skip_to and orjson.loads(text).get("seq", 0) <= skip_to:
+            continue
+        await ws.send_str(text)
+        if is_resync(text):
+            skip_to = service.trace.seq
+            async for part in _snapshot(service, session):
+                await ws.send_str(part)
+    return skip_to
 
 
 async def _drain_client(ws: web.WebSocketResponse) -> None:

@@ -147,3 +147,12 @@ def test_console_script_exit_codes(daemon_proc, ramakv_script) -> None:
     assert ramakv_script("--url", daemon_proc.url, "map", "p").stdout == "-9\n"
     r = ramakv_script("--url", daemon_proc.url, "map", "nobody")
     assert r.returncode == 1 and r.stderr == "ramakv: session_map: session 'nobody' not found\n"
+
+
+def test_trace_with_a_wrong_token_says_so(daemon_proc_factory, ramakv) -> None:
+    d = daemon_proc_factory(config={"auth_token": "s3cret"})
+    r = ramakv("--url", d.url, "--token", "wrong", "trace", "--count", "1")
+    assert r.returncode != 0
+    assert "HTTP 401" in r.stderr and "auth token" in r.stderr
+    r = ramakv("--url", d.url, "--token", "s3cret", "trace", "--since", "0", "--count", "1")
+    assert r.returncode == 0, r.stderr

@@ -17,43 +17,83 @@ from ramakv_console.themes import load_themes, parse_theme
 REPO = Path(__file__).resolve().parents[2]
 
 
-def ev(seq: int, sessions: dict, refcounts: dict, sid: str = "s") -> dict:
-    return {"kind": "event", "seq": seq, "ts": 1.0, "type": "turn_end", "session_id": sid,
-            "ok": True, "data": {}, "delta": {"sessions": sessions, "refcounts": refcounts}}
+def ev(seq: int, sessions: dict, refcounts: dict, sid: str = "s", totals=None) -> dict:
+    rec = {"kind": "event", "seq": seq, "ts": 1.0, "type": "turn_end", "session_id": sid,
+           "ok": True, "data": {}, "delta": {"sessions": sessions, "refcounts": refcounts}}
+    if totals is not None:
+        rec["totals"] = totals
+    return rec
 
 
-def sess(sid: str, hashes: list[str], state: str = "active", holds=None) -> dict:
-    return {"session_id": sid, "state": state, "turn_count": 1, "chunk_hashes": hashes,
-            "fork_holds": holds or [], "last_event_ts": 1.0}
+def row(sid: str, chunks: int, state: str = "active", shared: int = 0, holds: int = 0) -> dict:
+    return {"session_id": sid, "state": state, "turn_count": 1, "chunk_count": chunks,
+            "shared_count": shared, "fork_holds": holds, "last_event_ts": 1.0}
 
 
-def test_state_follows_deltas_and_tracks_sharing() -> None:
+def snapshot(seq: int, rows: list[dict], parts: int = 1) -> list[dict]:
+    out: list[dict] = [{"kind": "snapshot", "seq": seq, "totals": {
+        "sessions": len(rows), "chunks": 2, "references": 2}}]
+    size = max(1, -(-len(rows) // parts))
+    chunks = [rows[i : i + size] for i in range(0, len(rows), size)] or [[]]
+    for k, part in enumerate(chunks):
+        out.append({"kind": "snapshot_sessions", "seq": seq, "part": k,
+                    "last": k == len(chunks) - 1, "refcounts": {}, "sessions": part})
+    return out
+
+
+def test_state_follows_summaries_and_totals() -> None:
     st = ConsoleState()
-    st.apply([{"kind": "snapshot", "seq": 3, "sessions": {"a": sess("a", ["x", "y"])},
-               "refcounts": {"x": 1, "y": 1}}])
-    ch = st.apply([ev(4, {"b": sess("b", ["x", "z"])}, {"x": 2, "z": 1}, "b")])
-    assert ch.sessions == {"a", "b"}  # a's x became shared
-    assert st.shared_count("a") == 1 and st.shared_count("b") == 1
-    assert st.holders["x"] == {"a", "b"} and st.seq == 4
-    ch = st.apply([ev(5, {"a": sess("a", ["x", "y"], "suspended")}, {"x": 1, "y": 0}, "a")])
-    assert st.refcounts == {"x": 1, "z": 1}
-    assert st.shared_count("b") == 0  # a suspended: its map no longer holds x
-    st.apply([ev(6, {"a": None}, {}, "a")])
-    assert "a" not in st.sessions and [e["seq"] for e in st.session_events("a")] == [5, 6]
+    ch = st.apply(snapshot(3, [row("a", 2), row("b", 1, "suspended")], parts=2))
+    assert ch.reset and set(st.sessions) == {"a", "b"} and st.suspended == 1
+    assert not st.loading and st.seq == 3
+    ch = st.apply([ev(4, {"c": row("c", 2, shared=1)}, {"x": 2, "z": 1}, "c",
+                      {"sessions": 3, "chunks": 3, "references": 4})])
+    assert ch.sessions == {"c"} and ch.chunks == {"x": 2, "z": 1}
+    assert st.shared_count("c") == 1 and st.references() == 4 and st.chunk_total() == 3
+    st.apply([ev(5, {"b": row("b", 1)}, {}, "b")])
+    assert st.suspended == 0
+    st.apply([ev(6, {"a": None}, {"y": 0}, "a")])
+    assert "a" not in st.sessions and [e["seq"] for e in st.session_events("a")] == [6]
 
 
-def test_fork_holds_count_as_holders() -> None:
+def test_a_snapshot_in_parts_is_loading_until_the_last() -> None:
     st = ConsoleState()
-    st.apply([ev(1, {"a": sess("a", ["x"], "suspended", [["x"]])}, {"x": 1})])
-    assert st.holders["x"] == {"a"}
+    msgs = snapshot(1, [row(f"s{i}", 1) for i in range(10)], parts=3)
+    st.apply(msgs[:2])
+    assert st.loading and len(st.sessions) < 10
+    st.apply(msgs[2:])
+    assert not st.loading and len(st.sessions) == 10
+
+
+def test_a_burst_keeps_every_change_but_only_the_newest_events() -> None:
+    st = ConsoleState()
+    st.apply(snapshot(0, []))
+    ch = st.apply([ev(i, {f"s{i}": row(f"s{i}", 1)}, {}, f"s{i}") for i in range(1, 1001)],
+                  keep_last=100)
+    assert len(st.sessions) == 1000 and st.seq == 1000
+    assert len(ch.events) == 100 and ch.dropped_events == 900
+    assert ch.events[0]["seq"] == 901
+
+
+def test_toml_diff_and_url_validation() -> None:
+    assert config_io.Diff("noop_backend", None, True, True).line() == (
+        "noop_backend: (unset) -> true  [restart needed]")
+    assert config_io.Diff("lmcache_url", "http://a:1", "http://b:2", False).line() == (
+        'lmcache_url: "http://a:1" -> "http://b:2"')
+    spec = next(s for s in config_io.DAEMON_FIELDS if s.name == "lmcache_url")
+    for bad in ("http://localhost:6999XYZ", "http://localhost:70000", "http://:80",
+                "ftp://x", "http://a b"):
+        with pytest.raises(ValueError, match="lmcache_url"):
+            config_io.parse_value(spec, bad)
+    assert config_io.parse_value(spec, "https://lmcache:6999") == "https://lmcache:6999"
 
 
 def test_open_forks_by_id_with_their_age_outlive_the_parent() -> None:
     now = [1000.0]
     st = ConsoleState(clock=lambda: now[0])
     fork = {"fork_id": 7, "session_id": "p", "created_ts": 700.0, "chunk_count": 1}
-    st.apply([{"kind": "snapshot", "seq": 1, "sessions": {"p": sess("p", ["x"])},
-               "refcounts": {"x": 2}, "forks": {"7": fork}}])
+    snap = snapshot(1, [{**row("p", 1, holds=1), "forks": [fork]}])
+    st.apply(snap)
     assert st.fork_ages("p") == "#7 5m"
     later = {"fork_id": 9, "session_id": "p", "created_ts": 990.0, "chunk_count": 1}
     rec = ev(2, {"p": None}, {"x": 2}, "p")  # the parent closes; its forks stay
@@ -192,3 +232,13 @@ def test_session_view_keeps_the_namespace() -> None:
     named = SessionView.from_dict("a", {"state": "active", "namespace": "kvp-0123abcd"})
     plain = SessionView.from_dict("b", {"state": "suspended"})
     assert named.namespace == "kvp-0123abcd" and plain.namespace == ""
+
+
+def test_a_closed_parents_forks_come_in_the_snapshot_parts() -> None:
+    st = ConsoleState(clock=lambda: 1000.0)
+    fork = {"fork_id": 3, "session_id": "gone", "created_ts": 940.0, "chunk_count": 2}
+    snap = snapshot(1, [row("a", 1)])
+    snap[-1]["forks"] = [fork]
+    ch = st.apply(snap)
+    assert "gone" in ch.sessions and "gone" not in st.sessions
+    assert st.fork_ages("gone") == "#3 1m"

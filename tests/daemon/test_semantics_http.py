@@ -9,14 +9,25 @@ from support.daemon_app import DaemonClient, RecordingBackend
 
 
 async def trace_snapshot(d: DaemonClient, session: str | None = None) -> dict[str, Any]:
-    """The first message of GET /trace."""
-    path = "/trace" + (f"?session={session}" if session else "")
+    """A whole GET /trace snapshot (header and parts); ``refcounts`` are the daemon's
+    (chunk_top, every page) unless filtered by session (the parts carry them then)."""
+    path = "/trace?protocol=2" + (f"&session={session}" if session else "")
     ws = await d.client.ws_connect(path)
     try:
         msg = await ws.receive_json(timeout=5)
+        assert msg["kind"] == "snapshot"
+        msg["sessions"], msg["refcounts"] = {}, {}
+        while True:
+            part = await ws.receive_json(timeout=5)
+            msg["sessions"].update((r["session_id"], r) for r in part["sessions"])
+            msg["refcounts"].update(part["refcounts"])
+            if part["last"]:
+                break
     finally:
         await ws.close()
-    assert msg["kind"] == "snapshot"
+    if session is None:
+        top = await d.ok("chunk_top", limit=500)
+        msg["refcounts"] = {c["hash"]: c["refcount"] for c in top["chunks"]}
     return msg
 
 
@@ -59,15 +70,16 @@ async def test_trace_snapshot_filtered_by_session(daemon: DaemonClient) -> None:
 
 
 async def test_trace_event_messages_carry_delta(daemon: DaemonClient) -> None:
-    ws = await daemon.client.ws_connect("/trace")
+    ws = await daemon.client.ws_connect("/trace?protocol=2")
     try:
         await ws.receive_json(timeout=5)
+        await ws.receive_json(timeout=5)  # the snapshot's one part
         await daemon.turn_end("s1", ["a", "b"])
         msg = await ws.receive_json(timeout=5)
         assert msg["kind"] == "event" and msg["type"] == "turn_end" and msg["ok"] is True
         assert msg["data"] == {"evicted_count": 0, "map_updated": True, "debug_written": False}
         assert msg["delta"]["refcounts"] == {"a": 1, "b": 1}
-        assert msg["delta"]["sessions"]["s1"]["chunk_hashes"] == ["a", "b"]
+        assert msg["delta"]["sessions"]["s1"]["chunk_count"] == 2  # a summary, not the map
         await daemon.turn_end("s1", ["b"])
         msg = await ws.receive_json(timeout=5)
         assert msg["delta"]["refcounts"] == {"a": 0}  # only what changed

@@ -50,7 +50,8 @@ async def test_wal_stays_bounded_under_back_to_back_commits(
     path = real
     if via_symlink:
         path = tmp_path / "link.db"
-        real.touch()
+        # A 0-byte file is refused as a store: the target starts as a real (empty) database.
+        sqlite3.connect(real).execute("PRAGMA journal_mode=WAL").fetchall()
         path.symlink_to(real)
     store = SqliteSessionStore(str(path))
     await store.open()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import platform
 from collections.abc import Sequence
 
 from prometheus_client.parser import text_string_to_metric_families
@@ -13,7 +14,8 @@ from ramakv_daemon.ports import BackendResult, EvictMode
 
 Metrics = dict[tuple[str, tuple[tuple[str, str], ...]], float]
 
-ALLOWED_LABELS = {"type", "outcome", "state", "op", "le"}
+# version/python: ramakv_build_info's, fixed for the life of the process.
+ALLOWED_LABELS = {"type", "outcome", "state", "op", "le", "version", "python"}
 
 
 def val(m: Metrics, name: str, **labels: str) -> float:
@@ -149,3 +151,16 @@ async def test_no_session_id_label_and_bounded_cardinality(daemon: Daemon) -> No
     assert seen_types <= known | {"unknown"}, seen_types - known
     m = await d.metrics()
     assert val(m, "ramakv_events_total", type="unknown", outcome="error") == 31
+
+
+async def test_build_info_process_metrics_and_no_created_series(daemon: Daemon) -> None:
+    from ramakv_sdk.version import package_version
+
+    await daemon.turn_end("s", ["h1"])
+    text = await daemon.metrics_text()
+    m = await daemon.metrics()
+    assert val(m, "ramakv_build_info", version=package_version(),
+               python=platform.python_version()) == 1
+    assert "_created" not in text  # counters and histograms without their *_created twins
+    assert val(m, "process_resident_memory_bytes") > 0
+    assert val(m, "process_open_fds") > 0

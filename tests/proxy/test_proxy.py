@@ -33,7 +33,7 @@ async def session_events(daemon, sid: str) -> list[str]:
     """Types of the turn_* trace records of ``sid`` (the daemon's replay ring, from seq 0)."""
     out: list[str] = []
     async with aiohttp.ClientSession() as http:
-        async with http.ws_connect(f"{daemon.url}/trace?since=0&session={sid}") as ws:
+        async with http.ws_connect(f"{daemon.url}/trace?protocol=2&since=0&session={sid}") as ws:
             while True:
                 try:
                     msg = await ws.receive_json(timeout=0.5)

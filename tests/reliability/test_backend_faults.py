@@ -89,7 +89,7 @@ async def test_fault_keeps_events_fast_and_evictions_queued_until_recovery(
 ) -> None:
     d = await lm_daemon(start_daemon, make_config, fake_lmcache.url)
     fake_lmcache.put(["a", "b", "c"])
-    ws = await d.client.ws_connect("/trace")
+    ws = await d.client.ws_connect("/trace?protocol=2")
     assert (await ws.receive_json(timeout=5))["kind"] == "snapshot"
     await timed_ok(
         d, "turn_end", session_id="s1", kv_transfer_params={"chunk_hashes": ["a", "b", "c"]}

@@ -37,9 +37,10 @@ async def test_same_event_id_twice_same_answer_one_change(daemon_app: DaemonClie
     _, again = await d.post(te("s", ["b"], "e2"))
     assert drop == again and drop["data"]["evicted_count"] == 1
     assert await turns(d, "s") == 2
-    # The first answer wins even if the retry's payload differs (it is a retry).
+    # The same id with another body is not a retry: refused, naming the id, nothing changed.
     _, other = await d.post(te("s", ["zzz"], "e2"))
-    assert other == drop
+    assert other["ok"] is False and "event_id 'e2' was already used for a different" in (
+        other["error"])
     assert (await d.ok("session_map", session_id="s"))["chunk_hashes"] == ["b"]
     # Without event_id, a repeat is a new event.
     await d.post(te("s", ["b"]))

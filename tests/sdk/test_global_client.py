@@ -50,7 +50,7 @@ def test_per_session_order_under_concurrency(daemon_proc) -> None:
             for s in range(sessions_per_thread):
                 sid = f"t{t}s{s}"
                 sdk.turn_start(sid)
-                sdk.turn_end(sid, {"chunk_hashes": [f"{k:x}", "5a"]})
+                sdk.turn_end(sid, {"chunk_hashes": [f"{sid}-{k:x}", "5a"]})
 
     workers = [threading.Thread(target=host, args=(t,)) for t in range(threads_n)]
     for w in workers:
@@ -64,13 +64,15 @@ def test_per_session_order_under_concurrency(daemon_proc) -> None:
     seen: dict[str, list[str]] = {}
     for rec in replay(daemon_proc.url):
         if rec.get("type") == "turn_end":
-            state = rec["delta"]["sessions"][rec["session_id"]]
-            seen.setdefault(rec["session_id"], []).append(state["chunk_hashes"][0])
+            # Protocol 2 deltas carry summaries: the turn's own chunk is the one it added.
+            sid = rec["session_id"]
+            added = [h for h, n in rec["delta"]["refcounts"].items() if n and h != "5a"]
+            seen.setdefault(sid, []).append(added[0].removeprefix(f"{sid}-"))
     assert len(seen) == threads_n * sessions_per_thread
     for sid, firsts in seen.items():
         assert firsts == [f"{k:x}" for k in range(turns)], sid
     assert daemon_proc.event("session_map", session_id="t3s3")["data"]["chunk_hashes"] == [
-        f"{turns - 1:x}", "5a"]
+        f"t3s3-{turns - 1:x}", "5a"]
 
 
 def test_daemon_down_never_raises_and_counts_drops(unused_tcp_port: int) -> None:

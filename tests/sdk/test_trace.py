@@ -1,13 +1,17 @@
-"""subscribe_trace: snapshot then events, and resuming across drops (restart, 4008)."""
+"""subscribe_trace: snapshot then events, resuming across drops (restart, 4008), backoff
+and the distinct errors (401, protocol mismatch, too large, unreachable)."""
 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable, Callable
 from typing import Any
 
+import pytest
 from aiohttp import web
 
 from ramakv_sdk import AsyncClient
+from ramakv_sdk.errors import TraceProtocolMismatch, TraceUnauthorized
 
 
 async def next_msg(sub, timeout: float = 10.0) -> dict[str, Any]:
@@ -19,7 +23,10 @@ async def test_snapshot_then_events_and_session_filter(daemon_proc) -> None:
         await c.turn_end("a", {"chunk_hashes": ["aa"]})
         async with c.subscribe_trace(session="b") as sub:
             snap = await next_msg(sub)
-            assert snap["kind"] == "snapshot" and snap["sessions"] == {}
+            assert snap["kind"] == "snapshot" and snap["totals"]["sessions"] == 0
+            part = await next_msg(sub)
+            assert part["kind"] == "snapshot_sessions" and part["sessions"] == []
+            assert part["last"] is True
             await c.turn_end("a", {"chunk_hashes": ["ab"]})
             await c.turn_end("b", {"chunk_hashes": ["bb"]})
             ev = await next_msg(sub)
@@ -33,6 +40,7 @@ async def test_after_a_restart_it_starts_over_from_a_snapshot(daemon_proc) -> No
     async with AsyncClient(daemon_proc.url) as c:
         async with c.subscribe_trace(max_backoff=0.2) as sub:
             assert (await next_msg(sub))["kind"] == "snapshot"
+            assert (await next_msg(sub))["kind"] == "snapshot_sessions"
             await c.turn_end("s", {"chunk_hashes": ["aa"]})
             seq = (await next_msg(sub))["seq"]
             daemon_proc.kill()
@@ -45,7 +53,8 @@ async def test_after_a_restart_it_starts_over_from_a_snapshot(daemon_proc) -> No
             assert back == {"kind": "reconnected", "since": seq, "attempts": back["attempts"]}
             snap = await next_msg(sub)  # another epoch: a snapshot, not a replay
             assert snap["kind"] == "snapshot"
-            assert snap["sessions"]["s"]["chunk_hashes"] == ["aa"]
+            part = await next_msg(sub)
+            assert {r["session_id"]: r["chunk_count"] for r in part["sessions"]}["s"] == 1
             assert sub.reconnects == 1
 
 
@@ -54,6 +63,7 @@ async def test_first_connection_failure_is_reported_once_then_retried(unused_tcp
         sub = c.subscribe_trace(max_backoff=0.05)
         down = await next_msg(sub)
         assert down["kind"] == "disconnected" and down["code"] is None
+        assert down["error"] == "unreachable" and "daemon unreachable at" in down["reason"]
         nothing = asyncio.ensure_future(sub.__anext__())
         await asyncio.sleep(0.3)
         assert not nothing.done()  # retrying quietly, no marker per attempt
@@ -87,6 +97,7 @@ async def test_a_drop_resumes_within_the_same_run(daemon_proc, unused_tcp_port) 
             async with AsyncClient(f"http://127.0.0.1:{unused_tcp_port}") as via:
                 async with via.subscribe_trace(max_backoff=0.1) as sub:
                     assert (await next_msg(sub))["kind"] == "snapshot"
+                    assert (await next_msg(sub))["kind"] == "snapshot_sessions"
                     await c.turn_end("r", {"chunk_hashes": ["aa"]})
                     seq = (await next_msg(sub))["seq"]
                     for w in conns:
@@ -133,6 +144,114 @@ async def test_slow_close_4008_resumes_from_last_seq(unused_tcp_port) -> None:
             "snapshot", "event", "disconnected", "reconnected", "event"]
         assert kinds[2]["code"] == 4008 and kinds[2]["reason"] == "subscriber too slow"
         assert kinds[3]["since"] == 6 and kinds[4]["seq"] == 7
-        assert queries == [{}, {"since": "6"}]
+        assert queries == [{"protocol": "2"}, {"protocol": "2", "since": "6"}]
+    finally:
+        await runner.cleanup()
+
+
+async def stand_in(port: int, handler: Callable[[web.Request], Awaitable[Any]]) -> web.AppRunner:
+    """A /trace on ``port`` answered by ``handler``."""
+    app = web.Application()
+    app.router.add_get("/trace", handler)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    await web.TCPSite(runner, "127.0.0.1", port).start()
+    return runner
+
+
+async def test_401_raises_a_distinct_error(daemon_proc_factory) -> None:
+    d = daemon_proc_factory(config={"auth_token": "s3cret"})
+    async with AsyncClient(d.url, token="wrong") as c:
+        with pytest.raises(TraceUnauthorized, match="HTTP 401.*auth token"):
+            async with c.subscribe_trace() as sub:
+                await next_msg(sub)
+    async with AsyncClient(d.url, token="s3cret") as c:
+        async with c.subscribe_trace() as sub:
+            assert (await next_msg(sub))["kind"] == "snapshot"
+    for _ in range(3):  # a follower retrying with a bad token: one log line, not one per try
+        async with AsyncClient(d.url, token="wrong") as c:
+            with pytest.raises(TraceUnauthorized):
+                async with c.subscribe_trace() as sub:
+                    await next_msg(sub)
+    assert d.log().count("refused: missing or wrong bearer token") == 1
+    assert "Traceback" not in d.log()
+
+
+async def test_protocol_mismatch_raises_with_the_daemons_reason(daemon_proc) -> None:
+    import aiohttp
+
+    async with aiohttp.ClientSession() as http:  # an old client: no ?protocol=
+        async with http.ws_connect(f"{daemon_proc.url}/trace") as ws:
+            msg = await ws.receive(timeout=10)
+            assert ws.close_code == 4010 and "protocol 2 required" in msg.extra
+
+    async def old_daemon(request: web.Request) -> web.WebSocketResponse:
+        ws = web.WebSocketResponse()
+        await ws.prepare(request)
+        await ws.close(code=4010, message=b"trace protocol 3 required")
+        return ws
+
+    port = int(daemon_proc.url.rsplit(":", 1)[1]) + 1
+    runner = await stand_in(port, old_daemon)
+    try:
+        async with AsyncClient(f"http://127.0.0.1:{port}") as c:
+            with pytest.raises(TraceProtocolMismatch, match="protocol 3 required"):
+                async with c.subscribe_trace() as sub:
+                    await next_msg(sub)
+    finally:
+        await runner.cleanup()
+
+
+async def test_a_handshake_alone_does_not_reset_the_backoff(unused_tcp_port) -> None:
+    """Accepting and closing at once (as a daemon did when its snapshot was too large)
+    must not be retried at the shortest delay; a message resets it."""
+    tries: list[float] = []
+
+    async def flaky(request: web.Request) -> web.WebSocketResponse:
+        tries.append(asyncio.get_running_loop().time())
+        ws = web.WebSocketResponse()
+        await ws.prepare(request)
+        if len(tries) >= 5:
+            await ws.send_json({"kind": "event", "seq": 1, "type": "health"})
+            await ws.receive()
+        await ws.close(code=1011, message=b"boom")
+        return ws
+
+    runner = await stand_in(unused_tcp_port, flaky)
+    try:
+        async with AsyncClient(f"http://127.0.0.1:{unused_tcp_port}") as c:
+            async with c.subscribe_trace(max_backoff=10.0) as sub:
+                assert (await next_msg(sub))["kind"] == "disconnected"
+                attempts = []
+                while True:
+                    msg = await next_msg(sub, timeout=30)
+                    attempts.append(sub._attempt)
+                    if msg["kind"] == "event":
+                        break
+                assert sub._attempt == 0  # data flowed
+                assert max(attempts) >= 4  # each accept-then-close counted as a failure
+        gaps = [b - a for a, b in zip(tries, tries[1:], strict=False)]
+        assert gaps[-1] > gaps[0]  # doubling (jitter draws from half to all of it)
+    finally:
+        await runner.cleanup()
+
+
+async def test_a_message_over_the_limit_is_reported_as_too_large(unused_tcp_port) -> None:
+    async def huge(request: web.Request) -> web.WebSocketResponse:
+        ws = web.WebSocketResponse()
+        await ws.prepare(request)
+        await ws.send_str('"' + "x" * 2000 + '"')
+        await ws.receive()
+        return ws
+
+    runner = await stand_in(unused_tcp_port, huge)
+    try:
+        async with AsyncClient(f"http://127.0.0.1:{unused_tcp_port}") as c:
+            sub = c.subscribe_trace()
+            sub.max_msg_size = 1000
+            down = await next_msg(sub)
+            assert down["kind"] == "disconnected" and down["error"] == "too_large"
+            assert "larger than this client's limit of 1000 bytes" in down["reason"]
+            await sub.aclose()
     finally:
         await runner.cleanup()

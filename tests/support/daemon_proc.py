@@ -240,6 +240,16 @@ class DaemonProcess:
         except urllib.error.HTTPError as err:
             return err.code, json.loads(err.read() or b"{}")
 
+    def get(self, path: str, timeout: float = 10.0) -> tuple[int, dict[str, Any]]:
+        """GET ``path`` (e.g. ``/readyz``); returns (status, JSON answer)."""
+        headers = {"Authorization": f"Bearer {self.auth_token}"} if self.auth_token else {}
+        req = urllib.request.Request(f"{self.url}{path}", headers=headers)
+        try:
+            with urllib.request.urlopen(req, timeout=timeout) as resp:
+                return resp.status, json.loads(resp.read())
+        except urllib.error.HTTPError as err:
+            return err.code, json.loads(err.read() or b"{}")
+
     def event(self, type_: str, **fields: Any) -> dict[str, Any]:
         """POST ``{"type": type_, **fields}``; returns the JSON answer."""
         return self.post({"type": type_, **fields})[1]
@@ -253,14 +263,65 @@ class DaemonProcess:
 
 
 async def trace_snapshot(url: str, session: str | None = None) -> dict[str, Any]:
-    """The first message of ``GET /trace``: ``{"kind": "snapshot", "sessions", "refcounts"}``."""
+    """A running daemon's whole state, as protocol 1's snapshot carried it: ``sessions``
+    (id -> state, turn_count, chunk_hashes, fork_holds) and ``refcounts``.
+
+    Protocol 2 snapshots carry summaries only, so this reads the admin events: the trace
+    snapshot for the ids (and the closed parents of open forks), session_chunks (with
+    forks) for each map and fork, chunk_info for every chunk those hold. ``forks``: fork id
+    -> its summary with ``chunk_hashes``, as protocol 1 had it.
+    """
     import aiohttp
 
-    query = f"?session={session}" if session else ""
+    query = "?protocol=2" + (f"&session={session}" if session else "")
     async with aiohttp.ClientSession() as http:
         async with http.ws_connect(f"{url}/trace{query}") as ws:
-            msg = await ws.receive_json(timeout=10)
-    return msg
+            header = await ws.receive_json(timeout=10)
+            ids: list[str] = []
+            while True:
+                part = await ws.receive_json(timeout=10)
+                ids += [row["session_id"] for row in part["sessions"]]
+                # closed parents whose forks are still open: read like sessions
+                ids += [f["session_id"] for f in part.get("forks", ())
+                        if f["session_id"] not in ids]
+                if part["last"]:
+                    break
+
+        async def ask(event: dict[str, Any]) -> dict[str, Any]:
+            async with http.post(f"{url}/event", json=event) as r:
+                body = await r.json()
+            assert body["ok"], body
+            return body["data"]
+
+        sessions: dict[str, Any] = {}
+        forks: dict[str, Any] = {}
+        held: set[str] = set()
+        for sid in ids:
+            rows: list[dict[str, Any]] = []
+            while True:
+                page = await ask({"type": "session_chunks", "session_id": sid,
+                                  "offset": len(rows), "limit": 1000, "forks": True})
+                rows += page["chunks"]
+                if len(rows) >= page["total"]:
+                    break
+            hashes = [r["hash"] for r in rows]
+            forks.update((str(f["fork_id"]), f) for f in page["forks"])
+            if page["state"] != "closed":
+                sessions[sid] = {"session_id": sid, "state": page["state"],
+                                 "turn_count": page["turn_count"], "chunk_hashes": hashes,
+                                 "fork_holds": page["fork_holds"], "forks": page["forks"]}
+            if page["state"] == "active":
+                held.update(hashes)
+            for hold in page["fork_holds"]:
+                held.update(hold)
+        refcounts: dict[str, int] = {}
+        every = sorted(held)
+        for i in range(0, len(every), 1000):
+            info = await ask({"type": "chunk_info", "chunk_hashes": every[i : i + 1000]})
+            refcounts.update((h, c["refcount"]) for h, c in info["chunks"].items()
+                             if c["refcount"])
+    return {"kind": "snapshot", "seq": header["seq"], "sessions": sessions,
+            "refcounts": refcounts, "forks": forks}
 
 
 @pytest.fixture

@@ -16,6 +16,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from ramakv_daemon.config import Config
 from ramakv_daemon.http.app import init_app
+from ramakv_daemon.trace_protocol import MAX_MESSAGE_BYTES
 from support.daemon_app import DaemonClient, make_config  # noqa: F401 (a fixture, re-exported)
 
 TRACE_TIMEOUT = 10.0
@@ -30,7 +31,8 @@ class Daemon(DaemonClient):
         return str(self.client.make_url("")).rstrip("/")
 
     async def ws(self, query: str = "") -> aiohttp.ClientWebSocketResponse:
-        """Open ``/trace`` (``query`` like ``"?since=3"``)."""
+        """Open ``/trace`` in protocol 2 (``query`` like ``"?since=3"``)."""
+        query = "?protocol=2" + ("&" + query.lstrip("?") if query else "")
         return await self.client.ws_connect(f"/trace{query}")
 
     async def metrics_text(self) -> str:
@@ -59,11 +61,29 @@ def parse_metrics(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], fl
     return out
 
 
-async def recv(ws: aiohttp.ClientWebSocketResponse, timeout: float = TRACE_TIMEOUT) -> dict:
-    """The next JSON trace message (fails on close or timeout)."""
+async def recv_raw(ws: aiohttp.ClientWebSocketResponse, timeout: float = TRACE_TIMEOUT) -> dict:
+    """The next JSON trace message as sent (fails on close or timeout)."""
     msg = await ws.receive(timeout=timeout)
     assert msg.type == aiohttp.WSMsgType.TEXT, (msg.type, msg.data, msg.extra)
+    assert len(msg.data) <= MAX_MESSAGE_BYTES
     return json.loads(msg.data)
+
+
+async def recv(ws: aiohttp.ClientWebSocketResponse, timeout: float = TRACE_TIMEOUT) -> dict:
+    """The next trace record; a snapshot comes back whole: its header with ``sessions``
+    (id -> summary) and ``refcounts`` gathered from its ``snapshot_sessions`` parts."""
+    rec = await recv_raw(ws, timeout)
+    if rec["kind"] != "snapshot":
+        return rec
+    snap = {**rec, "sessions": {}, "refcounts": {}, "forks": {}}
+    while True:
+        part = await recv_raw(ws, timeout)
+        assert part["kind"] == "snapshot_sessions" and part["seq"] == rec["seq"], part
+        snap["sessions"].update((row["session_id"], row) for row in part["sessions"])
+        snap["refcounts"].update(part["refcounts"])
+        snap["forks"].update((str(f["fork_id"]), f) for f in part["forks"])
+        if part["last"]:
+            return snap
 
 
 async def recv_n(ws: aiohttp.ClientWebSocketResponse, n: int) -> list[dict]:
@@ -72,11 +92,13 @@ async def recv_n(ws: aiohttp.ClientWebSocketResponse, n: int) -> list[dict]:
 
 
 def apply_record(state: dict[str, Any], record: dict[str, Any]) -> None:
-    """Fold a snapshot or an event record into ``state`` ({"sessions", "refcounts"})."""
+    """Fold a (whole) snapshot or an event record into ``state``: ``sessions`` (summaries),
+    ``refcounts`` (those the snapshot and the deltas told), ``totals``."""
     if record["kind"] == "snapshot":
         state["sessions"] = {k: dict(v) for k, v in record["sessions"].items()}
         state["refcounts"] = dict(record["refcounts"])
         state["seq"] = record["seq"]
+        state["totals"] = dict(record["totals"])
         return
     assert record["kind"] == "event", record
     assert record["seq"] == state["seq"] + 1, (state["seq"], record["seq"])
@@ -91,6 +113,8 @@ def apply_record(state: dict[str, Any], record: dict[str, Any]) -> None:
             state["refcounts"].pop(h, None)
         else:
             state["refcounts"][h] = n
+    if "totals" in record:
+        state["totals"] = dict(record["totals"])
 
 
 StartDaemon = Callable[..., Awaitable[Daemon]]

@@ -41,7 +41,7 @@ async def test_stalled_subscriber_is_dropped_and_events_keep_their_latency(
     baseline = [await timed_turn_end(d, "s", i) for i in range(20)]
 
     # A client that completes the handshake and then never reads a byte.
-    stalled = await asyncio.to_thread(RawWebSocket, host, port, "/trace")
+    stalled = await asyncio.to_thread(RawWebSocket, host, port, "/trace?protocol=2")
     for _ in range(100):
         if len(d.service.trace.subscribers) == 2:
             break
@@ -70,8 +70,8 @@ async def test_stalled_subscriber_is_dropped_and_events_keep_their_latency(
     stalled.close()
     assert code == 4008
     assert "too slow" in reason and "since" in reason, reason
-    seqs = [m["seq"] for m in messages]
-    assert messages[0]["kind"] == "snapshot"
+    assert messages[0]["kind"] == "snapshot" and messages[1]["kind"] == "snapshot_sessions"
+    seqs = [m["seq"] for m in messages[1:]]  # a snapshot's parts carry its seq
     assert seqs == list(range(seqs[0], seqs[0] + len(seqs)))  # no gap in what it did get
 
     # The healthy subscriber was never dropped and saw every event, gap-free.
@@ -123,9 +123,9 @@ async def test_shutdown_closes_subscribers_with_1001(daemon_proc: DaemonProcess)
     assert d.event("turn_end", session_id="s", kv_transfer_params={"chunk_hashes": ["h"]})["ok"]
     async with aiohttp.ClientSession() as http:
         clients = [
-            await http.ws_connect(f"{d.url}/trace"),
-            await http.ws_connect(f"{d.url}/trace?session=s"),
-            await http.ws_connect(f"{d.url}/trace?since=0"),
+            await http.ws_connect(f"{d.url}/trace?protocol=2"),
+            await http.ws_connect(f"{d.url}/trace?protocol=2&session=s"),
+            await http.ws_connect(f"{d.url}/trace?protocol=2&since=0"),
         ]
         firsts = [await recv(ws) for ws in clients]
         assert [m["kind"] for m in firsts] == ["snapshot", "snapshot", "event"]

@@ -45,3 +45,19 @@ export {
   type TurnResult,
 } from "./bridge.js";
 export { iterateSSE } from "./sse.js";
+export {
+  TRACE_MAX_MESSAGE_BYTES,
+  TRACE_PROTOCOL,
+  TRACE_PROTOCOL_CLOSE,
+  TRACE_SLOW_CLOSE,
+  TraceMirror,
+  describeClose,
+  traceUrl,
+  type SessionSummary,
+  type TraceEvent,
+  type TraceMessage,
+  type TraceSessionsPart,
+  type TraceSnapshot,
+  type TraceTotals,
+  type TraceUrlOptions,
+} from "./trace.js";

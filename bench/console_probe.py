@@ -1,0 +1,127 @@
+"""One console, headless under Pilot, against a daemon: when every session shows, how fast
+keys are answered while events stream in, peak RSS. Prints one JSON line.
+
+Run as a file (``python bench/console_probe.py``) with PYTHONPATH naming the code to
+measure, so that the same probe drives the old console (main) and the new one.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import statistics
+import sys
+import time
+from typing import Any
+
+
+def peak_rss_mb() -> float:
+    """VmHWM of this process, MB."""
+    with open("/proc/self/status") as fh:
+        for line in fh:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+async def wait(pilot: Any, cond: Any, timeout: float) -> float | None:
+    """Seconds until ``cond()`` held (polled every 2 ms), or None after ``timeout``.
+
+    Plain sleeps, not ``pilot.pause``: that waits for the app to be idle, which under a
+    steady event stream adds its own delay to every measurement.
+    """
+    t0 = time.perf_counter()
+    while not cond():
+        if time.perf_counter() - t0 > timeout:
+            return None
+        await asyncio.sleep(0.002)
+    return time.perf_counter() - t0
+
+
+def press(app: Any, key: str) -> None:
+    """The key as the terminal driver delivers it (no waiting for idle)."""
+    from textual import events
+
+    app.post_message(events.Key(key, key if len(key) == 1 else None))
+
+
+async def probe(args: argparse.Namespace) -> dict[str, Any]:
+    from ramakv_console.app import ConsoleApp
+    from ramakv_console.widgets.session_table import SessionTable
+
+    out: dict[str, Any] = {}
+    app = ConsoleApp(args.url)
+    async with app.run_test(size=(120, 40)) as pilot:
+        table = app.screen.query_one(SessionTable)
+
+        def all_rows() -> bool:
+            return table.row_count >= args.expect and not getattr(app.state, "loading", False)
+
+        took = await wait(pilot, all_rows, args.timeout)
+        out["all_sessions_s"] = None if took is None else time.time() - args.t0
+        out["rows_seen"] = table.row_count
+        out["banner"] = str(app.connection[1])[:200]
+        print("READY", flush=True)
+        sys.stdin.readline()  # the parent starts the event stream, then says go
+        await asyncio.sleep(args.settle)
+        seq0 = app.state.seq
+        lat: dict[str, list[float]] = {"down": [], "sort": [], "view": []}
+        for _ in range(args.rounds):
+            if type(app.screen).__name__ != "SessionsScreen":
+                press(app, "1")
+                await wait(pilot, lambda: type(app.screen).__name__ == "SessionsScreen", 10)
+            table = app.screen.query_one(SessionTable)
+            before = table.cursor_row
+            t0 = time.perf_counter()
+            press(app, "down")
+            done = await wait(pilot, lambda t=table, b=before: t.cursor_row != b, 2.0)
+            lat["down"].append(time.perf_counter() - t0 if done is not None else 2.0)
+            sort_before = table.sort_key
+            t0 = time.perf_counter()
+            press(app, "o")
+            done = await wait(pilot, lambda t=table, b=sort_before: t.sort_key != b, 5.0)
+            lat["sort"].append(time.perf_counter() - t0 if done is not None else 5.0)
+            for key, name in (("3", "TraceScreen"), ("1", "SessionsScreen")):
+                t0 = time.perf_counter()
+                press(app, key)
+                done = await wait(pilot, lambda n=name: type(app.screen).__name__ == n, 5.0)
+                await asyncio.sleep(0.1)  # as a person would: the view shown, then a key
+                lat["view"].append(done if done is not None else 5.0)
+            await asyncio.sleep(0.2)
+        out["events_seen"] = app.state.seq - seq0
+        every = [x for v in lat.values() for x in v]
+        out["key_ms"] = {k: round(statistics.median(v) * 1000, 1) for k, v in lat.items()}
+        out["key_all_ms"] = {k: [round(x * 1000, 1) for x in v] for k, v in lat.items()}
+        out["key_max_ms"] = round(max(every) * 1000, 1)
+        out["key_median_ms"] = round(statistics.median(every) * 1000, 1)
+        out["header"] = str(app.screen.query_one("#stats").render())[:200]
+    out["peak_rss_mb"] = round(peak_rss_mb(), 1)
+    return out
+
+
+def main() -> None:
+    p = argparse.ArgumentParser()
+    p.add_argument("--url", required=True)
+    p.add_argument("--expect", type=int, required=True)
+    p.add_argument("--t0", type=float, required=True, help="time.time() at spawn")
+    p.add_argument("--timeout", type=float, default=30.0)
+    p.add_argument("--rounds", type=int, default=5)
+    p.add_argument("--settle", type=float, default=2.0)
+    p.add_argument("--profile", help="write cProfile stats of the run to this file")
+    args = p.parse_args()
+    if args.profile:
+        import cProfile
+
+        prof = cProfile.Profile()
+        prof.enable()
+        res = asyncio.run(probe(args))
+        prof.disable()
+        prof.dump_stats(args.profile)
+    else:
+        res = asyncio.run(probe(args))
+    print(json.dumps(res), flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,309 @@
+"""The console and `ramakv trace` against a large store, this code beside main's, one run.
+
+For each scale, a store is written straight into SQLite (bulk rows, no events), then for
+each side (``old`` = main's code from ``git archive``, ``new`` = this tree): its daemon
+on that store, `ramakv trace` (time to its first message and to the end of the snapshot),
+and a headless console (bench/console_probe.py): when every session shows, key latency
+while 1,000 turn_end/s stream in, peak RSS.
+
+    python -m bench.console_scale [--sessions 50000 --chunks 512] [--old-ref main]
+
+At 50,000 x 512 the store holds 25.6 M references: each daemon takes about 3 GB and 10-40 s
+to start (they run one after the other), the store build about 2 GB for a minute.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import os
+import queue
+import subprocess
+import sys
+import tarfile
+import tempfile
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from bench.loadgen import run_load
+from bench.procs import free_port, wait_http
+
+ROOT = Path(__file__).resolve().parents[1]
+PROBE = Path(__file__).resolve().parent / "console_probe.py"
+PROBE_LOG = "/tmp/ramakv-console-probe.log"
+TARGETS = {"all_sessions_s": 3.0, "key_max_ms": 150.0, "peak_rss_mb": 300.0,
+           "trace_first_s": 1.0}
+
+
+def fast_maps(n: int, chunks: int) -> list[list[str]]:
+    """bench/dataset's shape (a 16-chunk system prompt shared by all, every fourth session
+    sharing half of an earlier one), with hashes from os.urandom: 25 M in seconds."""
+    system = [os.urandom(8).hex() for _ in range(16)]
+    own = chunks - len(system)
+    maps: list[list[str]] = []
+    for i in range(n):
+        blob = os.urandom(8 * own).hex()
+        body = [blob[j : j + 16] for j in range(0, len(blob), 16)]
+        if i % 4 == 3 and maps:
+            parent = maps[(i * 7919) % len(maps)]
+            body[: own // 2] = parent[len(system) : len(system) + own // 2]
+        maps.append(system + body)
+    return maps
+
+
+def write_store(path: Path, maps: list[list[str]], root: Path) -> None:
+    """The daemon's schema (from ``root``'s code), every map an active session."""
+    code = ("import sys; sys.path.insert(0, sys.argv[1]);"
+            "from ramakv_daemon.adapters.sqlite_store import SCHEMA; print(SCHEMA)")
+    schema = subprocess.run([sys.executable, "-c", code, str(root)], check=True,
+                            capture_output=True, text=True).stdout
+    import sqlite3
+
+    con = sqlite3.connect(path)
+    try:
+        con.executescript(schema)
+        con.executemany(
+            "INSERT INTO sessions (session_id, map_json, turn_count) VALUES (?, ?, ?)",
+            ((f"sess-{i}", json.dumps(m), 3) for i, m in enumerate(maps)),
+        )
+        con.commit()
+    finally:
+        con.close()
+
+
+def old_tree(ref: str, into: Path) -> Path:
+    """``ref``'s files (read-only `git archive`; the main checkout is never touched)."""
+    tar = into / "old.tar"
+    subprocess.run(["git", "archive", "--format=tar", "-o", str(tar), ref], cwd=ROOT,
+                   check=True)
+    with tarfile.open(tar) as t:
+        t.extractall(into / "old", filter="data")
+    return into / "old"
+
+
+def env_for(root: Path) -> dict[str, str]:
+    return {**os.environ, "PYTHONPATH": str(root), "PYTHONUNBUFFERED": "1",
+            "XDG_CONFIG_HOME": str(root / ".no-config")}
+
+
+@contextlib.contextmanager
+def daemon(root: Path, store: Path, tmp: Path) -> Iterator[tuple[int, float]]:
+    """``root``'s daemon on ``store``; yields (port, start-up seconds)."""
+    port = free_port()
+    cfg = tmp / f"config-{port}.toml"
+    cfg.write_text(f'listen_addr = "127.0.0.1:{port}"\nnoop_backend = true\n'
+                   f'session_store_path = "{store}"\n')
+    t0 = time.perf_counter()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "ramakv_daemon", "--config", str(cfg), "--log-level", "WARNING"],
+        cwd=root, env=env_for(root), stdout=subprocess.DEVNULL,
+        stderr=open(tmp / f"daemon-{port}.log", "w"),
+    )
+    try:
+        wait_http(port, timeout=900)
+        yield port, time.perf_counter() - t0
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+def trace_cli(root: Path, url: str, timeout: float) -> dict[str, Any]:
+    """`ramakv trace`: seconds to its first line and to the snapshot's end (or why not)."""
+    t0 = time.perf_counter()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "ramakv_sdk.cli", "--url", url, "trace"], cwd=root,
+        env=env_for(root), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    )
+    out: dict[str, Any] = {"trace_first_s": None, "trace_snapshot_s": None, "first_line": ""}
+    assert proc.stdout is not None
+    lines: queue.Queue[tuple[float, str]] = queue.Queue()
+
+    def read() -> None:
+        for ln in proc.stdout:  # type: ignore[union-attr]
+            lines.put((time.perf_counter(), ln.rstrip("\n")))
+
+    threading.Thread(target=read, daemon=True).start()
+    while True:
+        left = timeout - (time.perf_counter() - t0)
+        try:
+            at, ln = lines.get(timeout=max(left, 0.01))
+        except queue.Empty:
+            break
+        if out["trace_first_s"] is None:
+            out["trace_first_s"] = round(at - t0, 3)
+            out["first_line"] = ln[:160]
+        old_style = "snapshot:" in ln and "references" not in ln
+        if "(last)" in ln or old_style:  # protocol 2's last part, or protocol 1's one
+            out["trace_snapshot_s"] = round(at - t0, 3)
+            break
+        if ln.startswith("--") or "ramakv:" in ln:
+            out["first_line"] = ln[:160]
+            break
+    proc.kill()
+    proc.wait()
+    return out
+
+
+def turn_end_bodies(maps: list[list[str]], count: int) -> list[bytes]:
+    """turn_end bodies for the first sessions: the map with its last chunk replaced."""
+    out = []
+    for i in range(count):
+        m = maps[i % len(maps)]
+        new = [*m[:-1], os.urandom(8).hex()]
+        out.append(json.dumps({"type": "turn_end", "session_id": f"sess-{i % len(maps)}",
+                               "kv_transfer_params": {"chunk_hashes": new}}).encode())
+    return out
+
+
+def console(root: Path, url: str, port: int, expect: int, bodies: list[bytes],
+            rate: float, timeout: float) -> dict[str, Any]:
+    """The probe; once it is ready, ``rate`` turn_end/s stream in while it presses keys."""
+    t0 = time.time()
+    proc = subprocess.Popen(
+        [sys.executable, str(PROBE), "--url", url, "--expect", str(expect), "--t0", str(t0),
+         "--timeout", str(timeout), "--rounds", "5",
+         *(["--profile", os.environ["CONSOLE_PROFILE"]] if os.environ.get("CONSOLE_PROFILE")
+           and root == ROOT else [])], cwd=root, env=env_for(root), stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE, stderr=open(PROBE_LOG, "w"), text=True,
+    )
+    assert proc.stdin is not None and proc.stdout is not None
+    line = proc.stdout.readline()
+    if line.strip() != "READY":
+        proc.kill()
+        return {"error": f"probe failed: {line.strip()[:200]}"}
+
+    async def stream() -> dict[str, float]:
+        go = asyncio.get_running_loop().run_in_executor(None, _go, proc)
+        load = await run_load("127.0.0.1", port, lambda i: bodies[i % len(bodies)],
+                              concurrency=8, seconds=25.0, rate=rate)
+        await go
+        return load
+
+    load = asyncio.run(stream())
+    last = proc.stdout.readline()
+    if not last:
+        tail = Path(PROBE_LOG).read_text()[-600:]
+        return {"error": f"probe died: {tail}"}
+    result = json.loads(last)
+    proc.wait(60)
+    result["load_rps"] = round(load["rps"], 1)
+    result["load_p99_ms"] = round(load["p99_ms"], 2)
+    return result
+
+
+def _go(proc: subprocess.Popen) -> None:
+    time.sleep(1.0)  # the stream is flowing
+    assert proc.stdin is not None
+    proc.stdin.write("go\n")
+    proc.stdin.flush()
+
+
+def run(scales: list[tuple[int, int]], old_ref: str = "main", rate: float = 1000.0,
+        timeout: float = 30.0, only: tuple[str, ...] = ("old", "new")) -> dict[str, Any]:
+    """Every scale, old and new side by side."""
+    results: dict[str, Any] = {"rate": rate, "targets": TARGETS, "old_ref": old_ref}
+    with tempfile.TemporaryDirectory(prefix="ramakv-console-bench-") as tmp_s:
+        tmp = Path(tmp_s)
+        sides = {"old": old_tree(old_ref, tmp), "new": ROOT}
+        sides = {k: v for k, v in sides.items() if k in only}
+        for sessions, chunks in scales:
+            t0 = time.perf_counter()
+            maps = fast_maps(sessions, chunks)
+            store = tmp / f"store-{sessions}x{chunks}.db"
+            write_store(store, maps, ROOT)
+            bodies = turn_end_bodies(maps, 4000)
+            del maps
+            key = f"{sessions}x{chunks}"
+            results[key] = {"store_build_s": round(time.perf_counter() - t0, 1)}
+            for side, root in sides.items():
+                with daemon(root, store, tmp) as (port, startup):
+                    url = f"http://127.0.0.1:{port}"
+                    res: dict[str, Any] = {"daemon_start_s": round(startup, 1)}
+                    res.update(trace_cli(root, url, timeout))
+                    res.update(console(root, url, port, sessions, bodies, rate, timeout))
+                results[key][side] = res
+                print(f"  {key} {side}: {json.dumps(res)}", flush=True)
+    return results
+
+
+def _fmt(v: Any, unit: str = "") -> str:
+    if v is None:
+        return "never"
+    return f"{v}{unit}"
+
+
+def table(res: dict[str, Any]) -> str:
+    """Markdown: one row per scale and side, targets in the header."""
+    lines = [
+        f"Console (headless, Pilot) and `ramakv trace` vs a daemon with a bulk-written "
+        f"store; {res['rate']:.0f} turn_end/s streaming while keys are pressed; old = "
+        f"`{res['old_ref']}`. Targets at the top scale: every session shown within 3 s, "
+        "each key answered within 150 ms, console under 300 MB, trace connects within 1 s.",
+        "",
+        "| store | code | all sessions shown | key median / max ms (down, sort, view) | "
+        "console peak RSS MB | `ramakv trace` first message / snapshot done | events "
+        "seen / load rps |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for key, sides in res.items():
+        if not isinstance(sides, dict) or "store_build_s" not in sides:
+            continue
+        for side in ("old", "new"):
+            if side not in sides:
+                continue
+            r = sides[side]
+            if "error" in r:
+                lines.append(f"| {key} | {side} | {r['error']} | | | | |")
+                continue
+            ks = r.get("key_ms", {})
+            keys = (f"{r.get('key_median_ms')} / {r.get('key_max_ms')} "
+                    f"({ks.get('down')}, {ks.get('sort')}, {ks.get('view')})")
+            shown = (_fmt(None) + f" in {res.get('timeout', 30)} s ({r.get('rows_seen')} rows; "
+                     f"{r.get('banner', '')[:60]})") if r.get("all_sessions_s") is None \
+                else f"{r['all_sessions_s']:.2f} s"
+            trace = (f"{_fmt(r.get('trace_first_s'), ' s')} / "
+                     f"{_fmt(r.get('trace_snapshot_s'), ' s')}")
+            if r.get("trace_snapshot_s") is None:
+                trace += f" ({r.get('first_line', '')[:70]})"
+            lines.append(f"| {key} | {side} | {shown} | {keys} | {r.get('peak_rss_mb')} | "
+                         f"{trace} | {r.get('events_seen')} / {r.get('load_rps')} |")
+        old, new = sides.get("old", {}), sides.get("new", {})
+        ratios = []
+        for name, label in (("all_sessions_s", "all sessions shown"), ("key_max_ms", "slowest key"),
+                            ("peak_rss_mb", "RSS")):
+            a, b = old.get(name), new.get(name)
+            if name == "key_max_ms" and old and not old.get("rows_seen"):
+                ratios.append(f"{label}: not comparable (old showed no rows)")
+            elif b:
+                ratios.append(f"{label} {a / b:.1f}x" if a else f"{label}: old never")
+        if ratios:
+            lines.append(f"| {key} | old ÷ new | {' · '.join(ratios)} | | | | |")
+    return "\n".join(lines)
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(prog="python -m bench.console_scale")
+    p.add_argument("--sessions", type=int, default=50_000)
+    p.add_argument("--chunks", type=int, default=512)
+    p.add_argument("--also", default="4000x22", help="more scales, e.g. 4000x22,500x512")
+    p.add_argument("--old-ref", default="main")
+    p.add_argument("--rate", type=float, default=1000.0)
+    p.add_argument("--sides", default="old,new")
+    args = p.parse_args()
+    scales = [tuple(int(x) for x in s.split("x")) for s in args.also.split(",") if s]
+    res = run([*scales, (args.sessions, args.chunks)], args.old_ref,  # type: ignore[list-item]
+              args.rate, only=tuple(args.sides.split(",")))
+    print(table(res))
+
+
+if __name__ == "__main__":
+    main()

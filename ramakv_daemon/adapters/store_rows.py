@@ -1,0 +1,100 @@
+"""Reading stored rows: sessions as the daemon loads them, and the outbox in any format."""
+
+from __future__ import annotations
+
+import json
+import logging
+import sqlite3
+from collections.abc import Iterable
+from typing import Any
+
+import orjson
+
+from ramakv_daemon.core.session import Session
+
+log = logging.getLogger("ramakv.store")
+
+
+def outbox_view(con: sqlite3.Connection) -> dict[tuple[str, str], str]:
+    """(namespace, hash) -> mode of every eviction still on disk, in any of the formats.
+
+    For tools and tests; a row kept for one waiting entry may list delivered ones too
+    (delivering those again is harmless: they are re-checked against the refcounts).
+    """
+    out: dict[tuple[str, str], str] = {}
+    tables = {r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+    if "evict_outbox" in tables:
+        rows = con.execute("SELECT chunk_hash, mode FROM evict_outbox")
+        out.update({("", h): m for h, m in rows})
+    if "ns_evict_outbox" in tables:
+        out.update({
+            (ns, h): m
+            for ns, h, m in con.execute("SELECT namespace, chunk_hash, mode FROM ns_evict_outbox")
+        })
+    if "evict_log" in tables:
+        for ns, entries in con.execute("SELECT namespace, entries_json FROM evict_log ORDER BY id"):
+            out.update({(ns, h): m for h, m in json.loads(entries)})
+    return out
+
+
+def _loads(text: str) -> object:
+    """orjson, falling back to json for what only the standard decoder takes (files
+    written by other tools may hold lone surrogate escapes or NaN)."""
+    try:
+        return orjson.loads(text)
+    except orjson.JSONDecodeError:
+        return json.loads(text)
+
+
+def _decode_sessions(rows: Iterable[tuple[Any, ...]]) -> list[Session]:
+    """Stored rows as sessions; rows whose JSON is corrupt are skipped with a warning."""
+    out: list[Session] = []
+    loads = _loads  # start-up decodes every stored map: the fast decoder pays
+    for sid, map_json, turn_count, suspended, ts, ns in rows:
+        try:
+            hashes = loads(map_json)
+            if not isinstance(hashes, list):
+                raise ValueError("map_json is not a list of strings")
+            chunk_hashes = tuple(hashes)
+            # str.join raises TypeError on a non-string: one C-level check per list.
+            # Stored hashes are not interned: that costs 10x the decode at start-up
+            # and saves only the shared chunks' duplicate strings.
+            "".join(chunk_hashes)
+        except (ValueError, TypeError) as err:
+            log.warning("skipping stored session %r: %s", sid, err)
+            continue
+        out.append(
+            Session(
+                session_id=sid,
+                chunk_hashes=chunk_hashes,
+                turn_count=int(turn_count or 0),
+                suspended=bool(suspended),
+                last_event_ts=float(ts or 0.0),
+                namespace=ns or "",
+            )
+        )
+    return out
+
+
+def _fold_legacy_outbox(con: sqlite3.Connection) -> None:
+    """Move per-chunk outbox rows (written by ramakv-admin) into evict_log, atomically."""
+    legacy: dict[str, list[tuple[str, str]]] = {}
+    for h, m in con.execute("SELECT chunk_hash, mode FROM evict_outbox"):
+        legacy.setdefault("", []).append((h, m))
+    for ns, h, m in con.execute("SELECT namespace, chunk_hash, mode FROM ns_evict_outbox"):
+        legacy.setdefault(ns, []).append((h, m))
+    if not legacy:
+        return
+    con.execute("BEGIN IMMEDIATE")
+    try:
+        for ns, entries in legacy.items():
+            con.execute(
+                "INSERT INTO evict_log (namespace, entries_json) VALUES (?, ?)",
+                (ns, json.dumps(entries)),
+            )
+        con.execute("DELETE FROM evict_outbox")
+        con.execute("DELETE FROM ns_evict_outbox")
+        con.execute("COMMIT")
+    except BaseException:
+        con.execute("ROLLBACK")
+        raise
