@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from typing import Any
 
 # A failed call may still be acted on late by a cache that hung: its chunks stay watched
 # this long (re-references in it are reported, and kept where the cache defers).
+log = logging.getLogger("ramakv.backend")
+
 FAILED_HORIZON_S = 60.0
 TRACE_HASHES = 20  # hashes named in one evict_window trace record
 
@@ -206,3 +210,18 @@ def window_record(key: str, outcome: str, hashes: list[str]) -> dict[str, object
     if key:
         record["namespace"] = key
     return record
+
+
+def report_window(
+    metrics: Any, publish: Callable[[dict[str, object]], object], key: str, outcome: str,
+    hashes: list[str], seconds: float,
+) -> None:
+    """One window report of namespace ``key``: metrics; a trace record and, for an
+    exposed chunk, a warning."""
+    metrics.window(outcome, len(hashes), seconds)
+    record = window_record(key, outcome, hashes)
+    if record is not None:
+        publish(record)
+        if outcome == "exposed":
+            log.warning("%d chunks referenced again while their eviction may have been "
+                        "acted on (namespace %r): %s", len(hashes), key, record["hashes"])

@@ -19,7 +19,7 @@ from ramakv_daemon.core.fork import Fork
 from ramakv_daemon.core.manager import SessionManager
 from ramakv_daemon.core.session import Session
 from ramakv_daemon.debug_files import wants_debug_file, write_debug_file
-from ramakv_daemon.evict_window import window_record
+from ramakv_daemon.evict_window import report_window
 from ramakv_daemon.handlers import DEFAULT_REGISTRY, Registry
 from ramakv_daemon.idempotency import (
     AnswerCache,
@@ -34,7 +34,7 @@ from ramakv_daemon.namespaces import BackendFactory, Namespace, Namespaces
 from ramakv_daemon.ports import Backend, SessionStore, StoreError
 from ramakv_daemon.reads import READ_EVENTS, finish_read, first_step, read_committed
 from ramakv_daemon.shared_counts import SharedCounts
-from ramakv_daemon.trace import TraceHub
+from ramakv_daemon.trace import TraceHub, cut
 from ramakv_daemon.trace_protocol import summary
 from ramakv_daemon.trace_snapshot import totals
 
@@ -69,7 +69,8 @@ class EventService:
         self.namespaces = Namespaces(
             config, registry, self.limits, lambda: self.committer, backend,
             backend_factory or _lmcache_factory(config), self.metrics.backend,
-            self._backend_failed, self._window_report,
+            self._backend_failed,
+            lambda *report: report_window(self.metrics, self.trace.publish, *report),
         )
         self.committer = GroupCommitter(
             store, self.namespaces.managers, self.metrics.commit, config.idempotency_ttl_s,
@@ -368,22 +369,12 @@ class EventService:
         # A rejected request's own strings are cut: they are the client's, of any size,
         # and the ring must not keep megabytes of them.
         self.trace.publish(
-            {"kind": "event", "ts": time.time(), "type": _cut(type_),
-             "session_id": _cut(session_id), "ok": False, "error": _cut(error, 500),
+            {"kind": "event", "ts": time.time(), "type": cut(type_),
+             "session_id": cut(session_id), "ok": False, "error": cut(error, 500),
              "delta": {"sessions": {}, "refcounts": {}}}
         )
         self._print_trace()
         return {"ok": False, "type": type_, "error": error}
-
-    def _window_report(self, key: str, outcome: str, hashes: list[str], seconds: float) -> None:
-        """The eviction window's reports: metrics; a trace record for each outcome."""
-        self.metrics.window(outcome, len(hashes), seconds)
-        record = window_record(key, outcome, hashes)
-        if record is not None:
-            self.trace.publish(record)
-            if outcome == "exposed":
-                log.warning("%d chunks referenced again while their eviction may have been "
-                            "acted on (namespace %r): %s", len(hashes), key, record["hashes"])
 
     def _backend_failed(self, op: str, count: int, result: Any, backlog: int) -> None:
         self.trace.publish(
@@ -589,13 +580,6 @@ def _lmcache_factory(config: Config) -> BackendFactory:
         )
 
     return make
-
-
-def _cut(text: Any, limit: int = 200) -> Any:
-    """A string kept in a rejected request's trace record: at most ``limit`` characters."""
-    if isinstance(text, str) and len(text) > limit:
-        return text[:limit] + "..."
-    return text
 
 
 def _utf8(text: str) -> bool:

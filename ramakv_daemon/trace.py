@@ -19,6 +19,14 @@ __all__ = ["SLOW_CLOSE_CODE", "Subscriber", "TraceHub", "encode"]
 log = logging.getLogger("ramakv.trace")
 
 
+def cut(text: Any, limit: int = 200) -> Any:
+    """A client's string as kept in a trace record of a rejected request: at most
+    ``limit`` characters (the ring must not keep megabytes of them)."""
+    if isinstance(text, str) and len(text) > limit:
+        return text[:limit] + "..."
+    return text
+
+
 @dataclass(eq=False)
 class Subscriber:
     """One websocket listener: a bounded queue of serialized messages."""

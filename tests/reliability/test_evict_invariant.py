@@ -126,7 +126,7 @@ async def test_stock_cache_window_is_measured_and_reported(
     start_daemon: Any, make_config: Any, fake_lmcache: FakeLMCacheServer
 ) -> None:
     d, probe = await rig(start_daemon, make_config, fake_lmcache)
-    ws = await d.client.ws_connect("/trace")
+    ws = await d.client.ws_connect("/trace?protocol=2")
     await reproduce_hang(d, fake_lmcache)
     exposed = d.service.metrics.window_rereferences.labels("exposed")
     await eventually(lambda: exposed._value.get() >= 1)
@@ -292,7 +292,7 @@ async def test_a_repeated_delivery_after_a_restart_is_harmless_and_counted(
     cfg = d.config
     await d.close()  # stopped inside the deferral: the row stays
     d2 = await start_daemon(cfg)
-    ws = await d2.client.ws_connect("/trace")
+    ws = await d2.client.ws_connect("/trace?protocol=2")
     repeated = d2.service.metrics.evictions_repeated
     await eventually(lambda: repeated._value.get() == 1)
     evicts = [b for b in fake_lmcache.calls("evict") if "aa" in b["chunk_hashes"]]

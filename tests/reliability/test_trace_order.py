@@ -43,7 +43,7 @@ async def test_concurrent_turn_end_and_turn_start_publish_in_apply_order(
 ) -> None:
     cfg = make_config(sqlite_commit_thread=commit_thread)
     d = await start_daemon(cfg, store=FlakyStore(cfg.session_store_path, commit_thread))
-    ws = await d.client.ws_connect("/trace")
+    ws = await d.client.ws_connect("/trace?protocol=2")
     rng = random.Random(7)
     sessions = [f"s{i}" for i in range(4)]
 
