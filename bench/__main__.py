@@ -1,7 +1,7 @@
 """`make bench`: every benchmark, side by side, into bench/results/latest.{json,md}.
 
 Usage: python -m bench [--quick] [--only NAME[,NAME]] — names: throughput, recovery, memory,
-sdk, proxy, cache, console, admin_stall.
+sdk, proxy, cache, console, engine, admin_stall.
 """
 
 from __future__ import annotations
@@ -103,9 +103,21 @@ def _console(quick: bool) -> tuple[dict, str]:
     return res, console_scale.table(res)
 
 
+def _engine(quick: bool) -> tuple[dict, str]:
+    from ascend_ext.tiny_engine import vllm_available
+
+    why = vllm_available()
+    if why is not None:
+        return {"skipped": why}, f"skipped: {why}"
+    from bench import engine_bench
+
+    res = engine_bench.run(quick=quick)
+    return res, engine_bench.table(res)
+
+
 BENCHES: dict[str, Callable[[bool], tuple[dict, str]]] = {
     "throughput": _throughput, "recovery": _recovery, "memory": _memory,
-    "sdk": _sdk, "proxy": _proxy, "cache": _cache, "console": _console,
+    "sdk": _sdk, "proxy": _proxy, "cache": _cache, "console": _console, "engine": _engine,
     "admin_stall": _admin_stall,
 }
 

@@ -40,14 +40,16 @@ def wait_http(port: int, path: str = "/event", timeout: float = 30.0) -> None:
 
 @contextlib.contextmanager
 def daemon(
-    store: str | None = None, log_level: str = "WARNING", extra_config: str = ""
+    store: str | None = None, log_level: str = "WARNING", extra_config: str = "",
+    noop: bool = True,
 ) -> Iterator[tuple[int, subprocess.Popen]]:
-    """A real daemon (noop backend, SQLite on disk) on a free port; yields (port, process)."""
+    """A real daemon (SQLite on disk; noop backend unless ``noop=False``, then extra_config
+    names its lmcache_url) on a free port; yields (port, process)."""
     with tempfile.TemporaryDirectory(prefix="ramakv-bench-") as tmp:
         port = free_port()
         cfg = Path(tmp) / "config.toml"
         cfg.write_text(
-            f'listen_addr = "127.0.0.1:{port}"\nnoop_backend = true\n'
+            f'listen_addr = "127.0.0.1:{port}"\nnoop_backend = {str(noop).lower()}\n'
             f'session_store_path = "{store or Path(tmp) / "sessions.db"}"\n{extra_config}'
         )
         proc = subprocess.Popen(

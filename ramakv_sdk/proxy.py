@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import asyncio
 import logging
 import sys
 from collections.abc import AsyncIterator
@@ -12,7 +13,7 @@ import aiohttp
 from aiohttp import web
 from yarl import URL
 
-from ramakv_sdk import events
+from ramakv_sdk import events, prompt_hashes
 from ramakv_sdk.client import AsyncClient
 from ramakv_sdk.config import DEFAULT_DAEMON_URL, load_config
 from ramakv_sdk.kvparams import SseScanner, from_json_body, session_id_of
@@ -43,6 +44,10 @@ class ProxySettings:
     daemon_timeout: float = 2.0
     retry_for: float = 5.0
     max_body_bytes: int = 256 * 1024 * 1024
+    #: LMCache's chunk_size and save_unfull_chunk, to hash a streamed turn's tokenised prompt
+    #: exactly as the engine's connector does (vLLM streams carry no kv_transfer_params).
+    chunk_size: int = 256
+    save_unfull_chunk: bool = False
 
 
 SETTINGS = web.AppKey("settings", ProxySettings)
@@ -50,6 +55,7 @@ UPSTREAM = web.AppKey("upstream", aiohttp.ClientSession)
 SENDER = web.AppKey("sender", EventSender)
 # Upstreams already warned about answers without chunk_hashes (once each, not per turn).
 WARNED = web.AppKey("warned_no_hashes", set)
+TOKENIZE_CHECK = web.AppKey("tokenize_check", prompt_hashes.TokenizeCheck)
 
 
 def make_app(settings: ProxySettings) -> web.Application:
@@ -57,6 +63,7 @@ def make_app(settings: ProxySettings) -> web.Application:
     app = web.Application(client_max_size=settings.max_body_bytes)
     app[SETTINGS] = settings
     app[WARNED] = set()
+    app[TOKENIZE_CHECK] = prompt_hashes.TokenizeCheck()
 
     async def resources(app: web.Application) -> AsyncIterator[None]:
         # auto_decompress=False: bytes go to the client exactly as the engine sent them.
@@ -103,15 +110,27 @@ async def forward(request: web.Request) -> web.StreamResponse:
     headers = [(k, v) for k, v in request.headers.items() if k.lower() not in DROP_REQUEST]
     # encoded=True: the path and query go upstream byte for byte (no re-quoting).
     url = URL(settings.upstream + request.rel_url.raw_path_qs, encoded=True)
+    tokenized = None
+    check = request.app[TOKENIZE_CHECK]
+    if sid is not None and body and (prompt_hashes.is_streamed(body) or check.agrees is None):
+        # Runs beside the engine's answer (tokenising only, no model step), so it is ready at
+        # its end; a non-streamed turn is tokenised once, to check the hashes against the engine's.
+        tokenized = asyncio.ensure_future(prompt_hashes.tokenized_turn_params(
+            request.app[UPSTREAM], settings.upstream, request.path, body, headers,
+            settings.chunk_size, settings.save_unfull_chunk))
     try:
-        upstream = await request.app[UPSTREAM].request(
-            request.method, url, headers=headers, data=body, allow_redirects=False
-        )
-    except (aiohttp.ClientError, OSError, TimeoutError) as err:
-        log.warning("upstream %s unavailable: %s", settings.upstream, err)
-        return _upstream_error(err, settings.upstream)
-    async with upstream:
-        return await _relay(request, upstream, sid, sender)
+        try:
+            upstream = await request.app[UPSTREAM].request(
+                request.method, url, headers=headers, data=body, allow_redirects=False
+            )
+        except (aiohttp.ClientError, OSError, TimeoutError) as err:
+            log.warning("upstream %s unavailable: %s", settings.upstream, err)
+            return _upstream_error(err, settings.upstream)
+        async with upstream:
+            return await _relay(request, upstream, sid, sender, tokenized)
+    finally:
+        if tokenized is not None and not tokenized.done():
+            tokenized.cancel()
 
 
 async def _relay(
@@ -119,6 +138,7 @@ async def _relay(
     upstream: aiohttp.ClientResponse,
     sid: str | None,
     sender: EventSender,
+    tokenized: asyncio.Future[dict | None] | None = None,
 ) -> web.StreamResponse:
     """Copy the engine's answer to the client chunk by chunk; then send turn_end."""
     out = web.StreamResponse(status=upstream.status, reason=upstream.reason)
@@ -148,9 +168,17 @@ async def _relay(
     if watch and sid is not None:
         if scanner is not None:
             scanner.close()
-            params = scanner.params
+            params = scanner.params  # an engine that streams them; vLLM 0.32 does not
+            if not events.has_chunk_hashes(params) and tokenized is not None and complete:
+                params = await tokenized
+                if request.app[TOKENIZE_CHECK].agrees is False:
+                    params = None  # hashing the tokenised prompt gave the engine's hashes wrong
         else:
             params = from_json_body(b"".join(kept or ()), encoding)
+            if tokenized is not None and events.has_chunk_hashes(params):
+                request.app[TOKENIZE_CHECK].compare(
+                    await tokenized, params, request.app[SETTINGS].upstream,
+                    request.app[SETTINGS].chunk_size, request.app[SETTINGS].save_unfull_chunk)
         if events.has_chunk_hashes(params):
             sender.submit(events.turn_end(sid, params))
         elif complete:
@@ -183,6 +211,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--token", help="daemon bearer token (default: auth_token from the config)")
     p.add_argument("--session-header", default="X-Session-Id",
                    help="request header carrying the session id (X-Session-Id)")
+    p.add_argument("--chunk-size", type=int, default=256,
+                   help="LMCache chunk_size of the engine, to hash streamed turns (256)")
+    p.add_argument("--save-unfull-chunk", action="store_true",
+                   help="the engine's LMCache has save_unfull_chunk: true")
     p.add_argument("--log-level", default="INFO", help="DEBUG, INFO, WARNING (INFO)")
     add_version_flag(p)
     return p.parse_args(argv)
@@ -197,7 +229,8 @@ def settings_from(args: argparse.Namespace) -> ProxySettings:
         token = cfg.auth_token
     return ProxySettings(
         upstream=args.upstream.rstrip("/"), daemon_url=daemon, token=token,
-        session_header=args.session_header,
+        session_header=args.session_header, chunk_size=args.chunk_size,
+        save_unfull_chunk=args.save_unfull_chunk,
     )
 
 

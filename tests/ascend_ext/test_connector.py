@@ -75,13 +75,26 @@ def test_fallback_without_lookup_client(client_and_db) -> None:
     )
 
 
-def test_empty_prompt_gives_no_hashes_and_still_pops(client_and_db) -> None:
+def test_short_and_empty_prompts_give_an_empty_list_and_still_pop(client_and_db) -> None:
+    """Under one chunk the answer is an explicit [] (the host empties the map), never absent."""
     client, db = client_and_db
     client.lookup(list(range(20)), lookup_id="r-empty")
-    assert prompt_chunk_hashes(client, db, Req("r-empty", [])) is None
+    assert prompt_chunk_hashes(client, db, Req("r-empty", [])) == []
     assert "r-empty" not in client.actual_lookup_client.hash_cache
-    assert add_chunk_hashes(client, db, Req("r-empty", None), None) is None
-    assert add_chunk_hashes(client, db, Req("r-empty", []), {"a": 1}) == {"a": 1}
+    assert add_chunk_hashes(client, db, Req("r-empty", None), None) == {"chunk_hashes": []}
+    from lmcache.v1.config import LMCacheEngineConfig
+    from lmcache.v1.token_database import ChunkedTokenDatabase
+
+    # lmcache's default save_unfull_chunk=false: a prompt under one chunk has no chunk.
+    full_only = ChunkedTokenDatabase(LMCacheEngineConfig.from_defaults(
+        chunk_size=16, pre_caching_hash_algorithm="blake3"), None)
+    assert add_chunk_hashes(None, full_only, Req("r-short", [1, 2, 3]), {"a": 1}) == {
+        "a": 1, "chunk_hashes": []}
+
+
+def test_no_token_database_leaves_the_list_out() -> None:
+    """Without a database nothing can be hashed: absent (an engine fault the host reports)."""
+    assert add_chunk_hashes(None, None, Req("r", list(range(40))), {"a": 1}) == {"a": 1}
 
 
 def test_add_chunk_hashes_merges_into_existing_params(client_and_db) -> None:

@@ -15,7 +15,7 @@ if TESTS_DIR not in sys.path:
     sys.path.insert(0, TESTS_DIR)
 
 from support.daemon_proc import daemon_proc, daemon_proc_factory  # noqa: E402,F401
-from support.openai_engine import StandInEngine  # noqa: E402
+from support.openai_engine import CHUNK_TOKENS, StandInEngine  # noqa: E402
 
 from ramakv_sdk.proxy import ProxySettings, make_app  # noqa: E402
 
@@ -46,6 +46,7 @@ async def start_proxy() -> AsyncIterator[Callable[..., Awaitable[RunningProxy]]]
     runners: list[web.AppRunner] = []
 
     async def start(upstream: str, daemon_url: str, **kw) -> RunningProxy:  # noqa: ANN003
+        kw.setdefault("chunk_size", CHUNK_TOKENS)  # hash streamed turns as the stand-in does
         runner = web.AppRunner(make_app(ProxySettings(upstream, daemon_url, **kw)),
                                access_log=None)
         await runner.setup()

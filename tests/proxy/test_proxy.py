@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import json
 import os
 import subprocess
 import sys
@@ -12,7 +11,7 @@ from pathlib import Path
 
 import aiohttp
 from support.daemon_proc import free_port
-from support.openai_engine import chunk_hashes, prompt_of
+from support.openai_engine import CHUNK_TOKENS, chunk_hashes, prompt_of
 from yarl import URL
 
 CHAT = {"model": "m", "messages": [
@@ -78,10 +77,13 @@ async def test_streaming_is_relayed_as_it_comes(daemon_proc, engine, start_proxy
     assert arrivals[0] < 0.3 and arrivals[-1] > 0.5
     lines = [ln for ln in raw.decode().split("\n") if ln.startswith("data: ")]
     assert lines[-1] == "data: [DONE]"
-    final = json.loads(lines[-2][6:])
-    assert final["kv_transfer_params"]["chunk_hashes"] == expected_hashes(CHAT)
+    # As vLLM 0.32: nothing in the stream carries kv_transfer_params, and the proxy adds none.
+    assert b"kv_transfer_params" not in raw
     assert await proxy.sender.flush(10)
+    # The hashes came from the engine's /tokenize, hashed as ascend_ext's connector does.
     assert session_map(daemon_proc, "agent-2") == expected_hashes(CHAT)
+    asked = [r for r in engine.requests if r["path"] == "/tokenize"]
+    assert len(asked) == 1 and set(asked[0]["body"]) == {"model", "messages"}
 
 
 async def test_streaming_completions_endpoint(daemon_proc, engine, start_proxy) -> None:
@@ -94,6 +96,39 @@ async def test_streaming_completions_endpoint(daemon_proc, engine, start_proxy) 
     assert await proxy.sender.flush(10)
     assert session_map(daemon_proc, "c1") == chunk_hashes("x" * 100) and len(
         chunk_hashes("x" * 100)) == 6
+
+
+async def test_streamed_turn_under_one_chunk_empties_the_map(daemon_proc, engine,
+                                                             start_proxy) -> None:
+    proxy = await start_proxy(engine.url, daemon_proc.url)
+    hdr = {"X-Session-Id": "short"}
+    async with aiohttp.ClientSession() as http:
+        for prompt in ("y" * 40, "y" * 5):  # 2 chunks, then under one chunk: []
+            async with http.post(f"{proxy.url}/v1/completions", headers=hdr,
+                                 json={"model": "m", "prompt": prompt, "stream": True}) as r:
+                await r.read()
+            assert await proxy.sender.flush(10)
+            assert session_map(daemon_proc, "short") == chunk_hashes(prompt)
+    assert chunk_hashes("y" * 5) == []
+
+
+async def test_hashes_disagreeing_with_the_engine_stop_streamed_turn_ends(
+        daemon_proc, engine, start_proxy) -> None:
+    """A proxy whose chunk size differs from the engine's finds out on the first non-streamed
+    turn (its hashes of the tokenised prompt differ from the engine's) and sends no wrong
+    maps after it."""
+    proxy = await start_proxy(engine.url, daemon_proc.url, chunk_size=CHUNK_TOKENS * 2)
+    hdr = {"X-Session-Id": "mismatch"}
+    async with aiohttp.ClientSession() as http:
+        await (await http.post(f"{proxy.url}/v1/chat/completions", json=CHAT,
+                               headers=hdr)).read()
+        async with http.post(f"{proxy.url}/v1/chat/completions", headers=hdr,
+                             json={**CHAT, "messages": CHAT["messages"][:1], "stream": True}) as r:
+            await r.read()
+    assert await proxy.sender.flush(10)
+    assert session_map(daemon_proc, "mismatch") == expected_hashes(CHAT)  # the engine's own
+    assert await session_events(daemon_proc, "mismatch") == ["turn_start", "turn_end",
+                                                             "turn_start"]
 
 
 async def test_requests_without_a_session_send_nothing(daemon_proc, engine, start_proxy) -> None:
@@ -128,9 +163,14 @@ async def test_answers_without_hashes_send_no_turn_end_and_warn_once(
                     await r.read()
         assert await proxy.sender.flush(10)
     assert session_map(daemon_proc, "s") == expected_hashes(CHAT)
+    # Answers without a list send no turn_end at all (a missing list is an engine fault); a
+    # streamed one gets its list from /tokenize, unless that fails too ("none": a 404).
+    assert await session_events(daemon_proc, "s") == [
+        "turn_start", "turn_end", "turn_start", "turn_start", "turn_start", "turn_end",
+        "turn_start"]
     listed = daemon_proc.event("list_sessions")["data"]["sessions"]
-    assert listed[0]["turn_count"] == 1 and proxy.sender.stats.failed == 0
-    assert proxy.sender.stats.sent == 6  # five turn_starts and the one turn_end with a list
+    assert listed[0]["turn_count"] == 2 and proxy.sender.stats.failed == 0  # turn_ends
+    assert proxy.sender.stats.sent == 7  # five turn_starts, two turn_ends with a list
     warned = [r.getMessage() for r in caplog.records if "chunk_hashes" in r.getMessage()]
     assert warned == [
         f"answers from {engine.url} carry no kv_transfer_params.chunk_hashes: no turn_end "
@@ -146,7 +186,8 @@ async def test_daemon_down_never_breaks_the_chat(engine, start_proxy) -> None:
                                  json={**CHAT, "stream": stream},
                                  headers={"X-Session-Id": "s"}) as r:
                 assert r.status == 200
-                assert b"kv_transfer_params" in await r.read()
+                # Non-streamed answers carry them; streams (as vLLM 0.32) do not.
+                assert (b"kv_transfer_params" in await r.read()) is not stream
     assert await proxy.sender.flush(10)
     assert proxy.sender.stats.dropped_unavailable == 4
 
@@ -194,7 +235,7 @@ async def test_console_script_end_to_end(daemon_proc, engine, tmp_path: Path) ->
     env = {**os.environ, "XDG_CONFIG_HOME": str(tmp_path)}
     proc = subprocess.Popen(
         [str(exe), "--upstream", engine.url, "--listen", f"127.0.0.1:{port}",
-         "--daemon", daemon_proc.url], env=env,
+         "--daemon", daemon_proc.url, "--chunk-size", str(CHUNK_TOKENS)], env=env,
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
     )
     try:

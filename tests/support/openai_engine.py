@@ -1,12 +1,17 @@
-"""A stand-in OpenAI-compatible engine that answers like vLLM with the LMCache connector.
+"""A stand-in OpenAI-compatible engine that answers as vLLM 0.32 with ascend_ext's connector does.
 
-``POST /v1/chat/completions`` and ``/v1/completions`` answer with a completion whose
-``kv_transfer_params`` carries ``chunk_hashes`` (signed hex, chained over the prompt in
-``chunk_chars``-character chunks, as LMCache's token database does over tokens); with
-``"stream": true`` they stream SSE chunks, the last one before ``[DONE]`` carrying
-kv_transfer_params. Behaviour per request, by header:
+Its tokens are the prompt's UTF-8 bytes. ``POST /v1/chat/completions`` and ``/v1/completions``
+answer with a completion whose ``kv_transfer_params`` carries ``chunk_hashes``: ascend_ext's
+``chain_hashes_hex`` over those tokens in ``chunk_tokens``-token chunks (full chunks only, as
+LMCache's default ``save_unfull_chunk: false``), ``[]`` under one chunk. With ``"stream":
+true`` they stream SSE chunks and, as real vLLM 0.32, **no** kv_transfer_params anywhere in
+the stream. ``POST /tokenize`` answers a chat (``messages``) or completion (``prompt``)
+request's token ids in vLLM's shape.
+tests/engine/test_standin_matches_vllm.py checks these shapes against the real engine.
+Behaviour per request, by header:
 
-* ``X-Engine-Params: none`` (no kv_transfer_params) or ``null-hashes`` (chunk_hashes null)
+* ``X-Engine-Params: none`` (no kv_transfer_params; /tokenize answers 404, as an engine
+  without the route) or ``null-hashes`` (chunk_hashes null)
 * ``X-Engine-Status: 503`` answer that status with an OpenAI error body
 * ``X-Engine-Delay: 0.01`` seconds between streamed chunks
 
@@ -20,7 +25,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import hashlib
 import json
 import time
 from dataclasses import dataclass, field
@@ -28,19 +32,21 @@ from typing import Any
 
 from aiohttp import web
 
+from ascend_ext.hashing import chain_hashes_hex
+
 MODEL = "stand-in-model"
+#: The stand-in's chunk size in tokens (bytes); proxies in tests are set to the same.
+CHUNK_TOKENS = 16
 
 
-def chunk_hashes(text: str, chunk_chars: int = 16) -> list[str]:
-    """Chained 64-bit signed hashes of ``text``'s full chunks, as signed hex strings."""
-    out: list[str] = []
-    prev = b""
-    data = text.encode()
-    for i in range(0, len(data) - chunk_chars + 1, chunk_chars):
-        digest = hashlib.blake2b(prev + data[i : i + chunk_chars], digest_size=8).digest()
-        prev = digest
-        out.append(f"{int.from_bytes(digest, 'big', signed=True):x}")
-    return out
+def tokens_of(text: str) -> list[int]:
+    """The stand-in's tokenizer: one token per UTF-8 byte."""
+    return list(text.encode())
+
+
+def chunk_hashes(text: str, chunk_tokens: int = CHUNK_TOKENS) -> list[str]:
+    """What ascend_ext's connector returns for ``text``'s tokens (full chunks only)."""
+    return chain_hashes_hex(tokens_of(text), chunk_tokens, False)
 
 
 def prompt_of(body: dict[str, Any]) -> str:
@@ -55,7 +61,7 @@ def prompt_of(body: dict[str, Any]) -> str:
 class StandInEngine:
     """The stand-in engine's state: settings and every request it saw."""
 
-    chunk_chars: int = 16
+    chunk_tokens: int = CHUNK_TOKENS
     reply: str = "Hello from the stand-in engine."
     requests: list[dict[str, Any]] = field(default_factory=list)
     url: str = ""
@@ -64,8 +70,8 @@ class StandInEngine:
     def kv_params(self, body: dict[str, Any], mode: str) -> dict[str, Any] | None:
         if mode == "none":
             return None
-        hashes = None if mode == "null-hashes" else chunk_hashes(prompt_of(body), self.chunk_chars)
-        return {"chunk_hashes": hashes, "do_remote_prefill": False, "do_remote_decode": False}
+        hashes = None if mode == "null-hashes" else chunk_hashes(prompt_of(body), self.chunk_tokens)
+        return {"chunk_hashes": hashes}
 
     async def completions(self, request: web.Request) -> web.StreamResponse:
         body = await request.json()
@@ -80,7 +86,7 @@ class StandInEngine:
         chat = request.path.endswith("/chat/completions")
         if body.get("stream"):
             delay = float(request.headers.get("X-Engine-Delay", "0"))
-            return await self._stream(request, chat, params, delay)
+            return await self._stream(request, chat, delay)
         answer: dict[str, Any] = {
             "id": "cmpl-standin", "object": "chat.completion" if chat else "text_completion",
             "created": int(time.time()), "model": body.get("model", MODEL),
@@ -95,9 +101,18 @@ class StandInEngine:
             answer["kv_transfer_params"] = params
         return web.json_response(answer)
 
-    async def _stream(
-        self, request: web.Request, chat: bool, params: dict[str, Any] | None, delay: float
-    ) -> web.StreamResponse:
+    async def tokenize(self, request: web.Request) -> web.Response:
+        """vLLM's /tokenize: the prompt's token ids, nothing generated."""
+        body = await request.json()
+        self.requests.append({"path": request.path, "headers": dict(request.headers),
+                              "body": body})
+        if request.headers.get("X-Engine-Params") == "none":
+            return web.json_response({"detail": "Not Found"}, status=404)
+        tokens = tokens_of(prompt_of(body))
+        return web.json_response({"count": len(tokens), "max_model_len": 4096,
+                                  "tokens": tokens, "token_strs": None})
+
+    async def _stream(self, request: web.Request, chat: bool, delay: float) -> web.StreamResponse:
         out = web.StreamResponse(headers={"Content-Type": "text/event-stream",
                                           "Cache-Control": "no-cache"})
         await out.prepare(request)
@@ -116,10 +131,8 @@ class StandInEngine:
             await out.write(f"data: {json.dumps(chunk(word + ' '))}\n\n".encode())
             if delay:
                 await asyncio.sleep(delay)
-        last = chunk(None, "stop")
-        if params is not None:
-            last["kv_transfer_params"] = params
-        await out.write(f"data: {json.dumps(last)}\n\n".encode())
+        # As vLLM 0.32: the last chunk has the finish reason and no kv_transfer_params.
+        await out.write(f"data: {json.dumps(chunk(None, 'stop'))}\n\n".encode())
         await out.write(b"data: [DONE]\n\n")
         await out.write_eof()
         return out
@@ -141,6 +154,7 @@ class StandInEngine:
         app = web.Application()
         app.router.add_post("/v1/chat/completions", self.completions)
         app.router.add_post("/v1/completions", self.completions)
+        app.router.add_post("/tokenize", self.tokenize)
         app.router.add_get("/v1/models", self.models)
         app.router.add_route("*", "/{tail:.*}", self.echo)
         return app

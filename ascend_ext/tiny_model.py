@@ -1,0 +1,85 @@
+"""A tiny Llama for vLLM's CPU build, made offline: a 2-layer config and a locally trained BPE.
+
+No model hub is reachable from these machines, so tests, ``make bench`` and ``make demo``
+build the model directory at run time: ``config.json`` (hidden 256, 4 heads of 64, 2 layers),
+``tokenizer.json`` trained with the ``tokenizers`` library on a built-in English corpus, and a
+``tokenizer_config.json`` with a chat template. vLLM serves it with ``--load-format dummy``
+(random weights): the tokens are gibberish, but prompt lengths, KV bytes and timings are real.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+VOCAB_SIZE = 2048
+SPECIAL = ["<unk>", "<s>", "</s>"]
+CHAT_TEMPLATE = (
+    "{{ bos_token }}{% for m in messages %}<|{{ m['role'] }}|>\n{{ m['content'] }}\n"
+    "{% endfor %}{% if add_generation_prompt %}<|assistant|>\n{% endif %}"
+)
+
+_CORPUS = """
+The agent reads the repository, runs the tests and writes a short report for the user.
+Every session keeps a system prompt, the tool results and the growing conversation.
+A key value cache holds the attention keys and values of tokens the model has already seen.
+When the next turn arrives the engine loads those chunks from memory instead of recomputing.
+Chunks that no live session references can be evicted; shared prefixes stay in memory.
+The daemon counts references per chunk hash and tells the cache which ones are dead.
+Tools return JSON documents, logs, stack traces, diffs and lists of files with line numbers.
+def main(argv): parse the arguments, open the file, read each line and print the result.
+SELECT name, count(*) FROM sessions WHERE state = 'open' GROUP BY name ORDER BY 2 DESC;
+Error: connection refused while contacting the server at port 8000; retrying in 2 seconds.
+The quick brown fox jumps over the lazy dog while the five boxing wizards jump quickly.
+Numbers like 0 1 2 3 4 5 6 7 8 9 10 42 100 256 1024 4096 appear in configs and logs.
+"""
+
+
+def _train_tokenizer() -> object:
+    """A byte-level BPE trained on _CORPUS (deterministic: same input, same merges)."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+
+    tok = Tokenizer(models.BPE(unk_token="<unk>"))
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=VOCAB_SIZE, special_tokens=SPECIAL, show_progress=False,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+    )
+    lines = [line for line in _CORPUS.splitlines() if line.strip()]
+    tok.train_from_iterator(lines * 4, trainer=trainer)
+    return tok
+
+
+def _config(vocab_size: int, max_len: int) -> dict:
+    return {
+        "architectures": ["LlamaForCausalLM"], "model_type": "llama",
+        "hidden_size": 256, "intermediate_size": 512, "num_hidden_layers": 2,
+        "num_attention_heads": 4, "num_key_value_heads": 4, "head_dim": 64,
+        "hidden_act": "silu", "max_position_embeddings": max_len, "rms_norm_eps": 1e-5,
+        "rope_theta": 10000.0, "vocab_size": vocab_size, "tie_word_embeddings": False,
+        "bos_token_id": 1, "eos_token_id": 2, "torch_dtype": "bfloat16",
+    }
+
+
+def build(model_dir: str | Path, max_len: int = 4096) -> Path:
+    """Write the model directory (idempotent: an existing complete one is kept)."""
+    path = Path(model_dir)
+    if (path / "config.json").exists() and (path / "tokenizer.json").exists():
+        return path
+    path.mkdir(parents=True, exist_ok=True)
+    tok = _train_tokenizer()
+    tok.save(str(path / "tokenizer.json"))  # type: ignore[attr-defined]
+    vocab = tok.get_vocab_size()  # type: ignore[attr-defined]
+    (path / "tokenizer_config.json").write_text(json.dumps({
+        "tokenizer_class": "PreTrainedTokenizerFast", "bos_token": "<s>", "eos_token": "</s>",
+        "unk_token": "<unk>", "model_max_length": max_len, "chat_template": CHAT_TEMPLATE,
+        "add_bos_token": True, "clean_up_tokenization_spaces": False,
+    }, indent=1))
+    (path / "special_tokens_map.json").write_text(json.dumps(
+        {"bos_token": "<s>", "eos_token": "</s>", "unk_token": "<unk>"}))
+    (path / "generation_config.json").write_text(json.dumps(
+        {"bos_token_id": 1, "eos_token_id": 2}))
+    # Written last: its presence marks a complete directory.
+    (path / "config.json").write_text(json.dumps(_config(vocab, max_len), indent=1))
+    return path
