@@ -13,6 +13,7 @@ from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
 
 from ascend_ext import forwarding
+from ascend_ext.deferred_evict import parse_defer, parse_generation
 from ascend_ext.memory_ops import (
     MemoryOps,
     RequestError,
@@ -87,21 +88,33 @@ async def _handle(kind: str, request: Request) -> JSONResponse:
         hashes = parse_hashes(body)
         locations = parse_locations(body) if kind == "evict" else None
         lookup_id = parse_lookup_id(body) if kind == "prefetch" else None
+        generation = parse_generation(body) if kind in ("evict", "keep") else None
+        defer_s = parse_defer(body) if kind == "evict" else 0.0
+        if kind == "keep" and generation is None:
+            raise RequestError("missing required field 'generation'")
     except RequestError as exc:
         return _error(400, str(exc))
     target = _target(request)
     if isinstance(target, JSONResponse):
         return target
     if isinstance(target, list):
-        return await _forward(kind, target, hashes, locations, lookup_id)
+        if lookup_id is not None:
+            body["lookup_id"] = lookup_id
+        return await _forward(kind, target, body)
     try:
         if kind == "prefetch":
             target.prefetch(hashes, lookup_id)
             return JSONResponse({"status": "prefetch_started", "lookup_id": lookup_id,
                                  "num_chunks": len(hashes)})
-        if kind == "evict":
+        if kind == "evict" and generation is None and not defer_s:
             n = await asyncio.to_thread(target.evict, hashes, locations)
             return JSONResponse({"status": "success", "num_evicted": n})
+        if kind == "evict":
+            return JSONResponse(
+                await asyncio.to_thread(target.evict_with, hashes, locations, generation, defer_s)
+            )
+        if kind == "keep":
+            return JSONResponse(target.keep(hashes, generation or 0))
         return JSONResponse(await asyncio.to_thread(target.query, hashes))
     except RequestError as exc:
         return _error(400, str(exc))
@@ -110,23 +123,21 @@ async def _handle(kind: str, request: Request) -> JSONResponse:
         return _error(500, f"{kind} failed: {type(exc).__name__}: {exc}")
 
 
-async def _forward(
-    kind: str, urls: list[str], hashes: list[str], locations: list[str] | None,
-    lookup_id: str | None,
-) -> JSONResponse:
-    """Scheduler path: same request to every worker, merged answer."""
+async def _forward(kind: str, urls: list[str], body: dict) -> JSONResponse:
+    """Scheduler path: the same (validated) request to every worker, merged answer."""
     if not urls:
         return _error(503, "scheduler knows no workers to forward to")
-    payload: dict = {"chunk_hashes": hashes}
-    if kind == "prefetch":
-        payload["lookup_id"] = lookup_id
-    if kind == "evict" and locations is not None:
-        payload["locations"] = locations
+    fields = {
+        "prefetch": ("chunk_hashes", "lookup_id"),
+        "evict": ("chunk_hashes", "locations", "generation", "defer_s"),
+        "keep": ("chunk_hashes", "generation"),
+    }.get(kind, ("chunk_hashes",))
+    payload = {k: body[k] for k in fields if body.get(k) is not None}
     answers = await forwarding.forward_all(urls, f"/memory/{kind}", payload)
-    status, body = forwarding.merge(kind, answers, payload)
+    status, merged = forwarding.merge(kind, answers, payload)
     if status != 200:
-        log.warning("forwarded %s: %s", kind, body)
-    return JSONResponse(body, status_code=status)
+        log.warning("forwarded %s: %s", kind, merged)
+    return JSONResponse(merged, status_code=status)
 
 
 @router.post("/memory/prefetch")
@@ -139,6 +150,12 @@ async def prefetch(request: Request) -> JSONResponse:
 async def evict(request: Request) -> JSONResponse:
     """Remove chunks from the given tiers (every tier when no locations)."""
     return await _handle("evict", request)
+
+
+@router.post("/memory/keep")
+async def keep(request: Request) -> JSONResponse:
+    """Cancel deferred deletes of chunks the daemon saw referenced again (generation)."""
+    return await _handle("keep", request)
 
 
 @router.post("/memory/query")

@@ -11,6 +11,8 @@ from collections.abc import Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
+from ascend_ext.deferred_evict import DeferredEvictions
+
 log = logging.getLogger("ascend_ext.memory")
 
 CPU = "LocalCPUBackend"
@@ -77,6 +79,9 @@ class MemoryOps:
         self._worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="ramakv-memory")
         self._status: OrderedDict[str, dict] = OrderedDict()
         self._status_lock = threading.Lock()
+        self.deferred = DeferredEvictions()
+        self._timers: set[threading.Timer] = set()
+        self._closed = False
 
     # -- keys -------------------------------------------------------------------------------
     def key_for(self, hex_hash: str) -> Any:
@@ -108,6 +113,58 @@ class MemoryOps:
     # -- evict ------------------------------------------------------------------------------
     def evict(self, hashes: Sequence[str], locations: list[str] | None) -> int:
         """Remove chunks from the given tiers (None = all); returns copies removed."""
+        self._check_locations(locations)
+        keys = [self.key_for(h) for h in hashes]
+        return self._worker.submit(self._evict_now, keys, locations).result()
+
+    def evict_with(
+        self, hashes: Sequence[str], locations: list[str] | None, generation: int | None,
+        defer_s: float,
+    ) -> dict:
+        """An evict from the daemon: chunks whose newer keep was seen are refused as
+        stale, the rest removed now or, with ``defer_s``, after it unless kept meanwhile."""
+        self._check_locations(locations)
+        now, deferred, stale = self.deferred.add(hashes, locations, generation, defer_s)
+        n = 0
+        if now:
+            keys = [self.key_for(h) for h in now]
+            n = self._worker.submit(self._evict_now, keys, locations).result()
+        if deferred:
+            self._schedule(defer_s)
+        return {"status": "success", "num_evicted": n, "deferred": deferred, "stale": stale}
+
+    def keep(self, hashes: Sequence[str], generation: int) -> dict:
+        """The daemon saw these chunks referenced again: cancel their older deletes."""
+        cancelled, late = self.deferred.keep(hashes, generation)
+        return {"status": "success", "cancelled": cancelled, "late": late}
+
+    def _schedule(self, delay: float) -> None:
+        if self._closed:
+            return
+        timer = threading.Timer(delay + 0.001, self._fire)
+        timer.daemon = True
+        self._timers.add(timer)
+        timer.start()
+
+    def _fire(self) -> None:
+        self._timers = {t for t in self._timers if t.is_alive()}
+        if self._closed:
+            return
+        try:
+            self._worker.submit(self._evict_due)
+        except RuntimeError:  # worker shut down meanwhile
+            pass
+
+    def _evict_due(self) -> None:
+        """Deferred deletes whose time has come and that no keep cancelled (worker thread)."""
+        for locations, hashes in self.deferred.take_due():
+            try:
+                removed = self._evict_now([self.key_for(h) for h in hashes], locations)
+                log.info("deferred evict of %d chunks removed %d copies", len(hashes), removed)
+            except Exception:  # keep the worker alive
+                log.exception("deferred evict failed")
+
+    def _check_locations(self, locations: list[str] | None) -> None:
         if locations is not None:
             unknown = [x for x in locations if x not in self.sm.storage_backends]
             if unknown:
@@ -115,8 +172,6 @@ class MemoryOps:
                     f"field 'locations' names unknown backend(s) {unknown}; "
                     f"this engine has {self.backend_names()}"
                 )
-        keys = [self.key_for(h) for h in hashes]
-        return self._worker.submit(self._evict_now, keys, locations).result()
 
     def _evict_now(self, keys: list, locations: list[str] | None) -> int:
         """Wait out in-flight disk writes, then batched_remove (runs on the worker thread)."""
@@ -210,7 +265,11 @@ class MemoryOps:
         return self._worker.submit(fn, *args).result()
 
     def close(self) -> None:
-        """Finish queued work and stop the worker thread."""
+        """Finish queued work and stop the worker thread (pending deferred deletes are
+        dropped: the chunks stay, the safe side)."""
+        self._closed = True
+        for timer in list(self._timers):
+            timer.cancel()
         self._worker.shutdown(wait=True)
 
 

@@ -1,7 +1,7 @@
 """`make bench`: every benchmark, side by side, into bench/results/latest.{json,md}.
 
 Usage: python -m bench [--quick] [--only NAME[,NAME]] — names: throughput, recovery, memory,
-sdk, proxy, cache, console, engine, scale_out.
+sdk, proxy, cache, console, engine, admin_stall, scale_out.
 """
 
 from __future__ import annotations
@@ -86,6 +86,15 @@ def _cache(quick: bool) -> tuple[dict, str]:
     return res, "```\n" + suite.table(res) + "\n```"
 
 
+def _admin_stall(quick: bool) -> tuple[dict, str]:
+    import asyncio
+
+    from bench import admin_stall
+
+    res = asyncio.run(admin_stall.measure(5000 if quick else 20000))
+    return res, admin_stall.table(res)
+
+
 def _console(quick: bool) -> tuple[dict, str]:
     from bench import console_scale
 
@@ -117,7 +126,7 @@ def _scale_out(quick: bool) -> tuple[dict, str]:
 BENCHES: dict[str, Callable[[bool], tuple[dict, str]]] = {
     "throughput": _throughput, "recovery": _recovery, "memory": _memory,
     "sdk": _sdk, "proxy": _proxy, "cache": _cache, "console": _console, "engine": _engine,
-    "scale_out": _scale_out,
+    "admin_stall": _admin_stall, "scale_out": _scale_out,
 }
 
 

@@ -15,6 +15,10 @@ from ramakv_daemon.ports import SessionStore, StoreError
 log = logging.getLogger("ramakv.store")
 
 PRUNE_EVERY_COMMITS = 1000
+# How long a commit waits for the cache's answer to a keep its changes need (a chunk
+# referenced again while its deferred delete is pending): long enough for a healthy cache,
+# short enough that a hung one barely slows events; past it the commit goes ahead.
+KEEP_WAIT_S = 0.25
 
 
 @dataclass(slots=True)
@@ -27,6 +31,7 @@ class _Pending:
     done_rows: list[int]
     event_id: tuple[str, str, float, str] | None  # (id, answer JSON, ts, request digest)
     future: asyncio.Future[None] | None
+    gate: asyncio.Future[None] | None = None
 
 
 class GroupCommitter:
@@ -45,6 +50,8 @@ class GroupCommitter:
         on_commit: Callable[[float, int], None] | None = None,
         event_id_ttl_s: float = 3600.0,
         on_evictions: Callable[[Change, int], None] | None = None,
+        on_committed: Callable[[Change], None] | None = None,
+        on_rolled_back: Callable[[Change], None] | None = None,
     ) -> None:
         """``on_evictions(change, outbox_row)`` hands each committed change's evictions
         to delivery before any waiter resumes: all of a row's entries are registered at
@@ -56,6 +63,10 @@ class GroupCommitter:
         self.managers: Mapping[str, SessionManager] = managers
         self.on_commit = on_commit
         self.on_evictions = on_evictions
+        # Called for each committed change in apply order before any waiter resumes (the
+        # trace publishes there, so records come out in apply order).
+        self.on_committed = on_committed
+        self.on_rolled_back = on_rolled_back
         self.event_id_ttl_s = event_id_ttl_s
         self._pending: list[_Pending] = []
         self._wake = asyncio.Event()
@@ -64,6 +75,7 @@ class GroupCommitter:
         self._commits = 0
         self.next_row_id = 1  # the service sets it above the stored rows at start-up
         self._last: asyncio.Future[None] | None = None
+        self._inflight: list[_Pending] = []  # the batch whose write is under way
         self.last_error: str | None = None  # why the latest commit failed; None after a success
 
     def start(self) -> None:
@@ -71,15 +83,17 @@ class GroupCommitter:
         self._task = asyncio.get_running_loop().create_task(self._run(), name="group-commit")
 
     def submit(
-        self, change: Change, event_id: tuple[str, str, float, str] | None = None
+        self, change: Change, event_id: tuple[str, str, float, str] | None = None,
+        gate: asyncio.Future[None] | None = None,
     ) -> asyncio.Future[None]:
-        """Queue ``change``'s sessions, evictions and answer; await the commit."""
+        """Queue ``change``'s sessions, evictions and answer; await the commit. The commit
+        first waits (at most KEEP_WAIT_S) for ``gate``: the cache's answer to a keep."""
         manager = self.managers[change.namespace]
         live = manager.sessions
         sessions = {sid: live.get(sid) for sid in change.prev_sessions}
         forks = {fid: manager.forks.get(fid) for fid in change.prev_forks}
         fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self._pending.append(_Pending(change, sessions, forks, [], event_id, fut))
+        self._pending.append(_Pending(change, sessions, forks, [], event_id, fut, gate))
         self._last = fut
         self._wake.set()
         return fut
@@ -97,6 +111,29 @@ class GroupCommitter:
     def busy(self) -> bool:
         """True while some submitted change is not yet committed or rolled back."""
         return self._last is not None and not self._last.done()
+
+    def uncommitted(self, namespace: str) -> list[Change]:
+        """``namespace``'s applied changes not yet committed or rolled back, oldest first."""
+        return [
+            p.change for p in (*self._inflight, *self._pending)
+            if p.change is not None and p.change.namespace == namespace
+        ]
+
+    def touched(self, namespace: str, hashes: list[str]) -> set[str]:
+        """Those of ``hashes`` whose refcount an uncommitted change of ``namespace``
+        moved: their committed count is not known yet (that change may be rolled back)."""
+        changes = self.uncommitted(namespace) if self.busy else []
+        if not changes:
+            return set()
+        wanted = set(hashes)
+        out: set[str] = set()
+        for c in changes:
+            counts = c.prev_counts
+            if len(counts) < len(wanted):
+                out.update(h for h in counts if h in wanted)
+            else:
+                out.update(h for h in wanted if h in counts)
+        return out
 
     async def barrier(self) -> None:
         """Wait until every change submitted so far is committed or rolled back.
@@ -122,7 +159,16 @@ class GroupCommitter:
                     return
                 continue
             batch, self._pending = self._pending, []
-            await self._commit(batch)
+            self._inflight = batch
+            try:
+                gates = [p.gate for p in batch if p.gate is not None and not p.gate.done()]
+                if gates:
+                    _, late = await asyncio.wait(gates, timeout=KEEP_WAIT_S)
+                    for gate in late:
+                        gate.cancel()  # committed without the cache's word on that keep
+                await self._commit(batch)
+            finally:
+                self._inflight = []
 
     async def _commit(self, batch: list[_Pending]) -> None:
         sessions: dict = {}
@@ -172,6 +218,10 @@ class GroupCommitter:
                 c = p.change
                 if c is not None and (c.evict_delete or c.evict_demote):
                     self.on_evictions(c, row_of[c.namespace])
+        if self.on_committed is not None:
+            for p in batch:
+                if p.change is not None:
+                    self.on_committed(p.change)
         for p in batch:
             if p.future is not None and not p.future.done():
                 p.future.set_result(None)
@@ -182,6 +232,10 @@ class GroupCommitter:
         for p in reversed(failed):
             if p.change is not None:
                 self.managers[p.change.namespace].undo(p.change)
+        if self.on_rolled_back is not None:
+            for p in failed:
+                if p.change is not None:
+                    self.on_rolled_back(p.change)
         error = err if isinstance(err, StoreError) else StoreError(f"persistence failed: {err}")
         self.last_error = str(error)
         log.error("commit of %d writes failed, state rolled back: %s", len(failed), error)

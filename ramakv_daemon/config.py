@@ -46,8 +46,12 @@ class Config:
     max_hash_bytes: int = 100
     max_body_bytes: int = 8 * 1024 * 1024
     trace_buffer: int = 10000
+    trace_buffer_bytes: int = 64 * 1024 * 1024  # the replay ring's bound in bytes of JSON
     trace_queue: int = 1000
     backend_timeout_s: float = 5.0
+    # A cache that supports it (ascend_ext's memory API) holds each delete this long, and
+    # a chunk referenced again meanwhile is kept (docs/reliability.md); 0 = act at once.
+    evict_defer_s: float = 1.0
     auth_token: str = ""
     max_sessions: int = 1_000_000
     idempotency_window: int = 10000

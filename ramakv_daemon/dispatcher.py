@@ -6,10 +6,12 @@ import asyncio
 import heapq
 import logging
 import time
+from collections import deque
 from collections.abc import Callable, Iterable
 
 from ramakv_daemon.committer import GroupCommitter
 from ramakv_daemon.core.manager import SessionManager
+from ramakv_daemon.evict_window import EvictWindow
 from ramakv_daemon.ports import Backend, BackendResult, EvictMode
 
 log = logging.getLogger("ramakv.backend")
@@ -17,15 +19,24 @@ log = logging.getLogger("ramakv.backend")
 MAX_BATCH = 1000
 MAX_BACKOFF_S = 60.0
 RECHECK_S = 0.05
+# Prefetches are best effort: past this many in flight (a hung cache) new ones are dropped
+# (counted) instead of piling up tasks and connections.
+MAX_PREFETCHES_IN_FLIGHT = 64
 
 
 class BackendDispatcher:
     """Delivers evictions from a durable outbox with retries; prefetches best effort.
 
     Evictions were written to the outbox table in the event's own commit, so none is
-    lost to a crash or a backend outage. Before each delivery a chunk is checked again:
-    one that became referenced in the meantime is dropped from the outbox, never evicted.
-    Prefetches are sent once, in the background, and not retried after their turn.
+    lost to a crash or a backend outage. A chunk is checked again at the moment its evict
+    body is written (:meth:`_sendable`): one referenced again is dropped from the outbox,
+    never evicted, and one an uncommitted change touched waits until that change is
+    committed or rolled back (only committed releases are deliverable). What follows the
+    write is the eviction window (:class:`EvictWindow`): chunks referenced again in it get
+    a ``keep`` where the cache defers deletes, and are reported either way. Delivery is
+    at least once (a crash between the backend's answer and the row's deletion, or a call
+    that failed after the cache acted, sends it again): a repeat removes nothing more and
+    is counted. Prefetches are sent once, in the background, and not retried.
     """
 
     def __init__(
@@ -37,6 +48,8 @@ class BackendDispatcher:
         on_failure: Callable[[str, int, BackendResult, int], None] | None = None,
         base_backoff_s: float = 0.5,
         namespace: str = "",
+        defer_s: float = 0.0,
+        on_window: Callable[[str, list[str], float], None] | None = None,
     ) -> None:
         self.namespace = namespace  # one dispatcher per namespace, with its own backend
         self.backend = backend
@@ -63,6 +76,20 @@ class BackendDispatcher:
         self._tasks: set[asyncio.Task[None]] = set()
         self._runner: asyncio.Task[None] | None = None
         self._closing = False
+        self.defer_s = min(max(defer_s, 0.0), 60.0)  # the memory API takes 0..60 s
+        self.window = EvictWindow(self.defer_s, on_window)
+        self.on_window = on_window
+        self._repeat: set[str] = set()  # may have been delivered before (restart, failure)
+        # (time, row -> entries) of deliveries a deferring cache may still act on: their
+        # rows stay stored until then, so a restart meanwhile sends them again and watches
+        # their window (keeps) instead of forgetting a delete still pending in the cache.
+        self._settling: deque[tuple[float, dict[int, int]]] = deque()
+        self._keep_due = 0.0
+        self._keep_wake = asyncio.Event()
+        self._keep_failures = 0
+        self._keeper: asyncio.Task[None] | None = None
+        self._prefetching = 0
+        self._drop_logged = 0.0
 
     # ---- feeding ---------------------------------------------------------------------
     def load(self, row_id: int, entries: list[tuple[str, str]]) -> None:
@@ -70,6 +97,8 @@ class BackendDispatcher:
         entries are delivered again if still unreferenced."""
         delete = [h for h, m in entries if m == EvictMode.DELETE.value]
         demote = [h for h, m in entries if m == EvictMode.DEMOTE.value]
+        self._repeat.update(delete)
+        self._repeat.update(demote)
         self.evictions_committed(delete, demote, row_id)
         if not (delete or demote):
             self._rows_done.append(row_id)
@@ -114,9 +143,25 @@ class BackendDispatcher:
         """Send one prefetch in the background."""
         if not hashes:
             return
+        if self._prefetching >= MAX_PREFETCHES_IN_FLIGHT:
+            dropped = BackendResult(
+                False, 0, f"dropped: {MAX_PREFETCHES_IN_FLIGHT} prefetches still in flight"
+            )
+            if self.on_result is not None:
+                self.on_result("prefetch", len(hashes), dropped)
+            now = time.monotonic()
+            if now - self._drop_logged >= 10.0:  # one line per 10 s, not one per event
+                self._drop_logged = now
+                log.warning("prefetch of %d chunks %s", len(hashes), dropped.detail)
+            return
+        self._prefetching += 1
         task = asyncio.get_running_loop().create_task(self._prefetch(session_id, hashes))
         self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
+        task.add_done_callback(self._prefetch_done)
+
+    def _prefetch_done(self, task: asyncio.Task[None]) -> None:
+        self._prefetching -= 1
+        self._tasks.discard(task)
 
     def demote(self, hashes: list[str]) -> None:
         """Budget demotion of still-referenced chunks (DDR -> disk), best effort.
@@ -145,7 +190,9 @@ class BackendDispatcher:
     # ---- delivery loop ---------------------------------------------------------------
     def start(self) -> None:
         """Start the delivery loop."""
-        self._runner = asyncio.get_running_loop().create_task(self._run(), name="evict-outbox")
+        loop = asyncio.get_running_loop()
+        self._runner = loop.create_task(self._run(), name="evict-outbox")
+        self._keeper = loop.create_task(self._keep_loop(), name="evict-keeps")
         self._wake.set()
 
     @property
@@ -180,6 +227,8 @@ class BackendDispatcher:
         waits = []
         if self._ready:
             waits.append(self._paused_until - now)
+        if self._settling:
+            waits.append(self._settling[0][0] - now)
         if self._later:
             # The heap may hold stale entries (delivered or re-queued since): waking for
             # one early only costs a pop.
@@ -200,8 +249,97 @@ class BackendDispatcher:
         if entry is not None:
             heapq.heappush(self._later, (until, entry[1], h))
 
+    def keep_for(
+        self, prev_counts: dict[str, int]
+    ) -> tuple[asyncio.Future[None], list[str]] | None:
+        """A change just applied moved these refcounts (hash -> count before it). The
+        chunks it took from 0 while their evict may not have been acted on yet get a keep;
+        returns the future its commit waits on (the cache's answer) and those hashes."""
+        open_ = self.window.open
+        if not open_:
+            return None
+        refs = self.manager.refcounts.counts
+        if len(prev_counts) <= len(open_):
+            hits = [h for h, n in prev_counts.items() if n == 0 and h in open_ and h in refs]
+        else:
+            hits = [h for h in open_ if prev_counts.get(h) == 0 and h in refs]
+        if not hits:
+            return None
+        gate: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        kept = self.window.referenced(hits, time.monotonic(), gate)
+        if not kept:
+            return None
+        self._keep_due = 0.0
+        self._keep_wake.set()
+        return gate, kept
+
+    def rolled_back(self, kept: list[str]) -> None:
+        """The change that got these chunks kept was rolled back: those unreferenced now
+        were kept in the cache for nothing, so evict them again (best effort: no stored
+        row; a crash before it leaves them to the cache's own LRU)."""
+        refs, parked = self.manager.refcounts.counts, self.manager.parked
+        free = [h for h in kept if h not in refs]
+        if free:
+            self.evictions_committed(
+                [h for h in free if h not in parked], [h for h in free if h in parked], 0
+            )
+
+    async def _keep_loop(self) -> None:
+        """Its own task: a keep must get through while an evict call is still out (a commit
+        is waiting for its answer)."""
+        while not self._closing:
+            timeout = None
+            if self.window.keeps:
+                timeout = max(0.0, self._keep_due - time.monotonic())
+            try:
+                await asyncio.wait_for(self._keep_wake.wait(), timeout)
+            except TimeoutError:
+                pass
+            self._keep_wake.clear()
+            if self._closing:
+                return
+            try:
+                await self._send_keeps()
+            except Exception:  # noqa: BLE001 - backends must not raise; retry shortly
+                log.exception("keep delivery failed unexpectedly")
+                self._keep_due = time.monotonic() + RECHECK_S
+
+    async def _send_keeps(self) -> None:
+        """Send every keep owed in one call, on the evict pool but its own task; a failed
+        call is retried, backing off, until each keep gives up (then it is exposed)."""
+        window = self.window
+        if not window.keeps or time.monotonic() < self._keep_due:
+            return
+        hashes = list(window.owed())
+        keep = getattr(self.backend, "keep", None)
+        if keep is None:
+            window.kept(hashes, False, False, [], time.monotonic())
+            return
+        # A fresh generation: newer than every evict written so far (a chunk evicted again
+        # since is no longer owed a keep), older than every later one.
+        generation = window.generation()
+        result = await keep(hashes, generation)
+        self._report("keep", len(hashes), result)
+        supported = result.ok or result.status not in (404, 405)
+        late = list((result.body or {}).get("late") or []) if result.ok else []
+        if window.kept(hashes, result.ok, supported, late, time.monotonic(), generation):
+            # The cache is down or hung: retry, backing off to once a second.
+            self._keep_failures += 1
+            self._keep_due = time.monotonic() + min(1.0, RECHECK_S * 2 ** self._keep_failures)
+        else:
+            self._keep_failures = 0
+
+    def _settle(self, now: float) -> None:
+        """Release the rows of deliveries whose deferral is over."""
+        settling = self._settling
+        while settling and settling[0][0] <= now:
+            for row, k in settling.popleft()[1].items():
+                self._release_row(row, k)
+        self._flush_rows()
+
     async def _deliver_due(self) -> None:
         now = time.monotonic()
+        self._settle(now)
         self._promote(now)
         if not self._ready or now < self._paused_until:
             return
@@ -221,7 +359,7 @@ class BackendDispatcher:
             # Checked again just before its call: an earlier batch's await may have let a
             # chunk be referenced again, or its intent be replaced by one of the other mode
             # (that one is queued on its own).
-            part = self._sendable(batch, mode)
+            part = self._sendable(batch, mode)  # checked again as its body is written
             if not part:
                 continue
             try:
@@ -245,17 +383,26 @@ class BackendDispatcher:
         outbox = self.outbox
         part = [h for h in batch if (e := outbox.get(h)) is not None and e[0] is mode]
         refs = self.manager.refcounts.counts
-        again = [h for h in part if h in refs]
-        if not again:
-            return part
-        if self.committer.busy:
-            recheck = time.monotonic() + RECHECK_S
-            for h in again:
-                self._wait(h, recheck)
-        else:
+        # Only a committed release is deliverable: a chunk an uncommitted change moved may
+        # end up referenced (that change commits) or back where it was (it is rolled back).
+        doubt = self.committer.touched(self.manager.namespace, part)
+        again = [h for h in part if h in refs and h not in doubt]
+        if again:
+            repeat = self._repeat
+            if repeat and self.window.owe((h for h in again if h in repeat), time.monotonic()):
+                # An earlier run may have sent this evict, its delete still pending in the
+                # cache, and then committed the new reference: tell the cache to keep it.
+                self._keep_due = 0.0
+                self._keep_wake.set()
             self._forget_all(again)
             self._flush_rows()
-        return [h for h in part if h not in refs]
+        if doubt:
+            recheck = time.monotonic() + RECHECK_S
+            for h in doubt:
+                self._wait(h, recheck)
+        if not (again or doubt):
+            return part
+        return [h for h in part if h not in refs and h not in doubt]
 
     def _requeue(self, first: Iterable[list[str]], last: list[str]) -> None:
         """Due again: ``first`` ahead of the intents queued meanwhile, ``last`` behind."""
@@ -264,33 +411,78 @@ class BackendDispatcher:
         self._ready = {**ahead, **self._ready, **{h: None for h in last if h in outbox}}
 
     async def _deliver(self, hashes: list[str], mode: EvictMode) -> bool:
-        """One evict call; True when the backend took it."""
-        outbox = self.outbox
-        entries = [outbox[h] for h in hashes]
-        result = await self.backend.evict(hashes, mode)
+        """One evict call, its hashes checked once more as the body is written; True when
+        the backend took it (or nothing was left to send)."""
+        outbox, window = self.outbox, self.window
+        entries: dict[str, tuple[EvictMode, int, int]] = {}
+        # The generation is taken at the write too: a keep sent while this call waited for
+        # its connection is older, so it cannot make the cache refuse this evict as stale.
+        extra: dict = {"defer_s": self.defer_s} if self.defer_s > 0 else {}
+
+        def at_write(batch: list[str]) -> list[str]:
+            part = self._sendable(batch, mode)
+            for h in part:
+                entries[h] = outbox[h]
+            gen = window.generation()
+            if extra:
+                extra["generation"] = gen
+            window.wrote(part, gen, time.monotonic())
+            return part
+
+        checked = getattr(self.backend, "evict_checked", None)
+        if checked is not None:
+            result, sent, wrote_at = await checked(hashes, mode, at_write, extra or None)
+        else:
+            sent = at_write(hashes)
+            wrote_at = time.monotonic()
+            result = await self.backend.evict(sent, mode) if sent else BackendResult(True)
+        answered_at = time.monotonic()
+        deferred = bool(result.ok and result.body and "deferred" in result.body)
+        window.answered(sent, result.ok, deferred, answered_at)
         op = f"evict_{mode.value}"
-        self._report(op, len(hashes), result)
+        # A call that failed before its body went out (connect refused) sent nothing.
+        count = len(sent) or len(hashes)
+        if sent or not result.ok:
+            self._report(op, count, result)
+        if sent:
+            if self.on_window is not None:
+                self.on_window("answered", sent, answered_at - wrote_at)
+        repeated = [h for h in sent if h in self._repeat]
         if result.ok:
+            if repeated:
+                self._repeat.difference_update(repeated)
+                if self.on_window is not None:
+                    self.on_window("repeated", repeated, 0.0)
             # An entry replaced while the call was out is a newer intent: it stays queued.
             self._forget_all(
-                [h for h, e in zip(hashes, entries, strict=True) if outbox.get(h) is e]
+                [h for h in sent if outbox.get(h) is entries[h]],
+                answered_at + self.defer_s if deferred else None,
             )
             self._flush_rows()
             self._failures, self._paused_until = 0, 0.0
             return True
+        # The cache may have acted before the failure (a timeout): the next try may repeat.
+        self._repeat.update(sent)
         self._back_off()
         if self.on_failure is not None:
-            self.on_failure(op, len(hashes), result, self.backlog)
+            self.on_failure(op, count, result, self.backlog)
         return False
 
-    def _forget_all(self, hashes: list[str]) -> None:
-        """Drop delivered (or re-referenced) entries; release their rows in one count each."""
+    def _forget_all(self, hashes: list[str], settle_at: float | None = None) -> None:
+        """Drop delivered (or re-referenced) entries; release their rows in one count each
+        (at ``settle_at`` when the cache may still act on them until then)."""
         pop = self.outbox.pop
         rows: dict[int, int] = {}
+        if self._repeat:
+            self._repeat.difference_update(hashes)
         for h in hashes:
             entry = pop(h, None)
             if entry is not None:
                 rows[entry[2]] = rows.get(entry[2], 0) + 1
+        if settle_at is not None and rows:
+            self._settling.append((settle_at, rows))
+            self._wake.set()
+            return
         for row, k in rows.items():
             self._release_row(row, k)
 
@@ -323,6 +515,12 @@ class BackendDispatcher:
         """Stop the delivery loop (queued evictions stay in the outbox table)."""
         self._closing = True
         self._wake.set()
+        self._keep_wake.set()
+        if self._keeper is not None:
+            try:
+                await asyncio.wait_for(self._keeper, 2)
+            except (TimeoutError, asyncio.CancelledError):
+                self._keeper.cancel()
         if self._runner is not None:
             try:
                 await asyncio.wait_for(self._runner, 2)

@@ -63,6 +63,25 @@ class DaemonMetrics:
         self.evict_backlog = Gauge(
             "ramakv_evict_outbox", "Evictions waiting for backend delivery", registry=r
         )
+        self.evict_window = Histogram(
+            "ramakv_evict_window_seconds", "From an evict body written to the cache's "
+            "answer (a cache acting inline acts inside it)",
+            buckets=_LATENCY_BUCKETS, registry=r,
+        )
+        self.window_rereferences = Counter(
+            "ramakv_evict_window_rereferences", "Chunks referenced again after their evict "
+            "was written: kept (a keep reached a deferring cache in time) or exposed (may "
+            "have been evicted while referenced)", ["outcome"], registry=r,
+        )
+        self.rereference_delay = Histogram(
+            "ramakv_evict_window_rereference_seconds", "How long after its evict was written "
+            "a chunk was referenced again", buckets=_LATENCY_BUCKETS, registry=r,
+        )
+        self.evictions_repeated = Counter(
+            "ramakv_evictions_repeated", "Chunks whose eviction was delivered again (after a "
+            "restart or a failed call the cache may have acted on): harmless, counted",
+            registry=r,
+        )
         self.subscribers = Gauge("ramakv_trace_subscribers", "Trace subscribers", registry=r)
         self.open_forks = Gauge("ramakv_open_forks", "Open fork holds", registry=r)
         self.forks_expired = Counter(
@@ -122,6 +141,17 @@ class DaemonMetrics:
             "ramakv_budget_demoted_chunks", "Chunks demoted by the DDR budget", ["namespace"],
             registry=r,
         )
+
+    def window(self, outcome: str, count: int, seconds: float) -> None:
+        """One report of the eviction window (see EvictWindow)."""
+        if outcome == "answered":
+            self.evict_window.observe(seconds)
+        elif outcome == "rereferenced":
+            self.rereference_delay.observe(seconds)
+        elif outcome == "repeated":
+            self.evictions_repeated.inc(count)
+        else:
+            self.window_rereferences.labels(outcome).inc(count)
 
     def budget(self, label: str, sessions: int, chunks: int) -> None:
         """Count one budget demotion round."""

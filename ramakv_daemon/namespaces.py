@@ -87,7 +87,11 @@ class Namespaces:
         backend_factory: BackendFactory,
         on_result: Callable[..., None] | None,
         on_failure: Callable[..., None] | None,
+        on_window: Callable[[str, str, list[str], float], None] | None = None,
     ) -> None:
+        """``on_window(namespace, outcome, hashes, seconds)``: the eviction window's
+        reports (see :class:`ramakv_daemon.evict_window.EvictWindow`)."""
+        self.on_window = on_window
         self.config = config
         self.registry = registry
         self.limits = limits
@@ -170,7 +174,12 @@ class Namespaces:
                 )
         dispatcher = BackendDispatcher(
             backend, manager, self._committer_of(), self.on_result, self.on_failure,
-            namespace=key,
+            namespace=key, defer_s=cfg.evict_defer_s,
+            on_window=None if self.on_window is None else (
+                lambda outcome, hashes, seconds, key=key: self.on_window(  # type: ignore[misc]
+                    key, outcome, hashes, seconds
+                )
+            ),
         )
         ns = Namespace(
             key, manager, ctx, dispatcher,

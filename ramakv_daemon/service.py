@@ -19,6 +19,7 @@ from ramakv_daemon.core.fork import Fork
 from ramakv_daemon.core.manager import SessionManager
 from ramakv_daemon.core.session import Session
 from ramakv_daemon.debug_files import wants_debug_file, write_debug_file
+from ramakv_daemon.evict_window import report_window
 from ramakv_daemon.handlers import DEFAULT_REGISTRY, Registry
 from ramakv_daemon.idempotency import (
     AnswerCache,
@@ -32,12 +33,14 @@ from ramakv_daemon.metrics import DaemonMetrics
 from ramakv_daemon.namespaces import BackendFactory, Namespace, Namespaces
 from ramakv_daemon.ownership import Ownership
 from ramakv_daemon.ports import Backend, SessionStore, StoreError
+from ramakv_daemon.reads import READ_EVENTS, finish_read, first_step, read_committed
 from ramakv_daemon.shared_counts import SharedCounts
-from ramakv_daemon.trace import TraceHub
+from ramakv_daemon.trace import TraceHub, cut
 from ramakv_daemon.trace_protocol import summary
 from ramakv_daemon.trace_snapshot import totals
 
 log = logging.getLogger("ramakv")
+
 
 
 class EventService:
@@ -62,16 +65,17 @@ class EventService:
         self.registry = registry
         self.limits = Limits(config.max_hashes_per_event, config.max_hash_bytes)
         self.metrics = DaemonMetrics({s.name for s in registry.specs()})
-        self.trace = TraceHub(config.trace_buffer, config.trace_queue)
+        self.trace = TraceHub(config.trace_buffer, config.trace_queue, config.trace_buffer_bytes)
         self.trace.on_drop = self.metrics.dropped_subscribers.inc
         self.namespaces = Namespaces(
             config, registry, self.limits, lambda: self.committer, backend,
             backend_factory or _lmcache_factory(config), self.metrics.backend,
             self._backend_failed,
+            lambda *report: report_window(self.metrics, self.trace.publish, *report),
         )
         self.committer = GroupCommitter(
             store, self.namespaces.managers, self.metrics.commit, config.idempotency_ttl_s,
-            self._evictions_committed,
+            self._evictions_committed, self._committed, self._rolled_back,
         )
         self.namespaces.setup()
         default = self.namespaces[self.namespaces.default]
@@ -253,15 +257,20 @@ class EventService:
                 change = await handler.query(ns.ctx, payload, ns.dispatcher.backend)
                 change.namespace = ns.key
             else:
-                change = await self._apply(handler.apply, payload, ns)
+                change = await self._apply(type_, handler.apply, payload, ns)
                 # The delta is taken now, before any await, so it is this event's alone.
-                change.notes["_delta"] = self._delta(change)
+                if "_delta" not in change.notes:
+                    change.notes["_delta"] = self._delta(change)
                 if change.durable or change.evict_delete or change.evict_demote:
+                    change.notes["_event"] = (type_, session_id)
                     answer = None
                     if slot is not None:
                         slot.stored = json.dumps({"ok": True, "type": type_, "data": change.data})
                         answer = (slot.event_id, slot.stored, time.time(), slot.digest)
-                    await self.committer.submit(change, answer)
+                    keep = ns.dispatcher.keep_for(change.prev_counts) if change.durable else None
+                    if keep is not None:
+                        change.notes["_kept"] = keep[1]
+                    await self.committer.submit(change, answer, keep and keep[0])
         except StoreError as err:
             status, change, error = 503, None, str(err)
         except RamAKvError as err:
@@ -274,14 +283,22 @@ class EventService:
             await self._write_debug(session_id or "", change)
         return 200, self._succeeded(type_, session_id, change, started)
 
-    async def _apply(self, apply: Any, payload: dict[str, Any], ns: Namespace) -> Change:
+    async def _apply(
+        self, type_: str, apply: Any, payload: dict[str, Any], ns: Namespace
+    ) -> Change:
         """Apply a handler; a read or a refusal never answers from a change still in doubt.
 
-        While earlier changes wait for their commit, an answer that changes nothing (a
-        read, or an error) could be contradicted by their rollback: wait for them, then
-        apply again (a read or a refusal changed nothing, so applying again is safe).
+        A read while changes wait for their commit answers the committed state
+        (:func:`ramakv_daemon.reads.read_committed`). A write refused while changes are in
+        doubt could be contradicted by their rollback: wait for them, then apply again
+        (a refusal changed nothing, so applying again is safe).
         """
         busy = self.committer.busy
+        if busy and type_ in READ_EVENTS:
+            return await read_committed(
+                type_, apply, payload, ns, self.namespaces.managers, self.committer,
+                self._delta, self.clock(),
+            )
         try:
             change = apply(ns.ctx, payload, self.clock())
         except RamAKvError:
@@ -294,6 +311,7 @@ class EventService:
         if busy and not (change.durable or change.evict_delete or change.evict_demote):
             await self.committer.barrier()
             change = apply(ns.ctx, payload, self.clock())
+        change = await finish_read(first_step(change))
         change.namespace = ns.key
         return change
 
@@ -310,7 +328,8 @@ class EventService:
         if ns.budget.budget and "_delta" in c.notes:
             prefetch = self._budget_after(type_, session_id, c, ns)
         ns.dispatcher.prefetch(session_id, prefetch)
-        self._publish(type_, session_id, True, c)
+        if not c.notes.get("_published"):
+            self._publish(type_, session_id, True, c)
         if c.notes.get("_budget"):
             self.trace.publish(c.notes["_budget"])  # type: ignore[arg-type]
         elapsed = time.perf_counter() - started
@@ -322,6 +341,20 @@ class EventService:
             )
         self._print_trace()
         return {"ok": True, "type": type_, "data": c.data}
+
+    def _committed(self, change: Change) -> None:
+        """A write is durable: its trace record goes out now, in apply order (replies
+        resume later, in any order; reads answer from committed state, so none of them
+        can be published carrying an older map than a write already published)."""
+        event = change.notes.pop("_event", None)
+        if event is not None:
+            self._publish(event[0], event[1], True, change)
+            change.notes["_published"] = True
+
+    def _rolled_back(self, change: Change) -> None:
+        kept = change.notes.get("_kept")
+        if kept:
+            self.namespaces[change.namespace].dispatcher.rolled_back(kept)  # type: ignore[arg-type]
 
     def _evictions_committed(self, change: Change, row: int) -> None:
         """A committed change's evictions, durable in outbox row ``row``: deliver them."""
@@ -337,9 +370,12 @@ class EventService:
             "ram-a-kv event failed type=%s session_id=%s error=%s", _loggable(type_),
             _loggable(session_id or ""), _loggable(error, 500),
         )
+        # A rejected request's own strings are cut: they are the client's, of any size,
+        # and the ring must not keep megabytes of them.
         self.trace.publish(
-            {"kind": "event", "ts": time.time(), "type": type_, "session_id": session_id,
-             "ok": False, "error": error, "delta": {"sessions": {}, "refcounts": {}}}
+            {"kind": "event", "ts": time.time(), "type": cut(type_),
+             "session_id": cut(session_id), "ok": False, "error": cut(error, 500),
+             "delta": {"sessions": {}, "refcounts": {}}}
         )
         self._print_trace()
         return {"ok": False, "type": type_, "error": error}

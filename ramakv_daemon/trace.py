@@ -19,6 +19,14 @@ __all__ = ["SLOW_CLOSE_CODE", "Subscriber", "TraceHub", "encode"]
 log = logging.getLogger("ramakv.trace")
 
 
+def cut(text: Any, limit: int = 200) -> Any:
+    """A client's string as kept in a trace record of a rejected request: at most
+    ``limit`` characters (the ring must not keep megabytes of them)."""
+    if isinstance(text, str) and len(text) > limit:
+        return text[:limit] + "..."
+    return text
+
+
 @dataclass(eq=False)
 class Subscriber:
     """One websocket listener: a bounded queue of serialized messages."""
@@ -78,7 +86,10 @@ class Subscriber:
 class TraceHub:
     """Assigns gap-free sequence numbers and fans records out without ever blocking."""
 
-    def __init__(self, buffer_size: int = 10000, queue_size: int = 1000) -> None:
+    def __init__(
+        self, buffer_size: int = 10000, queue_size: int = 1000,
+        buffer_bytes: int = 64 * 1024 * 1024,
+    ) -> None:
         # seq restarts at 0 with the process; the epoch tells a client that its ?since=
         # belongs to an earlier run (then it gets a fresh snapshot, never a wrong replay).
         self.epoch = secrets.token_hex(8)
@@ -87,7 +98,12 @@ class TraceHub:
         # (seq, sessions touched, JSON text). Text, not the record: strings are not tracked
         # by the garbage collector, and 10,000 kept records of dicts and lists made its
         # older generations slow to scan (60 ms pauses, the daemon's p99 under load).
-        self.ring: deque[tuple[int, tuple[str, ...], str]] = deque(maxlen=buffer_size)
+        self.ring: deque[tuple[int, tuple[str, ...], str]] = deque()
+        # Bounded in records and in bytes of text: 10,000 records of 1000-hash maps were
+        # ~1 GB; the oldest go first whichever bound is reached.
+        self.buffer_size = max(1, buffer_size)
+        self.buffer_bytes = buffer_bytes
+        self.ring_bytes = 0
         self.subscribers: set[Subscriber] = set()
         self.dropped_total = 0
         self.on_drop: Callable[[], None] | None = None
@@ -105,7 +121,13 @@ class TraceHub:
         sid = record.get("session_id")
         changed = delta.get("sessions", ())
         sessions = (sid, *changed, *extra) if isinstance(sid, str) else (*changed, *extra)
-        self.ring.append((self.seq, sessions, message))
+        ring = self.ring
+        ring.append((self.seq, sessions, message))
+        self.ring_bytes += len(message)
+        while len(ring) > self.buffer_size or (
+            self.ring_bytes > self.buffer_bytes and len(ring) > 1
+        ):
+            self.ring_bytes -= len(ring.popleft()[2])
         if self.subscribers:
             hashes = delta.get("refcounts", ())
             for sub in list(self.subscribers):

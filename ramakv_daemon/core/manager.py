@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
 
 from ramakv_daemon.core.change import Change
 from ramakv_daemon.core.errors import CapacityExceeded, IllegalTransition, SessionNotFound
@@ -469,6 +470,38 @@ class SessionManager:
                 self.parked[h] = n
             else:
                 self.parked.pop(h, None)
+
+    @contextmanager
+    def as_committed(self, pending: Sequence[Change]) -> Iterator[None]:
+        """Within the block, the state as it was before ``pending`` (applied changes not
+        yet durable, oldest first); afterwards exactly the state of now again.
+
+        For reads while commits are in flight: an answer built from a change that is then
+        rolled back would describe a state that never existed. The block must not await.
+        """
+        sessions, counts, parked = self.sessions, self.refcounts.counts, self.parked
+        now_sessions: dict[str, Session | None] = {}
+        now_forks: dict[int, Fork | None] = {}
+        now_counts: dict[str, int] = {}
+        now_parked: dict[str, int] = {}
+        for c in pending:
+            for sid in c.prev_sessions:
+                now_sessions.setdefault(sid, sessions.get(sid))
+            for fid in c.prev_forks:
+                now_forks.setdefault(fid, self.forks.get(fid))
+            for h in c.prev_counts:
+                now_counts.setdefault(h, counts.get(h, 0))
+            for h in c.prev_parked:
+                now_parked.setdefault(h, parked.get(h, 0))
+        for c in reversed(pending):
+            self.undo(c)
+        try:
+            yield
+        finally:
+            self.undo(Change(
+                prev_sessions=now_sessions, prev_forks=now_forks, prev_counts=now_counts,
+                prev_parked=now_parked,
+            ))
 
     def load(self, sessions: Iterable[Session], forks: Iterable[Fork] = ()) -> None:
         """Replace all state with stored sessions and forks; rebuild refcounts from them."""

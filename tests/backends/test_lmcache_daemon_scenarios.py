@@ -99,8 +99,8 @@ async def test_shared_chunk_survives_another_sessions_close(rig):
                  kv_transfer_params={"chunk_hashes": shared["chunk_hashes"] + own["chunk_hashes"]})
     await _event(svc, type="turn_end", session_id="d", kv_transfer_params=shared)
     await _event(svc, type="session_close", session_id="c")
-    # The eviction is delivered after the answer: wait for it (2-core CI under load), then
-    # check the shared chunks are still everywhere.
+    # The eviction is delivered after the answer and the delete is deferred
+    # (evict_defer_s): wait for it, then check the shared chunks are still everywhere.
     await _where(url, own["chunk_hashes"], [])
     got = await _where(url, shared["chunk_hashes"] + own["chunk_hashes"])
     assert all(got[h] == [CPU, DISK] for h in shared["chunk_hashes"])

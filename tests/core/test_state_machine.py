@@ -203,6 +203,29 @@ class ManagerMachine(RuleBasedStateMachine):
         assert fresh.refcounts.as_dict() == counts
         self.m = fresh
 
+    @rule(sids=st.lists(SIDS, min_size=1, max_size=3), maps=st.lists(HASHES, min_size=3,
+                                                                      max_size=3))
+    def committed_view(self, sids: list[str], maps: list[list[str]]) -> None:
+        """Changes in doubt taken out for a read: the state before them inside the block,
+        exactly the state after them outside it (sessions, refcounts, total, parked)."""
+        m = self.m
+
+        def state() -> tuple:
+            return (dict(m.sessions), m.refcounts.as_dict(), m.refcounts.total_references(),
+                    dict(m.parked))
+
+        before = state()
+        pending = [m.turn_end(sid, hashes) for sid, hashes in zip(sids, maps, strict=False)]
+        pending.append(m.session_close(sids[0]))
+        after = state()
+        with m.as_committed(pending):
+            assert state() == before
+        assert state() == after
+
+    @invariant()
+    def total_references_is_the_sum(self) -> None:
+        assert self.m.refcounts.total_references() == sum(self.m.refcounts.as_dict().values())
+
     @invariant()
     def refcounts_match_model(self) -> None:
         assert self.m.refcounts.as_dict() == recompute_refcounts(

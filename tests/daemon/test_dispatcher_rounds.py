@@ -21,6 +21,9 @@ class IdleCommitter:
     def forget_rows(self, rows: list[int]) -> None:
         self.forgotten.extend(rows)
 
+    def touched(self, namespace: str, hashes: list[str]) -> set[str]:
+        return set()
+
 
 class GatedBackend:
     """A backend whose DELETE calls wait for a gate: the round's later batches wait too."""

@@ -20,6 +20,7 @@ from typing import Any
 
 from aiohttp import web
 
+from ascend_ext.deferred_evict import DeferredEvictions, parse_defer, parse_generation
 from ascend_ext.memory_ops import RequestError, parse_hashes, parse_locations, parse_lookup_id
 
 CPU, DISK = "LocalCPUBackend", "LocalDiskBackend"
@@ -48,6 +49,19 @@ class FakeLMCacheServer:
         self.mode: str | None = None
         self.times: int | None = None
         self.delay = 0.0
+        # Off: a stock memory API (acts at once, no /memory/keep). On: ascend_ext's deferred
+        # deletes and keeps; pending deletes run when ``fire_deferred()`` is called (tests
+        # decide when the deferral ends, so nothing depends on timing).
+        self.defers = False
+        self.deferred = DeferredEvictions()
+        # Called as each delete is carried out, with the hashes removed: a test checks the
+        # daemon's state at that very moment (the recording backend's invariant probe).
+        self.on_delete: Any = None
+        # Run alone (--defer), pending deletes also fire on their own when due, as in
+        # ascend_ext; in-process tests leave this off and call fire_deferred().
+        self.timers = False
+        self.violations: list[dict[str, Any]] = []
+        self.deleted = 0
         self._runner: web.AppRunner | None = None
         self._site: web.TCPSite | None = None
 
@@ -67,6 +81,7 @@ class FakeLMCacheServer:
         app.router.add_post("/_fake/reset", self._ctl_reset)
         app.router.add_post("/_fake/put", self._ctl_put)
         app.router.add_get("/_fake/requests", self._ctl_requests)
+        app.router.add_get("/_fake/state", self._ctl_state)
         self._runner = web.AppRunner(app)
         await self._runner.setup()
         await self.accept()
@@ -143,7 +158,7 @@ class FakeLMCacheServer:
             }, status=500)
         elif failing == "malformed":
             return web.Response(text="{not json", content_type="application/json")
-        if op not in ("prefetch", "evict", "query"):
+        if op not in ("prefetch", "evict", "query", "keep") or (op == "keep" and not self.defers):
             return _err(404, f"no route /memory/{op}")
         if not isinstance(body, dict):
             return _err(400, "body must be a JSON object")
@@ -157,8 +172,24 @@ class FakeLMCacheServer:
                         tiers.insert(0, CPU)
                 return web.json_response({"status": "prefetch_started", "lookup_id": lookup_id,
                                           "num_chunks": len(hashes)})
+            if op == "keep":
+                generation = parse_generation(body)
+                if generation is None:
+                    raise RequestError("missing required field 'generation'")
+                cancelled, late = self.deferred.keep(hashes, generation)
+                return web.json_response(
+                    {"status": "success", "cancelled": cancelled, "late": late})
             if op == "evict":
                 locations = parse_locations(body)
+                if self.defers:
+                    delay = parse_defer(body)
+                    now, deferred, stale = self.deferred.add(
+                        hashes, locations, parse_generation(body), delay)
+                    if deferred and self.timers:
+                        asyncio.get_running_loop().call_later(delay + 0.001, self._fire_due)
+                    return web.json_response({
+                        "status": "success", "num_evicted": self._evict(now, locations),
+                        "deferred": deferred, "stale": stale})
                 return web.json_response({"status": "success",
                                           "num_evicted": self._evict(hashes, locations)})
             return web.json_response({h: list(self.tiers.get(h, [])) for h in hashes})
@@ -176,8 +207,23 @@ class FakeLMCacheServer:
                 self.mode, self.times = None, None
         return mode
 
+    def _fire_due(self) -> None:
+        for locations, hashes in self.deferred.take_due():
+            self._evict(hashes, locations)
+
+    def fire_deferred(self) -> int:
+        """End every pending deferral now: carry out the deletes no keep cancelled."""
+        self.deferred.clock = lambda: float("inf")
+        try:
+            groups = self.deferred.take_due()
+        finally:
+            self.deferred.clock = time.monotonic
+        return sum(self._evict(hashes, locations) for locations, hashes in groups)
+
     def _evict(self, hashes: list[str], locations: list[str] | None) -> int:
         """Remove copies; the count is copies removed, like StorageManager.batched_remove."""
+        if self.on_delete is not None and hashes:
+            self.on_delete(list(hashes))
         n = 0
         for h in hashes:
             tiers = self.tiers.get(h, [])
@@ -217,6 +263,44 @@ class FakeLMCacheServer:
                                   for r in self.requests])
 
 
+    async def _ctl_state(self, request: web.Request) -> web.Response:
+        """GET /_fake/state: pending deferred deletes, deletes carried out, probe findings."""
+        return web.json_response({
+            "pending": sorted(self.deferred.pending), "violations": self.violations,
+            "deleted": self.deleted})
+
+
+def store_probe(fake: FakeLMCacheServer, store: str) -> Any:
+    """A delete-time probe: every hash deleted while the daemon's SQLite file (committed
+    state, read at that very moment) says a live map or fork hold references it."""
+    import sqlite3
+
+    def probe(hashes: list[str]) -> None:
+        fake.deleted += len(hashes)
+        try:
+            con = sqlite3.connect(f"file:{store}?mode=ro", uri=True, timeout=10)
+            try:
+                rows = con.execute(
+                    "SELECT s.map_json, st.suspended FROM sessions s "
+                    "LEFT JOIN session_state st ON st.session_id = s.session_id").fetchall()
+                holds = [h for (h,) in con.execute("SELECT hashes_json FROM forks")]
+            finally:
+                con.close()
+        except sqlite3.Error as exc:
+            fake.violations.append({"error": str(exc)})
+            return
+        held: set[str] = set()
+        for map_json, suspended in rows:
+            if not suspended:
+                held.update(json.loads(map_json))
+        for hold in holds:  # open forks, their parent closed or not
+            held.update(json.loads(hold))
+        fake.violations.extend(
+            {"hash": h, "at": time.time()} for h in hashes if h in held)
+
+    return probe
+
+
 def _err(status: int, message: str) -> web.Response:
     """The memory API's error shape."""
     return web.json_response({"error": message}, status=status)
@@ -234,10 +318,17 @@ def main() -> None:
     p = argparse.ArgumentParser(description="fake LMCache memory API")
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=int, default=6999)
+    p.add_argument("--defer", action="store_true",
+                   help="defer deletes as ascend_ext does (defer_s, generations, /memory/keep)")
+    p.add_argument("--probe-store", default="",
+                   help="check this daemon store at every delete (GET /_fake/state)")
     args = p.parse_args()
 
     async def run() -> None:
         fake = FakeLMCacheServer(args.host, args.port)
+        fake.defers = fake.timers = args.defer
+        if args.probe_store:
+            fake.on_delete = store_probe(fake, args.probe_store)
         print(f"fake lmcache memory API on {await fake.start()}", flush=True)
         await asyncio.Event().wait()
 

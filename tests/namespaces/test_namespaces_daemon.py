@@ -89,7 +89,7 @@ async def test_single_deployment_is_the_default_and_nine_events_keep_shape(
         assert await r.turn_end("s", ["0a02"]) == {
             "evicted_count": 1, "map_updated": True, "debug_written": False}
         await r.settle()
-        assert fa.calls("evict") == [
+        assert [{k: b[k] for k in ("chunk_hashes", "locations")} for b in fa.calls("evict")] == [
             {"chunk_hashes": ["0a01"], "locations": ["LocalCPUBackend", "LocalDiskBackend"]}]
         assert r.svc.manager.sessions["s"].namespace == NS_A
 

@@ -240,7 +240,7 @@ async def test_console_script_end_to_end(daemon_proc, engine, tmp_path: Path) ->
     )
     try:
         async with aiohttp.ClientSession() as http:
-            for _ in range(100):
+            for _ in range(1200):  # hang guard: a loaded machine starts the proxy slowly
                 try:
                     async with http.get(f"http://127.0.0.1:{port}/_ramakv/stats") as r:
                         if r.status == 200:
@@ -251,7 +251,7 @@ async def test_console_script_end_to_end(daemon_proc, engine, tmp_path: Path) ->
                                  json={**CHAT, "stream": True, "user": "cli-agent"}) as r:
                 assert r.status == 200
                 await r.read()
-            for _ in range(100):
+            for _ in range(2400):  # hang guard
                 async with http.get(f"http://127.0.0.1:{port}/_ramakv/stats") as r:
                     st = await r.json()
                 if st["sent"] == 2:

@@ -153,7 +153,8 @@ async def test_rereferenced_chunk_is_dropped_from_the_outbox_never_evicted(
     await fake_lmcache.heal()
     d.service.dispatcher.poke()
     await eventually(lambda: d.service.dispatcher.backlog == 0)
-    assert evicted_since(fake_lmcache, mark) == ["b0"]
+    # b0 may have been tried again (and refused) before the heal; a0 and c0 never.
+    assert set(evicted_since(fake_lmcache, mark)) == {"b0"}
     assert "a0" in fake_lmcache.tiers and "c0" in fake_lmcache.tiers
     await eventually(lambda: not db_outbox(d.config.session_store_path))
 

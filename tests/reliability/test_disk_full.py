@@ -174,8 +174,8 @@ async def test_read_only_database(start_daemon: Any) -> None:
 class FullStore(SqliteSessionStore):
     """A real store whose commits fail with SQLite's disk-full error while ``full`` is set."""
 
-    def __init__(self, path: str) -> None:
-        super().__init__(path)
+    def __init__(self, path: str, commit_thread: bool = False) -> None:
+        super().__init__(path, commit_thread=commit_thread)
         self.full = False
 
     async def write(self, sessions: Any, *args: Any, **kwargs: Any) -> None:
@@ -249,3 +249,43 @@ async def test_read_during_a_failing_commit_sees_only_durable_state(
     # read sees the session; the suspend is a real write and fails while the disk is full.
     assert smap["ok"] is True, smap
     assert s2 == 503 and suspend["ok"] is False, suspend
+
+
+@pytest.mark.parametrize("commit_thread", [False, True])
+async def test_reads_during_a_burst_on_a_full_disk_see_only_acknowledged_maps(
+    commit_thread: bool, start_daemon: Any, make_config: Any
+) -> None:
+    """Disk full: every write answers 503, and not one of the concurrent reads (session_map,
+    list_sessions, chunk_info, health) returns a map or count that no acknowledged event
+    produced, with commits on the loop or on the writer thread."""
+    cfg = make_config(sqlite_commit_thread=commit_thread)
+    store = FullStore(cfg.session_store_path, commit_thread)
+    d = await start_daemon(cfg, store=store)
+    await seed(d)
+    store.full = True
+    writes = [
+        {"type": "turn_end", "session_id": f"s{i % 3 + 1}",
+         "kv_transfer_params": {"chunk_hashes": ["sys", f"n{i}"]}} for i in range(40)
+    ] + [{"type": "session_close", "session_id": "s2"}, {"type": "turn_end", "session_id": "new",
+                                                         "kv_transfer_params": {
+                                                             "chunk_hashes": ["sys"]}}]
+    reads = [{"type": "session_map", "session_id": f"s{i % 3 + 1}"} for i in range(40)] + [
+        {"type": "list_sessions"}, {"type": "health"},
+        {"type": "chunk_info", "chunk_hashes": ["sys", "n1"]}] * 5
+    mixed = [x for pair in zip(writes, reads, strict=False) for x in pair] + reads[len(writes):]
+    answers = await asyncio.gather(*(d.post(e) for e in mixed))
+    acknowledged = {"s1": ["sys", "a", "b"], "s2": ["sys", "c"], "s3": ["z"]}
+    for event, (status, body) in zip(mixed, answers, strict=True):
+        if event in writes:
+            assert status == 503, body
+            continue
+        assert status == 200 and body["ok"], body
+        data = body["data"]
+        if event["type"] == "session_map":
+            assert data["chunk_hashes"] == acknowledged[event["session_id"]], data
+        elif event["type"] == "list_sessions":
+            assert data["total"] == 4 and "new" not in {r["session_id"] for r in data["sessions"]}
+        elif event["type"] == "health":
+            assert data["sessions_count"] == 4
+        else:
+            assert data["chunks"]["sys"]["refcount"] == 3 and data["chunks"]["n1"]["refcount"] == 0

@@ -14,7 +14,7 @@ from ramakv_sdk import AsyncClient
 from ramakv_sdk.errors import TraceProtocolMismatch, TraceUnauthorized
 
 
-async def next_msg(sub, timeout: float = 10.0) -> dict[str, Any]:
+async def next_msg(sub, timeout: float = 120.0) -> dict[str, Any]:
     return await asyncio.wait_for(sub.__anext__(), timeout)
 
 
@@ -177,12 +177,14 @@ async def test_401_raises_a_distinct_error(daemon_proc_factory) -> None:
     assert "Traceback" not in d.log()
 
 
-async def test_protocol_mismatch_raises_with_the_daemons_reason(daemon_proc) -> None:
+async def test_protocol_mismatch_raises_with_the_daemons_reason(
+    daemon_proc, unused_tcp_port
+) -> None:
     import aiohttp
 
     async with aiohttp.ClientSession() as http:  # an old client: no ?protocol=
         async with http.ws_connect(f"{daemon_proc.url}/trace") as ws:
-            msg = await ws.receive(timeout=10)
+            msg = await ws.receive(timeout=120)
             assert ws.close_code == 4010 and "protocol 2 required" in msg.extra
 
     async def old_daemon(request: web.Request) -> web.WebSocketResponse:
@@ -191,7 +193,7 @@ async def test_protocol_mismatch_raises_with_the_daemons_reason(daemon_proc) -> 
         await ws.close(code=4010, message=b"trace protocol 3 required")
         return ws
 
-    port = int(daemon_proc.url.rsplit(":", 1)[1]) + 1
+    port = unused_tcp_port  # the daemon's port + 1 could belong to another process
     runner = await stand_in(port, old_daemon)
     try:
         async with AsyncClient(f"http://127.0.0.1:{port}") as c:

@@ -142,8 +142,11 @@ def rss_kib(pid: int) -> int:
 class FakeLMCacheProcess:
     """tests/fakes/lmcache_server.py in its own process, driven over its /_fake/ routes."""
 
-    def __init__(self, workdir: Path, port: int | None = None) -> None:
+    def __init__(
+        self, workdir: Path, port: int | None = None, extra_args: list[str] | None = None
+    ) -> None:
         self.port = port or free_port()
+        self.extra_args = list(extra_args or [])
         self.log_path = Path(workdir) / "fake_lmcache.log"
         self.proc: subprocess.Popen[bytes] | None = None
 
@@ -156,7 +159,7 @@ class FakeLMCacheProcess:
         with open(self.log_path, "ab") as log:
             self.proc = subprocess.Popen(
                 [sys.executable, str(TESTS_DIR / "fakes" / "lmcache_server.py"),
-                 "--port", str(self.port)],
+                 "--port", str(self.port), *self.extra_args],
                 stdout=log, stderr=subprocess.STDOUT, cwd=str(REPO_ROOT),
                 env={"PYTHONPATH": str(REPO_ROOT), "PATH": "/usr/bin:/bin"},
             )
@@ -180,6 +183,10 @@ class FakeLMCacheProcess:
     def fail(self, mode: str | None, times: int | None = None, delay: float = 0.0) -> None:
         """Fail the next ``times`` memory calls (None: until healed) in ``mode``."""
         http_json(f"{self.url}/_fake/fail", {"mode": mode, "times": times, "delay": delay})
+
+    def state(self) -> dict[str, Any]:
+        """Pending deferred deletes, deletes carried out, the store probe's findings."""
+        return http_json(f"{self.url}/_fake/state")
 
     def requests(self) -> list[dict[str, Any]]:
         """Every request received, oldest first."""

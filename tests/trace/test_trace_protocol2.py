@@ -14,11 +14,11 @@ from ramakv_daemon import trace_protocol
 
 async def test_old_client_gets_a_close_reason(daemon: Daemon) -> None:
     ws = await daemon.client.ws_connect("/trace")
-    msg = await ws.receive(timeout=10)
+    msg = await ws.receive(timeout=120)
     assert msg.type == aiohttp.WSMsgType.CLOSE and ws.close_code == 4010
     assert "trace protocol 2 required" in msg.extra
     ws = await daemon.client.ws_connect("/trace?protocol=3")
-    await ws.receive(timeout=10)
+    await ws.receive(timeout=120)
     assert ws.close_code == 4010
 
 

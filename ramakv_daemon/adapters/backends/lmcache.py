@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 
 import httpx
 
@@ -19,6 +19,10 @@ DEFAULT_TIMEOUT = 5.0
 DEFAULT_DEMOTE_LOCATIONS: tuple[str, ...] = ("LocalCPUBackend",)
 # Logged responses are cut so a large query answer cannot flood the log.
 _LOG_BODY_MAX = 400
+# Evictions and keeps have their own small pool: however many prefetches hang on a slow
+# cache (each holds a connection until its timeout), an eviction never waits for one.
+EVICT_CONNECTIONS = 4
+PREFETCH_CONNECTIONS = 32
 
 
 class LMCacheBackend:
@@ -40,12 +44,19 @@ class LMCacheBackend:
         self.timeout = timeout
         self.delete_locations = list(delete_locations) if delete_locations else None
         self.demote_locations = list(demote_locations) if demote_locations else None
-        self._client = httpx.AsyncClient(
-            base_url=self.base_url,
-            timeout=httpx.Timeout(timeout),
-            transport=transport,
-            headers={"Accept": "application/json"},
-        )
+        def client(connections: int) -> httpx.AsyncClient:
+            return httpx.AsyncClient(
+                base_url=self.base_url,
+                timeout=httpx.Timeout(timeout),
+                transport=transport,
+                headers={"Accept": "application/json"},
+                limits=httpx.Limits(
+                    max_connections=connections, max_keepalive_connections=connections
+                ),
+            )
+
+        self._client = client(EVICT_CONNECTIONS)  # evict, keep, query
+        self._prefetch_client = client(PREFETCH_CONNECTIONS)
 
     async def prefetch(self, chunk_hashes: Sequence[str], tag: str) -> BackendResult:
         """POST /memory/prefetch {chunk_hashes, lookup_id=tag}."""
@@ -53,7 +64,8 @@ class LMCacheBackend:
         if not hashes:
             return BackendResult(ok=True, status=0, detail="nothing to prefetch")
         result, _ = await self._post(
-            "/memory/prefetch", {"chunk_hashes": hashes, "lookup_id": tag}, len(hashes)
+            "/memory/prefetch", {"chunk_hashes": hashes, "lookup_id": tag}, len(hashes),
+            self._prefetch_client,
         )
         return result
 
@@ -67,6 +79,39 @@ class LMCacheBackend:
         if locations:
             payload["locations"] = locations
         result, _ = await self._post("/memory/evict", payload, len(hashes))
+        return result
+
+    async def evict_checked(
+        self, chunk_hashes: Sequence[str], mode: EvictMode,
+        recheck: Callable[[list[str]], list[str]], extra: dict | None = None,
+    ) -> tuple[BackendResult, list[str], float]:
+        """An evict whose hashes are decided at the moment the body is written.
+
+        ``recheck`` runs when the connection is ready and the body goes out (a streamed
+        body is produced only then), so a chunk referenced again while the request waited
+        for a connection or a connect is not in it. Returns the result, the hashes that
+        were sent and the (monotonic) time they were decided; nothing is sent when none is
+        left. ``extra`` goes into the body as is (generation, defer_s).
+        """
+        sent: list[str] = []
+        decided = [0.0]
+        locations = self.demote_locations if mode == EvictMode.DEMOTE else self.delete_locations
+
+        async def body() -> AsyncIterator[bytes]:
+            sent.extend(recheck(list(chunk_hashes)))
+            decided[0] = time.monotonic()
+            payload: dict = {"chunk_hashes": sent, **(extra or {})}
+            if locations:
+                payload["locations"] = locations
+            yield json.dumps(payload).encode()
+
+        result, _ = await self._post("/memory/evict", None, len(chunk_hashes), stream=body())
+        return result, sent, decided[0]
+
+    async def keep(self, chunk_hashes: Sequence[str], generation: int) -> BackendResult:
+        """POST /memory/keep {chunk_hashes, generation}: cancel older deferred deletes."""
+        payload = {"chunk_hashes": list(chunk_hashes), "generation": generation}
+        result, _ = await self._post("/memory/keep", payload, len(payload["chunk_hashes"]))
         return result
 
     async def query(self, chunk_hashes: Sequence[str]) -> tuple[BackendResult, ChunkLocations]:
@@ -86,16 +131,24 @@ class LMCacheBackend:
     async def close(self) -> None:
         """Release pooled connections."""
         await self._client.aclose()
+        await self._prefetch_client.aclose()
 
     async def _post(
-        self, path: str, payload: dict, count: int
+        self, path: str, payload: dict | None, count: int,
+        client: httpx.AsyncClient | None = None, stream: AsyncIterator[bytes] | None = None,
     ) -> tuple[BackendResult, dict | None]:
         """One logged round trip; every failure becomes a not-ok BackendResult."""
         url = self.base_url + path
         started = time.perf_counter()
+        client = client or self._client
         try:
-            resp = await self._client.post(path, json=payload)
-        except httpx.HTTPError as exc:
+            if stream is not None:
+                resp = await client.post(
+                    path, content=stream, headers={"Content-Type": "application/json"}
+                )
+            else:
+                resp = await client.post(path, json=payload)
+        except (httpx.HTTPError, httpx.StreamError) as exc:
             ms = (time.perf_counter() - started) * 1000
             detail = f"{type(exc).__name__}: {exc}".rstrip(": ")
             log.warning(

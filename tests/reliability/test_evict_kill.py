@@ -1,0 +1,94 @@
+"""kill -9 under load with a deferring cache that checks the daemon's file at every delete.
+
+Known open defect (docs/reliability.md, "The eviction window"): since the merge of forks
+as their own records, runs find 0-20 deletes of a chunk referenced in the file (of 7k-25k),
+some not reported as exposed; before it three runs found none. Until that is diagnosed the
+test is expected to fail and runs with ``make soak`` (marker ``soak``), not ``make test``.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import re
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from support.daemon_proc import DaemonProcess
+from support.loadgen import Model, apply, model_from_json
+from support.reliability import (
+    FakeLMCacheProcess,
+    db_outbox,
+    finish,
+    metric,
+    run_loadgen,
+    wait_for,
+    wait_ready,
+)
+
+KILLS = int(os.environ.get("RAMAKV_EVICT_KILLS", "3"))
+# Longer than a restart here takes (a delete still pending in the cache when the daemon is
+# killed must meet the next run's keep: docs/reliability.md, "The eviction window"), and
+# shorter than a burst, so deletes are carried out while the load runs.
+DEFER_S = 5.0
+
+
+@pytest.mark.soak
+@pytest.mark.xfail(strict=False, reason="known: deletes of referenced chunks across kill -9 "
+                   "with a deferring cache (docs/reliability.md)")
+def test_kill_loop_with_a_deferring_cache_never_evicts_a_referenced_chunk(
+    daemon_proc_factory: Callable[..., DaemonProcess], tmp_path: Path
+) -> None:
+    rng = random.Random(int(os.environ.get("RAMAKV_KILL_SEED", time.time_ns() % 10**6)))
+    store = tmp_path / "daemon0" / "sessions.db"
+    fake = FakeLMCacheProcess(
+        tmp_path, extra_args=["--defer", "--probe-store", str(store)]
+    ).start()
+    try:
+        d = daemon_proc_factory(
+            config={"lmcache_url": fake.url, "backend_timeout_s": 1.0,
+                    "evict_defer_s": DEFER_S},
+            noop=False, store=store,
+        )
+        model: Model = {}
+        for round_ in range(KILLS):
+            gen = run_loadgen(d.url, tmp_path, model, round_, hex_hashes=True,
+                              max_events=100_000, duration=30.0)
+            wait_ready(gen)
+            time.sleep(rng.uniform(DEFER_S + 1, DEFER_S + 4))  # deletes fall due meanwhile
+            d.kill()
+            result = finish(gen, tmp_path, round_)
+            assert result["mismatches"] == [], result["mismatches"]
+            model = model_from_json(result["model"])
+            d.start()
+            for _, event in sorted(result["pending"].items()):  # applied once either way
+                expect_ok = apply(model, event)
+                status, body = d.post(event)
+                assert status == 200 and body["ok"] is expect_ok, (event, body)
+        # The last run delivers the outbox; then every deferral runs out.
+        assert wait_for(lambda: not db_outbox(store), 60), db_outbox(store)
+        assert wait_for(lambda: not fake.state()["pending"], DEFER_S * 3)
+        state = fake.state()
+        assert state["deleted"] > 0
+        # Zero unless the cache or a restart was slower than the protocol allows (a keep
+        # unanswered for KEEP_WAIT_S, a restart longer than evict_defer_s: a loaded CI
+        # machine); then never silent: every such delete was reported as exposed.
+        violations = state["violations"]
+        exposed = sum(int(n) for n in re.findall(
+            r"(\d+) chunks referenced again while their eviction may have been acted on",
+            d.log()))
+        named = set(re.findall(r"'([0-9a-f]{32})'", "\n".join(
+            line for line in d.log().splitlines() if "referenced again while" in line)))
+        unreported = [v for v in violations if v.get("hash") not in named]
+        print(f"\nunreported violations: {unreported[:5]} of {len(violations)}")
+        assert violations == [], (violations[:10], exposed, unreported[:10])
+        kept = metric(d.url, "ramakv_evict_window_rereferences_total")
+        repeated = metric(d.url, "ramakv_evictions_repeated_total")
+        print(f"\nevict kill loop: {KILLS} kills, {state['deleted']} chunks deleted by the "
+              f"cache, {len(violations)} while referenced ({exposed} reported exposed); "
+              f"last run: {kept:.0f} re-references in the window, {repeated:.0f} repeated "
+              "deliveries")
+    finally:
+        fake.kill()
