@@ -10,6 +10,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from ramakv_daemon.adapters.backends.factory import lmcache_factory
 from ramakv_daemon.committer import GroupCommitter
 from ramakv_daemon.config import Config
 from ramakv_daemon.core.change import Change
@@ -29,6 +30,7 @@ from ramakv_daemon.idempotency import (
     request_digest,
     reused,
 )
+from ramakv_daemon.log_text import loggable, utf8
 from ramakv_daemon.metrics import DaemonMetrics
 from ramakv_daemon.namespaces import BackendFactory, Namespace, Namespaces
 from ramakv_daemon.ownership import Ownership
@@ -69,7 +71,7 @@ class EventService:
         self.trace.on_drop = self.metrics.dropped_subscribers.inc
         self.namespaces = Namespaces(
             config, registry, self.limits, lambda: self.committer, backend,
-            backend_factory or _lmcache_factory(config), self.metrics.backend,
+            backend_factory or lmcache_factory(config), self.metrics.backend,
             self._backend_failed,
             lambda *report: report_window(self.metrics, self.trace.publish, *report),
         )
@@ -193,7 +195,7 @@ class EventService:
     async def _idempotent(self, payload: dict[str, Any]) -> tuple[int, dict[str, Any]]:
         """An event with an ``event_id``: the first answer, or apply it and keep its answer."""
         event_id = payload["event_id"]
-        if not isinstance(event_id, str) or not 0 < len(event_id) <= 200 or not _utf8(event_id):
+        if not isinstance(event_id, str) or not 0 < len(event_id) <= 200 or not utf8(event_id):
             return 200, {
                 "ok": False, "type": payload.get("type"),
                 "error": "event_id must be a non-empty string of at most 200 characters "
@@ -243,8 +245,8 @@ class EventService:
         session_id = sid if isinstance(sid, str) else None
         if log.isEnabledFor(logging.INFO):  # the arguments cost more than the check
             log.info(
-                "ram-a-kv event received type=%s session_id=%s", _loggable(type_),
-                _loggable(session_id or ""),
+                "ram-a-kv event received type=%s session_id=%s", loggable(type_),
+                loggable(session_id or ""),
             )
         status = 200
         change: Change | None = None
@@ -337,7 +339,7 @@ class EventService:
         if log.isEnabledFor(logging.INFO):
             log.info(
                 "ram-a-kv event completed type=%s session_id=%s ms=%.2f",
-                type_, _loggable(session_id or ""), elapsed * 1000,
+                type_, loggable(session_id or ""), elapsed * 1000,
             )
         self._print_trace()
         return {"ok": True, "type": type_, "data": c.data}
@@ -367,8 +369,8 @@ class EventService:
     ) -> dict[str, Any]:
         self.metrics.event(type_, False, time.perf_counter() - started)
         log.warning(
-            "ram-a-kv event failed type=%s session_id=%s error=%s", _loggable(type_),
-            _loggable(session_id or ""), _loggable(error, 500),
+            "ram-a-kv event failed type=%s session_id=%s error=%s", loggable(type_),
+            loggable(session_id or ""), loggable(error, 500),
         )
         # A rejected request's own strings are cut: they are the client's, of any size,
         # and the ring must not keep megabytes of them.
@@ -478,8 +480,8 @@ class EventService:
                 write_debug_file, self.config.debug_dir, session_id, turn, hashes, ctx
             )
         except (OSError, ValueError, RecursionError) as err:  # ValueError: not UTF-8
-            log.warning("debug file write failed for session %s: %s", _loggable(session_id),
-                        _loggable(str(err), 500))
+            log.warning("debug file write failed for session %s: %s", loggable(session_id),
+                        loggable(str(err), 500))
             return
         change.data["debug_written"] = True
         log.info("ram-a-kv debug file written path=%s", path)
@@ -488,14 +490,14 @@ class EventService:
         if not self.config.trace_events:
             return
         for key, m in self.namespaces.managers.items():
-            where = f" namespace={_loggable(key)}" if key else ""
+            where = f" namespace={loggable(key)}" if key else ""
             if not m.sessions and not key:
                 log.info("[trace] sessions: <empty>")
             for sid, s in m.sessions.items():
                 # Escaped: a newline in a session id must not start a forged log line.
                 log.info(
                     "[trace] session map session_id=%s state=%s turn_count=%d "
-                    "chunk_hashes=%s%s", _loggable(sid, 1100), s.state, s.turn_count,
+                    "chunk_hashes=%s%s", loggable(sid, 1100), s.state, s.turn_count,
                     list(s.chunk_hashes), where,
                 )
             if m.sessions or not key:
@@ -529,7 +531,7 @@ class EventService:
                 log.warning(
                     "fork hold expired: session=%s fork_id=%s age=%.0fs (older than "
                     "fork_hold_ttl_s=%g; its session_fork_end never came)%s",
-                    _loggable(str(row["session_id"])), row["fork_id"], row["age_s"], ttl,
+                    loggable(str(row["session_id"])), row["fork_id"], row["age_s"], ttl,
                     f" namespace={ns.key}" if ns.key else "",
                 )
             total += len(change.data["expired"])  # type: ignore[arg-type]
@@ -568,36 +570,3 @@ class EventService:
         m.evict_backlog.set(sum(r["evict_backlog"] for r in rows))
         m.namespaces(self.namespaces)
         m.store_status(self.ownership.status())
-
-
-def _lmcache_factory(config: Config) -> BackendFactory:
-    """Builds a deployment's own backend: LMCache at its URL (noop when noop_backend)."""
-
-    def make(url: str, evict_locations: tuple[str, ...]) -> Backend:
-        if config.noop_backend:
-            from ramakv_daemon.adapters.backends.noop import NoopBackend
-
-            return NoopBackend()
-        from ramakv_daemon.adapters.backends.lmcache import LMCacheBackend
-
-        return LMCacheBackend(
-            url, timeout=config.backend_timeout_s, delete_locations=evict_locations or None
-        )
-
-    return make
-
-
-def _utf8(text: str) -> bool:
-    """True when ``text`` encodes as UTF-8 (no lone surrogates), so SQLite can store it."""
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        return False
-    return True
-
-
-def _loggable(text: str, limit: int = 200) -> str:
-    """``text`` as is when printable and short; else its repr, cut: one event, one log line."""
-    if len(text) <= limit and text.isprintable():
-        return text
-    return repr(text[:limit]) + ("..." if len(text) > limit else "")

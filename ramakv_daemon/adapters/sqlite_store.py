@@ -18,6 +18,7 @@ import orjson
 
 from ramakv_daemon.adapters import sqlite_forks, store_files
 from ramakv_daemon.adapters.sqlite_forks import BUMP_FORK_IDS, UPSERT_FORK
+from ramakv_daemon.adapters.sqlite_schema import MIGRATIONS, SCHEMA, UPSERT_SESSION, UPSERT_STATE
 from ramakv_daemon.adapters.store_lock import StoreLock, StoreLocked
 from ramakv_daemon.adapters.store_rows import (  # noqa: F401 - re-exported for tools
     _decode_sessions,
@@ -50,85 +51,6 @@ def _is_busy(err: BaseException | None) -> bool:
         code & 0xFF in (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED)
     )
 
-SCHEMA = """
-CREATE TABLE IF NOT EXISTS sessions (
-    session_id TEXT PRIMARY KEY,
-    map_json TEXT NOT NULL,
-    turn_count INTEGER NOT NULL DEFAULT 0
-);
-CREATE TABLE IF NOT EXISTS evict_outbox (
-    chunk_hash TEXT PRIMARY KEY,
-    mode TEXT NOT NULL
-);
-CREATE TABLE IF NOT EXISTS event_ids (
-    event_id TEXT PRIMARY KEY,
-    response_json TEXT NOT NULL,
-    ts REAL NOT NULL,
-    request_digest TEXT NOT NULL DEFAULT ''
-);
-CREATE TABLE IF NOT EXISTS session_state (
-    session_id TEXT PRIMARY KEY,
-    suspended INTEGER NOT NULL DEFAULT 0,
-    fork_holds_json TEXT NOT NULL DEFAULT '[]',
-    last_event_ts REAL NOT NULL DEFAULT 0,
-    namespace TEXT NOT NULL DEFAULT ''
-);
-CREATE TABLE IF NOT EXISTS ns_evict_outbox (
-    namespace TEXT NOT NULL,
-    chunk_hash TEXT NOT NULL,
-    mode TEXT NOT NULL,
-    PRIMARY KEY (namespace, chunk_hash)
-);
-CREATE TABLE IF NOT EXISTS evict_log (
-    id INTEGER PRIMARY KEY,
-    namespace TEXT NOT NULL DEFAULT '',
-    entries_json TEXT NOT NULL
-);
-CREATE TABLE IF NOT EXISTS forks (
-    fork_id INTEGER PRIMARY KEY,
-    session_id TEXT NOT NULL,
-    namespace TEXT NOT NULL DEFAULT '',
-    hashes_json TEXT NOT NULL,
-    created_ts REAL NOT NULL
-);
-CREATE TABLE IF NOT EXISTS counters (
-    name TEXT PRIMARY KEY,
-    value INTEGER NOT NULL
-);
-"""
-# Open forks live in `forks`, apart from their parent's row: a fork outlives its parent's
-# close. counters.next_fork_id keeps ids increasing and never reused across restarts (the
-# newest fork may have ended, so the largest stored id is not enough). Files written before
-# forks had ids kept each session's holds in session_state.fork_holds_json: open() moves
-# them into `forks` (fresh ids, created now, so they get a full fork_hold_ttl_s) and
-# empties the column, in one transaction.
-# The daemon's outbox is evict_log: one row per group commit and namespace holding
-# [[hash, mode], ...] (a later row's intent for a hash replaces an earlier one's); a row is
-# deleted once none of its entries waits any more. One row per commit instead of one per
-# chunk keeps a turn_end that evicts dozens of chunks to one INSERT (and later one DELETE).
-# evict_outbox / ns_evict_outbox (one row per chunk) are what ramakv-admin writes while the
-# daemon is stopped; open() folds them into evict_log.
-# Files written before namespaces existed: session_state gains the column (default '').
-# The default namespace's evictions stay in evict_outbox; named namespaces' in ns_evict_outbox.
-_MIGRATIONS = (
-    ("session_state", "namespace", "ALTER TABLE session_state ADD COLUMN namespace "
-     "TEXT NOT NULL DEFAULT ''"),
-    # The digest of the request an answer belongs to ('' in older files: unknown).
-    ("event_ids", "request_digest", "ALTER TABLE event_ids ADD COLUMN request_digest "
-     "TEXT NOT NULL DEFAULT ''"),
-)
-
-_UPSERT_SESSION = (
-    "INSERT INTO sessions (session_id, map_json, turn_count) VALUES (?, ?, ?) "
-    "ON CONFLICT(session_id) DO UPDATE SET map_json=excluded.map_json, "
-    "turn_count=excluded.turn_count"
-)
-_UPSERT_STATE = (
-    "INSERT INTO session_state (session_id, suspended, last_event_ts, namespace) "
-    "VALUES (?, ?, ?, ?) ON CONFLICT(session_id) DO UPDATE SET "
-    "suspended=excluded.suspended, last_event_ts=excluded.last_event_ts, "
-    "namespace=excluded.namespace"
-)
 OutboxRow = tuple[int, str, list[tuple[str, str]]]  # (row id, namespace, [(hash, mode)])
 
 
@@ -233,7 +155,7 @@ class SqliteSessionStore:
     async def _migrate(self) -> None:
         """Add columns that older files lack (never touches the original sessions table)."""
         db = self.db
-        for table, column, ddl in _MIGRATIONS:
+        for table, column, ddl in MIGRATIONS:
             async with db.execute(f"PRAGMA table_info({table})") as cur:
                 columns = {row[1] for row in await cur.fetchall()}
             if columns and column not in columns:
@@ -542,11 +464,11 @@ class SqliteSessionStore:
             db.execute("BEGIN IMMEDIATE")
             if upserts:
                 db.executemany(
-                    _UPSERT_SESSION,
+                    UPSERT_SESSION,
                     [(s.session_id, dumps(s.chunk_hashes), s.turn_count) for s in upserts],
                 )
                 db.executemany(
-                    _UPSERT_STATE,
+                    UPSERT_STATE,
                     [
                         (s.session_id, int(s.suspended), s.last_event_ts, s.namespace)
                         for s in upserts

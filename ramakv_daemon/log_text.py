@@ -1,0 +1,19 @@
+"""Text checks for what the daemon logs and stores: UTF-8 only, one event one log line."""
+
+from __future__ import annotations
+
+
+def utf8(text: str) -> bool:
+    """True when ``text`` encodes as UTF-8 (no lone surrogates), so SQLite can store it."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def loggable(text: str, limit: int = 200) -> str:
+    """``text`` as is when printable and short; else its repr, cut: one event, one log line."""
+    if len(text) <= limit and text.isprintable():
+        return text
+    return repr(text[:limit]) + ("..." if len(text) > limit else "")
