@@ -64,6 +64,14 @@ NEXT_FORK_ID = (
     "SELECT greatest((SELECT value FROM counters WHERE name = 'next_fork_id'), "
     "(SELECT max(fork_id) + 1 FROM forks), 1)"
 )
+# One atomic step under the counter row's lock, so daemons forking at once on one database
+# never get the same id; it also starts above any fork still open (ids from before it).
+TAKE_FORK_ID = (
+    "INSERT INTO counters (name, value) "
+    "VALUES ('next_fork_id', (SELECT coalesce(max(fork_id), 0) + 2 FROM forks)) "
+    "ON CONFLICT (name) DO UPDATE SET value = greatest(counters.value, "
+    "(SELECT coalesce(max(fork_id), 0) + 1 FROM forks)) + 1 RETURNING value - 1"
+)
 BUMP_FORK_IDS = (
     "INSERT INTO counters (name, value) VALUES ('next_fork_id', $1) ON CONFLICT (name) "
     "DO UPDATE SET value = greatest(counters.value, excluded.value)"

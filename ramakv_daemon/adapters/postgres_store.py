@@ -262,6 +262,17 @@ class PostgresSessionStore:
         sessions = _decode_sessions([tuple(row)[:6]])
         return Claimed(sessions[0], row["previous_owner"]) if sessions else None
 
+    async def take_fork_id(self) -> int:
+        """A fork id no daemon on this database was or will be given (atomic on the
+        counter row); skipped, never reused, if the fork's commit then fails."""
+        try:
+            value = await self._need_pool().fetchval(sql.TAKE_FORK_ID)
+        except _DB_ERRORS as err:
+            self._failed(err)
+            raise StoreError(f"cannot take a fork id: {err}") from err
+        self.last_error = ""
+        return int(value)
+
     async def _notify(self, con: Any, taken: Sequence[tuple[str, str]]) -> None:
         """Tell each previous owner (delivered when the transaction commits)."""
         for session_id, owner in taken:
