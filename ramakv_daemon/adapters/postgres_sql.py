@@ -94,4 +94,12 @@ SELECT_ANSWERS = (
     "SELECT event_id, response_json, request_digest FROM event_ids "
     "ORDER BY ts DESC, event_id DESC LIMIT $1"
 )
+# ramakv-admin's close: only a row unchanged since the plan (same last event), returning
+# the owner to tell; the row lock makes an owner's concurrent upsert wait, then insert anew.
+ADMIN_DELETE_SESSION = (
+    "DELETE FROM sessions WHERE session_id = $1 AND last_event_ts = $2 RETURNING owner"
+)
+SELECT_FORK_OWNERS = "SELECT fork_id, owner FROM forks"
+# The store's tables; plain VACUUM takes no lock that stops the daemons' reads and writes.
+VACUUM_TABLES = "VACUUM (ANALYZE) sessions, forks, counters, evict_log, event_ids"
 NOTIFY_RELEASE = "SELECT pg_notify($1, $2)"
