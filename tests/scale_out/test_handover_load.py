@@ -88,9 +88,14 @@ OWN = {"pa": "a0a0", "pb": "b0b0"}
 
 
 def moving_map(sid: str, r: int) -> list[str]:
-    """A moving session's map at round ``r``: the shared chunk, this round's and the last."""
+    """A moving session's map at round ``r``: the shared chunk and two of this round's own.
+
+    No chunk but SYS is in two rounds' maps, so a node holds a chunk for one stretch only
+    (its round's turn there, or the next round's takeover adopting that map) and never
+    again once its refcount there fell to 0: what the eviction probe relies on.
+    """
     tag = MOVING.index(sid) + 1
-    return [SYS, f"{tag:x}{r:04x}", f"{tag:x}{r - 1:04x}"]
+    return [SYS, f"{tag:x}{r:04x}0", f"{tag:x}{r:04x}1"]
 
 
 async def owned(http: aiohttp.ClientSession, d: DaemonProcess) -> set[str]:
