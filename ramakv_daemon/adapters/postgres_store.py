@@ -14,7 +14,7 @@ import orjson
 
 from ramakv_daemon.adapters import postgres_sql as sql
 from ramakv_daemon.adapters.postgres_listener import ReleaseListener
-from ramakv_daemon.adapters.sqlite_store import _decode_sessions, _loads
+from ramakv_daemon.adapters.store_rows import _decode_sessions, _loads, decode_fork
 from ramakv_daemon.core.fork import Fork
 from ramakv_daemon.core.session import Session
 from ramakv_daemon.ports import StoreError
@@ -195,17 +195,10 @@ class PostgresSessionStore:
         rows = await self._fetch(sql.SELECT_FORKS, self.node_id)
         next_id = int((await self._fetch(sql.NEXT_FORK_ID))[0][0])
         forks: list[Fork] = []
-        for fid, sid, ns, hashes_json, ts in rows:
-            try:
-                hashes = _loads(hashes_json)
-                if not isinstance(hashes, list):
-                    raise ValueError("hashes_json is not a list of strings")
-                held = tuple(hashes)
-                "".join(held)
-            except (ValueError, TypeError) as err:
-                log.warning("skipping stored fork %s of session %r: %s", fid, sid, err)
-                continue
-            forks.append(Fork(int(fid), sid, held, float(ts), ns or ""))
+        for row in rows:
+            fork = decode_fork(*row)
+            if fork is not None:
+                forks.append(fork)
         return forks, next_id
 
     async def load_outbox(self) -> list[OutboxRow]:

@@ -9,6 +9,7 @@ import time
 import aiosqlite
 import orjson
 
+from ramakv_daemon.adapters.store_rows import decode_fork
 from ramakv_daemon.core.fork import Fork
 
 log = logging.getLogger("ramakv.store")
@@ -42,18 +43,11 @@ async def load_forks(db: aiosqlite.Connection) -> tuple[list[Fork], int]:
     async with db.execute("SELECT value FROM counters WHERE name = 'next_fork_id'") as cur:
         counter = await cur.fetchone()
     next_id = int(counter[0]) if counter else 1
-    for fid, sid, ns, hashes_json, ts in rows:
-        next_id = max(next_id, int(fid) + 1)
-        try:
-            hashes = _loads(hashes_json)
-            if not isinstance(hashes, list):
-                raise ValueError("hashes_json is not a list of strings")
-            held = tuple(hashes)
-            "".join(held)
-        except (ValueError, TypeError) as err:
-            log.warning("skipping stored fork %s of session %r: %s", fid, sid, err)
-            continue
-        forks.append(Fork(int(fid), sid, held, float(ts), ns or ""))
+    for row in rows:
+        next_id = max(next_id, int(row[0]) + 1)
+        fork = decode_fork(*row)
+        if fork is not None:
+            forks.append(fork)
     return forks, next_id
 
 

@@ -10,6 +10,7 @@ from typing import Any
 
 import orjson
 
+from ramakv_daemon.core.fork import Fork
 from ramakv_daemon.core.session import Session
 
 log = logging.getLogger("ramakv.store")
@@ -98,3 +99,18 @@ def _fold_legacy_outbox(con: sqlite3.Connection) -> None:
     except BaseException:
         con.execute("ROLLBACK")
         raise
+
+
+def decode_fork(fid: Any, sid: str, ns: str | None, hashes_json: str, ts: Any) -> Fork | None:
+    """A stored fork row as a Fork; None (logged) when its hashes are not a list of strings,
+    so one damaged row never stops a start-up."""
+    try:
+        hashes = _loads(hashes_json)
+        if not isinstance(hashes, list):
+            raise ValueError("hashes_json is not a list of strings")
+        held = tuple(hashes)
+        "".join(held)
+    except (ValueError, TypeError) as err:
+        log.warning("skipping stored fork %s of session %r: %s", fid, sid, err)
+        return None
+    return Fork(int(fid), sid, held, float(ts), ns or "")
