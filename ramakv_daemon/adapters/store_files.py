@@ -63,22 +63,32 @@ def create_new(path: str, schema: str) -> None:
     while creating it never leaves a 0-byte file at the path (which start-up refuses)."""
     if os.path.lexists(path):
         return
-    tmp = path + ".new"
-    for leftover in (tmp, tmp + "-journal", tmp + "-wal", tmp + "-shm"):
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(leftover)
+    tmp = _fresh(path + ".new")
     conn = sqlite3.connect(tmp)
     try:
         conn.executescript(schema)
         conn.execute("PRAGMA journal_mode=WAL").fetchall()
     finally:
         conn.close()
-    fd = os.open(tmp, os.O_RDONLY)
+    _fsync(tmp)
+    os.replace(tmp, path)
+
+
+def _fresh(tmp: str) -> str:
+    """``tmp`` with no file (nor journal, WAL or shm) left from an interrupted earlier try."""
+    for leftover in (tmp, tmp + "-journal", tmp + "-wal", tmp + "-shm"):
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(leftover)
+    return tmp
+
+
+def _fsync(path: str) -> None:
+    """The file's data on disk before it is renamed into place."""
+    fd = os.open(path, os.O_RDONLY)
     try:
         os.fsync(fd)
     finally:
         os.close(fd)
-    os.replace(tmp, path)
 
 
 def check_integrity(conn: sqlite3.Connection, path: str) -> None:
@@ -131,10 +141,7 @@ class StoreFiles:
 def copy_out(source: sqlite3.Connection, path: str) -> str:
     """Copy everything ``source`` sees (its open, maybe unlinked, file and WAL) into a new
     file beside ``path``, synced; returns that file's path (the caller moves it in place)."""
-    tmp = path + ".recover"
-    for leftover in (tmp, tmp + "-journal", tmp + "-wal", tmp + "-shm"):
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(leftover)
+    tmp = _fresh(path + ".recover")
     dest = sqlite3.connect(tmp)
     try:
         source.backup(dest)
@@ -143,11 +150,7 @@ def copy_out(source: sqlite3.Connection, path: str) -> str:
         dest.execute("PRAGMA journal_mode=WAL").fetchall()
     finally:
         dest.close()
-    fd = os.open(tmp, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+    _fsync(tmp)
     return tmp
 
 
