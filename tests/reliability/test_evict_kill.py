@@ -59,10 +59,12 @@ def test_kill_loop_with_a_deferring_cache_never_evicts_a_referenced_chunk(
             wait_ready(gen)
             time.sleep(rng.uniform(DEFER_S + 1, DEFER_S + 4))  # deletes fall due meanwhile
             d.kill()
+            print(f"\nround {round_}: killed at {time.time():.3f}")
             result = finish(gen, tmp_path, round_)
             assert result["mismatches"] == [], result["mismatches"]
             model = model_from_json(result["model"])
             d.start()
+            print(f"round {round_}: started at {time.time():.3f}")
             for _, event in sorted(result["pending"].items()):  # applied once either way
                 expect_ok = apply(model, event)
                 status, body = d.post(event)
@@ -82,6 +84,8 @@ def test_kill_loop_with_a_deferring_cache_never_evicts_a_referenced_chunk(
         named = set(re.findall(r"'([0-9a-f]{32})'", "\n".join(
             line for line in d.log().splitlines() if "referenced again while" in line)))
         unreported = [v for v in violations if v.get("hash") not in named]
+        if os.environ.get("RAMAKV_EVICT_LOG"):
+            Path(os.environ["RAMAKV_EVICT_LOG"]).write_text(d.log())
         print(f"\nunreported violations: {unreported[:5]} of {len(violations)}")
         assert violations == [], (violations[:10], exposed, unreported[:10])
         kept = metric(d.url, "ramakv_evict_window_rereferences_total")
