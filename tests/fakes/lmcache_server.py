@@ -301,23 +301,27 @@ def store_probe(fake: FakeLMCacheServer, store: str) -> Any:
             con = sqlite3.connect(f"file:{store}?mode=ro", uri=True, timeout=10)
             try:
                 rows = con.execute(
-                    "SELECT s.session_id, s.map_json, st.suspended FROM sessions s "
+                    "SELECT s.session_id, s.map_json, st.suspended, s.turn_count, "
+                    "st.last_event_ts FROM sessions s "
                     "LEFT JOIN session_state st ON st.session_id = s.session_id").fetchall()
-                holds = con.execute("SELECT fork_id, session_id, hashes_json FROM forks"
-                                    ).fetchall()
+                holds = con.execute(
+                    "SELECT fork_id, session_id, hashes_json, created_ts FROM forks"
+                ).fetchall()
             finally:
                 con.close()
         except sqlite3.Error as exc:
             fake.violations.append({"error": str(exc)})
             return
         held: dict[str, list[str]] = {}
-        for sid, map_json, suspended in rows:
+        # Each holder with when it was written (turn, last event / fork taken, wall clock):
+        # a hold older than the daemon's last start was in the file it loaded.
+        for sid, map_json, suspended, turns, ts in rows:
             if not suspended:
                 for h in json.loads(map_json):
-                    held.setdefault(h, []).append(f"map {sid}")
-        for fid, sid, hold in holds:  # open forks, their parent closed or not
+                    held.setdefault(h, []).append(f"map {sid} turn {turns} at {ts or 0:.3f}")
+        for fid, sid, hold, ts in holds:  # open forks, their parent closed or not
             for h in json.loads(hold):
-                held.setdefault(h, []).append(f"fork {fid} of {sid}")
+                held.setdefault(h, []).append(f"fork {fid} of {sid} at {ts:.3f}")
         fake.violations.extend(
             {"hash": h, "at": time.time(), "held_by": sorted(set(held[h])),
              "history": fake.history.get(h, [])[-12:]}
