@@ -97,16 +97,9 @@ class EvictWindow:
     def wrote(self, hashes: list[str], generation: int, at: float) -> None:
         """An evict of ``hashes`` went out at ``at``: watch them until it is answered."""
         keeps = self.keeps
-        unconfirmed: list[str] = []
         for h in hashes:
             self.open[h] = Written(generation, at, float("inf"))
-            if keeps.pop(h, None) is not None:  # this newer evict supersedes a keep owed
-                # Unconfirmed: the reference it was owed for was committed (a release
-                # since is sendable only once committed) without the cache's word, and now
-                # nobody asks it: the older delete may have run in between.
-                unconfirmed.append(h)
-        if unconfirmed and self.report is not None:
-            self.report("exposed", unconfirmed, 0.0)
+            keeps.pop(h, None)  # this newer evict supersedes a keep still owed
 
     def answered(self, hashes: list[str], ok: bool, deferred: bool, at: float) -> None:
         """Its answer came: a deferring cache acts at the defer's end, an inline one has

@@ -1,4 +1,4 @@
-"""The eviction window's bounds: from the cache's answer, loaded intents, superseded keeps."""
+"""The eviction window's bounds: watched from the cache's answer, loaded intents watched."""
 
 from __future__ import annotations
 
@@ -35,16 +35,3 @@ def test_intents_loaded_at_start_up_are_watched_before_they_are_sent_again() -> 
     stock, _ = window(0.0)  # a cache that does not defer has nothing pending
     stock.loaded(["x"], now=100.0)
     assert stock.open == {}
-
-
-def test_a_keep_superseded_before_its_answer_is_reported_exposed() -> None:
-    # Referenced (keep owed, its commit went ahead without the answer), released and
-    # evicted again: the newer evict replaces the keep, so nobody would learn whether the
-    # older delete ran in between. Reported, never silent.
-    w, reports = window(5.0)
-    w.wrote(["x"], w.generation(), at=0.0)
-    w.answered(["x"], ok=True, deferred=True, at=0.01)
-    assert w.referenced(["x"], now=1.0) == ["x"]
-    w.wrote(["x"], w.generation(), at=2.0)
-    assert ("exposed", ["x"]) in reports
-    assert w.owed() == {}
