@@ -24,14 +24,17 @@ class Shape:
     live: int = 10
     turns: int = 6
     system_tokens: int = 768
-    first_tokens: int = 300
+    first_tokens: int = 800  # the task and the files it names: a miss costs a whole context
     step_tokens: int = 260
     p_pause: float = 0.5
-    pause_steps: int = 5
-    # The live sessions' chunks (~60) fit in neither tier: DDR holds two thirds of them,
-    # disk (which keeps a copy of every chunk) a little more than all, if dead chunks go.
+    # A tool pause outlasts several other sessions' whole lives: the paused session's chunks
+    # become the least recently used while the closed sessions' dead chunks are the newest,
+    # so LRU evicts the live context and keeps the dead one.
+    pause_steps: int = 40
+    # The open sessions' chunks peak at 62 (for seed 7): DDR holds two thirds of them, disk
+    # (which keeps a copy of every chunk) two more than all, so they fit only if dead chunks go.
     ddr_chunks: int = 40
-    disk_chunks: int = 72
+    disk_chunks: int = 64
     vocab: int = 600  # token ids 3..599: inside the tiny tokenizer's 667
     seed: int = 7
 

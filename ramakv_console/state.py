@@ -90,6 +90,7 @@ class ConsoleState:
         self.forks: dict[int, dict[str, Any]] = {}
         self.events: deque[dict[str, Any]] = deque(maxlen=max_events)
         self.seq = 0
+        self.node_id = ""  # the daemon's node, on a store shared by several ("" otherwise)
         self.loading = False  # a snapshot's parts are still arriving
         self.event_times: deque[float] = deque(maxlen=20000)
 
@@ -178,6 +179,7 @@ class ConsoleState:
         self.suspended = 0
         self.totals = dict(msg.get("totals") or self.totals)
         self.seq = int(msg.get("seq") or 0)
+        self.node_id = str(msg.get("node_id") or "")
         self.loading = True
         return Changes(reset=True)
 

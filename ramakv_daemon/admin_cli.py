@@ -408,8 +408,7 @@ def main(argv: list[str] | None = None, out: TextIO | None = None) -> int:
     if pg_url:
         from ramakv_daemon import admin_postgres
 
-        return admin_postgres.run(args.command, cfg, pg_url, bool(getattr(args, "json", False)),
-                                  out)
+        return admin_postgres.run(args, cfg, pg_url, out)
     path = args.db or cfg.session_store_path
     try:
         return _run(args, cfg, path, out)
@@ -450,15 +449,31 @@ def _run(args: argparse.Namespace, cfg: Config, path: str, out: TextIO) -> int:
             _dry_run(path, cfg, args, out, through_daemon=False)
             return EXIT_OK
         return _offline(path, cfg, args, out, lambda con: con.execute("VACUUM"))
+    plan = plan_for(args, cfg, sessions, forks, now, path)
+    if plan is None:
+        return EXIT_USAGE
+    plan.describe(out, now)
+    if not args.yes:
+        _dry_run(path, cfg, args, out, through_daemon=bool(plan.sessions or plan.forks))
+        return EXIT_OK
+    if not plan.sessions and not plan.forks:
+        return EXIT_OK
+    return _offline(path, cfg, args, out, lambda con: apply_offline(con, plan), plan)
+
+
+def plan_for(args: argparse.Namespace, cfg: Config, sessions: list[Session],
+             forks: list[Fork], now: float, where: str) -> Cleanup | None:
+    """What close-idle or purge-namespace will do; None (said why) for an unknown
+    namespace. ``where`` names the store in that message."""
     aliases = {d.name: d.key for d in cfg.deployments}
     wanted = args.namespace
     ns = None if wanted is None else aliases.get(wanted, wanted)
     if ns is not None and ns not in _known_namespaces(cfg, sessions, forks):
         names = ", ".join(sorted(aliases)) or "none"
         print(f"ramakv-admin: unknown namespace {wanted!r}: not a configured deployment "
-              f"(configured: {names}) and no session or fork in {path} has it",
+              f"(configured: {names}) and no session or fork in {where} has it",
               file=sys.stderr)
-        return EXIT_USAGE
+        return None
     if args.command == "purge-namespace":
         victims = [s for s in sessions if s.namespace == ns]
     else:
@@ -469,14 +484,7 @@ def _run(args: argparse.Namespace, cfg: Config, path: str, out: TextIO) -> int:
             and (args.state is None or s.state == args.state)
         ]
     purge = ns if args.command == "purge-namespace" else None
-    plan = plan_close(sessions, victims, forks, purge)
-    plan.describe(out, now)
-    if not args.yes:
-        _dry_run(path, cfg, args, out, through_daemon=bool(plan.sessions or plan.forks))
-        return EXIT_OK
-    if not plan.sessions and not plan.forks:
-        return EXIT_OK
-    return _offline(path, cfg, args, out, lambda con: apply_offline(con, plan), plan)
+    return plan_close(sessions, victims, forks, purge)
 
 
 def _known_namespaces(cfg: Config, sessions: list[Session], forks: list[Fork]) -> set[str]:

@@ -48,6 +48,13 @@ class Ownership:
     def _held(self) -> list[str]:
         return [sid for m in self.namespaces.managers.values() for sid in m.sessions]
 
+    async def fork_id(self, type_: str) -> int | None:
+        """On a shared store, a session_fork's id from the store (unique across daemons);
+        None where this daemon's own counter is the only one (StoreError: nothing done)."""
+        if not self.shared or type_ != "session_fork":
+            return None
+        return int(await self.store.take_fork_id())  # type: ignore[attr-defined]
+
     async def before(self, type_: str, session_id: str | None) -> None:
         """Take ``session_id`` over when another node owns it (StoreError: nothing done)."""
         if not self.shared or not session_id or type_ not in TAKING_EVENTS:

@@ -8,6 +8,7 @@ import json
 import logging
 import time
 from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 from ramakv_daemon.adapters.backends.factory import lmcache_factory
@@ -259,7 +260,11 @@ class EventService:
                 change = await handler.query(ns.ctx, payload, ns.dispatcher.backend)
                 change.namespace = ns.key
             else:
-                change = await self._apply(type_, handler.apply, payload, ns)
+                apply = handler.apply
+                fork_id = await self.ownership.fork_id(type_)  # a shared store's, else None
+                if fork_id is not None:
+                    apply = partial(apply, fork_id=fork_id)
+                change = await self._apply(type_, apply, payload, ns)
                 # The delta is taken now, before any await, so it is this event's alone.
                 if "_delta" not in change.notes:
                     change.notes["_delta"] = self._delta(change)

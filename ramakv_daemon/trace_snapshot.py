@@ -74,13 +74,20 @@ def held_chunks(s: Session | None, forks: list[Fork]) -> set[str]:
 def freeze(
     managers: Mapping[str, SessionManager], default: SessionManager, seq: int, epoch: str,
     session: str | None = None, owner: str | None = None, shared: SharedCounts | None = None,
+    node_id: str = "",
 ) -> FrozenSnapshot:
-    """The snapshot at ``seq``; with ``session`` only that session and its chunks."""
+    """The snapshot at ``seq``; with ``session`` only that session and its chunks.
+
+    ``node_id``: on a store shared by several daemons, this daemon's node (the header then
+    says which node the snapshot is of); "" leaves it out.
+    """
     header: dict[str, Any] = {
         "kind": "snapshot", "protocol": PROTOCOL, "seq": seq, "epoch": epoch,
         "ts": time.time(), "max_message_bytes": MAX_MESSAGE_BYTES,
         "totals": totals(managers), "session": session,
     }
+    if node_id:
+        header["node_id"] = node_id
     if session is not None:
         m = managers[owner] if owner is not None else default
         s = m.sessions.get(session)

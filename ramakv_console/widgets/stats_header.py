@@ -1,7 +1,8 @@
-"""One line of totals: sessions, trace seq, distinct chunks, references, events/s."""
+"""One line of totals: sessions, trace seq, node, distinct chunks, references, events/s."""
 
 from __future__ import annotations
 
+from rich.markup import escape
 from rich.text import Text
 from textual.widget import Widget
 
@@ -30,9 +31,11 @@ class StatsHeader(Widget):
         state = self.app.state  # type: ignore[attr-defined]
         suspended = state.suspended
         total = len(state.sessions)
+        # On a store shared by several daemons: which node's sessions these are.
+        node = f"[b]node[/b] {escape(state.node_id)}  " if state.node_id else ""
         return (
             f"[b]sessions[/b] {total} ({total - suspended} active, {suspended} suspended)  "
-            f"[b]seq[/b] {state.seq}  [b]chunks[/b] {state.chunk_total()}  "
+            f"[b]seq[/b] {state.seq}  {node}[b]chunks[/b] {state.chunk_total()}  "
             f"[b]references[/b] {state.references()}  "
             f"[b]events/s[/b] {state.events_per_second():.1f}  "
             f"[dim]{self.app.url}[/dim]"  # type: ignore[attr-defined]

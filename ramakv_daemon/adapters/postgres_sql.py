@@ -64,6 +64,14 @@ NEXT_FORK_ID = (
     "SELECT greatest((SELECT value FROM counters WHERE name = 'next_fork_id'), "
     "(SELECT max(fork_id) + 1 FROM forks), 1)"
 )
+# One atomic step under the counter row's lock, so daemons forking at once on one database
+# never get the same id; it also starts above any fork still open (ids from before it).
+TAKE_FORK_ID = (
+    "INSERT INTO counters (name, value) "
+    "VALUES ('next_fork_id', (SELECT coalesce(max(fork_id), 0) + 2 FROM forks)) "
+    "ON CONFLICT (name) DO UPDATE SET value = greatest(counters.value, "
+    "(SELECT coalesce(max(fork_id), 0) + 1 FROM forks)) + 1 RETURNING value - 1"
+)
 BUMP_FORK_IDS = (
     "INSERT INTO counters (name, value) VALUES ('next_fork_id', $1) ON CONFLICT (name) "
     "DO UPDATE SET value = greatest(counters.value, excluded.value)"
@@ -86,4 +94,12 @@ SELECT_ANSWERS = (
     "SELECT event_id, response_json, request_digest FROM event_ids "
     "ORDER BY ts DESC, event_id DESC LIMIT $1"
 )
+# ramakv-admin's close: only a row unchanged since the plan (same last event), returning
+# the owner to tell; the row lock makes an owner's concurrent upsert wait, then insert anew.
+ADMIN_DELETE_SESSION = (
+    "DELETE FROM sessions WHERE session_id = $1 AND last_event_ts = $2 RETURNING owner"
+)
+SELECT_FORK_OWNERS = "SELECT fork_id, owner FROM forks"
+# The store's tables; plain VACUUM takes no lock that stops the daemons' reads and writes.
+VACUUM_TABLES = "VACUUM (ANALYZE) sessions, forks, counters, evict_log, event_ids"
 NOTIFY_RELEASE = "SELECT pg_notify($1, $2)"

@@ -246,6 +246,32 @@ class PostgresSessionStore:
                 outbox[(r["namespace"], mode)] += 1
         return sessions, forks, outbox, owners
 
+    async def fork_owners(self) -> dict[int, str]:
+        """For ramakv-admin: fork id -> the node that holds it."""
+        return {int(r[0]): str(r[1]) for r in await self._fetch(sql.SELECT_FORK_OWNERS)}
+
+    async def admin_close(self, session_id: str, last_event_ts: float) -> str | None:
+        """For ramakv-admin: delete the session's row if no event reached it since the plan
+        (same ``last_event_ts``) and tell its owner at commit, which then releases it as a
+        session_close would (its chunks drop there and are evicted or demoted). The owner
+        told, or None when the row moved on or is gone (nothing changed)."""
+        try:
+            async with self._need_pool().acquire() as con, con.transaction():
+                owner = await con.fetchval(sql.ADMIN_DELETE_SESSION, session_id, last_event_ts)
+                if owner is not None:
+                    await self._notify(con, [(session_id, str(owner))])
+        except _DB_ERRORS as err:
+            raise StoreError(f"cannot close session {session_id!r}: {err}") from err
+        return None if owner is None else str(owner)
+
+    async def vacuum(self) -> None:
+        """For ramakv-admin: VACUUM (ANALYZE) the store's tables, beside running daemons."""
+        try:
+            async with self._need_pool().acquire() as con:
+                await con.execute(sql.VACUUM_TABLES)
+        except _DB_ERRORS as err:
+            raise StoreError(f"cannot vacuum: {err}") from err
+
     async def claim(self, session_id: str) -> Claimed | None:
         """Take ``session_id`` from the node that owns it, atomically (row lock), telling
         that node at commit; None when it is stored nowhere or this node owns it already."""
@@ -261,6 +287,17 @@ class PostgresSessionStore:
         self.last_error = ""
         sessions = _decode_sessions([tuple(row)[:6]])
         return Claimed(sessions[0], row["previous_owner"]) if sessions else None
+
+    async def take_fork_id(self) -> int:
+        """A fork id no daemon on this database was or will be given (atomic on the
+        counter row); skipped, never reused, if the fork's commit then fails."""
+        try:
+            value = await self._need_pool().fetchval(sql.TAKE_FORK_ID)
+        except _DB_ERRORS as err:
+            self._failed(err)
+            raise StoreError(f"cannot take a fork id: {err}") from err
+        self.last_error = ""
+        return int(value)
 
     async def _notify(self, con: Any, taken: Sequence[tuple[str, str]]) -> None:
         """Tell each previous owner (delivered when the transaction commits)."""

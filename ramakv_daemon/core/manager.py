@@ -299,8 +299,14 @@ class SessionManager:
         change.data = {"adopted": True, "chunk_count": len(session.unique_hashes())}
         return change
 
-    def session_fork(self, session_id: str, now: float = 0.0) -> Change:
-        """Hold +1 on a snapshot of the session's unique hashes under a new fork id."""
+    def session_fork(
+        self, session_id: str, now: float = 0.0, fork_id: int | None = None
+    ) -> Change:
+        """Hold +1 on a snapshot of the session's unique hashes under a new fork id.
+
+        ``fork_id``: an id handed out by a store shared with other daemons (unique among
+        them); without it, the next id of this daemon's own counter.
+        """
         session = self.get(session_id)
         if session.suspended:
             raise IllegalTransition(f"session '{session_id}' is suspended")
@@ -311,10 +317,16 @@ class SessionManager:
                 f"(max_forks_per_session = {self.max_forks_per_session}); end one with "
                 "session_fork_end first"
             )
+        if fork_id is not None and fork_id in self.forks:
+            raise IllegalTransition(f"fork id {fork_id} is already open")
         change = Change(durable=True)
         snapshot = session.unique_hashes()
         self._reference(change, snapshot)
-        fork = Fork(self.fork_ids.take(), session_id, snapshot, now, self.namespace)
+        if fork_id is None:
+            fork_id = self.fork_ids.take()
+        else:
+            self.fork_ids.seen(fork_id)
+        fork = Fork(fork_id, session_id, snapshot, now, self.namespace)
         self._put_fork(change, fork)
         self._put(change, session.evolve(last_event_ts=now))
         change.data = {"forked": True, "fork_id": fork.fork_id}

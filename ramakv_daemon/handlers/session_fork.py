@@ -12,5 +12,8 @@ from ramakv_daemon.handlers.registry import HandlerContext, event
     "The hold lasts until its session_fork_end or fork_hold_ttl_s",
     required=("session_id",),
 )
-def session_fork(ctx: HandlerContext, payload: dict, now: float) -> Change:
-    return ctx.manager.session_fork(session_id_of(payload), now)
+def session_fork(
+    ctx: HandlerContext, payload: dict, now: float, fork_id: int | None = None
+) -> Change:
+    """``fork_id``: the id a shared store handed out (else the daemon's own counter's)."""
+    return ctx.manager.session_fork(session_id_of(payload), now, fork_id)

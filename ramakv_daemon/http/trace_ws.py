@@ -149,6 +149,7 @@ async def _snapshot(service: EventService, session: str | None) -> AsyncIterator
     frozen = freeze(
         ns.managers, service.manager, hub.seq, hub.epoch,
         session, ns.owner(session) if session is not None else None, service.shared,
+        service.config.node_id if service.ownership.shared else "",
     )
     async for text in messages(frozen):
         yield text

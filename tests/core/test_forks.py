@@ -198,3 +198,23 @@ def test_load_rebuilds_refcounts_with_forks_and_the_counter(m: SessionManager) -
     assert fresh.refcounts.as_dict() == {"a": 2}
     fresh.turn_end("p", ["a"])
     assert fork(fresh, "p") == 3  # never an id a loaded fork has
+
+
+def test_a_shared_store_s_fork_id_is_used_and_the_counter_moves_above_it(
+    m: SessionManager,
+) -> None:
+    m.turn_end("p", ["a"])
+    assert m.session_fork("p", 0.0, fork_id=40).data["fork_id"] == 40
+    assert m.fork_ids.next_id == 41
+    exact(m)
+
+
+def test_a_handed_fork_id_already_open_is_refused_with_nothing_changed(
+    m: SessionManager,
+) -> None:
+    m.turn_end("p", ["a"])
+    m.session_fork("p", 0.0, fork_id=5)
+    before = (m.refcounts.as_dict(), [f.fork_id for f in m.forks.values()])
+    with pytest.raises(IllegalTransition, match="fork id 5 is already open"):
+        m.session_fork("p", 1.0, fork_id=5)
+    assert (m.refcounts.as_dict(), [f.fork_id for f in m.forks.values()]) == before

@@ -100,9 +100,6 @@ def test_ramakv_admin_reports_every_node_by_owner(
     rep = json.loads(out.getvalue())
     assert rep["owners"] == {"a": 2, "b": 1}
     assert rep["store"].startswith("postgresql://postgres@127.0.0.1")
-    refused = io.StringIO()
-    assert admin_main(["--db", url, "close-idle", "--older-than", "1s"], refused) == 2
-    assert "not available on a PostgreSQL store" in refused.getvalue()
 
 
 async def test_a_suspended_session_restored_on_another_node_is_prefetched_there(

@@ -93,7 +93,8 @@ async def test_kill9_on_postgres_keeps_every_acknowledged_turn_end(
     check_acked_are_stored(acked, stored)
 
     d.start()  # same database, same node
-    assert d.event("health")["data"] == {"status": "running", "sessions_count": len(stored)}
+    assert d.event("health")["data"] == {
+        "status": "running", "sessions_count": len(stored), "node_id": "node-a"}
     snapshot = await trace_snapshot(d.url)
     assert snapshot["refcounts"] == recompute_refcounts(stored.values())
     assert "postgresql://postgres@127.0.0.1" in d.log()  # it says where it stores
