@@ -99,6 +99,9 @@ class BackendDispatcher:
         demote = [h for h, m in entries if m == EvictMode.DEMOTE.value]
         self._repeat.update(delete)
         self._repeat.update(demote)
+        # Its delete may still be pending in the cache: a reference before the re-send
+        # must get a keep before its commit, not after (a restart inside the deferral).
+        self.window.loaded(delete + demote, time.monotonic())
         self.evictions_committed(delete, demote, row_id)
         if not (delete or demote):
             self._rows_done.append(row_id)
@@ -456,7 +459,7 @@ class BackendDispatcher:
             # An entry replaced while the call was out is a newer intent: it stays queued.
             self._forget_all(
                 [h for h in sent if outbox.get(h) is entries[h]],
-                answered_at + self.defer_s if deferred else None,
+                answered_at + self.defer_s + window.grace() if deferred else None,
             )
             self._flush_rows()
             self._failures, self._paused_until = 0, 0.0

@@ -62,6 +62,10 @@ class FakeLMCacheServer:
         self.timers = False
         self.violations: list[dict[str, Any]] = []
         self.deleted = 0
+        # hash -> what the cache saw of it, oldest first (evicts, keeps, deletes carried
+        # out): a violation names its chunk's history. Only kept with ``record_history``.
+        self.record_history = False
+        self.history: dict[str, list[list[Any]]] = {}
         self._runner: web.AppRunner | None = None
         self._site: web.TCPSite | None = None
 
@@ -177,14 +181,24 @@ class FakeLMCacheServer:
                 if generation is None:
                     raise RequestError("missing required field 'generation'")
                 cancelled, late = self.deferred.keep(hashes, generation)
+                if self.record_history:
+                    gone = set(late)
+                    for h in hashes:
+                        self._note(h, "keep", generation, "late" if h in gone else "")
                 return web.json_response(
                     {"status": "success", "cancelled": cancelled, "late": late})
             if op == "evict":
                 locations = parse_locations(body)
                 if self.defers:
                     delay = parse_defer(body)
+                    generation = parse_generation(body)
                     now, deferred, stale = self.deferred.add(
-                        hashes, locations, parse_generation(body), delay)
+                        hashes, locations, generation, delay)
+                    if self.record_history:
+                        refused = set(stale)
+                        for h in hashes:
+                            self._note(h, "evict", generation,
+                                       "stale" if h in refused else f"defer {delay:g}")
                     if deferred and self.timers:
                         asyncio.get_running_loop().call_later(delay + 0.001, self._fire_due)
                     return web.json_response({
@@ -195,6 +209,9 @@ class FakeLMCacheServer:
             return web.json_response({h: list(self.tiers.get(h, [])) for h in hashes})
         except RequestError as exc:
             return _err(400, str(exc))
+
+    def _note(self, h: str, op: str, generation: int | None, detail: str) -> None:
+        self.history.setdefault(h, []).append([round(time.time(), 3), op, generation, detail])
 
     def _take_failure(self) -> str | None:
         """The failure mode for this call, counting down ``times``."""
@@ -222,6 +239,9 @@ class FakeLMCacheServer:
 
     def _evict(self, hashes: list[str], locations: list[str] | None) -> int:
         """Remove copies; the count is copies removed, like StorageManager.batched_remove."""
+        if self.record_history:
+            for h in hashes:
+                self._note(h, "delete", self.deferred.done.get(h), "")
         if self.on_delete is not None and hashes:
             self.on_delete(list(hashes))
         n = 0
@@ -281,22 +301,31 @@ def store_probe(fake: FakeLMCacheServer, store: str) -> Any:
             con = sqlite3.connect(f"file:{store}?mode=ro", uri=True, timeout=10)
             try:
                 rows = con.execute(
-                    "SELECT s.map_json, st.suspended FROM sessions s "
+                    "SELECT s.session_id, s.map_json, st.suspended, s.turn_count, "
+                    "st.last_event_ts FROM sessions s "
                     "LEFT JOIN session_state st ON st.session_id = s.session_id").fetchall()
-                holds = [h for (h,) in con.execute("SELECT hashes_json FROM forks")]
+                holds = con.execute(
+                    "SELECT fork_id, session_id, hashes_json, created_ts FROM forks"
+                ).fetchall()
             finally:
                 con.close()
         except sqlite3.Error as exc:
             fake.violations.append({"error": str(exc)})
             return
-        held: set[str] = set()
-        for map_json, suspended in rows:
+        held: dict[str, list[str]] = {}
+        # Each holder with when it was written (turn, last event / fork taken, wall clock):
+        # a hold older than the daemon's last start was in the file it loaded.
+        for sid, map_json, suspended, turns, ts in rows:
             if not suspended:
-                held.update(json.loads(map_json))
-        for hold in holds:  # open forks, their parent closed or not
-            held.update(json.loads(hold))
+                for h in json.loads(map_json):
+                    held.setdefault(h, []).append(f"map {sid} turn {turns} at {ts or 0:.3f}")
+        for fid, sid, hold, ts in holds:  # open forks, their parent closed or not
+            for h in json.loads(hold):
+                held.setdefault(h, []).append(f"fork {fid} of {sid} at {ts:.3f}")
         fake.violations.extend(
-            {"hash": h, "at": time.time()} for h in hashes if h in held)
+            {"hash": h, "at": time.time(), "held_by": sorted(set(held[h])),
+             "history": fake.history.get(h, [])[-12:]}
+            for h in hashes if h in held)
 
     return probe
 
@@ -328,6 +357,7 @@ def main() -> None:
         fake = FakeLMCacheServer(args.host, args.port)
         fake.defers = fake.timers = args.defer
         if args.probe_store:
+            fake.record_history = True
             fake.on_delete = store_probe(fake, args.probe_store)
         print(f"fake lmcache memory API on {await fake.start()}", flush=True)
         await asyncio.Event().wait()
