@@ -33,9 +33,11 @@ class GatedBackend:
     def __init__(self) -> None:
         self.calls: list[tuple[str, list[str]]] = []
         self.gate = asyncio.Event()
+        self.called = asyncio.Event()  # the first evict has reached the backend
 
     async def evict(self, chunk_hashes: Sequence[str], mode: EvictMode) -> BackendResult:
         self.calls.append((mode.value, list(chunk_hashes)))
+        self.called.set()
         if mode is EvictMode.DELETE:
             await self.gate.wait()
         return BackendResult(ok=True, status=200)
@@ -55,7 +57,7 @@ async def test_a_chunk_referenced_during_an_earlier_batch_is_not_evicted() -> No
     d = BackendDispatcher(backend, manager, committer)  # type: ignore[arg-type]
     d.evictions_committed(["a"], ["b"], row=1)
     round_ = asyncio.create_task(d._deliver_due())
-    await asyncio.sleep(0.01)  # DELETE [a] is out
+    await backend.called.wait()  # DELETE [a] is out
     manager.turn_end("s", ["b"])  # b is wanted again (committed: the committer is idle)
     backend.gate.set()
     await round_
@@ -68,7 +70,7 @@ async def test_an_intent_replaced_during_an_earlier_batch_is_delivered_as_the_ne
     d = BackendDispatcher(backend, manager, committer)  # type: ignore[arg-type]
     d.evictions_committed(["a"], ["b"], row=1)  # b: demote
     round_ = asyncio.create_task(d._deliver_due())
-    await asyncio.sleep(0.01)
+    await backend.called.wait()  # DELETE [a] is out
     d.evictions_committed(["b"], [], row=2)  # meanwhile b's newer intent: delete
     backend.gate.set()
     await round_

@@ -74,7 +74,7 @@ class ProxyProcess:
             stdout=self._log, stderr=subprocess.STDOUT,
             env={**os.environ, "XDG_CONFIG_HOME": str(log_path.parent)},
         )
-        deadline = time.monotonic() + 60
+        deadline = time.monotonic() + 600  # a hang guard: a loaded machine starts it slowly
         while True:
             try:
                 with urllib.request.urlopen(self.url + "/_ramakv/stats", timeout=2):
