@@ -56,6 +56,7 @@ postgres:
 # pytest runs last so its summary is the closing line.
 test: $(VENV)/.engine postgres
 	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
 	PYTHON=$(PY) bash tests/test_integration.sh
 	@$(MAKE) --no-print-directory ts-test
 	$(PY) -m pytest -q
@@ -67,6 +68,7 @@ ts-test:
 
 lint: $(VENV)/.test
 	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
 
 $(VENV)/.bench: $(VENV)/.engine
 	$(PIP) install -q -e ".[test,lmcache,engine,postgres,bench]"

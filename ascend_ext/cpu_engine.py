@@ -63,8 +63,12 @@ def build_engine(spec: EngineSpec) -> Any:
         role="worker",
     )
     engine = LMCacheEngineBuilder.get_or_create(
-        spec.instance_id, config, metadata, MockGPUConnector(shape),
-        lambda *a, **k: None, lambda *a, **k: None,
+        spec.instance_id,
+        config,
+        metadata,
+        MockGPUConnector(shape),
+        lambda *a, **k: None,
+        lambda *a, **k: None,
     )
     engine.post_init()
     return engine

@@ -46,7 +46,10 @@ class DeferredEvictions:
         self._lock = threading.Lock()
 
     def add(
-        self, hashes: Sequence[str], locations: list[str] | None, generation: int | None,
+        self,
+        hashes: Sequence[str],
+        locations: list[str] | None,
+        generation: int | None,
         defer_s: float,
     ) -> tuple[list[str], int, list[str]]:
         """Register an evict: (hashes to remove now, number deferred, hashes refused as
@@ -133,8 +136,10 @@ def parse_defer(body: dict) -> float:
     from ascend_ext.memory_ops import RequestError
 
     value = body.get("defer_s", 0)
-    if not isinstance(value, int | float) or isinstance(value, bool) or not (
-        0 <= value <= MAX_DEFER_S
+    if (
+        not isinstance(value, int | float)
+        or isinstance(value, bool)
+        or not (0 <= value <= MAX_DEFER_S)
     ):
         raise RequestError(f"field 'defer_s' must be a number from 0 to {MAX_DEFER_S:g}")
     return float(value)

@@ -27,8 +27,10 @@ import httpx
 
 from ascend_ext.tiny_engine import EngineProcess, EngineSettings, free_ports, vllm_available
 
-SYSTEM = ("You are a careful coding agent. Read the repository, run the tests and report. "
-          "Tools return JSON documents, logs, stack traces, diffs and lists of files. ") * 12
+SYSTEM = (
+    "You are a careful coding agent. Read the repository, run the tests and report. "
+    "Tools return JSON documents, logs, stack traces, diffs and lists of files. "
+) * 12
 TASKS = {
     "agent-alpha": "List the files in the repository, then summarise what each module does.",
     "agent-beta": "Run the test suite and explain the first failure you find in the logs.",
@@ -47,11 +49,21 @@ def _event(daemon_url: str, **body: object) -> dict:
 
 def _stream_chat(proxy_url: str, sid: str, messages: list[dict[str, str]]) -> str:
     """One streamed turn through the proxy; the reply text."""
-    body = {"model": "tiny", "messages": messages, "max_tokens": 12, "temperature": 0,
-            "stream": True}
+    body = {
+        "model": "tiny",
+        "messages": messages,
+        "max_tokens": 12,
+        "temperature": 0,
+        "stream": True,
+    }
     text = []
-    with httpx.stream("POST", proxy_url + "/v1/chat/completions", json=body,
-                      headers={"X-Session-Id": sid}, timeout=TIMEOUT) as r:
+    with httpx.stream(
+        "POST",
+        proxy_url + "/v1/chat/completions",
+        json=body,
+        headers={"X-Session-Id": sid},
+        timeout=TIMEOUT,
+    ) as r:
         for line in r.iter_lines():
             if line.startswith("data: {"):
                 delta = json.loads(line[6:])["choices"][0].get("delta", {})
@@ -59,16 +71,25 @@ def _stream_chat(proxy_url: str, sid: str, messages: list[dict[str, str]]) -> st
     return "".join(text)
 
 
-def converse(proxy_url: str, daemon_url: str, rounds: int = 2, pause_s: float = 0.0,
-             say: Callable[[str], None] = _say) -> dict[str, list[dict[str, str]]]:
+def converse(
+    proxy_url: str,
+    daemon_url: str,
+    rounds: int = 2,
+    pause_s: float = 0.0,
+    say: Callable[[str], None] = _say,
+) -> dict[str, list[dict[str, str]]]:
     """The scripted conversation; returns each agent's messages (tests replay it)."""
-    chats = {sid: [{"role": "system", "content": SYSTEM}, {"role": "user", "content": task}]
-             for sid, task in TASKS.items()}
+    chats = {
+        sid: [{"role": "system", "content": SYSTEM}, {"role": "user", "content": task}]
+        for sid, task in TASKS.items()
+    }
     for rnd in range(rounds):
         for sid, messages in chats.items():
             reply = _stream_chat(proxy_url, sid, messages)
-            messages += [{"role": "assistant", "content": reply},
-                         {"role": "user", "content": f"Tool result {rnd}: " + "ok " * 60}]
+            messages += [
+                {"role": "assistant", "content": reply},
+                {"role": "user", "content": f"Tool result {rnd}: " + "ok " * 60},
+            ]
             mapped = _event(daemon_url, type="session_map", session_id=sid)["data"]
             say(f"{sid} turn {rnd + 1}: map of {len(mapped['chunk_hashes'])} chunks")
             time.sleep(pause_s)
@@ -78,16 +99,17 @@ def converse(proxy_url: str, daemon_url: str, rounds: int = 2, pause_s: float = 
         say("agent-beta's tool answered: snapshot_restore (prefetch disk -> DDR)")
         _event(daemon_url, type="snapshot_restore", session_id="agent-beta")
         time.sleep(pause_s)
-    say("agent-gamma is done: session_close (its own chunks leave every tier, the shared "
-        "system prompt stays)")
+    say(
+        "agent-gamma is done: session_close (its own chunks leave every tier, the shared "
+        "system prompt stays)"
+    )
     _event(daemon_url, type="session_close", session_id="agent-gamma")
     return chats
 
 
 def _start(cmd: list[str], log: Path) -> subprocess.Popen[bytes]:
     with open(log, "wb") as out:
-        return subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT,
-                                stdin=subprocess.DEVNULL)
+        return subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
 
 
 def _wait(url: str, proc: subprocess.Popen[bytes], what: str, post: bool = False) -> None:
@@ -106,8 +128,11 @@ def _wait(url: str, proc: subprocess.Popen[bytes], what: str, post: bool = False
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m ascend_ext.demo", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        prog="python -m ascend_ext.demo",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     p.add_argument("--rounds", type=int, default=4)
     p.add_argument("--pause", type=float, default=2.0, help="seconds between turns")
     p.add_argument("--no-console", action="store_true")
@@ -125,27 +150,49 @@ def main(argv: list[str] | None = None) -> int:
         _say(f"starting the tiny vLLM-CPU engine (20-90 s; log {engine.log_path})")
         engine.start().wait_ready(900)
         cfg = work / "daemon.toml"
-        cfg.write_text(f'listen_addr = "127.0.0.1:{first + 3}"\nnoop_backend = false\n'
-                       f'lmcache_url = "{engine.memory_url}"\n'
-                       f'session_store_path = "{work / "sessions.db"}"\n')
-        procs.append(_start([sys.executable, "-m", "ramakv_daemon", "--config", str(cfg)],
-                            work / "daemon.log"))
+        cfg.write_text(
+            f'listen_addr = "127.0.0.1:{first + 3}"\nnoop_backend = false\n'
+            f'lmcache_url = "{engine.memory_url}"\n'
+            f'session_store_path = "{work / "sessions.db"}"\n'
+        )
+        procs.append(
+            _start(
+                [sys.executable, "-m", "ramakv_daemon", "--config", str(cfg)], work / "daemon.log"
+            )
+        )
         _wait(daemon_url + "/event", procs[-1], "the daemon", post=True)
-        procs.append(_start([sys.executable, "-m", "ramakv_sdk.proxy", "--upstream",
-                             engine.url, "--daemon", daemon_url, "--listen",
-                             f"127.0.0.1:{first + 4}"], work / "proxy.log"))
+        procs.append(
+            _start(
+                [
+                    sys.executable,
+                    "-m",
+                    "ramakv_sdk.proxy",
+                    "--upstream",
+                    engine.url,
+                    "--daemon",
+                    daemon_url,
+                    "--listen",
+                    f"127.0.0.1:{first + 4}",
+                ],
+                work / "proxy.log",
+            )
+        )
         _wait(proxy_url + "/_ramakv/stats", procs[-1], "ramakv-proxy")
-        _say(f"engine {engine.url}, memory API {engine.memory_url}, daemon {daemon_url}, "
-             f"proxy {proxy_url}")
+        _say(
+            f"engine {engine.url}, memory API {engine.memory_url}, daemon {daemon_url}, "
+            f"proxy {proxy_url}"
+        )
         if args.no_console:
             chats = converse(proxy_url, daemon_url, min(args.rounds, 2), 0.0)
             for sid in chats:
                 hashes = _event(daemon_url, type="session_map", session_id=sid)
                 _say(f"{sid}: {json.dumps(hashes.get('data', hashes))[:200]}")
             return 0
-        script = threading.Thread(target=converse, daemon=True,
-                                  args=(proxy_url, daemon_url, args.rounds, args.pause,
-                                        lambda m: None))
+        script = threading.Thread(
+            target=converse,
+            daemon=True,
+            args=(proxy_url, daemon_url, args.rounds, args.pause, lambda m: None),
+        )
         script.start()
         return subprocess.call([sys.executable, "-m", "ramakv_console", "--url", daemon_url])
     finally:

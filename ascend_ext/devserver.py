@@ -24,6 +24,7 @@ from ascend_ext.memory_api import forget_engine, ops_for, router
 # lmcache phones home on import unless told not to; a development tool stays offline.
 os.environ.setdefault("LMCACHE_TRACK_USAGE", "false")
 
+
 def create_app(engine: Any | None = None, worker_urls: list[str] | None = None) -> FastAPI:
     """A FastAPI app with the memory API; a worker when given an engine, else a scheduler."""
     app = FastAPI(title="ram-a-kv LMCache devserver")
@@ -63,8 +64,11 @@ def create_app(engine: Any | None = None, worker_urls: list[str] | None = None) 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     """Command line (all optional)."""
-    p = argparse.ArgumentParser(prog="python -m ascend_ext.devserver", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        prog="python -m ascend_ext.devserver",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=int, default=6999)
     p.add_argument("--ddr-mb", type=float, default=64.0, help="LocalCPUBackend capacity")
@@ -93,13 +97,21 @@ def main(argv: list[str] | None = None) -> None:
 
         spec = EngineSpec(
             disk_dir=args.disk_dir or tempfile.mkdtemp(prefix="ramakv-disk-"),
-            ddr_mb=args.ddr_mb, disk_mb=args.disk_mb, chunk_size=args.chunk_size,
-            num_layers=args.layers, num_heads=args.heads, head_size=args.head_size,
-            world_size=args.world_size, worker_id=args.worker_id, instance_id=instance_id,
+            ddr_mb=args.ddr_mb,
+            disk_mb=args.disk_mb,
+            chunk_size=args.chunk_size,
+            num_layers=args.layers,
+            num_heads=args.heads,
+            head_size=args.head_size,
+            world_size=args.world_size,
+            worker_id=args.worker_id,
+            instance_id=instance_id,
         )
         engine = build_engine(spec)
-        print(f"devserver: worker {args.worker_id} disk={spec.disk_dir} ddr={spec.ddr_mb}MB",
-              flush=True)
+        print(
+            f"devserver: worker {args.worker_id} disk={spec.disk_dir} ddr={spec.ddr_mb}MB",
+            flush=True,
+        )
     else:
         print(f"devserver: scheduler forwarding to {workers}", flush=True)
     app = create_app(engine, workers)

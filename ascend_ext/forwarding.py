@@ -71,16 +71,20 @@ def merge(kind: str, answers: Sequence[WorkerAnswer], request: dict) -> tuple[in
             "workers": [a.url for a in good],
         }
     elif kind == "evict":
-        merged = {"status": "success",
-                  "num_evicted": sum(int(a.body.get("num_evicted", 0)) for a in good)}
+        merged = {
+            "status": "success",
+            "num_evicted": sum(int(a.body.get("num_evicted", 0)) for a in good),
+        }
         if "generation" in request or "defer_s" in request:
             # Deferred only if every worker deferred: the daemon then relies on keeps.
             merged["deferred"] = min((int(a.body.get("deferred", 0)) for a in good), default=0)
             merged["stale"] = sorted({h for a in good for h in a.body.get("stale", [])})
     elif kind == "keep":
-        merged = {"status": "success",
-                  "cancelled": sum(int(a.body.get("cancelled", 0)) for a in good),
-                  "late": sorted({h for a in good for h in a.body.get("late", [])})}
+        merged = {
+            "status": "success",
+            "cancelled": sum(int(a.body.get("cancelled", 0)) for a in good),
+            "late": sorted({h for a in good for h in a.body.get("late", [])}),
+        }
     else:  # query: union of locations per hash, first-seen order
         merged = {}
         for a in good:

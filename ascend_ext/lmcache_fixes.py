@@ -55,9 +55,13 @@ def patch_cpu_kv_connector() -> bool:
                 "enable_blending to false on vLLM's CPU backend"
             )
         connector = VLLMCpuKVConnector.from_metadata(md)  # MLA raises a clear ValueError
-        log.warning("ascend_ext: lmcache has no vLLM connector for this device; using "
-                    "ascend_ext's CPU KV copy (%d layers, %d kv heads, head size %d)",
-                 connector.num_layers, connector.num_kv_heads, connector.head_size)
+        log.warning(
+            "ascend_ext: lmcache has no vLLM connector for this device; using "
+            "ascend_ext's CPU KV copy (%d layers, %d kv heads, head size %d)",
+            connector.num_layers,
+            connector.num_kv_heads,
+            connector.head_size,
+        )
         return connector
 
     create_gpu_connector.__ramakv_wrapped__ = True  # type: ignore[attr-defined]
@@ -92,9 +96,10 @@ def patch_async_double_release() -> bool:
         # them; the event must not stay behind for cleanup_memory_objs to release again.
         req_id = kwargs.get("req_id")
         events = self.event_manager
-        if req_id is not None and events.get_event_status(
-            EventType.LOADING, req_id
-        ) == EventStatus.DONE:
+        if (
+            req_id is not None
+            and events.get_event_status(EventType.LOADING, req_id) == EventStatus.DONE
+        ):
             events.pop_event(EventType.LOADING, req_id)
         return result
 
@@ -133,8 +138,9 @@ def patch_async_disk_pin_leak() -> bool:
     lock = threading.Lock()
 
     @functools.wraps(orig_contains)
-    async def batched_async_contains(self: Any, lookup_id: str, keys: list, pin: bool = False
-                                     ) -> int:
+    async def batched_async_contains(
+        self: Any, lookup_id: str, keys: list, pin: bool = False
+    ) -> int:
         hits = await orig_contains(self, lookup_id, keys, pin)
         if pin and hits:
             with lock:
@@ -144,8 +150,9 @@ def patch_async_disk_pin_leak() -> bool:
         return hits
 
     @functools.wraps(orig_get)
-    async def batched_get_non_blocking(self: Any, lookup_id: str, keys: list,
-                                       *args: Any, **kwargs: Any) -> Any:
+    async def batched_get_non_blocking(
+        self: Any, lookup_id: str, keys: list, *args: Any, **kwargs: Any
+    ) -> Any:
         try:
             return await orig_get(self, lookup_id, keys, *args, **kwargs)
         finally:

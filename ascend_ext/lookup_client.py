@@ -93,9 +93,7 @@ class RamAKVAsyncLookupClient(LMCacheAsyncLookupClient):
         """lmcache 0.5.6's lookup(), keeping the hashes it computes (hashing once, not twice)."""
         hashes: list[int] = []
         offsets: list[int] = []
-        for start, end, hash_val in self.token_database.process_tokens(
-            token_ids, make_key=False
-        ):
+        for start, end, hash_val in self.token_database.process_tokens(token_ids, make_key=False):
             hashes.append(hash_val)  # type: ignore[arg-type]
             offsets.append(end - start)
 
@@ -221,7 +219,10 @@ def shutdown_engine_and_lookup_server(
     if not (receiver_stopped and loop_stopped):
         logger.error(
             "lookup server of %s: a thread did not stop (receiver=%s, event loop=%s); "
-            "leaving its sockets open", instance_id, receiver_stopped, loop_stopped,
+            "leaving its sockets open",
+            instance_id,
+            receiver_stopped,
+            loop_stopped,
         )
         return False
     if not server.ctx.closed:  # idempotent

@@ -104,8 +104,9 @@ async def _handle(kind: str, request: Request) -> JSONResponse:
     try:
         if kind == "prefetch":
             target.prefetch(hashes, lookup_id)
-            return JSONResponse({"status": "prefetch_started", "lookup_id": lookup_id,
-                                 "num_chunks": len(hashes)})
+            return JSONResponse(
+                {"status": "prefetch_started", "lookup_id": lookup_id, "num_chunks": len(hashes)}
+            )
         if kind == "evict" and generation is None and not defer_s:
             n = await asyncio.to_thread(target.evict, hashes, locations)
             return JSONResponse({"status": "success", "num_evicted": n})

@@ -118,7 +118,10 @@ class MemoryOps:
         return self._worker.submit(self._evict_now, keys, locations).result()
 
     def evict_with(
-        self, hashes: Sequence[str], locations: list[str] | None, generation: int | None,
+        self,
+        hashes: Sequence[str],
+        locations: list[str] | None,
+        generation: int | None,
         defer_s: float,
     ) -> dict:
         """An evict from the daemon: chunks whose newer keep was seen are refused as
@@ -194,8 +197,15 @@ class MemoryOps:
     def prefetch(self, hashes: Sequence[str], lookup_id: str) -> Future:
         """Start loading chunks disk -> DDR in the background; returns at once."""
         keys = [(h, self.key_for(h)) for h in hashes]
-        state = {"lookup_id": lookup_id, "state": "queued", "num_chunks": len(keys),
-                 "loaded": 0, "already_ddr": 0, "missing": 0, "ddr_full": 0}
+        state = {
+            "lookup_id": lookup_id,
+            "state": "queued",
+            "num_chunks": len(keys),
+            "loaded": 0,
+            "already_ddr": 0,
+            "missing": 0,
+            "ddr_full": 0,
+        }
         with self._status_lock:
             self._status[lookup_id] = state
             while len(self._status) > _STATUS_KEEP:

@@ -59,43 +59,67 @@ class EngineSettings:
 def kv_transfer_config(async_loading: bool = True) -> dict[str, Any]:
     """The documented connector set-up: ascend_ext's module path alone does the rest."""
     return {
-        "kv_connector": "RamAKVConnectorV1", "kv_role": "kv_both",
+        "kv_connector": "RamAKVConnectorV1",
+        "kv_role": "kv_both",
         "kv_connector_module_path": "ascend_ext.vllm_connector",
-        "kv_connector_extra_config": {"lmcache.pre_caching_hash_algorithm": "blake3",
-                                      "lmcache.enable_async_loading": async_loading},
+        "kv_connector_extra_config": {
+            "lmcache.pre_caching_hash_algorithm": "blake3",
+            "lmcache.enable_async_loading": async_loading,
+        },
     }
 
 
 def command(s: EngineSettings) -> list[str]:
     """The vLLM server's command line."""
     return [
-        sys.executable, "-m", "vllm.entrypoints.openai.api_server",
-        "--model", str(s.model_dir), "--served-model-name", SERVED_NAME,
-        "--host", "127.0.0.1", "--port", str(s.port),
-        "--load-format", "dummy", "--enforce-eager", "--no-enable-prefix-caching",
-        "--max-model-len", str(s.max_model_len), "--max-num-seqs", "8",
-        "--kv-transfer-config", json.dumps(kv_transfer_config(s.async_loading)),
+        sys.executable,
+        "-m",
+        "vllm.entrypoints.openai.api_server",
+        "--model",
+        str(s.model_dir),
+        "--served-model-name",
+        SERVED_NAME,
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(s.port),
+        "--load-format",
+        "dummy",
+        "--enforce-eager",
+        "--no-enable-prefix-caching",
+        "--max-model-len",
+        str(s.max_model_len),
+        "--max-num-seqs",
+        "8",
+        "--kv-transfer-config",
+        json.dumps(kv_transfer_config(s.async_loading)),
     ]
 
 
 def environment(s: EngineSettings) -> dict[str, str]:
     """The engine's environment: LMCache tiers and API, offline, metrics across processes."""
     env = dict(os.environ)
-    env.update({
-        "VLLM_CPU_KVCACHE_SPACE": str(s.kvcache_gib),
-        "VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1", "LMCACHE_TRACK_USAGE": "false",
-        "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
-        "LMCACHE_CHUNK_SIZE": str(s.chunk_size),
-        "LMCACHE_LOCAL_CPU": "True", "LMCACHE_MAX_LOCAL_CPU_SIZE": str(s.ddr_gb),
-        "LMCACHE_LOCAL_DISK": f"file://{s.disk_dir}/",
-        "LMCACHE_MAX_LOCAL_DISK_SIZE": str(s.disk_gb),
-        "LMCACHE_INTERNAL_API_SERVER_ENABLED": "True",
-        "LMCACHE_INTERNAL_API_SERVER_PORT_START": str(s.api_port_start),
-        "LMCACHE_EXTRA_CONFIG": json.dumps({"enable_cache_usage_details_in_response": True}),
-        # vLLM's /metrics then aggregates every process's samples (ramakv_* live in EngineCore).
-        "PROMETHEUS_MULTIPROC_DIR": str(s.metrics_dir),
-        "RAMAKV_ASCEND_EXT_SKIP": s.skip_patches,
-    })
+    env.update(
+        {
+            "VLLM_CPU_KVCACHE_SPACE": str(s.kvcache_gib),
+            "VLLM_NO_USAGE_STATS": "1",
+            "DO_NOT_TRACK": "1",
+            "LMCACHE_TRACK_USAGE": "false",
+            "HF_HUB_OFFLINE": "1",
+            "TRANSFORMERS_OFFLINE": "1",
+            "LMCACHE_CHUNK_SIZE": str(s.chunk_size),
+            "LMCACHE_LOCAL_CPU": "True",
+            "LMCACHE_MAX_LOCAL_CPU_SIZE": str(s.ddr_gb),
+            "LMCACHE_LOCAL_DISK": f"file://{s.disk_dir}/",
+            "LMCACHE_MAX_LOCAL_DISK_SIZE": str(s.disk_gb),
+            "LMCACHE_INTERNAL_API_SERVER_ENABLED": "True",
+            "LMCACHE_INTERNAL_API_SERVER_PORT_START": str(s.api_port_start),
+            "LMCACHE_EXTRA_CONFIG": json.dumps({"enable_cache_usage_details_in_response": True}),
+            # vLLM's /metrics then aggregates every process's samples (ramakv_* live in EngineCore).
+            "PROMETHEUS_MULTIPROC_DIR": str(s.metrics_dir),
+            "RAMAKV_ASCEND_EXT_SKIP": s.skip_patches,
+        }
+    )
     env.update(s.extra_env)
     return env
 
@@ -163,24 +187,34 @@ class EngineProcess:
                     f.unlink()
         self._log = open(self.log_path, "ab")
         self.proc = subprocess.Popen(
-            command(s), env=environment(s), stdout=self._log, stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL, start_new_session=True, cwd=s.work_dir,
+            command(s),
+            env=environment(s),
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+            cwd=s.work_dir,
         )
         return self
 
     def wait_ready(self, timeout: float = 600.0) -> None:
         """Until the OpenAI API, the scheduler's and the worker's memory APIs answer."""
         deadline = time.monotonic() + timeout
-        checks = [self.url + "/v1/models", self.memory_url + "/metrics",
-                  self.worker_url + "/metrics"]
+        checks = [
+            self.url + "/v1/models",
+            self.memory_url + "/metrics",
+            self.worker_url + "/metrics",
+        ]
         while checks:
             if self.proc is None or self.proc.poll() is not None:
                 raise RuntimeError(f"vLLM exited while starting; log tail:\n{self.log_tail()}")
             if "error while attempting to bind" in self.log_text():
                 raise RuntimeError(f"a port of the engine was taken; log tail:\n{self.log_tail()}")
             if time.monotonic() > deadline:
-                raise RuntimeError(f"vLLM not ready after {timeout:.0f} s ({checks[0]} "
-                                   f"silent); log tail:\n{self.log_tail()}")
+                raise RuntimeError(
+                    f"vLLM not ready after {timeout:.0f} s ({checks[0]} "
+                    f"silent); log tail:\n{self.log_tail()}"
+                )
             if _http_ok(checks[0]):
                 checks.pop(0)
                 continue

@@ -43,7 +43,9 @@ def _train_tokenizer() -> object:
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(
-        vocab_size=VOCAB_SIZE, special_tokens=SPECIAL, show_progress=False,
+        vocab_size=VOCAB_SIZE,
+        special_tokens=SPECIAL,
+        show_progress=False,
         initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
     )
     lines = [line for line in _CORPUS.splitlines() if line.strip()]
@@ -53,12 +55,23 @@ def _train_tokenizer() -> object:
 
 def _config(vocab_size: int, max_len: int) -> dict:
     return {
-        "architectures": ["LlamaForCausalLM"], "model_type": "llama",
-        "hidden_size": 256, "intermediate_size": 512, "num_hidden_layers": 2,
-        "num_attention_heads": 4, "num_key_value_heads": 4, "head_dim": 64,
-        "hidden_act": "silu", "max_position_embeddings": max_len, "rms_norm_eps": 1e-5,
-        "rope_theta": 10000.0, "vocab_size": vocab_size, "tie_word_embeddings": False,
-        "bos_token_id": 1, "eos_token_id": 2, "torch_dtype": "bfloat16",
+        "architectures": ["LlamaForCausalLM"],
+        "model_type": "llama",
+        "hidden_size": 256,
+        "intermediate_size": 512,
+        "num_hidden_layers": 2,
+        "num_attention_heads": 4,
+        "num_key_value_heads": 4,
+        "head_dim": 64,
+        "hidden_act": "silu",
+        "max_position_embeddings": max_len,
+        "rms_norm_eps": 1e-5,
+        "rope_theta": 10000.0,
+        "vocab_size": vocab_size,
+        "tie_word_embeddings": False,
+        "bos_token_id": 1,
+        "eos_token_id": 2,
+        "torch_dtype": "bfloat16",
     }
 
 
@@ -71,15 +84,25 @@ def build(model_dir: str | Path, max_len: int = 4096) -> Path:
     tok = _train_tokenizer()
     tok.save(str(path / "tokenizer.json"))  # type: ignore[attr-defined]
     vocab = tok.get_vocab_size()  # type: ignore[attr-defined]
-    (path / "tokenizer_config.json").write_text(json.dumps({
-        "tokenizer_class": "PreTrainedTokenizerFast", "bos_token": "<s>", "eos_token": "</s>",
-        "unk_token": "<unk>", "model_max_length": max_len, "chat_template": CHAT_TEMPLATE,
-        "add_bos_token": True, "clean_up_tokenization_spaces": False,
-    }, indent=1))
-    (path / "special_tokens_map.json").write_text(json.dumps(
-        {"bos_token": "<s>", "eos_token": "</s>", "unk_token": "<unk>"}))
-    (path / "generation_config.json").write_text(json.dumps(
-        {"bos_token_id": 1, "eos_token_id": 2}))
+    (path / "tokenizer_config.json").write_text(
+        json.dumps(
+            {
+                "tokenizer_class": "PreTrainedTokenizerFast",
+                "bos_token": "<s>",
+                "eos_token": "</s>",
+                "unk_token": "<unk>",
+                "model_max_length": max_len,
+                "chat_template": CHAT_TEMPLATE,
+                "add_bos_token": True,
+                "clean_up_tokenization_spaces": False,
+            },
+            indent=1,
+        )
+    )
+    (path / "special_tokens_map.json").write_text(
+        json.dumps({"bos_token": "<s>", "eos_token": "</s>", "unk_token": "<unk>"})
+    )
+    (path / "generation_config.json").write_text(json.dumps({"bos_token_id": 1, "eos_token_id": 2}))
     # Written last: its presence marks a complete directory.
     (path / "config.json").write_text(json.dumps(_config(vocab, max_len), indent=1))
     return path

@@ -69,12 +69,16 @@ def _proxy(quick: bool) -> tuple[dict, str]:
     from bench import proxy_overhead
 
     res = proxy_overhead.collect(100 if quick else 300)
-    lines = ["| request | measured at | direct p50 ms | via proxy p50 ms | added p50 ms |",
-             "|---|---|---|---|---|"]
+    lines = [
+        "| request | measured at | direct p50 ms | via proxy p50 ms | added p50 ms |",
+        "|---|---|---|---|---|",
+    ]
     for key, r in res.items():
         mode, point = key.split(".")
-        lines.append(f"| {mode} | {point} | {r['direct_p50_ms']:.2f} | "
-                     f"{r['proxy_p50_ms']:.2f} | {r['added_p50_ms']:.2f} |")
+        lines.append(
+            f"| {mode} | {point} | {r['direct_p50_ms']:.2f} | "
+            f"{r['proxy_p50_ms']:.2f} | {r['added_p50_ms']:.2f} |"
+        )
     return res, "\n".join(lines)
 
 
@@ -118,15 +122,23 @@ def _engine(quick: bool) -> tuple[dict, str]:
 def _scale_out(quick: bool) -> tuple[dict, str]:
     from bench import scale_out
 
-    res = scale_out.run(seconds=3.0 if quick else 5.0, rounds=1 if quick else 2,
-                        handovers=100 if quick else 300)
+    res = scale_out.run(
+        seconds=3.0 if quick else 5.0, rounds=1 if quick else 2, handovers=100 if quick else 300
+    )
     return res, scale_out.table(res)
 
 
 BENCHES: dict[str, Callable[[bool], tuple[dict, str]]] = {
-    "throughput": _throughput, "recovery": _recovery, "memory": _memory,
-    "sdk": _sdk, "proxy": _proxy, "cache": _cache, "console": _console, "engine": _engine,
-    "admin_stall": _admin_stall, "scale_out": _scale_out,
+    "throughput": _throughput,
+    "recovery": _recovery,
+    "memory": _memory,
+    "sdk": _sdk,
+    "proxy": _proxy,
+    "cache": _cache,
+    "console": _console,
+    "engine": _engine,
+    "admin_stall": _admin_stall,
+    "scale_out": _scale_out,
 }
 
 
@@ -153,11 +165,16 @@ def main() -> None:
     if args.only and (RESULTS / "latest.json").exists():
         # A partial run updates its sections and keeps the others' last figures.
         previous = json.loads((RESULTS / "latest.json").read_text())
-    results: dict[str, Any] = {**previous,
-        "machine": {"cpus": os.cpu_count(), "python": platform.python_version(),
-                    "platform": platform.platform(),
-                    "loadavg_start": os.getloadavg()},
-        "quick": args.quick, "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+    results: dict[str, Any] = {
+        **previous,
+        "machine": {
+            "cpus": os.cpu_count(),
+            "python": platform.python_version(),
+            "platform": platform.platform(),
+            "loadavg_start": os.getloadavg(),
+        },
+        "quick": args.quick,
+        "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
     }
     sections = []
     texts: dict[str, str] = dict(previous.get("_texts", {})) or _md_sections(previous)
@@ -174,9 +191,11 @@ def main() -> None:
     sections = [f"## {name}\n\n{texts[name]}\n" for name in BENCHES if name in texts]
     RESULTS.mkdir(exist_ok=True)
     (RESULTS / "latest.json").write_text(json.dumps(results, indent=1, default=str))
-    header = (f"# ram-a-kv benchmarks ({results['started']}, {os.cpu_count()} CPUs, "
-              f"load {results['machine']['loadavg_start'][0]:.1f} at start)\n\n"
-              "Every speed figure is a ratio against a reference measured in the same run.\n\n")
+    header = (
+        f"# ram-a-kv benchmarks ({results['started']}, {os.cpu_count()} CPUs, "
+        f"load {results['machine']['loadavg_start'][0]:.1f} at start)\n\n"
+        "Every speed figure is a ratio against a reference measured in the same run.\n\n"
+    )
     (RESULTS / "latest.md").write_text(header + "\n".join(sections))
     print(f"wrote {RESULTS / 'latest.json'} and {RESULTS / 'latest.md'}")
 

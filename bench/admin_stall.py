@@ -46,14 +46,21 @@ async def _max_stall(work: Any) -> tuple[float, float]:
 async def measure(sessions: int = 20000, refs: int = 100) -> dict[str, Any]:
     with tempfile.TemporaryDirectory() as tmp:
         path = str(Path(tmp) / "s.db")
-        svc = EventService(Config(session_store_path=path, noop_backend=True),
-                           SqliteSessionStore(path), NoopBackend())
+        svc = EventService(
+            Config(session_store_path=path, noop_backend=True),
+            SqliteSessionStore(path),
+            NoopBackend(),
+        )
         await svc.start()
         shared = [f"{i:016x}" for i in range(refs // 2)]
-        svc.manager.load([
-            Session(f"s{i}", tuple(shared + [f"{i:08x}{k:08x}" for k in range(refs - len(shared))]))
-            for i in range(sessions)
-        ])
+        svc.manager.load(
+            [
+                Session(
+                    f"s{i}", tuple(shared + [f"{i:08x}{k:08x}" for k in range(refs - len(shared))])
+                )
+                for i in range(sessions)
+            ]
+        )
         target = [shared[0]]
 
         async def chunk_info_one_piece() -> None:  # what chunk_info did: holders_of at once

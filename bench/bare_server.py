@@ -8,8 +8,11 @@ import sys
 from aiohttp import web
 
 ANSWER = json.dumps(
-    {"ok": True, "type": "turn_end",
-     "data": {"evicted_count": 0, "map_updated": True, "debug_written": False}}
+    {
+        "ok": True,
+        "type": "turn_end",
+        "data": {"evicted_count": 0, "map_updated": True, "debug_written": False},
+    }
 )
 
 

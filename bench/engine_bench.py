@@ -46,9 +46,22 @@ def _proxy(upstream: str, daemon_url: str, log: Path) -> Iterator[str]:
     port = procs.free_port()
     with open(log, "wb") as out:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "ramakv_sdk.proxy", "--upstream", upstream, "--daemon",
-             daemon_url, "--listen", f"127.0.0.1:{port}", "--log-level", "WARNING"],
-            stdout=out, stderr=subprocess.STDOUT)
+            [
+                sys.executable,
+                "-m",
+                "ramakv_sdk.proxy",
+                "--upstream",
+                upstream,
+                "--daemon",
+                daemon_url,
+                "--listen",
+                f"127.0.0.1:{port}",
+                "--log-level",
+                "WARNING",
+            ],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
     url = f"http://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + 60
@@ -73,15 +86,19 @@ def _event(daemon_url: str, body: dict[str, Any]) -> dict[str, Any]:
 def _tiers(memory_url: str, hashes: list[str]) -> dict[str, list[str]]:
     if not hashes:
         return {}
-    return httpx.post(memory_url + "/memory/query", json={"chunk_hashes": hashes},
-                      timeout=TIMEOUT).json()
+    return httpx.post(
+        memory_url + "/memory/query", json={"chunk_hashes": hashes}, timeout=TIMEOUT
+    ).json()
 
 
 def _lmcache_hit_tokens(engine_url: str) -> float:
     """lmcache's own counter of tokens it served (vLLM's /metrics, multiprocess mode)."""
     text = httpx.get(engine_url + "/metrics", timeout=TIMEOUT).text
-    return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
-               if line.startswith("lmcache:num_hit_tokens_total"))
+    return sum(
+        float(line.rsplit(" ", 1)[1])
+        for line in text.splitlines()
+        if line.startswith("lmcache:num_hit_tokens_total")
+    )
 
 
 def _wait_daemon_idle(daemon_url: str, timeout: float = 60.0) -> None:
@@ -89,8 +106,11 @@ def _wait_daemon_idle(daemon_url: str, timeout: float = 60.0) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         text = httpx.get(daemon_url + "/metrics", timeout=TIMEOUT).text
-        pending = sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
-                      if line.startswith("ramakv_evict_outbox") and not line.startswith("#"))
+        pending = sum(
+            float(line.rsplit(" ", 1)[1])
+            for line in text.splitlines()
+            if line.startswith("ramakv_evict_outbox") and not line.startswith("#")
+        )
         if pending == 0:
             return
         time.sleep(0.02)
@@ -107,8 +127,7 @@ class Side:
 
     def play(self, step: Step) -> None:
         """Send one step of the schedule (a host event, or a turn measured)."""
-        events = {SUSPEND: "session_suspend", RESTORE: "snapshot_restore",
-                  CLOSE: "session_close"}
+        events = {SUSPEND: "session_suspend", RESTORE: "snapshot_restore", CLOSE: "session_close"}
         if step.kind in events:
             _event(self.daemon_url, {"type": events[step.kind], "session_id": step.session})
             return
@@ -116,10 +135,12 @@ class Side:
         hashes = chain_hashes_hex(step.prompt, CHUNK, False)
         where = _tiers(self.engine.memory_url, hashes)
         t0 = time.perf_counter()
-        r = httpx.post(self.proxy_url + "/v1/completions", timeout=TIMEOUT,
-                       headers={"X-Session-Id": step.session},
-                       json={"model": "tiny", "prompt": step.prompt, "max_tokens": 1,
-                             "temperature": 0})
+        r = httpx.post(
+            self.proxy_url + "/v1/completions",
+            timeout=TIMEOUT,
+            headers={"X-Session-Id": step.session},
+            json={"model": "tiny", "prompt": step.prompt, "max_tokens": 1, "temperature": 0},
+        )
         ttft = time.perf_counter() - t0
         r.raise_for_status()
         params = r.json()["kv_transfer_params"]
@@ -128,13 +149,16 @@ class Side:
         held = 0  # the prefix the tiers held just before: what LMCache could have served
         while held < len(hashes) and where.get(hashes[held]):
             held += 1
-        self.turns.append({
-            "prompt_tokens": len(step.prompt), "cached_tokens": cached,
-            "held_tokens": held * CHUNK,
-            "ddr_tokens": CHUNK * sum(CPU in where.get(h, [])
-                                      for h in hashes[: cached // CHUNK]),
-            "ttft_ms": ttft * 1000,
-        })
+        self.turns.append(
+            {
+                "prompt_tokens": len(step.prompt),
+                "cached_tokens": cached,
+                "held_tokens": held * CHUNK,
+                "ddr_tokens": CHUNK
+                * sum(CPU in where.get(h, []) for h in hashes[: cached // CHUNK]),
+                "ttft_ms": ttft * 1000,
+            }
+        )
 
     def summary(self) -> dict[str, Any]:
         ttfts = sorted(t["ttft_ms"] for t in self.turns)
@@ -142,12 +166,16 @@ class Side:
         cached = sum(t["cached_tokens"] for t in self.turns)
         ddr = sum(t["ddr_tokens"] for t in self.turns)
         return {
-            "turns": len(self.turns), "prompt_tokens": prompt,
-            "recomputed_tokens": prompt - cached, "cached_tokens": cached,
-            "ddr_tokens": ddr, "disk_tokens": cached - ddr,
+            "turns": len(self.turns),
+            "prompt_tokens": prompt,
+            "recomputed_tokens": prompt - cached,
+            "cached_tokens": cached,
+            "ddr_tokens": ddr,
+            "disk_tokens": cached - ddr,
             # Held in a tier at lookup time but not served (e.g. no DDR room to load into).
-            "held_not_served_tokens": sum(max(0, t["held_tokens"] - t["cached_tokens"])
-                                          for t in self.turns),
+            "held_not_served_tokens": sum(
+                max(0, t["held_tokens"] - t["cached_tokens"]) for t in self.turns
+            ),
             "lmcache_hit_tokens": _lmcache_hit_tokens(self.engine.url) - self.hits_before,
             "ttft_mean_ms": round(statistics.fmean(ttfts), 2),
             "ttft_p90_ms": round(ttfts[int(0.9 * (len(ttfts) - 1))], 2),
@@ -180,23 +208,32 @@ def _calibrate(engine: EngineProcess, shape: Shape) -> dict[str, float]:
 
         def once(prompt: list[int]) -> float:
             t0 = time.perf_counter()
-            httpx.post(engine.url + "/v1/completions", timeout=TIMEOUT, json={
-                "model": "tiny", "prompt": prompt, "max_tokens": 1}).raise_for_status()
+            httpx.post(
+                engine.url + "/v1/completions",
+                timeout=TIMEOUT,
+                json={"model": "tiny", "prompt": prompt, "max_tokens": 1},
+            ).raise_for_status()
             return time.perf_counter() - t0
 
         out["cold"].append(once(prompt))
         out["ddr"].append(once(prompt))
-        httpx.post(engine.memory_url + "/memory/evict",
-                   json={"chunk_hashes": hashes, "locations": [CPU]}, timeout=TIMEOUT)
+        httpx.post(
+            engine.memory_url + "/memory/evict",
+            json={"chunk_hashes": hashes, "locations": [CPU]},
+            timeout=TIMEOUT,
+        )
         out["disk"].append(once(prompt))
-        httpx.post(engine.memory_url + "/memory/evict", json={"chunk_hashes": hashes},
-                   timeout=TIMEOUT)
+        httpx.post(
+            engine.memory_url + "/memory/evict", json={"chunk_hashes": hashes}, timeout=TIMEOUT
+        )
     med = {k: statistics.median(v) for k, v in out.items()}
-    return {"runs_ms": {k: [round(x * 1000, 1) for x in v] for k, v in out.items()},
-            "cold_8_chunks_ms": round(med["cold"] * 1000, 2),
-            "ddr_8_chunks_ms": round(med["ddr"] * 1000, 2),
-            "disk_8_chunks_ms": round(med["disk"] * 1000, 2),
-            "prefill_tokens_per_s": round(8 * CHUNK / max(med["cold"] - med["ddr"], 1e-4), 1)}
+    return {
+        "runs_ms": {k: [round(x * 1000, 1) for x in v] for k, v in out.items()},
+        "cold_8_chunks_ms": round(med["cold"] * 1000, 2),
+        "ddr_8_chunks_ms": round(med["ddr"] * 1000, 2),
+        "disk_8_chunks_ms": round(med["disk"] * 1000, 2),
+        "prefill_tokens_per_s": round(8 * CHUNK / max(med["cold"] - med["ddr"], 1e-4), 1),
+    }
 
 
 def model_beside(shape: Shape, cal: dict[str, float]) -> dict[str, Any]:
@@ -209,20 +246,34 @@ def model_beside(shape: Shape, cal: dict[str, float]) -> dict[str, Any]:
     chunk_bytes = int(CHUNK_MIB * 2**20)
     per_chunk_ddr = max(cal["ddr_8_chunks_ms"] / 8 / 1000, 1e-6)
     per_chunk_disk = max(cal["disk_8_chunks_ms"] / 8 / 1000, per_chunk_ddr)
-    cost = CostModel(chunk_bytes=chunk_bytes, ddr_bytes_per_s=chunk_bytes / per_chunk_ddr,
-                     ssd_bytes_per_s=chunk_bytes / per_chunk_disk,
-                     prefill_tokens_per_s=cal["prefill_tokens_per_s"])
-    params = WorkloadParams(sessions=shape.sessions, duration_s=600.0,
-                            system_tokens=shape.system_tokens,
-                            agent_turns_mean=float(shape.turns), tasks_mean=1.0,
-                            tool_tokens_median=float(shape.step_tokens))
-    runs = {pol.name: suite._one((params, cost, pol, 0.25, 1.0, "engine"))
-            for pol in (LRU, STEERED)}
+    cost = CostModel(
+        chunk_bytes=chunk_bytes,
+        ddr_bytes_per_s=chunk_bytes / per_chunk_ddr,
+        ssd_bytes_per_s=chunk_bytes / per_chunk_disk,
+        prefill_tokens_per_s=cal["prefill_tokens_per_s"],
+    )
+    params = WorkloadParams(
+        sessions=shape.sessions,
+        duration_s=600.0,
+        system_tokens=shape.system_tokens,
+        agent_turns_mean=float(shape.turns),
+        tasks_mean=1.0,
+        tool_tokens_median=float(shape.step_tokens),
+    )
+    runs = {
+        pol.name: suite._one((params, cost, pol, 0.25, 1.0, "engine")) for pol in (LRU, STEERED)
+    }
     pair = suite._pair(runs[LRU.name], runs[STEERED.name])
-    return {"capacity": 0.25, "cost": {"prefill_tokens_per_s": cost.prefill_tokens_per_s,
-                                       "ddr_chunk_ms": round(per_chunk_ddr * 1000, 3),
-                                       "disk_chunk_ms": round(per_chunk_disk * 1000, 3)},
-            "recompute_gain": pair["slow_path_gain"], "ttft_reduction": pair["ttft_reduction"]}
+    return {
+        "capacity": 0.25,
+        "cost": {
+            "prefill_tokens_per_s": cost.prefill_tokens_per_s,
+            "ddr_chunk_ms": round(per_chunk_ddr * 1000, 3),
+            "disk_chunk_ms": round(per_chunk_disk * 1000, 3),
+        },
+        "recompute_gain": pair["slow_path_gain"],
+        "ttft_reduction": pair["ttft_reduction"],
+    }
 
 
 @contextlib.contextmanager
@@ -230,14 +281,20 @@ def _side(name: str, root: Path, shape: Shape, steered: bool) -> Iterator[Side]:
     """An engine with bounded tiers, a daemon (steering it, or a no-op) and a proxy."""
     first = free_ports(3)
     settings = EngineSettings(
-        work_dir=root / name, port=first, api_port_start=first + 1,
-        ddr_gb=shape.ddr_chunks * CHUNK_MIB / 1024, disk_gb=shape.disk_chunks * CHUNK_MIB / 1024)
+        work_dir=root / name,
+        port=first,
+        api_port_start=first + 1,
+        ddr_gb=shape.ddr_chunks * CHUNK_MIB / 1024,
+        disk_gb=shape.disk_chunks * CHUNK_MIB / 1024,
+    )
     settings.work_dir.mkdir(parents=True, exist_ok=True)
     with EngineProcess(settings).start() as engine:
         engine.wait_ready(900)
         extra = f'lmcache_url = "{engine.memory_url}"\n' if steered else ""
-        with procs.daemon(noop=not steered, extra_config=extra) as (port, _), \
-                _proxy(engine.url, f"http://127.0.0.1:{port}", root / f"proxy-{name}.log") as url:
+        with (
+            procs.daemon(noop=not steered, extra_config=extra) as (port, _),
+            _proxy(engine.url, f"http://127.0.0.1:{port}", root / f"proxy-{name}.log") as url,
+        ):
             yield Side(name, engine, f"http://127.0.0.1:{port}", url)
 
 
@@ -248,21 +305,36 @@ def run(quick: bool = False, work_dir: str | None = None) -> dict[str, Any]:
     steps = schedule(shape)
     with tempfile.TemporaryDirectory(prefix="ramakv-engine-bench-") as tmp:
         root = Path(work_dir or tmp)
-        with _side("alone", root, shape, False) as alone, \
-                _side("steered", root, shape, True) as steered:
+        with (
+            _side("alone", root, shape, False) as alone,
+            _side("steered", root, shape, True) as steered,
+        ):
             cal = _calibrate(steered.engine, shape)  # also warms both up
             _calibrate(alone.engine, shape)
             for i, step in enumerate(steps):
                 for side in (alone, steered) if i % 2 == 0 else (steered, alone):
                     side.play(step)
             phases = {"alone": alone.summary(), "steered": steered.summary()}
-            faults = {side.name: {bad: side.engine.log_text().count(bad) for bad in (
-                "Double free", "Traceback", "degraded mode", "Insufficient evictable disk",
-                "Failed to allocate")} for side in (alone, steered)}
+            faults = {
+                side.name: {
+                    bad: side.engine.log_text().count(bad)
+                    for bad in (
+                        "Double free",
+                        "Traceback",
+                        "degraded mode",
+                        "Insufficient evictable disk",
+                        "Failed to allocate",
+                    )
+                }
+                for side in (alone, steered)
+            }
     a, b = phases["alone"], phases["steered"]
     gain = a["recomputed_tokens"] / b["recomputed_tokens"] if b["recomputed_tokens"] else 0.0
     result = {
-        "shape": asdict(shape), "steps": len(steps), "calibration": cal, **phases,
+        "shape": asdict(shape),
+        "steps": len(steps),
+        "calibration": cal,
+        **phases,
         "floor_tokens": floor_tokens(steps),
         "recompute_gain": round(gain, 3),
         "ttft_reduction": round(1 - b["ttft_mean_ms"] / a["ttft_mean_ms"], 4),
@@ -276,8 +348,17 @@ def run(quick: bool = False, work_dir: str | None = None) -> dict[str, Any]:
 def table(res: dict[str, Any]) -> str:
     """Markdown: the two phases side by side, the ratios, the model beside them."""
     rows = ["| | LMCache alone | steered |", "|---|---|---|"]
-    for key in ("turns", "prompt_tokens", "recomputed_tokens", "ddr_tokens", "disk_tokens",
-                "held_not_served_tokens", "lmcache_hit_tokens", "ttft_mean_ms", "ttft_p90_ms"):
+    for key in (
+        "turns",
+        "prompt_tokens",
+        "recomputed_tokens",
+        "ddr_tokens",
+        "disk_tokens",
+        "held_not_served_tokens",
+        "lmcache_hit_tokens",
+        "ttft_mean_ms",
+        "ttft_p90_ms",
+    ):
         rows.append(f"| {key} | {res['alone'][key]} | {res['steered'][key]} |")
     m, cal = res["model"], res["calibration"]
     rows += [

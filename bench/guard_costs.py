@@ -76,13 +76,23 @@ async def measure(events: int = 16000) -> dict:
         plain.append(await _cpu_per_event(events, False))
         ids.append(await _cpu_per_event(events, True))
     check, commit = await _file_check_vs_commit()
-    return {"plain_us": min(plain), "event_id_us": min(ids), "ratio": min(ids) / min(plain),
-            "files_check_us": check, "commit_us": commit, "check_share": check / commit}
+    return {
+        "plain_us": min(plain),
+        "event_id_us": min(ids),
+        "ratio": min(ids) / min(plain),
+        "files_check_us": check,
+        "commit_us": commit,
+        "check_share": check / commit,
+    }
 
 
 if __name__ == "__main__":
     r = asyncio.run(measure(int(next((a for a in sys.argv[1:] if a.isdigit()), 16000))))
-    print(f"turn_end CPU: {r['plain_us']:.1f} µs plain, {r['event_id_us']:.1f} µs with an "
-          f"event_id (ratio {r['ratio']:.2f}; best of 2 interleaved runs each)")
-    print(f"files check after each commit: {r['files_check_us']:.2f} µs against "
-          f"{r['commit_us']:.1f} µs for a one-session commit ({r['check_share']:.1%})")
+    print(
+        f"turn_end CPU: {r['plain_us']:.1f} µs plain, {r['event_id_us']:.1f} µs with an "
+        f"event_id (ratio {r['ratio']:.2f}; best of 2 interleaved runs each)"
+    )
+    print(
+        f"files check after each commit: {r['files_check_us']:.2f} µs against "
+        f"{r['commit_us']:.1f} µs for a one-session commit ({r['check_share']:.1%})"
+    )

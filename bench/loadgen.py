@@ -24,8 +24,15 @@ def build_request(host: str, port: int, path: str, body: bytes) -> bytes:
 
 
 async def _worker(
-    host: str, port: int, path: str, bodies: Callable[[int], bytes], deadline: float,
-    latencies: list[float], errors: list[int], worker_id: int, rate_per_worker: float | None,
+    host: str,
+    port: int,
+    path: str,
+    bodies: Callable[[int], bytes],
+    deadline: float,
+    latencies: list[float],
+    errors: list[int],
+    worker_id: int,
+    rate_per_worker: float | None,
     phase: float = 0.0,
 ) -> None:
     reader, writer = await asyncio.open_connection(host, port)
@@ -66,8 +73,14 @@ async def _worker(
 
 
 async def run_load(
-    host: str, port: int, bodies: Callable[[int], bytes], *, concurrency: int, seconds: float,
-    path: str = "/event", rate: float | None = None,
+    host: str,
+    port: int,
+    bodies: Callable[[int], bytes],
+    *,
+    concurrency: int,
+    seconds: float,
+    path: str = "/event",
+    rate: float | None = None,
 ) -> dict[str, float]:
     """Drive ``concurrency`` keep-alive connections for ``seconds``; return rate and latencies."""
     latencies: list[float] = []
@@ -75,11 +88,23 @@ async def run_load(
     start = time.perf_counter()
     deadline = start + seconds
     per_worker = rate / concurrency if rate else None
-    await asyncio.gather(*(
-        _worker(host, port, path, bodies, deadline, latencies, errors, w, per_worker,
-                w / concurrency)
-        for w in range(concurrency)
-    ))
+    await asyncio.gather(
+        *(
+            _worker(
+                host,
+                port,
+                path,
+                bodies,
+                deadline,
+                latencies,
+                errors,
+                w,
+                per_worker,
+                w / concurrency,
+            )
+            for w in range(concurrency)
+        )
+    )
     elapsed = time.perf_counter() - start
     latencies.sort()
     n = len(latencies)
@@ -88,8 +113,13 @@ async def run_load(
         return latencies[min(n - 1, int(p * n))] * 1000 if n else float("nan")
 
     return {
-        "requests": n, "errors": len(errors), "seconds": elapsed, "rps": n / elapsed,
-        "p50_ms": pct(0.50), "p99_ms": pct(0.99), "p999_ms": pct(0.999),
+        "requests": n,
+        "errors": len(errors),
+        "seconds": elapsed,
+        "rps": n / elapsed,
+        "p50_ms": pct(0.50),
+        "p99_ms": pct(0.99),
+        "p999_ms": pct(0.999),
     }
 
 
@@ -103,8 +133,9 @@ def main() -> None:
     p.add_argument("--seconds", type=float, default=5)
     a = p.parse_args()
     body = a.body.encode()
-    res = asyncio.run(run_load(a.host, a.port, lambda i: body, concurrency=a.concurrency,
-                               seconds=a.seconds))
+    res = asyncio.run(
+        run_load(a.host, a.port, lambda i: body, concurrency=a.concurrency, seconds=a.seconds)
+    )
     json.dump(res, sys.stdout, indent=1)
 
 

@@ -19,8 +19,7 @@ def measure(n_sessions: int = 10000, chunks: int = 512, turns: int = TURNS) -> d
     input buffers are freed before measuring."""
     maps = session_maps(n_sessions, chunks)
     blobs = [
-        [json.dumps(m[: len(m) * (t + 1) // turns]).encode() for t in range(turns)]
-        for m in maps
+        [json.dumps(m[: len(m) * (t + 1) // turns]).encode() for t in range(turns)] for m in maps
     ]
     del maps
     limits = Limits(max_hashes_per_event=max(1000, chunks))
@@ -38,9 +37,14 @@ def measure(n_sessions: int = 10000, chunks: int = 512, turns: int = TURNS) -> d
     refs = m.refcounts.total_references()
     distinct = len(m.refcounts)
     return {
-        "sessions": n_sessions, "hashes_per_session": chunks, "turns": turns,
-        "references": refs, "distinct_chunks": distinct, "bytes": held,
-        "bytes_per_reference": held / refs, "bytes_per_distinct_chunk": held / distinct,
+        "sessions": n_sessions,
+        "hashes_per_session": chunks,
+        "turns": turns,
+        "references": refs,
+        "distinct_chunks": distinct,
+        "bytes": held,
+        "bytes_per_reference": held / refs,
+        "bytes_per_distinct_chunk": held / distinct,
     }
 
 

@@ -40,7 +40,9 @@ def wait_http(port: int, path: str = "/event", timeout: float = 30.0) -> None:
 
 @contextlib.contextmanager
 def daemon(
-    store: str | None = None, log_level: str = "WARNING", extra_config: str = "",
+    store: str | None = None,
+    log_level: str = "WARNING",
+    extra_config: str = "",
     noop: bool = True,
 ) -> Iterator[tuple[int, subprocess.Popen]]:
     """A real daemon (SQLite on disk; noop backend unless ``noop=False``, then extra_config
@@ -54,7 +56,9 @@ def daemon(
         )
         proc = subprocess.Popen(
             [sys.executable, "-m", "ramakv_daemon", "--config", str(cfg), "--log-level", log_level],
-            cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+            cwd=ROOT,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
             env={**os.environ, "PYTHONUNBUFFERED": "1"},
         )
         try:
@@ -73,8 +77,10 @@ def bare_server() -> Iterator[int]:
     """The bare aiohttp reference server on a free port."""
     port = free_port()
     proc = subprocess.Popen(
-        [sys.executable, "-m", "bench.bare_server", str(port)], cwd=ROOT,
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        [sys.executable, "-m", "bench.bare_server", str(port)],
+        cwd=ROOT,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
     )
     try:
         wait_http(port)

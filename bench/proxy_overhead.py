@@ -22,9 +22,13 @@ import aiohttp
 from bench.procs import ROOT, bare_server, daemon, free_port
 
 SID = (lambda i: "") if "--no-session" in sys.argv else (lambda i: f"s{i % 32}")  # noqa: E731
-BODY = {"model": "m", "messages": [
-    {"role": "system", "content": "You are a careful agent. " * 40},
-    {"role": "user", "content": "Summarise the repository layout."}]}
+BODY = {
+    "model": "m",
+    "messages": [
+        {"role": "system", "content": "You are a careful agent. " * 40},
+        {"role": "user", "content": "Summarise the repository layout."},
+    ],
+}
 
 
 def start(argv: list[str], probe: str) -> subprocess.Popen:
@@ -44,8 +48,11 @@ async def one(http: aiohttp.ClientSession, url: str, stream: bool, sid: str) -> 
     """(time to first body byte, time to the end) of one request, in seconds."""
     t0 = time.perf_counter()
     first = 0.0
-    async with http.post(f"{url}/v1/chat/completions", json={**BODY, "stream": stream},
-                         headers={"X-Session-Id": sid} if sid else {}) as r:
+    async with http.post(
+        f"{url}/v1/chat/completions",
+        json={**BODY, "stream": stream},
+        headers={"X-Session-Id": sid} if sid else {},
+    ) as r:
         async for _ in r.content.iter_any():
             if not first:
                 first = time.perf_counter() - t0
@@ -80,10 +87,12 @@ async def measure(engine: str, proxy: str, n: int) -> dict:
                     "proxy_p50_ms": statistics.median(pp),
                     "added_p50_ms": statistics.median(diff),
                 }
-                print(f"{label:14} {name:10} direct p50 {statistics.median(dd):6.2f} ms  "
-                      f"proxy p50 {statistics.median(pp):6.2f} ms  added p50 "
-                      f"{statistics.median(diff):5.2f} ms  p99 "
-                      f"{pct(pp, .99) - pct(dd, .99):5.2f} ms")
+                print(
+                    f"{label:14} {name:10} direct p50 {statistics.median(dd):6.2f} ms  "
+                    f"proxy p50 {statistics.median(pp):6.2f} ms  added p50 "
+                    f"{statistics.median(diff):5.2f} ms  p99 "
+                    f"{pct(pp, 0.99) - pct(dd, 0.99):5.2f} ms"
+                )
     return out
 
 
@@ -102,18 +111,36 @@ def collect(n: int = 300, argv: list[str] | None = None) -> dict:
             target = dead
         elif "--bare-daemon" in argv:  # a constant-answer stand-in: the proxy's own cost
             target = bare_port
-        engine = start([sys.executable, engine_py, "--listen", f"127.0.0.1:{engine_port}"],
-                       f"http://127.0.0.1:{engine_port}/v1/models")
-        proxy = start([sys.executable, "-m", "ramakv_sdk.proxy", "--upstream",
-                       f"http://127.0.0.1:{engine_port}", "--listen", f"127.0.0.1:{proxy_port}",
-                       "--daemon", f"http://127.0.0.1:{target}", "--log-level", "WARNING"],
-                      f"http://127.0.0.1:{proxy_port}/_ramakv/stats")
+        engine = start(
+            [sys.executable, engine_py, "--listen", f"127.0.0.1:{engine_port}"],
+            f"http://127.0.0.1:{engine_port}/v1/models",
+        )
+        proxy = start(
+            [
+                sys.executable,
+                "-m",
+                "ramakv_sdk.proxy",
+                "--upstream",
+                f"http://127.0.0.1:{engine_port}",
+                "--listen",
+                f"127.0.0.1:{proxy_port}",
+                "--daemon",
+                f"http://127.0.0.1:{target}",
+                "--log-level",
+                "WARNING",
+            ],
+            f"http://127.0.0.1:{proxy_port}/_ramakv/stats",
+        )
         try:
             print(f"ramakv-proxy overhead, {n} requests each way, sequential, keep-alive")
-            result = asyncio.run(measure(f"http://127.0.0.1:{engine_port}",
-                                         f"http://127.0.0.1:{proxy_port}", n))
-            stats = urllib.request.urlopen(
-                f"http://127.0.0.1:{proxy_port}/_ramakv/stats", timeout=5).read().decode()
+            result = asyncio.run(
+                measure(f"http://127.0.0.1:{engine_port}", f"http://127.0.0.1:{proxy_port}", n)
+            )
+            stats = (
+                urllib.request.urlopen(f"http://127.0.0.1:{proxy_port}/_ramakv/stats", timeout=5)
+                .read()
+                .decode()
+            )
             print(f"proxy event counters: {stats}")
             return result
         finally:

@@ -32,8 +32,12 @@ def measure(n_sessions: int, chunks: int = 512) -> dict:
             ready = time.perf_counter() - t0
             rss = rss_mib(proc.pid)
         return {
-            "sessions": n_sessions, "hashes_per_session": chunks, "references": refs,
-            "distinct_chunks": distinct, "ready_s": ready, "rss_mib": rss,
+            "sessions": n_sessions,
+            "hashes_per_session": chunks,
+            "references": refs,
+            "distinct_chunks": distinct,
+            "ready_s": ready,
+            "rss_mib": rss,
             "db_mib": 0.0,
         }
 

@@ -43,13 +43,17 @@ def throughput(server: PostgresServer, seconds: float, rounds: int) -> dict:
     """Max-rate turn_end on both stores, rounds interleaved; best rate, its p50/p99."""
     runs: dict[str, list[dict]] = {"sqlite": [], "postgresql": []}
     url = server.create_database()
-    with daemon() as (sqlite_port, _), daemon(extra_config=_pg_config(url, "bench")) as (
-        pg_port, _
+    with (
+        daemon() as (sqlite_port, _),
+        daemon(extra_config=_pg_config(url, "bench")) as (pg_port, _),
     ):
         for _ in range(rounds):
             for name, port in (("sqlite", sqlite_port), ("postgresql", pg_port)):
-                runs[name].append(asyncio.run(run_load(
-                    "127.0.0.1", port, turn_end_body, concurrency=32, seconds=seconds)))
+                runs[name].append(
+                    asyncio.run(
+                        run_load("127.0.0.1", port, turn_end_body, concurrency=32, seconds=seconds)
+                    )
+                )
     best = {k: max(v, key=lambda r: r["rps"]) for k, v in runs.items()}
     best["ratio_rps"] = best["postgresql"]["rps"] / best["sqlite"]["rps"]
     best["ratio_p99"] = best["postgresql"]["p99_ms"] / best["sqlite"]["p99_ms"]
@@ -60,6 +64,7 @@ async def _handovers(a_port: int, b_port: int, n: int) -> list[float]:
     """Seconds from posting turn_start to b until a's trace shows the session released."""
     out: list[float] = []
     async with aiohttp.ClientSession() as http:
+
         async def post(port: int, body: dict) -> dict:
             async with http.post(f"http://127.0.0.1:{port}/event", json=body) as r:
                 return await r.json()
@@ -69,15 +74,24 @@ async def _handovers(a_port: int, b_port: int, n: int) -> list[float]:
             for i in range(n):
                 sid = f"handover-{i}"
                 hashes = ["sys", f"{sid}-1", f"{sid}-2"]
-                answer = await post(a_port, {"type": "turn_end", "session_id": sid,
-                                             "kv_transfer_params": {"chunk_hashes": hashes}})
+                answer = await post(
+                    a_port,
+                    {
+                        "type": "turn_end",
+                        "session_id": sid,
+                        "kv_transfer_params": {"chunk_hashes": hashes},
+                    },
+                )
                 assert answer["ok"], answer
                 t0 = time.perf_counter()
                 assert (await post(b_port, {"type": "turn_start", "session_id": sid}))["ok"]
                 while True:
                     rec = await ws.receive_json(timeout=30)
-                    if (rec.get("kind") == "event" and rec.get("type") == "session_close"
-                            and rec.get("session_id") == sid):
+                    if (
+                        rec.get("kind") == "event"
+                        and rec.get("type") == "session_close"
+                        and rec.get("session_id") == sid
+                    ):
                         break
                 out.append(time.perf_counter() - t0)
     return out
@@ -85,12 +99,14 @@ async def _handovers(a_port: int, b_port: int, n: int) -> list[float]:
 
 def handover(server: PostgresServer, n: int) -> dict:
     url = server.create_database()
-    with daemon(extra_config=_pg_config(url, "a")) as (a_port, _), daemon(
-        extra_config=_pg_config(url, "b")
-    ) as (b_port, _):
+    with (
+        daemon(extra_config=_pg_config(url, "a")) as (a_port, _),
+        daemon(extra_config=_pg_config(url, "b")) as (b_port, _),
+    ):
         lat = sorted(asyncio.run(_handovers(a_port, b_port, n)))
     return {
-        "handovers": n, "p50_ms": statistics.median(lat) * 1000,
+        "handovers": n,
+        "p50_ms": statistics.median(lat) * 1000,
         "p99_ms": lat[min(len(lat) - 1, int(0.99 * len(lat)))] * 1000,
     }
 
@@ -100,8 +116,10 @@ def run(seconds: float = 5.0, rounds: int = 2, handovers: int = 200) -> dict:
     if server is None:
         return {"skipped": "PostgreSQL is not installed (no pg_ctl)"}
     try:
-        return {"turn_end": throughput(server, seconds, rounds),
-                "handover": handover(server, handovers)}
+        return {
+            "turn_end": throughput(server, seconds, rounds),
+            "handover": handover(server, handovers),
+        }
     finally:
         server.destroy()
 
@@ -114,10 +132,14 @@ def table(res: dict) -> str:
     for name in ("sqlite", "postgresql"):
         r = t[name]
         lines.append(f"| {name} | {r['rps']:.0f} | {r['p50_ms']:.2f} | {r['p99_ms']:.2f} |")
-    lines.append(f"\nPostgreSQL/SQLite: {t['ratio_rps']:.2f}x the rate, {t['ratio_p99']:.2f}x "
-                 f"the p99 (max rate, 32 connections, same run).")
-    lines.append(f"Handover (turn_start on node b -> node a's session_close in its trace), "
-                 f"{h['handovers']} sessions: p50 {h['p50_ms']:.2f} ms, p99 {h['p99_ms']:.2f} ms.")
+    lines.append(
+        f"\nPostgreSQL/SQLite: {t['ratio_rps']:.2f}x the rate, {t['ratio_p99']:.2f}x "
+        f"the p99 (max rate, 32 connections, same run)."
+    )
+    lines.append(
+        f"Handover (turn_start on node b -> node a's session_close in its trace), "
+        f"{h['handovers']} sessions: p50 {h['p50_ms']:.2f} ms, p99 {h['p99_ms']:.2f} ms."
+    )
     return "\n".join(lines)
 
 

@@ -61,8 +61,10 @@ def run(url: str, label: str, bursts: int) -> dict:
             "p50_us": (statistics.median(xs) - b50) / 1e3,
             "p99_us": (xs[int(len(xs) * 0.99)] - b50) / 1e3,
         }
-        print(f"daemon {label:4} {name:12} p50 {out[name]['p50_us']:5.2f} us  "
-              f"p99 {out[name]['p99_us']:6.2f} us  (no-op call p50 {b50 / 1e3:.2f} us)")
+        print(
+            f"daemon {label:4} {name:12} p50 {out[name]['p50_us']:5.2f} us  "
+            f"p99 {out[name]['p99_us']:6.2f} us  (no-op call p50 {b50 / 1e3:.2f} us)"
+        )
     out["counters"] = client.stats.as_dict()
     print(f"daemon {label:4} counters {out['counters']}")
     client.close(5)

@@ -28,13 +28,15 @@ async def measure(events: int = 20000, profile: bool = False) -> dict:
     with tempfile.TemporaryDirectory(prefix="ramakv-cpu-") as tmp:
         cfg = Config(session_store_path=f"{tmp}/s.db", noop_backend=True)
         svc = EventService(
-            cfg, SqliteSessionStore(cfg.session_store_path, cfg.sqlite_synchronous),
+            cfg,
+            SqliteSessionStore(cfg.session_store_path, cfg.sqlite_synchronous),
             NoopBackend(),
         )
         await svc.start()
         bodies = [
             turn_end_body(w * 1_000_000 + k)
-            for k in range(max(events, 2 * warm) // CONCURRENCY) for w in range(CONCURRENCY)
+            for k in range(max(events, 2 * warm) // CONCURRENCY)
+            for w in range(CONCURRENCY)
         ]
 
         async def burst(part: list[bytes]) -> None:
@@ -59,8 +61,10 @@ async def measure(events: int = 20000, profile: bool = False) -> dict:
 
 
 if __name__ == "__main__":
-    res = asyncio.run(measure(
-        int(next((a for a in sys.argv[1:] if a.isdigit()), 20000)), "--profile" in sys.argv
-    ))
-    print(f"{res['events']} turn_end events: {res['cpu_us_per_turn_end']:.1f} µs CPU each "
-          "(process time, all threads, cProfile adds ~2x when on)")
+    res = asyncio.run(
+        measure(int(next((a for a in sys.argv[1:] if a.isdigit()), 20000)), "--profile" in sys.argv)
+    )
+    print(
+        f"{res['events']} turn_end events: {res['cpu_us_per_turn_end']:.1f} µs CPU each "
+        "(process time, all threads, cProfile adds ~2x when on)"
+    )

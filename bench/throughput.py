@@ -27,10 +27,13 @@ def turn_end_body(i: int) -> bytes:
     worker, k = divmod(i, 1_000_000)
     s, turn = (worker * PER_WORKER + k % PER_WORKER) % SESSIONS, k // PER_WORKER
     own = [f"s{s}-c{k}" for k in range(turn * 28, turn * 28 + 56)]
-    return json.dumps({
-        "type": "turn_end", "session_id": f"bench-{s}",
-        "kv_transfer_params": {"chunk_hashes": SYSTEM_PREFIX + own},
-    }).encode()
+    return json.dumps(
+        {
+            "type": "turn_end",
+            "session_id": f"bench-{s}",
+            "kv_transfer_params": {"chunk_hashes": SYSTEM_PREFIX + own},
+        }
+    ).encode()
 
 
 def turn_start_body(i: int) -> bytes:
@@ -44,7 +47,9 @@ def health_body(i: int) -> bytes:
 
 
 WORKLOADS: dict[str, Callable[[int], bytes]] = {
-    "turn_end": turn_end_body, "turn_start": turn_start_body, "health": health_body,
+    "turn_end": turn_end_body,
+    "turn_start": turn_start_body,
+    "health": health_body,
 }
 
 
@@ -55,10 +60,24 @@ def run(seconds: float = 5.0, rounds: int = 2, concurrency: int = 32) -> dict:
         for name, bodies in WORKLOADS.items():
             bare_runs, daemon_runs = [], []
             for _ in range(rounds):
-                bare_runs.append(asyncio.run(run_load(
-                    "127.0.0.1", bare_port, bodies, concurrency=concurrency, seconds=seconds)))
-                daemon_runs.append(asyncio.run(run_load(
-                    "127.0.0.1", daemon_port, bodies, concurrency=concurrency, seconds=seconds)))
+                bare_runs.append(
+                    asyncio.run(
+                        run_load(
+                            "127.0.0.1", bare_port, bodies, concurrency=concurrency, seconds=seconds
+                        )
+                    )
+                )
+                daemon_runs.append(
+                    asyncio.run(
+                        run_load(
+                            "127.0.0.1",
+                            daemon_port,
+                            bodies,
+                            concurrency=concurrency,
+                            seconds=seconds,
+                        )
+                    )
+                )
             bare = max(bare_runs, key=lambda r: r["rps"])
             dmn = max(daemon_runs, key=lambda r: r["rps"])
             # Paced at half the daemon's best rate, the same load on both servers, rounds
@@ -66,13 +85,24 @@ def run(seconds: float = 5.0, rounds: int = 2, concurrency: int = 32) -> dict:
             halves, bare_halves = [], []
             for _ in range(max(rounds, 3)):
                 for port, runs in ((daemon_port, halves), (bare_port, bare_halves)):
-                    runs.append(asyncio.run(run_load(
-                        "127.0.0.1", port, bodies, concurrency=concurrency,
-                        seconds=seconds, rate=dmn["rps"] / 2)))
+                    runs.append(
+                        asyncio.run(
+                            run_load(
+                                "127.0.0.1",
+                                port,
+                                bodies,
+                                concurrency=concurrency,
+                                seconds=seconds,
+                                rate=dmn["rps"] / 2,
+                            )
+                        )
+                    )
             half = _median_by_p99(halves)
             bare_half = _median_by_p99(bare_halves)
             out[name] = {
-                "bare": bare, "daemon": dmn, "daemon_half_rate": half,
+                "bare": bare,
+                "daemon": dmn,
+                "daemon_half_rate": half,
                 "bare_half_rate": bare_half,
                 "ratio": dmn["rps"] / bare["rps"],
             }

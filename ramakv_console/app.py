@@ -40,8 +40,13 @@ def readable(data: Any) -> str:
     return ", ".join(parts) or "ok"
 
 
-VIEWS = {"sessions": "Sessions", "refcounts": "Refcounts", "trace": "Trace",
-         "fire": "Fire an event", "config": "Config editor"}
+VIEWS = {
+    "sessions": "Sessions",
+    "refcounts": "Refcounts",
+    "trace": "Trace",
+    "fire": "Fire an event",
+    "config": "Config editor",
+}
 
 
 class ConsoleApp(App[None]):
@@ -49,8 +54,13 @@ class ConsoleApp(App[None]):
 
     CSS_PATH = "app.tcss"
     TITLE = "ram-a-kv console"
-    MODES = {"sessions": SessionsScreen, "refcounts": RefcountsScreen, "trace": TraceScreen,
-             "fire": FireEventScreen, "config": ConfigScreen}
+    MODES = {
+        "sessions": SessionsScreen,
+        "refcounts": RefcountsScreen,
+        "trace": TraceScreen,
+        "fire": FireEventScreen,
+        "config": ConfigScreen,
+    }
     DEFAULT_MODE = "sessions"
     BINDINGS = [
         Binding("1", "view('sessions')", "Sessions"),
@@ -68,16 +78,25 @@ class ConsoleApp(App[None]):
     catalogue: reactive[dict[str, Any]] = reactive(dict)  # contract and admin events
     admin_events: frozenset[str] = frozenset()  # which of them list_events calls admin
 
-    def __init__(self, url: str, link: DaemonLink | None = None, *,
-                 daemon_config: Path | None = None, sdk_config: Path | None = None,
-                 theme: str | None = None, theme_dirs: list[Path] | None = None,
-                 clock: Callable[[], float] = time.time, flush_every: float = 0.1,
-                 token: str | None = None) -> None:
+    def __init__(
+        self,
+        url: str,
+        link: DaemonLink | None = None,
+        *,
+        daemon_config: Path | None = None,
+        sdk_config: Path | None = None,
+        theme: str | None = None,
+        theme_dirs: list[Path] | None = None,
+        clock: Callable[[], float] = time.time,
+        flush_every: float = 0.1,
+        token: str | None = None,
+    ) -> None:
         super().__init__()
         self.url = url
         self.sdk_config_path = sdk_config or config_io.sdk_config_path()
         self.link: DaemonLink = link or open_link(
-            url, token if token is not None else token_for(url, self.sdk_config_path))
+            url, token if token is not None else token_for(url, self.sdk_config_path)
+        )
         self.state = ConsoleState(clock=clock)
         self.last_changes = Changes()
         self.daemon_config_path = daemon_config or config_io.daemon_config_path()
@@ -96,8 +115,12 @@ class ConsoleApp(App[None]):
         for t in themes:
             self.register_theme(t)
         for p in problems:
-            self.notify(f"Theme file {p.path.name} ignored ({p.reason}); using the default.",
-                        title="Theme", severity="warning", timeout=10)
+            self.notify(
+                f"Theme file {p.path.name} ignored ({p.reason}); using the default.",
+                title="Theme",
+                severity="warning",
+                timeout=10,
+            )
         names = {t.name for t in themes}
         want = self.wanted_theme or DEFAULT_THEME
         if want in names or want in self.available_themes:
@@ -143,8 +166,11 @@ class ConsoleApp(App[None]):
         try:
             envelope = await self.link.send(event)
         except LinkDown as err:
-            envelope = {"ok": False, "type": event.get("type"),
-                        "error": f"daemon unreachable: {err}"}
+            envelope = {
+                "ok": False,
+                "type": event.get("type"),
+                "error": f"daemon unreachable: {err}",
+            }
         if not quiet:
             self.post_message(Daemon.EventAnswered(event, envelope))
         return envelope
@@ -169,8 +195,7 @@ class ConsoleApp(App[None]):
         if env.get("ok"):
             self.notify(f"{event_type} {session_id}: {readable(env.get('data'))}")
         else:
-            self.notify(f"{event_type} {session_id} failed: {env.get('error')}",
-                        severity="error")
+            self.notify(f"{event_type} {session_id} failed: {env.get('error')}", severity="error")
 
     def on_sessions_open(self, msg: Sessions.Open) -> None:
         self.push_screen(SessionDetailScreen(msg.session_id))
@@ -196,14 +221,18 @@ class ConsoleApp(App[None]):
     def get_system_commands(self, screen: Screen[Any]) -> Iterable[SystemCommand]:
         yield from super().get_system_commands(screen)
         for mode, title in VIEWS.items():
-            yield SystemCommand(f"Go to {title}", f"switch view ({mode})",
-                                partial(self.action_view, mode))
+            yield SystemCommand(
+                f"Go to {title}", f"switch view ({mode})", partial(self.action_view, mode)
+            )
         yield SystemCommand("Help", "keys and what each view does", self.action_help)
         for key, active in screen.active_bindings.items():
             b = active.binding
             if b.description and b.show and active.node is screen:
-                yield SystemCommand(f"{screen.sub_title or 'View'}: {b.description}",
-                                    f"key {key}", partial(screen.run_action, b.action))
+                yield SystemCommand(
+                    f"{screen.sub_title or 'View'}: {b.description}",
+                    f"key {key}",
+                    partial(screen.run_action, b.action),
+                )
 
     async def on_unmount(self) -> None:
         await self.link.aclose()

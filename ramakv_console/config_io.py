@@ -53,47 +53,95 @@ DAEMON_FIELDS: tuple[FieldSpec, ...] = (
     FieldSpec("max_hash_bytes", "int", 100, "longest chunk hash accepted"),
     FieldSpec("max_body_bytes", "int", 8 * 1024 * 1024, "largest request body"),
     FieldSpec("trace_buffer", "int", 10000, "trace records kept for ?since= replay"),
-    FieldSpec("trace_buffer_bytes", "int", 64 * 1024 * 1024,
-              "bytes of trace records kept for replay (oldest dropped first)"),
+    FieldSpec(
+        "trace_buffer_bytes",
+        "int",
+        64 * 1024 * 1024,
+        "bytes of trace records kept for replay (oldest dropped first)",
+    ),
     FieldSpec("trace_queue", "int", 1000, "per-subscriber queue before it is dropped"),
     FieldSpec("backend_timeout_s", "float", 5.0, "LMCache call timeout (seconds)"),
-    FieldSpec("evict_defer_s", "float", 1.0,
-              "a deferring cache holds each delete this long; a re-reference keeps it"),
+    FieldSpec(
+        "evict_defer_s",
+        "float",
+        1.0,
+        "a deferring cache holds each delete this long; a re-reference keeps it",
+    ),
     FieldSpec("auth_token", "secret", "", "bearer token (needed for a non-loopback bind)"),
     FieldSpec("max_sessions", "int", 1_000_000, "most live sessions accepted"),
     FieldSpec("idempotency_window", "int", 10000, "event ids remembered for de-duplication"),
     FieldSpec("idempotency_ttl_s", "float", 3600.0, "how long an event id is remembered (s)"),
-    FieldSpec("sqlite_synchronous", "choice:NORMAL,FULL,EXTRA", "NORMAL",
-              "SQLite synchronous mode: NORMAL, FULL or EXTRA"),
-    FieldSpec("sqlite_commit_thread", "bool", False, "group commits on the writer thread "
-              "(slow or network disks; always so with FULL/EXTRA)"),
-    FieldSpec("evict_locations", "list", [], "tiers a refcount-zero chunk is deleted from, "
-              "comma-separated (empty = every tier)"),
-    FieldSpec("ddr_budget_chunks", "count", 0, "DDR budget of the default namespace in "
-              "chunks (0 = none)"),
-    FieldSpec("turn_in_flight_timeout_s", "float", 600.0, "a turn_start without turn_end "
-              "stops protecting its session after this long (s)"),
-    FieldSpec("budget_check_interval_s", "float0", 1.0, "at most one budget pass per "
-              "namespace this often (s)"),
-    FieldSpec("fork_hold_ttl_s", "float0", 86400.0, "a fork hold older than this is "
-              "released as its fork_end would be (s; 0 = never)"),
+    FieldSpec(
+        "sqlite_synchronous",
+        "choice:NORMAL,FULL,EXTRA",
+        "NORMAL",
+        "SQLite synchronous mode: NORMAL, FULL or EXTRA",
+    ),
+    FieldSpec(
+        "sqlite_commit_thread",
+        "bool",
+        False,
+        "group commits on the writer thread (slow or network disks; always so with FULL/EXTRA)",
+    ),
+    FieldSpec(
+        "evict_locations",
+        "list",
+        [],
+        "tiers a refcount-zero chunk is deleted from, comma-separated (empty = every tier)",
+    ),
+    FieldSpec(
+        "ddr_budget_chunks", "count", 0, "DDR budget of the default namespace in chunks (0 = none)"
+    ),
+    FieldSpec(
+        "turn_in_flight_timeout_s",
+        "float",
+        600.0,
+        "a turn_start without turn_end stops protecting its session after this long (s)",
+    ),
+    FieldSpec(
+        "budget_check_interval_s",
+        "float0",
+        1.0,
+        "at most one budget pass per namespace this often (s)",
+    ),
+    FieldSpec(
+        "fork_hold_ttl_s",
+        "float0",
+        86400.0,
+        "a fork hold older than this is released as its fork_end would be (s; 0 = never)",
+    ),
     FieldSpec("max_forks_per_session", "int", 64, "most open forks one session may have"),
-    FieldSpec("ready_max_evict_backlog", "count", 100_000, "GET /readyz fails while more "
-              "evictions wait (0 = no bound)"),
+    FieldSpec(
+        "ready_max_evict_backlog",
+        "count",
+        100_000,
+        "GET /readyz fails while more evictions wait (0 = no bound)",
+    ),
     # A secret: the URL may carry a password (docs/scale-out.md).
-    FieldSpec("session_store_url", "secret", "", "postgresql:// URL of a store shared by "
-              "many nodes ('' = the SQLite file)"),
-    FieldSpec("node_id", "str", socket.gethostname(), "this daemon's node: the owner of "
-              "its sessions on a shared store"),
-    FieldSpec("postgres_pool_size", "int", 4, "PostgreSQL pool connections (plus one for "
-              "LISTEN)"),
+    FieldSpec(
+        "session_store_url",
+        "secret",
+        "",
+        "postgresql:// URL of a store shared by many nodes ('' = the SQLite file)",
+    ),
+    FieldSpec(
+        "node_id",
+        "str",
+        socket.gethostname(),
+        "this daemon's node: the owner of its sessions on a shared store",
+    ),
+    FieldSpec("postgres_pool_size", "int", 4, "PostgreSQL pool connections (plus one for LISTEN)"),
 )
 # Keys the form does not edit but every save keeps as they are: [[deployments]] tables
 # (edit them in the file; docs/namespaces.md).
 KEPT_AS_IS = frozenset({"deployments"})
 SDK_FIELDS: tuple[FieldSpec, ...] = (
-    FieldSpec("daemon_url", "url", "http://127.0.0.1:6998", "where SDK clients and the console "
-              "find the daemon"),
+    FieldSpec(
+        "daemon_url",
+        "url",
+        "http://127.0.0.1:6998",
+        "where SDK clients and the console find the daemon",
+    ),
 )
 # The daemon reads its config once at start-up: every change takes effect on restart.
 RESTART_KEYS = frozenset(f.name for f in DAEMON_FIELDS)
@@ -158,8 +206,9 @@ def parse_value(spec: FieldSpec, text: str) -> Any:
     if kind == "list":
         items = [p.strip() for p in t.split(",") if p.strip()]
         if any(not p.isidentifier() for p in items):
-            raise ValueError(f"{spec.name}: expected tier names like LocalCPUBackend, "
-                             "comma-separated")
+            raise ValueError(
+                f"{spec.name}: expected tier names like LocalCPUBackend, comma-separated"
+            )
         return items
     if kind == "addr":
         host, _, port = t.rpartition(":")
@@ -238,8 +287,9 @@ class Diff:
         return f"{self.key}: {toml_text(self.old)} -> {toml_text(self.new)}{note}"
 
 
-def merge(original: dict[str, Any], edits: dict[str, Any],
-          specs: tuple[FieldSpec, ...]) -> tuple[dict[str, Any], list[Diff]]:
+def merge(
+    original: dict[str, Any], edits: dict[str, Any], specs: tuple[FieldSpec, ...]
+) -> tuple[dict[str, Any], list[Diff]]:
     """``original`` with ``edits`` applied; unknown keys and tables kept in place.
 
     A key left unset in the file and edited to its default stays unset.

@@ -97,8 +97,11 @@ class SdkLink:
                         connected = False
                         code = rec.get("code")
                         why = rec.get("reason") or "connection lost"
-                        yield status(False, f"{why} (code {code})" if code else str(why),
-                                     str(rec.get("error") or "unreachable"))
+                        yield status(
+                            False,
+                            f"{why} (code {code})" if code else str(why),
+                            str(rec.get("error") or "unreachable"),
+                        )
                         if had_data and code != SLOW_CLOSE_CODE:
                             break  # resubscribe for a fresh snapshot (see above)
                         continue

@@ -9,8 +9,9 @@ from typing import Any
 HASH_LIST_FIELDS = frozenset({"chunk_hashes", "kv_transfer_params"})
 BOOL_FIELDS = frozenset({"dry_run", "force"})
 INT_FIELDS = frozenset({"limit", "offset", "fork_id"})
-TEXT_FIELDS = frozenset({"session_id", "source_session_id", "state", "idempotency_key",
-                         "namespace"})
+TEXT_FIELDS = frozenset(
+    {"session_id", "source_session_id", "state", "idempotency_key", "namespace"}
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -29,7 +30,7 @@ class FieldInput:
             "hashes": "one chunk hash per line (or a JSON object)",
             "bool": "",
             "int": "a whole number",
-            "json": "JSON, e.g. {\"key\": \"value\"}",
+            "json": 'JSON, e.g. {"key": "value"}',
         }[self.kind]
 
 
@@ -51,7 +52,8 @@ def form_fields(spec: dict[str, Any]) -> list[FieldInput]:
     req = [str(n) for n in spec.get("required") or []]
     opt = [str(n) for n in spec.get("optional") or [] if n not in req]
     return [FieldInput(n, field_kind(n), True) for n in req] + [
-        FieldInput(n, field_kind(n), False) for n in opt]
+        FieldInput(n, field_kind(n), False) for n in opt
+    ]
 
 
 def parse_hashes(text: str) -> list[str]:
@@ -59,8 +61,9 @@ def parse_hashes(text: str) -> list[str]:
     return [line.strip() for line in text.splitlines() if line.strip()]
 
 
-def build_event(event_type: str, fields: list[FieldInput],
-                values: dict[str, Any]) -> dict[str, Any]:
+def build_event(
+    event_type: str, fields: list[FieldInput], values: dict[str, Any]
+) -> dict[str, Any]:
     """The event object to POST; ValueError naming the field when a value is invalid.
 
     Empty optional fields are left out; an empty required field is an error (the
@@ -90,8 +93,9 @@ def build_event(event_type: str, fields: list[FieldInput],
                 event[f.name] = _json(f.name, text)
             else:
                 hashes = parse_hashes(text)
-                event[f.name] = {"chunk_hashes": hashes} if f.name == "kv_transfer_params" \
-                    else hashes
+                event[f.name] = (
+                    {"chunk_hashes": hashes} if f.name == "kv_transfer_params" else hashes
+                )
         else:
             event[f.name] = _json(f.name, text)
     return event
@@ -101,5 +105,6 @@ def _json(name: str, text: str) -> Any:
     try:
         return json.loads(text)
     except json.JSONDecodeError as err:
-        raise ValueError(f"{name}: invalid JSON ({err.msg} at line {err.lineno} "
-                         f"column {err.colno})") from None
+        raise ValueError(
+            f"{name}: invalid JSON ({err.msg} at line {err.lineno} column {err.colno})"
+        ) from None

@@ -38,8 +38,9 @@ class SessionView:
             state=str(d.get("state", "active")),
             turn_count=int(d.get("turn_count") or 0),
             chunk_count=int(d.get("chunk_count") or 0),
-            shared_count=(None if d.get("shared_count", 0) is None
-                          else int(d.get("shared_count") or 0)),
+            shared_count=(
+                None if d.get("shared_count", 0) is None else int(d.get("shared_count") or 0)
+            ),
             fork_holds=holds if isinstance(holds, int) else len(holds),
             last_event_ts=float(d.get("last_event_ts") or 0.0),
             namespace=str(d.get("namespace") or ""),
@@ -130,10 +131,13 @@ class ConsoleState:
     def fork_ages(self, sid: str) -> str:
         """'#1 5m, #3 2s' for the session's open forks; '-' when none."""
         now = self.clock()
-        return ", ".join(
-            f"#{f['fork_id']} {age_text(now - float(f.get('created_ts') or now))}"
-            for f in self.forks_of(sid)
-        ) or "-"
+        return (
+            ", ".join(
+                f"#{f['fork_id']} {age_text(now - float(f.get('created_ts') or now))}"
+                for f in self.forks_of(sid)
+            )
+            or "-"
+        )
 
     def _put_forks(self, forks: dict[str, Any]) -> set[str]:
         """Apply fork id -> summary (None = ended); the parents touched."""
@@ -192,7 +196,8 @@ class ConsoleState:
                 self._put_forks({str(f["fork_id"]): f for f in row.get("forks") or ()})
         # Forks of closed parents (a live parent's come with its row).
         changes.sessions |= self._put_forks(
-            {str(f["fork_id"]): f for f in msg.get("forks") or () if isinstance(f, dict)})
+            {str(f["fork_id"]): f for f in msg.get("forks") or () if isinstance(f, dict)}
+        )
         for h, n in (msg.get("refcounts") or {}).items():
             changes.chunks[str(h)] = int(n)
         if msg.get("last"):

@@ -10,8 +10,19 @@ from pathlib import Path
 
 from textual.theme import Theme
 
-COLOR_KEYS = ("primary", "secondary", "accent", "background", "surface", "panel",
-              "success", "warning", "error", "foreground", "boost")
+COLOR_KEYS = (
+    "primary",
+    "secondary",
+    "accent",
+    "background",
+    "surface",
+    "panel",
+    "success",
+    "warning",
+    "error",
+    "foreground",
+    "boost",
+)
 DEFAULT_THEME = "ramakv-dusk"
 
 
@@ -28,8 +39,7 @@ def theme_dirs() -> list[Path]:
     then the wheel's data files: <prefix>/share/ram-a-kv/themes (or the --user base)."""
     here = Path(__file__).resolve().parent
     share = Path("share") / "ram-a-kv" / "themes"
-    return [here.parent / "themes", Path(sys.prefix) / share,
-            Path(site.getuserbase()) / share]
+    return [here.parent / "themes", Path(sys.prefix) / share, Path(site.getuserbase()) / share]
 
 
 def parse_theme(path: Path) -> Theme:

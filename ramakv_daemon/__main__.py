@@ -31,7 +31,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--noop", action="store_true", help="use the noop backend (steer nothing)")
     p.add_argument("--log-level", default="INFO", help="DEBUG, INFO, WARNING (default INFO)")
     p.add_argument(
-        "--check-config", action="store_true",
+        "--check-config",
+        action="store_true",
         help="print the effective config (file + flags) as TOML and exit: 0 valid, 2 not",
     )
     add_version_flag(p)
@@ -87,20 +88,24 @@ def main(argv: list[str] | None = None) -> int:
     if args.check_config:
         import tomli_w
 
-        sys.stdout.write(f"# effective config of ram-a-kv {package_version()} "
-                         f"(file: {config_mod.resolve_path(args.config)})\n")
+        sys.stdout.write(
+            f"# effective config of ram-a-kv {package_version()} "
+            f"(file: {config_mod.resolve_path(args.config)})\n"
+        )
         sys.stdout.write(tomli_w.dumps(config_mod.effective(cfg)))
         return EXIT_OK
     log.info(
         "ram-a-kv daemon starting addr=%s noop=%s store=%s lmcache_url=%s version=%s",
-        cfg.listen_addr, cfg.noop_backend, cfg.store_shown,
-        cfg.lmcache_url, package_version(),
+        cfg.listen_addr,
+        cfg.noop_backend,
+        cfg.store_shown,
+        cfg.lmcache_url,
+        package_version(),
     )
     app = init_app(cfg)
     app.on_startup.append(_tune_gc)  # after the service's start-up (cleanup_ctx runs first)
     try:
-        web.run_app(app, host=host, port=port, print=None, access_log=None,
-                    shutdown_timeout=5)
+        web.run_app(app, host=host, port=port, print=None, access_log=None, shutdown_timeout=5)
     except StoreError as err:
         log.error("cannot start: %s", err)
         return EXIT_FAILED

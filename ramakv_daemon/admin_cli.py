@@ -70,8 +70,9 @@ def load_sessions(con: sqlite3.Connection) -> list[Session]:
             hashes = tuple(json.loads(map_json))
         except (ValueError, TypeError):
             continue
-        out.append(Session(sid, hashes, int(turns or 0), bool(suspended),
-                           float(ts or 0.0), ns or ""))
+        out.append(
+            Session(sid, hashes, int(turns or 0), bool(suspended), float(ts or 0.0), ns or "")
+        )
     return out
 
 
@@ -85,8 +86,7 @@ def load_forks(con: sqlite3.Connection) -> list[Fork]:
             "SELECT fork_id, session_id, namespace, hashes_json, created_ts FROM forks"
         ):
             try:
-                out.append(Fork(int(fid), sid, tuple(json.loads(hashes_json)), float(ts),
-                                ns or ""))
+                out.append(Fork(int(fid), sid, tuple(json.loads(hashes_json)), float(ts), ns or ""))
             except (ValueError, TypeError):
                 continue
     if "fork_holds_json" in _columns(con, "session_state"):
@@ -98,8 +98,7 @@ def load_forks(con: sqlite3.Connection) -> list[Fork]:
         for sid, holds, ns, ts in legacy:
             try:
                 for hold in json.loads(holds):
-                    out.append(Fork(-len(out) - 1, sid, tuple(hold), float(ts or 0.0),
-                                    ns or ""))
+                    out.append(Fork(-len(out) - 1, sid, tuple(hold), float(ts or 0.0), ns or ""))
             except (ValueError, TypeError):
                 continue
     return out
@@ -148,9 +147,13 @@ def daemon_url(cfg: Config, url: str | None) -> str:
 def post_event(url: str, token: str, body: dict[str, Any], timeout: float = 5.0) -> dict:
     """POST one event to the daemon; its JSON answer."""
     req = urllib.request.Request(
-        url + "/event", data=json.dumps(body).encode(), method="POST",
-        headers={"Content-Type": "application/json",
-                 **({"Authorization": f"Bearer {token}"} if token else {})},
+        url + "/event",
+        data=json.dumps(body).encode(),
+        method="POST",
+        headers={
+            "Content-Type": "application/json",
+            **({"Authorization": f"Bearer {token}"} if token else {}),
+        },
     )
     with urllib.request.urlopen(req, timeout=timeout) as resp:  # noqa: S310 - operator URL
         return json.loads(resp.read())
@@ -166,7 +169,10 @@ def daemon_alive(url: str, token: str) -> bool:
 
 # ---- reports ------------------------------------------------------------------------------
 def report(
-    sessions: list[Session], outbox: Counter, cfg: Config, now: float,
+    sessions: list[Session],
+    outbox: Counter,
+    cfg: Config,
+    now: float,
     forks: list[Fork] | None = None,
 ) -> dict:
     """Sessions per namespace and state, idle ages, chunks, budget use, outbox, strays."""
@@ -199,16 +205,22 @@ def report(
         row["budget_use"] = round(len(counts) / budget, 3) if budget else None
         row["outbox"] = dict(row["outbox"])
     unconfigured = sorted(ns for ns in spaces if ns not in configured)
-    return {"namespaces": dict(sorted(spaces.items())), "unconfigured": unconfigured,
-            "sessions_total": len(sessions)}
+    return {
+        "namespaces": dict(sorted(spaces.items())),
+        "unconfigured": unconfigured,
+        "sessions_total": len(sessions),
+    }
 
 
 def _empty_row(ns: str, configured: dict[str, str], budgets: dict[str, int]) -> dict:
     return {
-        "deployment": configured.get(ns), "configured": ns in configured,
+        "deployment": configured.get(ns),
+        "configured": ns in configured,
         "sessions": {"active": 0, "suspended": 0},
         "idle": dict.fromkeys([b for _, b in IDLE_BUCKETS] + [">=7d", "never"], 0),
-        "stored_chunks": set(), "ddr_budget_chunks": budgets.get(ns, 0), "open_forks": 0,
+        "stored_chunks": set(),
+        "ddr_budget_chunks": budgets.get(ns, 0),
+        "open_forks": 0,
         "outbox": Counter(),
     }
 
@@ -228,22 +240,34 @@ def print_report(rep: dict, out: TextIO) -> None:
     for ns, row in rep["namespaces"].items():
         name = row["deployment"] or "NOT CONFIGURED"
         print(f"\nnamespace {ns or '(default)'}  [{name}]", file=out)
-        print(f"  sessions: {row['sessions']['active']} active, "
-              f"{row['sessions']['suspended']} suspended", file=out)
+        print(
+            f"  sessions: {row['sessions']['active']} active, "
+            f"{row['sessions']['suspended']} suspended",
+            file=out,
+        )
         idle = ", ".join(f"{k} {v}" for k, v in row["idle"].items() if v)
         print(f"  idle age: {idle or '-'}", file=out)
-        print(f"  chunks: {row['chunks_referenced']} referenced ({row['references']} "
-              f"references), {row['stored_chunks']} in stored maps", file=out)
+        print(
+            f"  chunks: {row['chunks_referenced']} referenced ({row['references']} "
+            f"references), {row['stored_chunks']} in stored maps",
+            file=out,
+        )
         if row["ddr_budget_chunks"]:
-            print(f"  DDR budget: {row['chunks_referenced']} / {row['ddr_budget_chunks']} "
-                  f"chunks referenced ({row['budget_use']:.0%})", file=out)
+            print(
+                f"  DDR budget: {row['chunks_referenced']} / {row['ddr_budget_chunks']} "
+                f"chunks referenced ({row['budget_use']:.0%})",
+                file=out,
+            )
         if row.get("open_forks"):
             print(f"  open forks: {row['open_forks']}", file=out)
         box = ", ".join(f"{m} {n}" for m, n in row["outbox"].items())
         print(f"  eviction outbox: {box or 'empty'}", file=out)
     if rep["unconfigured"]:
-        print("\nin the database but not configured (never deleted automatically; "
-              "`ramakv-admin purge-namespace NS` to remove):", file=out)
+        print(
+            "\nin the database but not configured (never deleted automatically; "
+            "`ramakv-admin purge-namespace NS` to remove):",
+            file=out,
+        )
         for ns in rep["unconfigured"]:
             print(f"  {ns}", file=out)
 
@@ -260,16 +284,23 @@ class Cleanup:
     def describe(self, out: TextIO, now: float) -> None:
         for s in self.sessions:
             idle = now - s.last_event_ts if s.last_event_ts else float("inf")
-            print(f"close {s.session_id}  namespace={s.namespace or '(default)'}  "
-                  f"state={s.state}  idle={_fmt_age(idle)}  chunks={len(s.chunk_hashes)}",
-                  file=out)
+            print(
+                f"close {s.session_id}  namespace={s.namespace or '(default)'}  "
+                f"state={s.state}  idle={_fmt_age(idle)}  chunks={len(s.chunk_hashes)}",
+                file=out,
+            )
         for f in self.forks:
-            print(f"end fork {f.fork_id} of {f.session_id}  "
-                  f"namespace={f.namespace or '(default)'}  chunks={len(f.hashes)}", file=out)
+            print(
+                f"end fork {f.fork_id} of {f.session_id}  "
+                f"namespace={f.namespace or '(default)'}  chunks={len(f.hashes)}",
+                file=out,
+            )
         n = sum(len(v) for v in self.evict.values())
         forks = f", {len(self.forks)} forks" if self.forks else ""
-        print(f"{len(self.sessions)} sessions{forks}, {n} chunks to evict once the daemon "
-              "runs", file=out)
+        print(
+            f"{len(self.sessions)} sessions{forks}, {n} chunks to evict once the daemon runs",
+            file=out,
+        )
 
 
 def _fmt_age(age: float) -> str:
@@ -282,7 +313,9 @@ def _fmt_age(age: float) -> str:
 
 
 def plan_close(
-    all_sessions: list[Session], victims: list[Session], forks: list[Fork] | None = None,
+    all_sessions: list[Session],
+    victims: list[Session],
+    forks: list[Fork] | None = None,
     purge: str | None = None,
 ) -> Cleanup:
     """Close ``victims`` the way the daemon's session_close would (the pure core decides):
@@ -318,38 +351,54 @@ def apply_offline(con: sqlite3.Connection, plan: Cleanup) -> None:
             if f.fork_id > 0:
                 con.execute("DELETE FROM forks WHERE fork_id = ?", (f.fork_id,))
             else:  # a hold of a file the daemon has not migrated yet
-                con.execute("UPDATE session_state SET fork_holds_json = '[]' "
-                            "WHERE session_id = ?", (f.session_id,))
+                con.execute(
+                    "UPDATE session_state SET fork_holds_json = '[]' WHERE session_id = ?",
+                    (f.session_id,),
+                )
         for ns, rows in plan.evict.items():
             for h, mode in rows.items():
                 if ns == DEFAULT_NAMESPACE:
                     con.execute(
                         "INSERT INTO evict_outbox (chunk_hash, mode) VALUES (?, ?) "
-                        "ON CONFLICT(chunk_hash) DO UPDATE SET mode=excluded.mode", (h, mode))
+                        "ON CONFLICT(chunk_hash) DO UPDATE SET mode=excluded.mode",
+                        (h, mode),
+                    )
                 elif has_ns_box:
                     con.execute(
                         "INSERT INTO ns_evict_outbox (namespace, chunk_hash, mode) "
                         "VALUES (?, ?, ?) ON CONFLICT(namespace, chunk_hash) DO UPDATE SET "
-                        "mode=excluded.mode", (ns, h, mode))
+                        "mode=excluded.mode",
+                        (ns, h, mode),
+                    )
 
 
 def apply_online(url: str, token: str, plan: Cleanup, out: TextIO) -> int:
     """Close exactly the planned sessions through the running daemon's session_close."""
     failed = 0
     for s in plan.sessions:
-        body = post_event(url, token, {"type": "session_close", "session_id": s.session_id,
-                                       "namespace": s.namespace})
+        body = post_event(
+            url,
+            token,
+            {"type": "session_close", "session_id": s.session_id, "namespace": s.namespace},
+        )
         if not body.get("ok"):
             failed += 1
             print(f"session_close {s.session_id}: {body.get('error')}", file=sys.stderr)
     for f in plan.forks:
-        body = post_event(url, token, {"type": "session_fork_end", "session_id": f.session_id,
-                                       "fork_id": f.fork_id, "namespace": f.namespace})
+        body = post_event(
+            url,
+            token,
+            {
+                "type": "session_fork_end",
+                "session_id": f.session_id,
+                "fork_id": f.fork_id,
+                "namespace": f.namespace,
+            },
+        )
         if not body.get("ok"):
             failed += 1
             print(f"session_fork_end {f.fork_id}: {body.get('error')}", file=sys.stderr)
-    print(f"closed {len(plan.sessions) - failed} sessions through the daemon at {url}",
-          file=out)
+    print(f"closed {len(plan.sessions) - failed} sessions through the daemon at {url}", file=out)
     return EXIT_FAILED if failed else EXIT_OK
 
 
@@ -362,10 +411,14 @@ def build_parser() -> argparse.ArgumentParser:
         "by itself; clean-ups are dry runs unless --yes. Exit: 0 ok, 1 failed, 2 usage, "
         "4 refused because the daemon is running.",
     )
-    p.add_argument("--config", help="daemon config (else $RAM_A_KV_CONFIG, else "
-                   "/etc/ram-a-kv/config.toml)")
-    p.add_argument("--db", help="SQLite file or postgresql:// URL (default: the config's "
-                   "session_store_url, else session_store_path)")
+    p.add_argument(
+        "--config", help="daemon config (else $RAM_A_KV_CONFIG, else /etc/ram-a-kv/config.toml)"
+    )
+    p.add_argument(
+        "--db",
+        help="SQLite file or postgresql:// URL (default: the config's "
+        "session_store_url, else session_store_path)",
+    )
     p.add_argument("--url", help="daemon URL (default: from listen_addr)")
     add_version_flag(p)
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
@@ -403,8 +456,11 @@ def main(argv: list[str] | None = None, out: TextIO | None = None) -> int:
     for w in warnings:
         if "not found" not in w:
             print(f"ramakv-admin: {w}", file=sys.stderr)
-    pg_url = args.db if (args.db or "").startswith(config_mod.PG_SCHEMES) else (
-        None if args.db else cfg.session_store_url or None)
+    pg_url = (
+        args.db
+        if (args.db or "").startswith(config_mod.PG_SCHEMES)
+        else (None if args.db else cfg.session_store_url or None)
+    )
     if pg_url:
         from ramakv_daemon import admin_postgres
 
@@ -461,8 +517,14 @@ def _run(args: argparse.Namespace, cfg: Config, path: str, out: TextIO) -> int:
     return _offline(path, cfg, args, out, lambda con: apply_offline(con, plan), plan)
 
 
-def plan_for(args: argparse.Namespace, cfg: Config, sessions: list[Session],
-             forks: list[Fork], now: float, where: str) -> Cleanup | None:
+def plan_for(
+    args: argparse.Namespace,
+    cfg: Config,
+    sessions: list[Session],
+    forks: list[Fork],
+    now: float,
+    where: str,
+) -> Cleanup | None:
     """What close-idle or purge-namespace will do; None (said why) for an unknown
     namespace. ``where`` names the store in that message."""
     aliases = {d.name: d.key for d in cfg.deployments}
@@ -470,15 +532,18 @@ def plan_for(args: argparse.Namespace, cfg: Config, sessions: list[Session],
     ns = None if wanted is None else aliases.get(wanted, wanted)
     if ns is not None and ns not in _known_namespaces(cfg, sessions, forks):
         names = ", ".join(sorted(aliases)) or "none"
-        print(f"ramakv-admin: unknown namespace {wanted!r}: not a configured deployment "
-              f"(configured: {names}) and no session or fork in {where} has it",
-              file=sys.stderr)
+        print(
+            f"ramakv-admin: unknown namespace {wanted!r}: not a configured deployment "
+            f"(configured: {names}) and no session or fork in {where} has it",
+            file=sys.stderr,
+        )
         return None
     if args.command == "purge-namespace":
         victims = [s for s in sessions if s.namespace == ns]
     else:
         victims = [
-            s for s in sessions
+            s
+            for s in sessions
             if now - s.last_event_ts > args.older_than
             and (ns is None or s.namespace == ns)
             and (args.state is None or s.state == args.state)
@@ -489,13 +554,17 @@ def plan_for(args: argparse.Namespace, cfg: Config, sessions: list[Session],
 
 def _known_namespaces(cfg: Config, sessions: list[Session], forks: list[Fork]) -> set[str]:
     """The default namespace, every configured one, and every one the file holds."""
-    return {DEFAULT_NAMESPACE} | {d.key for d in cfg.deployments} | {
-        s.namespace for s in sessions
-    } | {f.namespace for f in forks}
+    return (
+        {DEFAULT_NAMESPACE}
+        | {d.key for d in cfg.deployments}
+        | {s.namespace for s in sessions}
+        | {f.namespace for f in forks}
+    )
 
 
-def _dry_run(path: str, cfg: Config, args: argparse.Namespace, out: TextIO,
-             through_daemon: bool) -> None:
+def _dry_run(
+    path: str, cfg: Config, args: argparse.Namespace, out: TextIO, through_daemon: bool
+) -> None:
     """Say that nothing changed, and what the real run would do about a running daemon."""
     print("dry run: nothing changed (add --yes to act)", file=out)
     holder = lock_holder(path)
@@ -504,16 +573,24 @@ def _dry_run(path: str, cfg: Config, args: argparse.Namespace, out: TextIO,
         return
     url = daemon_url(cfg, args.url)
     if through_daemon and daemon_alive(url, cfg.auth_token):
-        print(f"with --yes: through the daemon at {url} ({holder} holds the store), "
-              "one session_close per listed session", file=out)
+        print(
+            f"with --yes: through the daemon at {url} ({holder} holds the store), "
+            "one session_close per listed session",
+            file=out,
+        )
         return
     why = "" if not through_daemon else f" and no daemon answers at {url}"
-    print(f"with --yes: refused (exit {EXIT_RUNNING}): {path} is in use by {holder}{why}",
-          file=out)
+    print(f"with --yes: refused (exit {EXIT_RUNNING}): {path} is in use by {holder}{why}", file=out)
 
 
-def _offline(path: str, cfg: Config, args: argparse.Namespace, out: TextIO,
-             act: Any, plan: Cleanup | None = None) -> int:
+def _offline(
+    path: str,
+    cfg: Config,
+    args: argparse.Namespace,
+    out: TextIO,
+    act: Any,
+    plan: Cleanup | None = None,
+) -> int:
     """Act on the file if no daemon has it open; else through the daemon, or refuse.
 
     A daemon holds a shared lock on ``<db>.lock`` while the file is open, so a free lock
@@ -533,9 +610,11 @@ def _offline(path: str, cfg: Config, args: argparse.Namespace, out: TextIO,
             return EXIT_OK
     if plan is not None and daemon_alive(url, cfg.auth_token):
         return apply_online(url, cfg.auth_token, plan, out)
-    print(f"ramakv-admin: {path} is in use by {holder} (its lock is held"
-          f"{'' if plan is None else ' and no daemon answers at ' + url}); stop it first",
-          file=sys.stderr)
+    print(
+        f"ramakv-admin: {path} is in use by {holder} (its lock is held"
+        f"{'' if plan is None else ' and no daemon answers at ' + url}); stop it first",
+        file=sys.stderr,
+    )
     return EXIT_RUNNING
 
 

@@ -55,15 +55,21 @@ def _report(cfg: Config, url: str, shown: str, as_json: bool, out: TextIO) -> in
         print(file=out)
     else:
         print(f"store: {shown}", file=out)
-        print("sessions by owner node: " + (", ".join(
-            f"{node} {n}" for node, n in rep["owners"].items()) or "none"), file=out)
+        print(
+            "sessions by owner node: "
+            + (", ".join(f"{node} {n}" for node, n in rep["owners"].items()) or "none"),
+            file=out,
+        )
         print_report(rep, out)
     return EXIT_OK
 
 
 def _vacuum(url: str, yes: bool, out: TextIO) -> int:
-    print("VACUUM (ANALYZE) the store's tables (plain VACUUM: running daemons go on "
-          "reading and writing)", file=out)
+    print(
+        "VACUUM (ANALYZE) the store's tables (plain VACUUM: running daemons go on "
+        "reading and writing)",
+        file=out,
+    )
     if not yes:
         print("dry run: nothing changed (add --yes to act)", file=out)
         return EXIT_OK
@@ -90,26 +96,39 @@ def _cleanup(args: argparse.Namespace, cfg: Config, url: str, shown: str, out: T
     plan.describe(out, now)
     held = [f for f in plan.forks if f.fork_id in fork_owner]
     for f in held:  # a fork's references live in its node's memory: only it can end one
-        print(f"fork {f.fork_id} of {f.session_id} is held by node "
-              f"{fork_owner[f.fork_id]}: send it session_fork_end (not ended here)", file=out)
+        print(
+            f"fork {f.fork_id} of {f.session_id} is held by node "
+            f"{fork_owner[f.fork_id]}: send it session_fork_end (not ended here)",
+            file=out,
+        )
     if not args.yes:
-        print("dry run: nothing changed (add --yes to act); with --yes each session's "
-              "owner node is told to release it", file=out)
+        print(
+            "dry run: nothing changed (add --yes to act); with --yes each session's "
+            "owner node is told to release it",
+            file=out,
+        )
         return EXIT_OK
 
     async def close_all(store: Any) -> list[tuple[str, str | None]]:
-        return [(s.session_id, await store.admin_close(s.session_id, s.last_event_ts))
-                for s in plan.sessions]
+        return [
+            (s.session_id, await store.admin_close(s.session_id, s.last_event_ts))
+            for s in plan.sessions
+        ]
 
     closed = asyncio.run(_with_store(url, close_all))
     moved = [sid for sid, owner in closed if owner is None]
     for sid in moved:
-        print(f"session {sid}: an event reached it since the plan (or it is gone): "
-              "left as it is", file=sys.stderr)
+        print(
+            f"session {sid}: an event reached it since the plan (or it is gone): left as it is",
+            file=sys.stderr,
+        )
     by_node: dict[str, int] = {}
     for _sid, owner in closed:
         if owner is not None:
             by_node[owner] = by_node.get(owner, 0) + 1
-    print(f"closed {len(closed) - len(moved)} sessions; owner nodes told to release them: "
-          + (", ".join(f"{n} {c}" for n, c in sorted(by_node.items())) or "none"), file=out)
+    print(
+        f"closed {len(closed) - len(moved)} sessions; owner nodes told to release them: "
+        + (", ".join(f"{n} {c}" for n, c in sorted(by_node.items())) or "none"),
+        file=out,
+    )
     return EXIT_FAILED if held else EXIT_OK

@@ -83,7 +83,9 @@ class GroupCommitter:
         self._task = asyncio.get_running_loop().create_task(self._run(), name="group-commit")
 
     def submit(
-        self, change: Change, event_id: tuple[str, str, float, str] | None = None,
+        self,
+        change: Change,
+        event_id: tuple[str, str, float, str] | None = None,
         gate: asyncio.Future[None] | None = None,
     ) -> asyncio.Future[None]:
         """Queue ``change``'s sessions, evictions and answer; await the commit. The commit
@@ -115,7 +117,8 @@ class GroupCommitter:
     def uncommitted(self, namespace: str) -> list[Change]:
         """``namespace``'s applied changes not yet committed or rolled back, oldest first."""
         return [
-            p.change for p in (*self._inflight, *self._pending)
+            p.change
+            for p in (*self._inflight, *self._pending)
             if p.change is not None and p.change.namespace == namespace
         ]
 

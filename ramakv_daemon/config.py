@@ -283,8 +283,11 @@ def effective(cfg: Config) -> dict[str, Any]:
 
 
 def _deployment_table(d: Deployment) -> dict[str, Any]:
-    table: dict[str, Any] = {"name": d.name, "namespace": d.namespace or "",
-                             "ddr_budget_chunks": d.ddr_budget_chunks}
+    table: dict[str, Any] = {
+        "name": d.name,
+        "namespace": d.namespace or "",
+        "ddr_budget_chunks": d.ddr_budget_chunks,
+    }
     if d.lmcache_url:
         table["lmcache_url"] = d.lmcache_url
     if d.evict_locations is not None:

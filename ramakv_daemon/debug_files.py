@@ -23,7 +23,7 @@ def safe_id(session_id: str) -> str:
     encoded = quote(session_id, safe="-_")
     if len(encoded) > MAX_NAME_ID:
         digest = hashlib.sha256(session_id.encode("utf-8", "surrogatepass")).hexdigest()[:16]
-        encoded = f"{encoded[:MAX_NAME_ID - 17]}~{digest}"
+        encoded = f"{encoded[: MAX_NAME_ID - 17]}~{digest}"
     return encoded
 
 

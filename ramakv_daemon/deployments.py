@@ -52,7 +52,7 @@ class Deployment:
 def locations_of(value: Any, where: str) -> tuple[str, ...]:
     """A list of tier names (empty = every tier)."""
     if not isinstance(value, list) or not all(isinstance(v, str) and v for v in value):
-        raise TypeError(f"{where} must be a list of tier names, e.g. [\"LocalCPUBackend\"]")
+        raise TypeError(f'{where} must be a list of tier names, e.g. ["LocalCPUBackend"]')
     return tuple(value)
 
 

@@ -328,7 +328,7 @@ class BackendDispatcher:
         if window.kept(hashes, result.ok, supported, late, time.monotonic(), generation):
             # The cache is down or hung: retry, backing off to once a second.
             self._keep_failures += 1
-            self._keep_due = time.monotonic() + min(1.0, RECHECK_S * 2 ** self._keep_failures)
+            self._keep_due = time.monotonic() + min(1.0, RECHECK_S * 2**self._keep_failures)
         else:
             self._keep_failures = 0
 
@@ -493,7 +493,11 @@ class BackendDispatcher:
         if not result.ok:
             log.warning(
                 "backend %s of %d chunks failed: status=%s %s (eviction backlog %d)",
-                op, count, result.status, result.detail, self.backlog,
+                op,
+                count,
+                result.status,
+                result.detail,
+                self.backlog,
             )
         if self.on_result is not None:
             self.on_result(op, count, result)

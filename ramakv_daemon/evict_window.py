@@ -61,7 +61,8 @@ class EvictWindow:
     """
 
     def __init__(
-        self, defer_s: float,
+        self,
+        defer_s: float,
         report: Callable[[str, list[str], float], None] | None = None,
     ) -> None:
         self.defer_s = defer_s
@@ -136,9 +137,7 @@ class EvictWindow:
                 continue
             since = max(since, now - w.wrote_at)
             if self.defers is not False:
-                self.keeps[h] = Keep(
-                    self.generation(), w.wrote_at, now + FAILED_HORIZON_S, gate
-                )
+                self.keeps[h] = Keep(self.generation(), w.wrote_at, now + FAILED_HORIZON_S, gate)
                 keep.append(h)
             else:
                 exposed.append(h)
@@ -161,7 +160,12 @@ class EvictWindow:
         return added
 
     def kept(
-        self, hashes: list[str], ok: bool, supported: bool, late: list[str], now: float,
+        self,
+        hashes: list[str],
+        ok: bool,
+        supported: bool,
+        late: list[str],
+        now: float,
         generation: int | None = None,
     ) -> list[str]:
         """A keep call's answer: report the chunks it saved or lost; those left to retry.
@@ -226,8 +230,11 @@ def window_record(key: str, outcome: str, hashes: list[str]) -> dict[str, object
     if outcome not in ("kept", "missed", "exposed", "repeated"):
         return None
     record: dict[str, object] = {
-        "kind": "evict_window", "ts": time.time(), "outcome": outcome,
-        "count": len(hashes), "hashes": hashes[:TRACE_HASHES],
+        "kind": "evict_window",
+        "ts": time.time(),
+        "outcome": outcome,
+        "count": len(hashes),
+        "hashes": hashes[:TRACE_HASHES],
     }
     if key:
         record["namespace"] = key
@@ -235,8 +242,12 @@ def window_record(key: str, outcome: str, hashes: list[str]) -> dict[str, object
 
 
 def report_window(
-    metrics: Any, publish: Callable[[dict[str, object]], object], key: str, outcome: str,
-    hashes: list[str], seconds: float,
+    metrics: Any,
+    publish: Callable[[dict[str, object]], object],
+    key: str,
+    outcome: str,
+    hashes: list[str],
+    seconds: float,
 ) -> None:
     """One window report of namespace ``key``: metrics; a trace record and, for an
     exposed chunk, a warning."""
@@ -245,5 +256,10 @@ def report_window(
     if record is not None:
         publish(record)
         if outcome == "exposed":
-            log.warning("%d chunks referenced again while their eviction may have been "
-                        "acted on (namespace %r): %s", len(hashes), key, record["hashes"])
+            log.warning(
+                "%d chunks referenced again while their eviction may have been "
+                "acted on (namespace %r): %s",
+                len(hashes),
+                key,
+                record["hashes"],
+            )

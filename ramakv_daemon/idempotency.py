@@ -43,7 +43,8 @@ def request_digest(payload: dict[str, Any]) -> str:
 def reused(event_id: str, type_: Any) -> dict[str, Any]:
     """The answer to a request that reuses ``event_id`` for a different event."""
     return {
-        "ok": False, "type": type_,
+        "ok": False,
+        "type": type_,
         "error": f"event_id {event_id!r} was already used for a different event (another "
         "body); use a new event_id for a new event, the same body for a retry",
     }
@@ -118,7 +119,8 @@ async def keep_final(
     except StoreError as err:
         if slot.stored is None:  # nothing changed and nothing is kept: a retry applies
             return 503, {"ok": False, "type": body.get("type"), "error": str(err)}
-        log.warning("event %r: the stored answer keeps debug_written=false: %s",
-                    slot.event_id[:200], err)
+        log.warning(
+            "event %r: the stored answer keeps debug_written=false: %s", slot.event_id[:200], err
+        )
         return 200, json.loads(slot.stored)
     return 200, body

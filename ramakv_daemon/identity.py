@@ -60,8 +60,12 @@ def main(argv: list[str] | None = None, out: TextIO | None = None) -> int:
         description="Print the kvp-<32 hex> compatibility namespace of a deployment identity "
         "(fields: " + ", ".join(IDENTITY_FIELDS) + ").",
     )
-    p.add_argument("--from", dest="path", required=True,
-                   help="JSON, TOML or KEY=VALUE file with the identity fields (- = stdin)")
+    p.add_argument(
+        "--from",
+        dest="path",
+        required=True,
+        help="JSON, TOML or KEY=VALUE file with the identity fields (- = stdin)",
+    )
     p.add_argument("--json", action="store_true", help="also print the canonical JSON")
     add_version_flag(p)
     args = p.parse_args(argv)

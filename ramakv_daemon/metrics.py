@@ -35,18 +35,18 @@ class DaemonMetrics:
         self.known_types = known_types
         # process_cpu_seconds_total, process_resident_memory_bytes, open fds, ... (Linux).
         ProcessCollector(registry=self.registry)
-        Info("ramakv_build", "ram-a-kv version and Python it runs on",
-             registry=self.registry).info(
+        Info("ramakv_build", "ram-a-kv version and Python it runs on", registry=self.registry).info(
             {"version": package_version(), "python": platform.python_version()}
         )
         self._event_children: dict[tuple[str, bool], tuple[Any, Any]] = {}
         r = self.registry
-        self.events = Counter(
-            "ramakv_events", "Events handled", ["type", "outcome"], registry=r
-        )
+        self.events = Counter("ramakv_events", "Events handled", ["type", "outcome"], registry=r)
         self.latency = Histogram(
-            "ramakv_event_latency_seconds", "Event handling latency", ["type"],
-            buckets=_LATENCY_BUCKETS, registry=r,
+            "ramakv_event_latency_seconds",
+            "Event handling latency",
+            ["type"],
+            buckets=_LATENCY_BUCKETS,
+            registry=r,
         )
         self.sessions = Gauge("ramakv_sessions", "Sessions by state", ["state"], registry=r)
         self.chunks = Gauge("ramakv_chunks_referenced", "Distinct chunks referenced", registry=r)
@@ -64,21 +64,29 @@ class DaemonMetrics:
             "ramakv_evict_outbox", "Evictions waiting for backend delivery", registry=r
         )
         self.evict_window = Histogram(
-            "ramakv_evict_window_seconds", "From an evict body written to the cache's "
+            "ramakv_evict_window_seconds",
+            "From an evict body written to the cache's "
             "answer (a cache acting inline acts inside it)",
-            buckets=_LATENCY_BUCKETS, registry=r,
+            buckets=_LATENCY_BUCKETS,
+            registry=r,
         )
         self.window_rereferences = Counter(
-            "ramakv_evict_window_rereferences", "Chunks referenced again after their evict "
+            "ramakv_evict_window_rereferences",
+            "Chunks referenced again after their evict "
             "was written: kept (a keep reached a deferring cache in time) or exposed (may "
-            "have been evicted while referenced)", ["outcome"], registry=r,
+            "have been evicted while referenced)",
+            ["outcome"],
+            registry=r,
         )
         self.rereference_delay = Histogram(
-            "ramakv_evict_window_rereference_seconds", "How long after its evict was written "
-            "a chunk was referenced again", buckets=_LATENCY_BUCKETS, registry=r,
+            "ramakv_evict_window_rereference_seconds",
+            "How long after its evict was written a chunk was referenced again",
+            buckets=_LATENCY_BUCKETS,
+            registry=r,
         )
         self.evictions_repeated = Counter(
-            "ramakv_evictions_repeated", "Chunks whose eviction was delivered again (after a "
+            "ramakv_evictions_repeated",
+            "Chunks whose eviction was delivered again (after a "
             "restart or a failed call the cache may have acted on): harmless, counted",
             registry=r,
         )
@@ -96,49 +104,67 @@ class DaemonMetrics:
             registry=r,
         )
         self.store_reconnects = Gauge(
-            "ramakv_store_reconnects", "Times the store's LISTEN connection came back",
+            "ramakv_store_reconnects",
+            "Times the store's LISTEN connection came back",
             registry=r,
         )
         self.takeovers = Gauge(
             "ramakv_session_takeovers", "Sessions this node took from another node", registry=r
         )
         self.releases = Gauge(
-            "ramakv_session_releases", "Sessions this node released to another node",
+            "ramakv_session_releases",
+            "Sessions this node released to another node",
             registry=r,
         )
         self.commit_latency = Histogram(
-            "ramakv_sqlite_commit_seconds", "SQLite group-commit latency",
-            buckets=_LATENCY_BUCKETS, registry=r,
+            "ramakv_sqlite_commit_seconds",
+            "SQLite group-commit latency",
+            buckets=_LATENCY_BUCKETS,
+            registry=r,
         )
         self.commit_batch = Histogram(
-            "ramakv_sqlite_commit_batch_events", "Events per SQLite commit",
-            buckets=(1, 2, 4, 8, 16, 32, 64, 128, 256), registry=r,
+            "ramakv_sqlite_commit_batch_events",
+            "Events per SQLite commit",
+            buckets=(1, 2, 4, 8, 16, 32, 64, 128, 256),
+            registry=r,
         )
 
         # Per namespace; the label is the deployment's name ("default" for the unnamed one,
         # "unconfigured" for every namespace found only in the database): bounded by config.
         self.ns_sessions = Gauge(
-            "ramakv_namespace_sessions", "Sessions by namespace and state",
-            ["namespace", "state"], registry=r,
+            "ramakv_namespace_sessions",
+            "Sessions by namespace and state",
+            ["namespace", "state"],
+            registry=r,
         )
         self.ns_chunks = Gauge(
-            "ramakv_namespace_chunks_referenced", "Distinct chunks referenced, by namespace",
-            ["namespace"], registry=r,
+            "ramakv_namespace_chunks_referenced",
+            "Distinct chunks referenced, by namespace",
+            ["namespace"],
+            registry=r,
         )
         self.ns_budget = Gauge(
-            "ramakv_ddr_budget_chunks", "Configured DDR budget in chunks (0 = none)",
-            ["namespace"], registry=r,
+            "ramakv_ddr_budget_chunks",
+            "Configured DDR budget in chunks (0 = none)",
+            ["namespace"],
+            registry=r,
         )
         self.ns_demoted = Gauge(
-            "ramakv_budget_demoted_sessions", "Sessions whose private chunks the budget "
-            "moved out of DDR", ["namespace"], registry=r,
+            "ramakv_budget_demoted_sessions",
+            "Sessions whose private chunks the budget moved out of DDR",
+            ["namespace"],
+            registry=r,
         )
         self.budget_victims = Counter(
-            "ramakv_budget_demotions", "Sessions demoted by the DDR budget", ["namespace"],
+            "ramakv_budget_demotions",
+            "Sessions demoted by the DDR budget",
+            ["namespace"],
             registry=r,
         )
         self.budget_chunks = Counter(
-            "ramakv_budget_demoted_chunks", "Chunks demoted by the DDR budget", ["namespace"],
+            "ramakv_budget_demoted_chunks",
+            "Chunks demoted by the DDR budget",
+            ["namespace"],
             registry=r,
         )
 
@@ -187,7 +213,8 @@ class DaemonMetrics:
             # labels() takes a lock and builds a key each call: look the pair up once.
             label = type_ if type_ in self.known_types else "unknown"
             children = (
-                self.events.labels(label, "ok" if ok else "error"), self.latency.labels(label)
+                self.events.labels(label, "ok" if ok else "error"),
+                self.latency.labels(label),
             )
             if label != "unknown":  # never cache keys a client chose
                 self._event_children[(type_, ok)] = children

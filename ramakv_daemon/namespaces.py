@@ -133,13 +133,19 @@ class Namespaces:
         dep = self.deployments.get(key)
         cfg = self.config
         manager = SessionManager(
-            turn_start_prefetch=cfg.turn_start_prefetch, max_sessions=cfg.max_sessions,
-            namespace=key, fork_ids=self.fork_ids,
+            turn_start_prefetch=cfg.turn_start_prefetch,
+            max_sessions=cfg.max_sessions,
+            namespace=key,
+            fork_ids=self.fork_ids,
             max_forks_per_session=cfg.max_forks_per_session,
         )
         self.managers[key] = manager
         ctx = HandlerContext(
-            manager, self.limits, self.registry, self.managers, self.describe,
+            manager,
+            self.limits,
+            self.registry,
+            self.managers,
+            self.describe,
             node_id=cfg.node_id if cfg.session_store_url else "",
         )
         own: Backend | None = None
@@ -154,13 +160,16 @@ class Namespaces:
                 log.error(
                     "deployment %r has no valid identity (%s): its events are accepted "
                     "and recorded under %r, but NO prefetch or evict is sent",
-                    dep.name, "; ".join(dep.problems), key,
+                    dep.name,
+                    "; ".join(dep.problems),
+                    key,
                 )
             else:
                 log.warning(
                     "namespace %r is in the database but not configured: its sessions are "
                     "kept (never deleted automatically), nothing is sent to any cache; "
-                    "ramakv-admin purge-namespace removes them", key,
+                    "ramakv-admin purge-namespace removes them",
+                    key,
                 )
         else:
             budget = dep.ddr_budget_chunks
@@ -169,22 +178,32 @@ class Namespaces:
             else:
                 backend = own = self.backend_factory(
                     dep.lmcache_url or cfg.lmcache_url,
-                    dep.evict_locations if dep.evict_locations is not None
-                    else cfg.evict_locations,
+                    dep.evict_locations if dep.evict_locations is not None else cfg.evict_locations,
                 )
         dispatcher = BackendDispatcher(
-            backend, manager, self._committer_of(), self.on_result, self.on_failure,
-            namespace=key, defer_s=cfg.evict_defer_s,
-            on_window=None if self.on_window is None else (
+            backend,
+            manager,
+            self._committer_of(),
+            self.on_result,
+            self.on_failure,
+            namespace=key,
+            defer_s=cfg.evict_defer_s,
+            on_window=None
+            if self.on_window is None
+            else (
                 lambda outcome, hashes, seconds, key=key: self.on_window(  # type: ignore[misc]
                     key, outcome, hashes, seconds
                 )
             ),
         )
         ns = Namespace(
-            key, manager, ctx, dispatcher,
+            key,
+            manager,
+            ctx,
+            dispatcher,
             BudgetState(budget, cfg.turn_in_flight_timeout_s, cfg.budget_check_interval_s),
-            dep, own,
+            dep,
+            own,
         )
         self.by_key[key] = ns
         return ns
@@ -242,17 +261,19 @@ class Namespaces:
             m = ns.manager
             suspended = sum(1 for s in m.sessions.values() if s.suspended)
             dep = ns.deployment
-            rows.append({
-                "namespace": ns.key,
-                "deployment": dep.name if dep else None,
-                "configured": ns.key == DEFAULT_NAMESPACE or dep is not None,
-                "steered": ns.steered,
-                "default": ns.key == self.default,
-                "backend": ns.dispatcher.backend.name,
-                "sessions": {"active": len(m.sessions) - suspended, "suspended": suspended},
-                "chunks": len(m.refcounts),
-                "ddr_budget_chunks": ns.budget.budget,
-                "demoted_sessions": len(ns.budget.demoted),
-                "evict_backlog": ns.dispatcher.backlog,
-            })
+            rows.append(
+                {
+                    "namespace": ns.key,
+                    "deployment": dep.name if dep else None,
+                    "configured": ns.key == DEFAULT_NAMESPACE or dep is not None,
+                    "steered": ns.steered,
+                    "default": ns.key == self.default,
+                    "backend": ns.dispatcher.backend.name,
+                    "sessions": {"active": len(m.sessions) - suspended, "suspended": suspended},
+                    "chunks": len(m.refcounts),
+                    "ddr_budget_chunks": ns.budget.budget,
+                    "demoted_sessions": len(ns.budget.demoted),
+                    "evict_backlog": ns.dispatcher.backlog,
+                }
+            )
         return rows

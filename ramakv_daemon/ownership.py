@@ -14,10 +14,16 @@ log = logging.getLogger("ramakv.ownership")
 
 # Events that act on a session another node may own: they take it over first. Reads
 # (session_map, list_sessions) answer from this node's memory and never move a session.
-TAKING_EVENTS = frozenset({
-    "turn_start", "turn_end", "snapshot_restore", "session_suspend", "session_close",
-    "session_fork",
-})
+TAKING_EVENTS = frozenset(
+    {
+        "turn_start",
+        "turn_end",
+        "snapshot_restore",
+        "session_suspend",
+        "session_close",
+        "session_fork",
+    }
+)
 
 Handle = Callable[[dict[str, Any], str | None], Awaitable[tuple[int, dict[str, Any]]]]
 
@@ -69,8 +75,12 @@ class Ownership:
             return
         self.namespaces.add(session.namespace).manager.adopt(session)
         self.takeovers += 1
-        log.info("took over session %r from node %r (%d chunks)", session_id,
-                 claimed.previous_owner, len(session.unique_hashes()))
+        log.info(
+            "took over session %r from node %r (%d chunks)",
+            session_id,
+            claimed.previous_owner,
+            len(session.unique_hashes()),
+        )
 
     def _released(self, session_id: str, new_owner: str) -> None:
         task = asyncio.get_running_loop().create_task(self._release(session_id, new_owner))
@@ -91,11 +101,19 @@ class Ownership:
             self._releasing.discard(session_id)
         if status == 200 and body.get("ok"):
             self.releases += 1
-            log.info("released session %r: node %r took it over (%s chunks evicted)",
-                     session_id, new_owner, body.get("data", {}).get("evicted_count"))
+            log.info(
+                "released session %r: node %r took it over (%s chunks evicted)",
+                session_id,
+                new_owner,
+                body.get("data", {}).get("evicted_count"),
+            )
         else:
-            log.warning("releasing session %r taken by node %r failed: %s", session_id,
-                        new_owner, body.get("error"))
+            log.warning(
+                "releasing session %r taken by node %r failed: %s",
+                session_id,
+                new_owner,
+                body.get("error"),
+            )
 
     def status(self) -> dict[str, object]:
         """For /metrics: whether the store is reachable, and the handover counters."""

@@ -15,8 +15,15 @@ from ramakv_daemon.core.manager import SessionManager
 # Events that only read state (turn_start also refreshes last_event_ts and prefetches):
 # while commits are in flight they answer from committed state.
 READ_EVENTS = frozenset(
-    {"session_map", "health", "list_sessions", "chunk_info", "list_events",
-     "list_namespaces", "turn_start"}
+    {
+        "session_map",
+        "health",
+        "list_sessions",
+        "chunk_info",
+        "list_events",
+        "list_namespaces",
+        "turn_start",
+    }
 )
 READS_WITH_EFFECT = frozenset({"turn_start"})
 
@@ -24,9 +31,14 @@ Result = Change | Generator[None, None, Change]
 
 
 async def read_committed(
-    type_: str, apply: Any, payload: dict[str, Any], ns: Any,
-    managers: Mapping[str, SessionManager], committer: GroupCommitter,
-    delta: Callable[[Change], dict[str, Any]], now: float,
+    type_: str,
+    apply: Any,
+    payload: dict[str, Any],
+    ns: Any,
+    managers: Mapping[str, SessionManager],
+    committer: GroupCommitter,
+    delta: Callable[[Change], dict[str, Any]],
+    now: float,
 ) -> Change:
     """A read answered from committed state: every namespace's uncommitted changes are
     taken out for the (synchronous) apply and put back after it, so the answer is the one

@@ -45,7 +45,6 @@ from ramakv_daemon.trace_snapshot import totals
 log = logging.getLogger("ramakv")
 
 
-
 class EventService:
     """Handles one event end to end and keeps the daemon's moving parts together."""
 
@@ -71,14 +70,24 @@ class EventService:
         self.trace = TraceHub(config.trace_buffer, config.trace_queue, config.trace_buffer_bytes)
         self.trace.on_drop = self.metrics.dropped_subscribers.inc
         self.namespaces = Namespaces(
-            config, registry, self.limits, lambda: self.committer, backend,
-            backend_factory or lmcache_factory(config), self.metrics.backend,
+            config,
+            registry,
+            self.limits,
+            lambda: self.committer,
+            backend,
+            backend_factory or lmcache_factory(config),
+            self.metrics.backend,
             self._backend_failed,
             lambda *report: report_window(self.metrics, self.trace.publish, *report),
         )
         self.committer = GroupCommitter(
-            store, self.namespaces.managers, self.metrics.commit, config.idempotency_ttl_s,
-            self._evictions_committed, self._committed, self._rolled_back,
+            store,
+            self.namespaces.managers,
+            self.metrics.commit,
+            config.idempotency_ttl_s,
+            self._evictions_committed,
+            self._committed,
+            self._rolled_back,
         )
         self.namespaces.setup()
         default = self.namespaces[self.namespaces.default]
@@ -129,19 +138,24 @@ class EventService:
         log.info(
             "ram-a-kv restored %d sessions, %d open forks, %d chunks, %d references in %d "
             "namespaces in %.3fs from %s",
-            sum(len(m.sessions) for m in managers), sum(len(m.forks) for m in managers),
+            sum(len(m.sessions) for m in managers),
+            sum(len(m.forks) for m in managers),
             sum(len(m.refcounts) for m in managers),
-            sum(m.refcounts.total_references() for m in managers), len(managers),
-            time.perf_counter() - t0, self.config.store_shown,
+            sum(m.refcounts.total_references() for m in managers),
+            len(managers),
+            time.perf_counter() - t0,
+            self.config.store_shown,
         )
         self.committer.start()
         for ns in self.namespaces:
             if ns.dispatcher.backlog:
                 log.info(
                     "ram-a-kv %d evictions of namespace %r from the outbox %s",
-                    ns.dispatcher.backlog, ns.key,
-                    "will be retried" if ns.delivers else
-                    "are kept (namespace not configured: nothing is sent)",
+                    ns.dispatcher.backlog,
+                    ns.key,
+                    "will be retried"
+                    if ns.delivers
+                    else "are kept (namespace not configured: nothing is sent)",
                 )
             if ns.delivers:
                 ns.dispatcher.start()
@@ -198,7 +212,8 @@ class EventService:
         event_id = payload["event_id"]
         if not isinstance(event_id, str) or not 0 < len(event_id) <= 200 or not utf8(event_id):
             return 200, {
-                "ok": False, "type": payload.get("type"),
+                "ok": False,
+                "type": payload.get("type"),
                 "error": "event_id must be a non-empty string of at most 200 characters "
                 "(valid Unicode)",
             }
@@ -216,9 +231,7 @@ class EventService:
             if inflight[0] != digest:
                 return 200, reused(event_id, payload.get("type"))
             return await asyncio.shield(inflight[1])
-        fut: asyncio.Future[tuple[int, dict[str, Any]]] = (
-            asyncio.get_running_loop().create_future()
-        )
+        fut: asyncio.Future[tuple[int, dict[str, Any]]] = asyncio.get_running_loop().create_future()
         self.answers.inflight[event_id] = (digest, fut)
         try:
             slot = AnswerSlot(event_id, digest)
@@ -246,7 +259,8 @@ class EventService:
         session_id = sid if isinstance(sid, str) else None
         if log.isEnabledFor(logging.INFO):  # the arguments cost more than the check
             log.info(
-                "ram-a-kv event received type=%s session_id=%s", loggable(type_),
+                "ram-a-kv event received type=%s session_id=%s",
+                loggable(type_),
                 loggable(session_id or ""),
             )
         status = 200
@@ -303,8 +317,14 @@ class EventService:
         busy = self.committer.busy
         if busy and type_ in READ_EVENTS:
             return await read_committed(
-                type_, apply, payload, ns, self.namespaces.managers, self.committer,
-                self._delta, self.clock(),
+                type_,
+                apply,
+                payload,
+                ns,
+                self.namespaces.managers,
+                self.committer,
+                self._delta,
+                self.clock(),
             )
         try:
             change = apply(ns.ctx, payload, self.clock())
@@ -327,9 +347,7 @@ class EventService:
     ) -> dict[str, Any]:
         c = change
         if c.notes.get("forced"):
-            log.warning(
-                "chunk_evict force: released references %s", c.data.get("released")
-            )
+            log.warning("chunk_evict force: released references %s", c.data.get("released"))
         ns = self.namespaces[c.namespace]
         prefetch = c.prefetch
         if ns.budget.budget and "_delta" in c.notes:
@@ -344,7 +362,9 @@ class EventService:
         if log.isEnabledFor(logging.INFO):
             log.info(
                 "ram-a-kv event completed type=%s session_id=%s ms=%.2f",
-                type_, loggable(session_id or ""), elapsed * 1000,
+                type_,
+                loggable(session_id or ""),
+                elapsed * 1000,
             )
         self._print_trace()
         return {"ok": True, "type": type_, "data": c.data}
@@ -374,23 +394,39 @@ class EventService:
     ) -> dict[str, Any]:
         self.metrics.event(type_, False, time.perf_counter() - started)
         log.warning(
-            "ram-a-kv event failed type=%s session_id=%s error=%s", loggable(type_),
-            loggable(session_id or ""), loggable(error, 500),
+            "ram-a-kv event failed type=%s session_id=%s error=%s",
+            loggable(type_),
+            loggable(session_id or ""),
+            loggable(error, 500),
         )
         # A rejected request's own strings are cut: they are the client's, of any size,
         # and the ring must not keep megabytes of them.
         self.trace.publish(
-            {"kind": "event", "ts": time.time(), "type": cut(type_),
-             "session_id": cut(session_id), "ok": False, "error": cut(error, 500),
-             "delta": {"sessions": {}, "refcounts": {}}}
+            {
+                "kind": "event",
+                "ts": time.time(),
+                "type": cut(type_),
+                "session_id": cut(session_id),
+                "ok": False,
+                "error": cut(error, 500),
+                "delta": {"sessions": {}, "refcounts": {}},
+            }
         )
         self._print_trace()
         return {"ok": False, "type": type_, "error": error}
 
     def _backend_failed(self, op: str, count: int, result: Any, backlog: int) -> None:
         self.trace.publish(
-            {"kind": "backend", "ts": time.time(), "op": op, "count": count, "ok": False,
-             "status": result.status, "detail": result.detail, "backlog": backlog}
+            {
+                "kind": "backend",
+                "ts": time.time(),
+                "op": op,
+                "count": count,
+                "ok": False,
+                "status": result.status,
+                "detail": result.detail,
+                "backlog": backlog,
+            }
         )
 
     def _budget_after(
@@ -414,13 +450,19 @@ class EventService:
                     # Once a minute per namespace: under sustained pressure every pass is over.
                     self._budget_warned[ns.key] = now
                     log.warning(
-                        "namespace %r over its DDR budget (%d > %d chunks): the rest is "
-                        "in flight", ns.key, plan.usage_after, plan.budget,
+                        "namespace %r over its DDR budget (%d > %d chunks): the rest is in flight",
+                        ns.key,
+                        plan.usage_after,
+                        plan.budget,
                     )
                 c.notes["_budget"] = {
-                    "kind": "budget", "ts": now, "namespace": ns.key,
-                    "victims": plan.victims, "demote": plan.demote,
-                    "usage_before": plan.usage_before, "usage_after": plan.usage_after,
+                    "kind": "budget",
+                    "ts": now,
+                    "namespace": ns.key,
+                    "victims": plan.victims,
+                    "demote": plan.demote,
+                    "usage_before": plan.usage_before,
+                    "usage_after": plan.usage_after,
                     "budget": plan.budget,
                 }
         return prefetch
@@ -456,9 +498,16 @@ class EventService:
     def _publish(self, type_: str, session_id: str | None, ok: bool, c: Change) -> None:
         delta = c.notes.get("_delta") or self._delta(c)
         record: dict[str, Any] = {
-            "kind": "event", "ts": time.time(), "type": type_, "session_id": session_id,
-            "ok": ok, "data": c.data, "delta": delta,
-            "prefetch": c.prefetch, "evict": c.evict_delete, "demote": c.evict_demote,
+            "kind": "event",
+            "ts": time.time(),
+            "type": type_,
+            "session_id": session_id,
+            "ok": ok,
+            "data": c.data,
+            "delta": delta,
+            "prefetch": c.prefetch,
+            "evict": c.evict_delete,
+            "demote": c.evict_demote,
             "totals": totals(self.namespaces.managers),
         }
         if c.namespace:
@@ -467,7 +516,9 @@ class EventService:
             record["_touched"] = c.notes["_touched"]
         notes = {
             # Keys starting with "_" are the daemon's own bookkeeping, not facts for clients.
-            k: v for k, v in c.notes.items() if k != "debug_context" and not k.startswith("_")
+            k: v
+            for k, v in c.notes.items()
+            if k != "debug_context" and not k.startswith("_")
         }
         if notes:
             record["notes"] = notes
@@ -485,8 +536,11 @@ class EventService:
                 write_debug_file, self.config.debug_dir, session_id, turn, hashes, ctx
             )
         except (OSError, ValueError, RecursionError) as err:  # ValueError: not UTF-8
-            log.warning("debug file write failed for session %s: %s", loggable(session_id),
-                        loggable(str(err), 500))
+            log.warning(
+                "debug file write failed for session %s: %s",
+                loggable(session_id),
+                loggable(str(err), 500),
+            )
             return
         change.data["debug_written"] = True
         log.info("ram-a-kv debug file written path=%s", path)
@@ -501,9 +555,12 @@ class EventService:
             for sid, s in m.sessions.items():
                 # Escaped: a newline in a session id must not start a forged log line.
                 log.info(
-                    "[trace] session map session_id=%s state=%s turn_count=%d "
-                    "chunk_hashes=%s%s", loggable(sid, 1100), s.state, s.turn_count,
-                    list(s.chunk_hashes), where,
+                    "[trace] session map session_id=%s state=%s turn_count=%d chunk_hashes=%s%s",
+                    loggable(sid, 1100),
+                    s.state,
+                    s.turn_count,
+                    list(s.chunk_hashes),
+                    where,
                 )
             if m.sessions or not key:
                 log.info("[trace] global refcounts%s %s", where, m.refcounts.as_dict())
@@ -536,7 +593,10 @@ class EventService:
                 log.warning(
                     "fork hold expired: session=%s fork_id=%s age=%.0fs (older than "
                     "fork_hold_ttl_s=%g; its session_fork_end never came)%s",
-                    loggable(str(row["session_id"])), row["fork_id"], row["age_s"], ttl,
+                    loggable(str(row["session_id"])),
+                    row["fork_id"],
+                    row["age_s"],
+                    ttl,
                     f" namespace={ns.key}" if ns.key else "",
                 )
             total += len(change.data["expired"])  # type: ignore[arg-type]

@@ -71,8 +71,10 @@ class Subscriber:
             self.queue.put_nowait(message)
             return True
         except asyncio.QueueFull:
-            self.drop(f"subscriber too slow: {self.queue_size} messages queued; "
-                      "reconnect with ?since=<last seq>")
+            self.drop(
+                f"subscriber too slow: {self.queue_size} messages queued; "
+                "reconnect with ?since=<last seq>"
+            )
             return False
 
     def drop(self, reason: str) -> None:
@@ -87,7 +89,9 @@ class TraceHub:
     """Assigns gap-free sequence numbers and fans records out without ever blocking."""
 
     def __init__(
-        self, buffer_size: int = 10000, queue_size: int = 1000,
+        self,
+        buffer_size: int = 10000,
+        queue_size: int = 1000,
         buffer_bytes: int = 64 * 1024 * 1024,
     ) -> None:
         # seq restarts at 0 with the process; the epoch tells a client that its ?since=
@@ -153,7 +157,8 @@ class TraceHub:
         if not self.ring or self.ring[0][0] > since + 1:
             return None
         return [
-            text for seq, sessions, text in self.ring
+            text
+            for seq, sessions, text in self.ring
             if seq > since and _wanted(sub, sessions, text)
         ]
 
@@ -169,7 +174,8 @@ class TraceHub:
         return out
 
     def subscribe(
-        self, session: str | None = None,
+        self,
+        session: str | None = None,
         chunks_of: Callable[[str], set[str]] | None = None,
     ) -> Subscriber:
         """Register a subscriber; the caller sends its first message(s) itself."""

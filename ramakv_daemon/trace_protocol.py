@@ -64,8 +64,9 @@ def shared_count(s: Session, counts: Mapping[str, int], forks: Sequence[Fork] = 
 UNKNOWN = -1  # pass as ``shared`` to send null: not computed yet (see shared_counts)
 
 
-def summary(s: Session, counts: Mapping[str, int], forks: Sequence[Fork] = (),
-            shared: int | None = None) -> dict[str, Any]:
+def summary(
+    s: Session, counts: Mapping[str, int], forks: Sequence[Fork] = (), shared: int | None = None
+) -> dict[str, Any]:
     """A session as protocol 2 sends it: counts and its open forks' summaries, never the
     map itself. ``shared``: a known shared_count, UNKNOWN for null, None to compute it."""
     if shared is None:

@@ -72,8 +72,13 @@ def held_chunks(s: Session | None, forks: list[Fork]) -> set[str]:
 
 
 def freeze(
-    managers: Mapping[str, SessionManager], default: SessionManager, seq: int, epoch: str,
-    session: str | None = None, owner: str | None = None, shared: SharedCounts | None = None,
+    managers: Mapping[str, SessionManager],
+    default: SessionManager,
+    seq: int,
+    epoch: str,
+    session: str | None = None,
+    owner: str | None = None,
+    shared: SharedCounts | None = None,
     node_id: str = "",
 ) -> FrozenSnapshot:
     """The snapshot at ``seq``; with ``session`` only that session and its chunks.
@@ -82,9 +87,14 @@ def freeze(
     says which node the snapshot is of); "" leaves it out.
     """
     header: dict[str, Any] = {
-        "kind": "snapshot", "protocol": PROTOCOL, "seq": seq, "epoch": epoch,
-        "ts": time.time(), "max_message_bytes": MAX_MESSAGE_BYTES,
-        "totals": totals(managers), "session": session,
+        "kind": "snapshot",
+        "protocol": PROTOCOL,
+        "seq": seq,
+        "epoch": epoch,
+        "ts": time.time(),
+        "max_message_bytes": MAX_MESSAGE_BYTES,
+        "totals": totals(managers),
+        "session": session,
     }
     if node_id:
         header["node_id"] = node_id
@@ -92,13 +102,13 @@ def freeze(
         m = managers[owner] if owner is not None else default
         s = m.sessions.get(session)
         forks = m.forks.of(session)
-        rows = [Frozen(m.namespace, m.refcounts.counts, [s] if s is not None else [],
-                       {session: forks})]
+        rows = [
+            Frozen(m.namespace, m.refcounts.counts, [s] if s is not None else [], {session: forks})
+        ]
         orphans = forks if s is None else []
         chunks = sorted(held_chunks(s, forks))
         header["totals"]["sessions"] = int(s is not None)
-        return FrozenSnapshot(seq, epoch, header, rows, orphans, chunks,
-                              m.refcounts.counts, shared)
+        return FrozenSnapshot(seq, epoch, header, rows, orphans, chunks, m.refcounts.counts, shared)
     rows, orphans = [], []
     for key, m in managers.items():
         counts = m.refcounts.counts
@@ -106,8 +116,7 @@ def freeze(
         by_parent = {sid: book.of(sid) for sid in book.parents()}
         rows.append(Frozen(key, counts, list(m.sessions.values()), by_parent))
         orphans.extend(f for sid, fs in by_parent.items() if sid not in m.sessions for f in fs)
-    return FrozenSnapshot(seq, epoch, header, rows, orphans, [], default.refcounts.counts,
-                          shared)
+    return FrozenSnapshot(seq, epoch, header, rows, orphans, [], default.refcounts.counts, shared)
 
 
 async def messages(frozen: FrozenSnapshot) -> AsyncIterator[str]:
@@ -171,5 +180,11 @@ class Part:
     def encode(self, base: dict[str, Any], index: int, last: bool) -> str:
         """The part's JSON text (the summaries spliced in)."""
         head = encode({**base, "part": index, "last": last, "refcounts": self.refcounts})
-        return (head[:-1] + ',"forks":[' + ",".join(self.forks) + '],"sessions":['
-                + ",".join(self.sessions) + "]}")
+        return (
+            head[:-1]
+            + ',"forks":['
+            + ",".join(self.forks)
+            + '],"sessions":['
+            + ",".join(self.sessions)
+            + "]}"
+        )

@@ -24,8 +24,11 @@ def build_parser() -> argparse.ArgumentParser:
         description="Talk to a ram-a-kv daemon. Exit codes: 0 ok, 1 the daemon answered "
         "ok:false (its error on stderr), 2 usage error, 3 daemon unreachable.",
     )
-    p.add_argument("--url", help="daemon URL (default: daemon_url from "
-                   "~/.config/ram-a-kv/config.toml, else " + DEFAULT_DAEMON_URL + ")")
+    p.add_argument(
+        "--url",
+        help="daemon URL (default: daemon_url from "
+        "~/.config/ram-a-kv/config.toml, else " + DEFAULT_DAEMON_URL + ")",
+    )
     p.add_argument("--token", help="bearer token (default: auth_token from the same config)")
     p.add_argument("--timeout", type=float, default=5.0, help="seconds per request (5)")
     add_version_flag(p)
@@ -37,21 +40,36 @@ def build_parser() -> argparse.ArgumentParser:
     e = sub.add_parser("event", help="build and send one event")
     e.add_argument("type", help="event type, e.g. turn_start, turn_end, chunk_info")
     e.add_argument("--session", "-s", help="session_id")
-    e.add_argument("--hashes", help="comma-separated chunk hashes; write --hashes=-1a,2b when "
-                   "the first one starts with '-'")
-    e.add_argument("--hashes-file", help="file with chunk hashes (one per line, or commas); "
-                   "- for stdin")
+    e.add_argument(
+        "--hashes",
+        help="comma-separated chunk hashes; write --hashes=-1a,2b when "
+        "the first one starts with '-'",
+    )
+    e.add_argument(
+        "--hashes-file", help="file with chunk hashes (one per line, or commas); - for stdin"
+    )
     e.add_argument("--source", help="source_session_id (snapshot_restore)")
-    e.add_argument("--fork-id", type=int, help="fork_id (session_fork_end; without it the "
-                   "session's newest open fork)")
+    e.add_argument(
+        "--fork-id",
+        type=int,
+        help="fork_id (session_fork_end; without it the session's newest open fork)",
+    )
     e.add_argument("--dry-run", action="store_true", help="dry_run: true (chunk_evict)")
     e.add_argument("--force", action="store_true", help="force: true (chunk_evict)")
-    e.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
-                   help="any other field; VALUE is parsed as JSON, else taken as a string")
+    e.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="any other field; VALUE is parsed as JSON, else taken as a string",
+    )
 
     ls = sub.add_parser("sessions", help="list sessions (list_sessions)")
-    ls.add_argument("--state", choices=("active", "suspended", "closed"),
-                    help="closed: sessions closed with open forks")
+    ls.add_argument(
+        "--state",
+        choices=("active", "suspended", "closed"),
+        help="closed: sessions closed with open forks",
+    )
     ls.add_argument("--limit", type=int)
     ls.add_argument("--offset", type=int)
     ls.add_argument("--json", action="store_true", help="print the raw data as JSON")
@@ -67,8 +85,11 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--count", type=int, help="stop after this many events")
 
     sub.add_parser("health", help="daemon health")
-    ev = sub.add_parser("events", help="list the events the daemon knows (list_events): the "
-                        "nine contract events, then the admin events")
+    ev = sub.add_parser(
+        "events",
+        help="list the events the daemon knows (list_events): the "
+        "nine contract events, then the admin events",
+    )
     ev.add_argument("--json", action="store_true", help="print the raw data as JSON")
     return p
 
@@ -109,8 +130,9 @@ def build_event(args: argparse.Namespace) -> dict[str, Any]:
         event["session_id"] = args.session
     if args.type == "turn_end":
         if hashes is None:  # the daemon would refuse it: say so before sending
-            raise ValueError("turn_end needs --hashes or --hashes-file (--hashes= for an "
-                             "empty map)")
+            raise ValueError(
+                "turn_end needs --hashes or --hashes-file (--hashes= for an empty map)"
+            )
         event["kv_transfer_params"] = {"chunk_hashes": hashes}
     elif hashes is not None:
         event["chunk_hashes"] = hashes
@@ -164,8 +186,16 @@ def print_sessions(data: dict[str, Any], out: TextIO) -> None:
     rows = [("SESSION", "STATE", "TURNS", "CHUNKS", "OPEN FORKS", "LAST EVENT")]
     now = time.time()
     for s in data["sessions"]:
-        rows.append((s["session_id"], s["state"], str(s["turn_count"]), str(s["chunk_count"]),
-                     forks_cell(s.get("forks") or []), age(s.get("last_event_ts"), now)))
+        rows.append(
+            (
+                s["session_id"],
+                s["state"],
+                str(s["turn_count"]),
+                str(s["chunk_count"]),
+                forks_cell(s.get("forks") or []),
+                age(s.get("last_event_ts"), now),
+            )
+        )
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     for r in rows:
         out.write("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() + "\n")
@@ -187,19 +217,28 @@ def trace_line(msg: dict[str, Any]) -> str:
     kind = msg.get("kind")
     if kind == "snapshot":
         t = msg.get("totals") or {}
-        return (f"#{msg.get('seq')} snapshot: {t.get('sessions', 0)} sessions, "
-                f"{t.get('chunks', 0)} chunks, {t.get('references', 0)} references")
+        return (
+            f"#{msg.get('seq')} snapshot: {t.get('sessions', 0)} sessions, "
+            f"{t.get('chunks', 0)} chunks, {t.get('references', 0)} references"
+        )
     if kind == "snapshot_sessions":
         rows = msg.get("sessions") or []
         return f"#{msg.get('seq')} snapshot part {msg.get('part')}: {len(rows)} sessions" + (
-            " (last)" if msg.get("last") else "")
+            " (last)" if msg.get("last") else ""
+        )
     if kind == "disconnected":
-        what = {"unreachable": "daemon unreachable", "too_large": "message too large",
-                "slow": "fell behind", "shutdown": "daemon shutting down"}.get(
-                    str(msg.get("error")), "connection lost")
+        what = {
+            "unreachable": "daemon unreachable",
+            "too_large": "message too large",
+            "slow": "fell behind",
+            "shutdown": "daemon shutting down",
+        }.get(str(msg.get("error")), "connection lost")
         reason = msg.get("reason")
-        return f"-- {what}: {reason}; retrying with backoff" if reason else (
-            f"-- {what}; retrying with backoff")
+        return (
+            f"-- {what}: {reason}; retrying with backoff"
+            if reason
+            else (f"-- {what}; retrying with backoff")
+        )
     if kind == "reconnected":
         return f"-- reconnected, resuming after #{msg.get('since')}"
     ts = time.strftime("%H:%M:%S", time.localtime(msg.get("ts") or 0))
@@ -208,8 +247,9 @@ def trace_line(msg: dict[str, Any]) -> str:
         return f"{head} FAILED: {msg.get('error')}"
     data = msg.get("data") or {}
     fields = " ".join(f"{k}={v}" for k, v in data.items() if not isinstance(v, list | dict))
-    extra = [f"{name}={len(msg[name])}" for name in ("prefetch", "evict", "demote")
-             if msg.get(name)]
+    extra = [
+        f"{name}={len(msg[name])}" for name in ("prefetch", "evict", "demote") if msg.get(name)
+    ]
     return " ".join(x for x in (head, "ok", fields, *extra) if x)
 
 

@@ -109,7 +109,8 @@ class AsyncClient(AsyncClosing):
         except ValueError:
             raise RamAKvError(
                 f"HTTP {status} from {self._event_url} is not JSON: {raw[:200]!r}",
-                type_, status,
+                type_,
+                status,
             ) from None
         if not isinstance(body, dict) or not isinstance(body.get("ok"), bool):
             raise RamAKvError(
@@ -239,7 +240,11 @@ class AsyncClient(AsyncClosing):
         snapshot. Uses this client's token.
         """
         return TraceSubscription(
-            self._http, self.base_url, since=since, session=session, max_backoff=max_backoff,
+            self._http,
+            self.base_url,
+            since=since,
+            session=session,
+            max_backoff=max_backoff,
             history=history,
         )
 

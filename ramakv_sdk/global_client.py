@@ -59,8 +59,9 @@ class BackgroundClient:
         try:
             if len(self._inbox) >= self.max_queue:
                 self.stats.dropped_full += 1
-                self._log.warn("full", "ram-a-kv SDK queue full (%d events); event dropped",
-                               self.max_queue)
+                self._log.warn(
+                    "full", "ram-a-kv SDK queue full (%d events); event dropped", self.max_queue
+                )
                 return
             self._inbox.append(event)
             if not self._wake_pending:
@@ -109,7 +110,10 @@ class BackgroundClient:
                 asyncio.set_event_loop(loop)
                 client = AsyncClient(self.daemon_url, timeout=self.timeout, token=self.token)
                 self._sender = EventSender(
-                    client, self.max_queue, self.concurrency, retry_for=self.retry_for,
+                    client,
+                    self.max_queue,
+                    self.concurrency,
+                    retry_for=self.retry_for,
                     stats=self.stats,
                 )
                 ready.set()
@@ -230,8 +234,9 @@ def turn_end(
         event = events.turn_end(session_id, kv_transfer_params, debug_context)
     except events.MissingChunkHashes:
         client.stats.failed += 1
-        log.warning("ram-a-kv turn_end for %r dropped: no kv_transfer_params.chunk_hashes",
-                    session_id)
+        log.warning(
+            "ram-a-kv turn_end for %r dropped: no kv_transfer_params.chunk_hashes", session_id
+        )
         return
     except Exception:  # malformed params: drop, never raise into the host
         client.stats.failed += 1

@@ -21,9 +21,18 @@ log = logging.getLogger("ramakv_proxy")
 
 TOKENIZE_TIMEOUT_S = 30.0
 # The fields of a chat request that shape its prompt (vLLM's TokenizeChatRequest).
-_CHAT_FIELDS = ("model", "messages", "add_generation_prompt", "continue_final_message",
-                "add_special_tokens", "chat_template", "chat_template_kwargs",
-                "media_io_kwargs", "mm_processor_kwargs", "tools")
+_CHAT_FIELDS = (
+    "model",
+    "messages",
+    "add_generation_prompt",
+    "continue_final_message",
+    "add_special_tokens",
+    "chat_template",
+    "chat_template_kwargs",
+    "media_io_kwargs",
+    "mm_processor_kwargs",
+    "tools",
+)
 _COMPLETION_FIELDS = ("model", "add_special_tokens")
 
 #: One prompt to tokenise: a /tokenize body, or token ids the request already gave.
@@ -61,8 +70,7 @@ def prompts_of(path: str, body: bytes) -> list[Prompt] | None:
         return [{**extra, "prompt": prompt}]
     if _ids(prompt):
         return [prompt]
-    if isinstance(prompt, list) and prompt and all(isinstance(p, str) or _ids(p)
-                                                   for p in prompt):
+    if isinstance(prompt, list) and prompt and all(isinstance(p, str) or _ids(p) for p in prompt):
         return [p if isinstance(p, list) else {**extra, "prompt": p} for p in prompt]
     return None
 
@@ -80,12 +88,14 @@ def hashes_of(prompts: Iterable[list[int]], chunk_size: int, save_unfull_chunk: 
     return list(seen)
 
 
-async def _tokenize(http: aiohttp.ClientSession, url: str, prompt: Prompt,
-                    headers: list[tuple[str, str]]) -> list[int] | None:
+async def _tokenize(
+    http: aiohttp.ClientSession, url: str, prompt: Prompt, headers: list[tuple[str, str]]
+) -> list[int] | None:
     if isinstance(prompt, list):
         return prompt
-    async with http.post(url, json=prompt, headers=headers,
-                         timeout=aiohttp.ClientTimeout(total=TOKENIZE_TIMEOUT_S)) as r:
+    async with http.post(
+        url, json=prompt, headers=headers, timeout=aiohttp.ClientTimeout(total=TOKENIZE_TIMEOUT_S)
+    ) as r:
         if r.status != 200:
             log.warning("%s answered %s: %s", url, r.status, (await r.read())[:300])
             return None
@@ -110,8 +120,11 @@ async def tokenized_turn_params(
     # The client's headers (its API key) minus the body's: /tokenize gets a JSON body of its
     # own, and an uncompressed answer (the proxy's upstream session does not decompress).
     items = headers.items() if isinstance(headers, Mapping) else headers
-    plain = [(k, v) for k, v in items
-             if k.lower() not in ("accept-encoding", "content-type", "content-encoding")]
+    plain = [
+        (k, v)
+        for k, v in items
+        if k.lower() not in ("accept-encoding", "content-type", "content-encoding")
+    ]
     url = f"{upstream}/tokenize"
     ids: list[list[int]] = []
     try:
@@ -133,15 +146,25 @@ class TokenizeCheck:
     def __init__(self) -> None:
         self.agrees: bool | None = None
 
-    def compare(self, tokenized: dict | None, engine: dict, upstream: str, chunk_size: int,
-                save_unfull_chunk: bool) -> None:
+    def compare(
+        self,
+        tokenized: dict | None,
+        engine: dict,
+        upstream: str,
+        chunk_size: int,
+        save_unfull_chunk: bool,
+    ) -> None:
         """Record whether they agree; an error is logged once when they do not."""
         if tokenized is None or self.agrees is not None:
             return
         self.agrees = tokenized.get("chunk_hashes") == engine.get("chunk_hashes")
         if not self.agrees:
-            log.error("chunk hashes of %s's tokenised prompts (blake3, chunk_size=%d, "
-                      "save_unfull_chunk=%s) differ from the engine's own: streamed turns get "
-                      "no turn_end. Match --chunk-size/--save-unfull-chunk to LMCache's config "
-                      "and use pre_caching_hash_algorithm: blake3", upstream, chunk_size,
-                      save_unfull_chunk)
+            log.error(
+                "chunk hashes of %s's tokenised prompts (blake3, chunk_size=%d, "
+                "save_unfull_chunk=%s) differ from the engine's own: streamed turns get "
+                "no turn_end. Match --chunk-size/--save-unfull-chunk to LMCache's config "
+                "and use pre_caching_hash_algorithm: blake3",
+                upstream,
+                chunk_size,
+                save_unfull_chunk,
+            )

@@ -25,12 +25,33 @@ log = logging.getLogger("ramakv_proxy")
 TURN_PATHS = frozenset({"/v1/chat/completions", "/v1/completions"})
 STATS_PATH = "/_ramakv/stats"
 # Hop-by-hop headers (RFC 9110 7.6.1) and the ones aiohttp recomputes itself.
-DROP_REQUEST = frozenset({"connection", "keep-alive", "proxy-authenticate",
-                          "proxy-authorization", "te", "trailer", "transfer-encoding",
-                          "upgrade", "host", "content-length"})
-DROP_RESPONSE = frozenset({"connection", "keep-alive", "proxy-authenticate",
-                           "proxy-authorization", "te", "trailer", "transfer-encoding",
-                           "upgrade", "content-length"})
+DROP_REQUEST = frozenset(
+    {
+        "connection",
+        "keep-alive",
+        "proxy-authenticate",
+        "proxy-authorization",
+        "te",
+        "trailer",
+        "transfer-encoding",
+        "upgrade",
+        "host",
+        "content-length",
+    }
+)
+DROP_RESPONSE = frozenset(
+    {
+        "connection",
+        "keep-alive",
+        "proxy-authenticate",
+        "proxy-authorization",
+        "te",
+        "trailer",
+        "transfer-encoding",
+        "upgrade",
+        "content-length",
+    }
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -115,9 +136,17 @@ async def forward(request: web.Request) -> web.StreamResponse:
     if sid is not None and body and (prompt_hashes.is_streamed(body) or check.agrees is None):
         # Runs beside the engine's answer (tokenising only, no model step), so it is ready at
         # its end; a non-streamed turn is tokenised once, to check the hashes against the engine's.
-        tokenized = asyncio.ensure_future(prompt_hashes.tokenized_turn_params(
-            request.app[UPSTREAM], settings.upstream, request.path, body, headers,
-            settings.chunk_size, settings.save_unfull_chunk))
+        tokenized = asyncio.ensure_future(
+            prompt_hashes.tokenized_turn_params(
+                request.app[UPSTREAM],
+                settings.upstream,
+                request.path,
+                body,
+                headers,
+                settings.chunk_size,
+                settings.save_unfull_chunk,
+            )
+        )
     try:
         try:
             upstream = await request.app[UPSTREAM].request(
@@ -177,8 +206,12 @@ async def _relay(
             params = from_json_body(b"".join(kept or ()), encoding)
             if tokenized is not None and events.has_chunk_hashes(params):
                 request.app[TOKENIZE_CHECK].compare(
-                    await tokenized, params, request.app[SETTINGS].upstream,
-                    request.app[SETTINGS].chunk_size, request.app[SETTINGS].save_unfull_chunk)
+                    await tokenized,
+                    params,
+                    request.app[SETTINGS].upstream,
+                    request.app[SETTINGS].chunk_size,
+                    request.app[SETTINGS].save_unfull_chunk,
+                )
         if events.has_chunk_hashes(params):
             sender.submit(events.turn_end(sid, params))
         elif complete:
@@ -194,7 +227,8 @@ def _warn_no_hashes(app: web.Application, upstream: str) -> None:
     warned.add(upstream)
     log.warning(
         "answers from %s carry no kv_transfer_params.chunk_hashes: no turn_end is sent for "
-        "them (is ascend_ext's connector configured?)", upstream,
+        "them (is ascend_ext's connector configured?)",
+        upstream,
     )
 
 
@@ -206,15 +240,28 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     p.add_argument("--upstream", required=True, help="engine base URL, e.g. http://127.0.0.1:8000")
     p.add_argument("--listen", default="127.0.0.1:8001", help="HOST:PORT (127.0.0.1:8001)")
-    p.add_argument("--daemon", help="ram-a-kv URL (default: daemon_url from "
-                   "~/.config/ram-a-kv/config.toml, else " + DEFAULT_DAEMON_URL + ")")
+    p.add_argument(
+        "--daemon",
+        help="ram-a-kv URL (default: daemon_url from "
+        "~/.config/ram-a-kv/config.toml, else " + DEFAULT_DAEMON_URL + ")",
+    )
     p.add_argument("--token", help="daemon bearer token (default: auth_token from the config)")
-    p.add_argument("--session-header", default="X-Session-Id",
-                   help="request header carrying the session id (X-Session-Id)")
-    p.add_argument("--chunk-size", type=int, default=256,
-                   help="LMCache chunk_size of the engine, to hash streamed turns (256)")
-    p.add_argument("--save-unfull-chunk", action="store_true",
-                   help="the engine's LMCache has save_unfull_chunk: true")
+    p.add_argument(
+        "--session-header",
+        default="X-Session-Id",
+        help="request header carrying the session id (X-Session-Id)",
+    )
+    p.add_argument(
+        "--chunk-size",
+        type=int,
+        default=256,
+        help="LMCache chunk_size of the engine, to hash streamed turns (256)",
+    )
+    p.add_argument(
+        "--save-unfull-chunk",
+        action="store_true",
+        help="the engine's LMCache has save_unfull_chunk: true",
+    )
     p.add_argument("--log-level", default="INFO", help="DEBUG, INFO, WARNING (INFO)")
     add_version_flag(p)
     return p.parse_args(argv)
@@ -228,8 +275,11 @@ def settings_from(args: argparse.Namespace) -> ProxySettings:
     if token is None and cfg is not None and cfg.auth_token and daemon == cfg.daemon_url:
         token = cfg.auth_token
     return ProxySettings(
-        upstream=args.upstream.rstrip("/"), daemon_url=daemon, token=token,
-        session_header=args.session_header, chunk_size=args.chunk_size,
+        upstream=args.upstream.rstrip("/"),
+        daemon_url=daemon,
+        token=token,
+        session_header=args.session_header,
+        chunk_size=args.chunk_size,
         save_unfull_chunk=args.save_unfull_chunk,
     )
 
@@ -237,18 +287,24 @@ def settings_from(args: argparse.Namespace) -> ProxySettings:
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``ramakv-proxy`` console script."""
     args = parse_args(argv)
-    logging.basicConfig(level=args.log_level.upper(),
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.basicConfig(
+        level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
     host, _, port = args.listen.rpartition(":")
     if not host or not port.isdigit():
         print(f"ramakv-proxy: --listen must be HOST:PORT, got {args.listen!r}", file=sys.stderr)
         return 2
     settings = settings_from(args)
-    log.info("ramakv-proxy on %s -> %s, reporting to %s", args.listen, settings.upstream,
-             settings.daemon_url)
+    log.info(
+        "ramakv-proxy on %s -> %s, reporting to %s",
+        args.listen,
+        settings.upstream,
+        settings.daemon_url,
+    )
     try:
-        web.run_app(make_app(settings), host=host.strip("[]"), port=int(port), print=None,
-                    access_log=None)
+        web.run_app(
+            make_app(settings), host=host.strip("[]"), port=int(port), print=None, access_log=None
+        )
     except OSError as err:
         log.error("cannot listen on %s: %s", args.listen, err)
         return 1

@@ -18,8 +18,16 @@ log = logging.getLogger("ramakv_sdk")
 
 
 # State-changing events: retried through a short outage, with an event_id.
-RETRIED = frozenset({"turn_end", "snapshot_restore", "session_fork", "session_fork_end",
-                     "session_suspend", "session_close"})
+RETRIED = frozenset(
+    {
+        "turn_end",
+        "snapshot_restore",
+        "session_fork",
+        "session_fork_end",
+        "session_suspend",
+        "session_close",
+    }
+)
 
 
 @dataclass(slots=True)
@@ -112,8 +120,9 @@ class EventSender:
         """Queue one event; False when it was dropped because the queue is full."""
         if self.pending >= self.max_queue:
             self.stats.dropped_full += 1
-            self._log.warn("full", "ram-a-kv SDK queue full (%d events); event dropped",
-                           self.max_queue)
+            self._log.warn(
+                "full", "ram-a-kv SDK queue full (%d events); event dropped", self.max_queue
+            )
             return False
         sid = event.get("session_id")
         key = sid if isinstance(sid, str) else ""
@@ -207,8 +216,9 @@ class EventSender:
             self.stats.sent += 1
         else:
             self.stats.failed += 1
-            self._log.warn(f"failed:{type_}", "ram-a-kv event %s failed: %s", type_,
-                           env.get("error"))
+            self._log.warn(
+                f"failed:{type_}", "ram-a-kv event %s failed: %s", type_, env.get("error")
+            )
 
     def _drop_unavailable(self) -> None:
         self.stats.dropped_unavailable += 1

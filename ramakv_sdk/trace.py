@@ -123,7 +123,9 @@ class TraceSubscription(AsyncClosing):
                 await asyncio.sleep(self.backoff())
             try:
                 ws = await self._session_factory().ws_connect(
-                    self.url, params=self._params(), heartbeat=self.heartbeat,
+                    self.url,
+                    params=self._params(),
+                    heartbeat=self.heartbeat,
                     timeout=aiohttp.ClientWSTimeout(ws_close=2.0),
                     max_msg_size=self.max_msg_size,
                 )
@@ -149,15 +151,23 @@ class TraceSubscription(AsyncClosing):
                 if self._outage_reported:
                     self._outage_reported = False
                     self.reconnects += 1
-                    return {"kind": "reconnected", "since": self.last_seq,
-                            "attempts": self._attempt + 1}
+                    return {
+                        "kind": "reconnected",
+                        "since": self.last_seq,
+                        "attempts": self._attempt + 1,
+                    }
                 self._ever_connected = True
                 return None
             self._attempt += 1
             if not self._outage_reported:
                 self._outage_reported = True
-                return {"kind": "disconnected", "code": None, "error": error,
-                        "reason": reason, "last_seq": self.last_seq}
+                return {
+                    "kind": "disconnected",
+                    "code": None,
+                    "error": error,
+                    "reason": reason,
+                    "last_seq": self.last_seq,
+                }
         return None
 
     def __aiter__(self) -> TraceSubscription:
@@ -206,16 +216,24 @@ class TraceSubscription(AsyncClosing):
         if code == PROTOCOL_CLOSE_CODE:
             raise TraceProtocolMismatch(
                 f"trace protocol mismatch with {self.url}: {reason} (this SDK speaks "
-                f"protocol {TRACE_PROTOCOL})", status=None,
+                f"protocol {TRACE_PROTOCOL})",
+                status=None,
             )
         error = classify(code)
         if error == "too_large":
-            reason = (f"a trace message was larger than this client's limit of "
-                      f"{self.max_msg_size} bytes ({reason})")
+            reason = (
+                f"a trace message was larger than this client's limit of "
+                f"{self.max_msg_size} bytes ({reason})"
+            )
         self._attempt += 1
         self._outage_reported = True
-        marker = {"kind": "disconnected", "code": code, "error": error, "reason": reason,
-                  "last_seq": self.last_seq}
+        marker = {
+            "kind": "disconnected",
+            "code": code,
+            "error": error,
+            "reason": reason,
+            "last_seq": self.last_seq,
+        }
         if code != SLOW_CLOSE_CODE and self.epoch is None:
             self.last_seq = None  # maybe a restart we could not detect: ask for a snapshot
         return marker

@@ -18,6 +18,4 @@ def package_version() -> str:
 
 def add_version_flag(parser: argparse.ArgumentParser) -> None:
     """``--version``: print ``<prog> <version>`` and exit 0."""
-    parser.add_argument(
-        "--version", action="version", version=f"%(prog)s {package_version()}"
-    )
+    parser.add_argument("--version", action="version", version=f"%(prog)s {package_version()}")

@@ -32,14 +32,23 @@ def write_plots(result: dict[str, Any], out_dir: str) -> list[str]:
         if len(rs) < 2:
             continue
         label = f"steered ({STEERED.name}), L={lead:g}s"
-        ax1.plot([r["capacity"] * 100 for r in rs], [r["hit_rate"] * 100 for r in rs], style,
-                 label=label)
-        ax2.plot([r["capacity"] * 100 for r in rs], [r["ttft_mean_ms"] for r in rs], style,
-                 label=label)
-    ax1.set(xlabel="DDR capacity (% of peak working set)", ylabel="DDR hit rate (% of reused)",
-            title="Hit rate vs capacity", ylim=(0, 100))
-    ax2.set(xlabel="DDR capacity (% of peak working set)", ylabel="modelled mean TTFT (ms)",
-            title="Modelled TTFT vs capacity")
+        ax1.plot(
+            [r["capacity"] * 100 for r in rs], [r["hit_rate"] * 100 for r in rs], style, label=label
+        )
+        ax2.plot(
+            [r["capacity"] * 100 for r in rs], [r["ttft_mean_ms"] for r in rs], style, label=label
+        )
+    ax1.set(
+        xlabel="DDR capacity (% of peak working set)",
+        ylabel="DDR hit rate (% of reused)",
+        title="Hit rate vs capacity",
+        ylim=(0, 100),
+    )
+    ax2.set(
+        xlabel="DDR capacity (% of peak working set)",
+        ylabel="modelled mean TTFT (ms)",
+        title="Modelled TTFT vs capacity",
+    )
     ax2.set_ylim(bottom=0)
     for ax in (ax1, ax2):
         ax.grid(alpha=0.3)
@@ -55,19 +64,42 @@ def write_plots(result: dict[str, Any], out_dir: str) -> list[str]:
         base = next((r for r in lru if r["capacity"] == cap), None)
         if len(rs) >= 2:
             leads = [r["lead_s"] for r in rs]
-            ax1.plot(leads, [r["hit_rate"] * 100 for r in rs], "o-", color=color,
-                     label=f"steered C={cap:.0%}")
-            ax2.plot(leads, [r["ttft_mean_ms"] for r in rs], "o-", color=color,
-                     label=f"steered C={cap:.0%}")
+            ax1.plot(
+                leads,
+                [r["hit_rate"] * 100 for r in rs],
+                "o-",
+                color=color,
+                label=f"steered C={cap:.0%}",
+            )
+            ax2.plot(
+                leads,
+                [r["ttft_mean_ms"] for r in rs],
+                "o-",
+                color=color,
+                label=f"steered C={cap:.0%}",
+            )
             if base is not None:
-                ax1.axhline(base["hit_rate"] * 100, color=color, ls="--", lw=1,
-                            label=f"LRU alone C={cap:.0%}")
-                ax2.axhline(base["ttft_mean_ms"], color=color, ls="--", lw=1,
-                            label=f"LRU alone C={cap:.0%}")
-    ax1.set(xlabel="prefetch lead time L (s)", ylabel="DDR hit rate (% of reused)",
-            title="Hit rate vs lead time", ylim=(0, 100))
-    ax2.set(xlabel="prefetch lead time L (s)", ylabel="modelled mean TTFT (ms)",
-            title="Modelled TTFT vs lead time")
+                ax1.axhline(
+                    base["hit_rate"] * 100,
+                    color=color,
+                    ls="--",
+                    lw=1,
+                    label=f"LRU alone C={cap:.0%}",
+                )
+                ax2.axhline(
+                    base["ttft_mean_ms"], color=color, ls="--", lw=1, label=f"LRU alone C={cap:.0%}"
+                )
+    ax1.set(
+        xlabel="prefetch lead time L (s)",
+        ylabel="DDR hit rate (% of reused)",
+        title="Hit rate vs lead time",
+        ylim=(0, 100),
+    )
+    ax2.set(
+        xlabel="prefetch lead time L (s)",
+        ylabel="modelled mean TTFT (ms)",
+        title="Modelled TTFT vs lead time",
+    )
     ax2.set_ylim(bottom=0)
     for ax in (ax1, ax2):
         ax.grid(alpha=0.3)
@@ -83,13 +115,21 @@ def write_plots(result: dict[str, Any], out_dir: str) -> list[str]:
         ys = range(len(names))
         ax1.barh(ys, [variants[n]["slow_path_gain"] for n in names], color="tab:blue")
         ax1.axvline(2.5, color="red", ls="--", lw=1, label="target 2.5x")
-        ax1.set(yticks=list(ys), yticklabels=names, xlabel="slow-path gain (LRU / steered)",
-                title="C=25%, L=1 s: critical-path SSD loads + recomputes")
+        ax1.set(
+            yticks=list(ys),
+            yticklabels=names,
+            xlabel="slow-path gain (LRU / steered)",
+            title="C=25%, L=1 s: critical-path SSD loads + recomputes",
+        )
         ax1.set_xscale("log")
         ax2.barh(ys, [variants[n]["ttft_reduction"] * 100 for n in names], color="tab:orange")
         ax2.axvline(40, color="red", ls="--", lw=1, label="target 40%")
-        ax2.set(yticks=list(ys), yticklabels=[""] * len(names),
-                xlabel="mean TTFT reduction vs LRU (%)", title="modelled mean TTFT")
+        ax2.set(
+            yticks=list(ys),
+            yticklabels=[""] * len(names),
+            xlabel="mean TTFT reduction vs LRU (%)",
+            title="modelled mean TTFT",
+        )
         for ax in (ax1, ax2):
             ax.grid(alpha=0.3, axis="x")
             ax.legend(fontsize=7)

@@ -53,12 +53,22 @@ SKIP_TOUCH = Policy("+ skip/touch DDR", skip_touch=True)
 NEED_ORDER = Policy("+ need order", skip_touch=True, need_order=True)
 CAPPED = Policy("+ saturation cap", skip_touch=True, need_order=True, cap=True)
 TOOL_HINT = Policy("+ hint at tool start", skip_touch=True, need_order=True, hint="tool")
-BOTH_HINTS = Policy("+ hint at tool start and request", skip_touch=True, need_order=True,
-                    hint="both")
+BOTH_HINTS = Policy(
+    "+ hint at tool start and request", skip_touch=True, need_order=True, hint="both"
+)
 BUDGET = Policy("+ DDR budget 90%", skip_touch=True, need_order=True, budget=0.9)
 STEERED = NEED_ORDER
-VARIANTS = (EVICT_ONLY, NAIVE, ASCEND_EXT, SKIP_TOUCH, NEED_ORDER, CAPPED, TOOL_HINT, BOTH_HINTS,
-            BUDGET)
+VARIANTS = (
+    EVICT_ONLY,
+    NAIVE,
+    ASCEND_EXT,
+    SKIP_TOUCH,
+    NEED_ORDER,
+    CAPPED,
+    TOOL_HINT,
+    BOTH_HINTS,
+    BUDGET,
+)
 
 
 class Clock:

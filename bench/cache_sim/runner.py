@@ -49,10 +49,16 @@ class MemoryStore:
     async def load_event_ids(self, limit: int) -> list[tuple[str, str]]:
         return []
 
-    async def write(self, sessions: dict, outbox_add: list | None = None,
-                    outbox_done: list | None = None, event_ids: list | None = None,
-                    prune_event_ids_before: float | None = None,
-                    forks: dict | None = None, next_fork_id: int | None = None) -> None:
+    async def write(
+        self,
+        sessions: dict,
+        outbox_add: list | None = None,
+        outbox_done: list | None = None,
+        event_ids: list | None = None,
+        prune_event_ids_before: float | None = None,
+        forks: dict | None = None,
+        next_fork_id: int | None = None,
+    ) -> None:
         return None
 
     async def close(self) -> None:
@@ -104,13 +110,21 @@ class RunResult:
 
 def _payload(kind: str, e: Event) -> dict[str, Any]:
     if kind == TURN_END:
-        return {"type": "turn_end", "session_id": e.sid,
-                "kv_transfer_params": {"chunk_hashes": [f"{c:x}" for c in e.store]}}
+        return {
+            "type": "turn_end",
+            "session_id": e.sid,
+            "kv_transfer_params": {"chunk_hashes": [f"{c:x}" for c in e.store]},
+        }
     return {"type": kind, "session_id": e.sid}
 
 
-_DAEMON_TYPE = {TURN_END: TURN_END, FORK: "session_fork", FORK_END: "session_fork_end",
-                SUSPEND: "session_suspend", CLOSE: "session_close"}
+_DAEMON_TYPE = {
+    TURN_END: TURN_END,
+    FORK: "session_fork",
+    FORK_END: "session_fork_end",
+    SUSPEND: "session_suspend",
+    CLOSE: "session_close",
+}
 
 
 Action = tuple[float, int, int, str, Event]
@@ -141,14 +155,21 @@ def _actions(trace: Trace, policy: Policy, lead_s: float) -> list[Action]:
     return out
 
 
-async def replay(trace: Trace, policy: Policy, capacity: float, lead_s: float,
-                 cost: CostModel, ssd_factor: float = 2.0) -> RunResult:
+async def replay(
+    trace: Trace,
+    policy: Policy,
+    capacity: float,
+    lead_s: float,
+    cost: CostModel,
+    ssd_factor: float = 2.0,
+) -> RunResult:
     """Replay ``trace`` with DDR = ``capacity`` x peak working set; returns the counts."""
     started = time.perf_counter()
     ddr_cap = max(1, int(capacity * trace.peak_working_set))
     ssd_cap = int(ssd_factor * trace.peak_working_set)
-    store = TwoTierStore(ddr_cap, ssd_cap, cost.ssd_chunk_s,
-                         priority=policy.need_order, recheck=policy.recheck)
+    store = TwoTierStore(
+        ddr_cap, ssd_cap, cost.ssd_chunk_s, priority=policy.need_order, recheck=policy.recheck
+    )
     clock = Clock()
     res = RunResult(policy.name, capacity, lead_s)
     ttfts: list[float] = []
@@ -159,9 +180,13 @@ async def replay(trace: Trace, policy: Policy, capacity: float, lead_s: float,
     if policy.steered:
         backend = SimBackend(store, policy, clock, lead_s)
         budget = max(1, int(policy.budget * ddr_cap)) if policy.budget else 0
-        config = Config(noop_backend=True, turn_start_prefetch=policy.turn_start_prefetch,
-                        session_store_path=":memory:", ddr_budget_chunks=budget,
-                        budget_check_interval_s=0.0)
+        config = Config(
+            noop_backend=True,
+            turn_start_prefetch=policy.turn_start_prefetch,
+            session_store_path=":memory:",
+            ddr_budget_chunks=budget,
+            budget_check_interval_s=0.0,
+        )
         svc = EventService(config, MemoryStore(), backend)
         await svc.start()
     seq = len(trace.events)

@@ -63,8 +63,15 @@ class TwoTierStore:
     ``recheck`` is False (then it is read again).
     """
 
-    def __init__(self, ddr_cap: int, ssd_cap: int, chunk_s: float, *,
-                 priority: bool = False, recheck: bool = True) -> None:
+    def __init__(
+        self,
+        ddr_cap: int,
+        ssd_cap: int,
+        chunk_s: float,
+        *,
+        priority: bool = False,
+        recheck: bool = True,
+    ) -> None:
         self.ddr: OrderedDict[int, None] = OrderedDict()
         self.ssd: OrderedDict[int, None] = OrderedDict()
         self.ddr_cap, self.ssd_cap, self.chunk_s = ddr_cap, ssd_cap, chunk_s
@@ -150,8 +157,9 @@ class TwoTierStore:
             n = self.queued
         return busy + n * self.chunk_s
 
-    def enqueue(self, c: int, demand: bool, deadline: float, now: float,
-                waiter: Request | None = None) -> Item:
+    def enqueue(
+        self, c: int, demand: bool, deadline: float, now: float, waiter: Request | None = None
+    ) -> Item:
         """Queue a read of ``c`` (joining one already queued); start the queue if idle."""
         item = self.pending.get(c)
         if item is not None:

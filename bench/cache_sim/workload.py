@@ -12,7 +12,12 @@ from bench.cache_sim.cost_model import CHUNK_TOKENS, CostModel
 # Event kinds. "request" is the engine's lookup of a prompt (the host's turn_start or
 # snapshot_restore precedes it by the lead time L, chosen by the runner, not here).
 REQUEST, TURN_END, FORK, FORK_END, SUSPEND, CLOSE = (
-    "request", "turn_end", "fork", "fork_end", "suspend", "close",
+    "request",
+    "turn_end",
+    "fork",
+    "fork_end",
+    "suspend",
+    "close",
 )
 
 
@@ -107,8 +112,14 @@ class Trace:
 class _Gen:
     """Generates the sessions of one slot; chunk ids come from a shared counter."""
 
-    def __init__(self, p: WorkloadParams, cost: CostModel, rng: random.Random,
-                 ids: itertools.count, out: list[Event]) -> None:
+    def __init__(
+        self,
+        p: WorkloadParams,
+        cost: CostModel,
+        rng: random.Random,
+        ids: itertools.count,
+        out: list[Event],
+    ) -> None:
         self.p, self.cost, self.rng, self.ids, self.out = p, cost, rng, ids, out
         self.sys_chunks = tuple(range(p.system_tokens // CHUNK_TOKENS))
 
@@ -130,12 +141,14 @@ class _Gen:
 class _Session:
     """One session's context: token count, chunk ids of its full chunks, stored map."""
 
-    def __init__(self, g: _Gen, sid: str, chunks: list[int], tokens: int,
-                 stored: tuple[int, ...]) -> None:
+    def __init__(
+        self, g: _Gen, sid: str, chunks: list[int], tokens: int, stored: tuple[int, ...]
+    ) -> None:
         self.g, self.sid, self.chunks, self.tokens, self.stored = g, sid, chunks, tokens, stored
 
-    def turn(self, t: float, add_tokens: int, tool_start: float | None,
-             restore: bool = False) -> float:
+    def turn(
+        self, t: float, add_tokens: int, tool_start: float | None, restore: bool = False
+    ) -> float:
         """Emit a request at ``t`` and its turn_end; returns the turn_end time."""
         g, p = self.g, self.g.p
         if self.tokens > p.compact_tokens:

@@ -27,11 +27,14 @@ class ConfigScreen(Screen[None]):
         Binding("ctrl+o", "reload", "Reload from disk"),
     ]
 
-    def __init__(self, daemon_path: Path | None = None, sdk_path: Path | None = None,
-                 **kwargs: Any) -> None:
+    def __init__(
+        self, daemon_path: Path | None = None, sdk_path: Path | None = None, **kwargs: Any
+    ) -> None:
         super().__init__(**kwargs)
-        self.paths = {"daemon": daemon_path or config_io.daemon_config_path(),
-                      "sdk": sdk_path or config_io.sdk_config_path()}
+        self.paths = {
+            "daemon": daemon_path or config_io.daemon_config_path(),
+            "sdk": sdk_path or config_io.sdk_config_path(),
+        }
         self._given = daemon_path is not None or sdk_path is not None
         self.specs = {"daemon": config_io.DAEMON_FIELDS, "sdk": config_io.SDK_FIELDS}
         self.originals: dict[str, dict[str, Any]] = {"daemon": {}, "sdk": {}}
@@ -47,8 +50,10 @@ class ConfigScreen(Screen[None]):
     def on_mount(self) -> None:
         self.sub_title = "Config"
         if not self._given:  # the app knows --config and the SDK path
-            self.paths = {"daemon": self.app.daemon_config_path,  # type: ignore[attr-defined]
-                          "sdk": self.app.sdk_config_path}  # type: ignore[attr-defined]
+            self.paths = {
+                "daemon": self.app.daemon_config_path,  # type: ignore[attr-defined]
+                "sdk": self.app.sdk_config_path,
+            }  # type: ignore[attr-defined]
         self.action_reload()
 
     def action_reload(self) -> None:
@@ -87,8 +92,9 @@ class ConfigScreen(Screen[None]):
         form = self.query_one(f"#{which}", ConfigForm)
         values, errors = form.read()
         if errors:
-            self.notify("Fix the fields marked in red:\n" + "\n".join(errors),
-                        severity="error", timeout=8)
+            self.notify(
+                "Fix the fields marked in red:\n" + "\n".join(errors), severity="error", timeout=8
+            )
             return
         merged, diffs = config_io.merge(self.originals[which], values, self.specs[which])
         if not diffs:
@@ -101,9 +107,13 @@ class ConfigScreen(Screen[None]):
             lines += ["", f"Needs a daemon restart: {', '.join(restart)}"]
         if which == "sdk":
             lines += ["", "The console and SDK clients read daemon_url when they start."]
-        choice = await self.app.push_screen_wait(ConfirmDialog(
-            f"Write {path}?", lines,
-            [("write", "Write", "primary"), ("cancel", "Cancel", "default")]))
+        choice = await self.app.push_screen_wait(
+            ConfirmDialog(
+                f"Write {path}?",
+                lines,
+                [("write", "Write", "primary"), ("cancel", "Cancel", "default")],
+            )
+        )
         if choice != "write":
             return
         try:

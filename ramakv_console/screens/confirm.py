@@ -16,8 +16,9 @@ class ConfirmDialog(ModalScreen[str | None]):
 
     BINDINGS = [Binding("escape", "dismiss_none", "Cancel")]
 
-    def __init__(self, title: str, lines: list[str],
-                 buttons: list[tuple[str, str, str]], **kwargs: Any) -> None:
+    def __init__(
+        self, title: str, lines: list[str], buttons: list[tuple[str, str, str]], **kwargs: Any
+    ) -> None:
         """``buttons`` is a list of (id, label, variant)."""
         super().__init__(**kwargs)
         self.title_text = title

@@ -98,7 +98,8 @@ class FireEventScreen(Screen[None]):
     async def _load(self, event_type: str) -> None:
         spec = self.app.catalogue.get(event_type, {})  # type: ignore[attr-defined]
         self.query_one("#event-description", Static).update(
-            f"[b]{event_type}[/b]: {spec.get('description', '')}")
+            f"[b]{event_type}[/b]: {spec.get('description', '')}"
+        )
         form = self.query_one(EventForm)
         await form.load(event_type, spec)
         for name, value in self.prefill.items():
@@ -131,8 +132,12 @@ class FireEventScreen(Screen[None]):
         answer.update(f"sending {json.dumps(event)} …")
         envelope = await self.app.send_event(event)  # type: ignore[attr-defined]
         answer.set_classes("answer-ok" if envelope.get("ok") else "answer-failed")
-        answer.update("request:\n" + json.dumps(event, indent=2) + "\n\nanswer:\n"
-                      + json.dumps(envelope, indent=2))
+        answer.update(
+            "request:\n"
+            + json.dumps(event, indent=2)
+            + "\n\nanswer:\n"
+            + json.dumps(envelope, indent=2)
+        )
 
     def action_reload(self) -> None:
         self.app.load_catalogue()  # type: ignore[attr-defined]

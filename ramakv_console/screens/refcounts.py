@@ -119,8 +119,10 @@ class RefcountsScreen(Screen[None]):
         else:
             total = f"{t.total}" if t.total_exact else f"more than {t.total}"
             last = min(t.page_offset + t.row_count, t.total)
-            text = (f"chunks {t.page_offset + 1 if t.row_count else 0}-{last} of {total} "
-                    f"(by refcount) · marked {len(t.marked)}")
+            text = (
+                f"chunks {t.page_offset + 1 if t.row_count else 0}-{last} of {total} "
+                f"(by refcount) · marked {len(t.marked)}"
+            )
             if t.find_text:
                 text += f" · find: '{t.find_text}' (esc clears)"
         self.query_one("#refcount-status", Label).update(text)
@@ -176,16 +178,22 @@ class RefcountsScreen(Screen[None]):
         if refused:
             buttons.insert(0, ("force", "Force all…", "error"))
         choice = await self.app.push_screen_wait(
-            ConfirmDialog("Evict chunks? (dry run result)", plan_lines(evicted, refused), buttons))
+            ConfirmDialog("Evict chunks? (dry run result)", plan_lines(evicted, refused), buttons)
+        )
         force = False
         if choice == "force":
             holders = sorted({w for who in refused.values() for w in who})
-            again = await self.app.push_screen_wait(ConfirmDialog(
-                "Really FORCE eviction?",
-                [f"{len(refused)} chunks are still referenced by: {', '.join(holders)}.",
-                 "Forcing releases those sessions' references and deletes the chunks;",
-                 "the sessions will have to recompute them."],
-                [("force", "Yes, force evict", "error"), ("cancel", "Cancel", "default")]))
+            again = await self.app.push_screen_wait(
+                ConfirmDialog(
+                    "Really FORCE eviction?",
+                    [
+                        f"{len(refused)} chunks are still referenced by: {', '.join(holders)}.",
+                        "Forcing releases those sessions' references and deletes the chunks;",
+                        "the sessions will have to recompute them.",
+                    ],
+                    [("force", "Yes, force evict", "error"), ("cancel", "Cancel", "default")],
+                )
+            )
             if again != "force":
                 return
             force = True

@@ -39,10 +39,14 @@ class SessionActionsMixin(Screen[None]):
                 self.post_message(Sessions.Act(event_type, sid))
 
         self.app.push_screen(
-            ConfirmDialog(f"Close session {sid}?",
-                          ["Its references are released and chunks no other session holds",
-                           "are deleted from every tier. The stored row is deleted."],
-                          [("close", "Close session", "error"), ("cancel", "Cancel", "default")]),
+            ConfirmDialog(
+                f"Close session {sid}?",
+                [
+                    "Its references are released and chunks no other session holds",
+                    "are deleted from every tier. The stored row is deleted.",
+                ],
+                [("close", "Close session", "error"), ("cancel", "Cancel", "default")],
+            ),
             answer,
         )
 

@@ -34,8 +34,9 @@ class SessionDetailScreen(SessionActionsMixin):
     def compose(self) -> ComposeResult:
         yield Static("", id="detail-summary")
         yield ConnectionBanner(id="banner")
-        yield Label("Chunk map (in order; highlighted = also held by other sessions)",
-                    classes="section")
+        yield Label(
+            "Chunk map (in order; highlighted = also held by other sessions)", classes="section"
+        )
         yield ChunkMapTable(self.session_id, id="chunk-map")
         yield Label("Recent events", classes="section")
         yield TraceLog(session_id=self.session_id, id="session-events")
@@ -63,8 +64,9 @@ class SessionDetailScreen(SessionActionsMixin):
         box = self.query_one("#detail-summary", Static)
         forks = self.state.fork_ages(self.session_id)  # a closed parent's forks stay open
         if s is None:
-            box.update(f"[b]{self.session_id}[/b]  [red]gone (closed)[/red]  "
-                       f"open forks {escape(forks)}")
+            box.update(
+                f"[b]{self.session_id}[/b]  [red]gone (closed)[/red]  open forks {escape(forks)}"
+            )
             return
         table = self.query_one(ChunkMapTable)
         distinct = f" ({len(set(table.hashes))} distinct)" if table.loaded else ""

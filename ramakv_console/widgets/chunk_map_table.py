@@ -45,8 +45,15 @@ class ChunkMapTable(DataTable[Any]):
         send = self.app.send_event  # type: ignore[attr-defined]
         rows: list[dict[str, Any]] = []
         while True:
-            env = await send({"type": "session_chunks", "session_id": self.session_id,
-                              "offset": len(rows), "limit": PAGE}, quiet=True)
+            env = await send(
+                {
+                    "type": "session_chunks",
+                    "session_id": self.session_id,
+                    "offset": len(rows),
+                    "limit": PAGE,
+                },
+                quiet=True,
+            )
             if not env.get("ok"):
                 self.error = str(env.get("error"))
                 self.loaded = True
@@ -65,9 +72,13 @@ class ChunkMapTable(DataTable[Any]):
             h, n, others = str(r["hash"]), int(r["refcount"]), int(r["others"])
             self.others[h] = others
             style = "bold cyan" if others else ""
-            self.add_row(str(r["pos"]), Text(h, style=style), str(n),
-                         Text(str(others) if others else "-", style=style),
-                         key=f"{r['pos']}:{h}")
+            self.add_row(
+                str(r["pos"]),
+                Text(h, style=style),
+                str(n),
+                Text(str(others) if others else "-", style=style),
+                key=f"{r['pos']}:{h}",
+            )
         self.error = ""
         self.loaded = True
         if self.row_count:

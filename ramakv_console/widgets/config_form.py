@@ -27,8 +27,10 @@ class ConfigForm(VerticalScroll):
 
     def compose(self) -> Any:
         for s in self.specs:
-            yield Label(f"[b]{s.name}[/b]  [dim]{s.help} (default {format_value(s.default)})"
-                        "[/dim]", classes="cfg-label")
+            yield Label(
+                f"[b]{s.name}[/b]  [dim]{s.help} (default {format_value(s.default)})[/dim]",
+                classes="cfg-label",
+            )
             yield self._input(s)
             yield Static("", id=f"{self.prefix}-err-{s.name}", classes="cfg-error")
 
@@ -36,8 +38,7 @@ class ConfigForm(VerticalScroll):
         wid = f"{self.prefix}-in-{s.name}"
         if s.kind == "bool":
             return Switch(value=bool(s.default), id=wid)
-        return Input(value=format_value(s.default), id=wid,
-                     password=s.kind == "secret")
+        return Input(value=format_value(s.default), id=wid, password=s.kind == "secret")
 
     def fill(self, data: dict[str, Any]) -> None:
         """Show the file's values (defaults for keys it does not set)."""

@@ -19,15 +19,21 @@ class ConnectionBanner(Static):
         url = self.app.url  # type: ignore[attr-defined]
         detail = detail or "connecting"
         if error == "unauthorized":
-            text = (f"Daemon at {url} refused the console's token: {detail}. Start the "
-                    "console with --token, or set auth_token in the SDK config. Retrying "
-                    "every 30 s.")
+            text = (
+                f"Daemon at {url} refused the console's token: {detail}. Start the "
+                "console with --token, or set auth_token in the SDK config. Retrying "
+                "every 30 s."
+            )
         elif error == "protocol":
-            text = (f"Daemon at {url} speaks another trace protocol: {detail}. Upgrade "
-                    "the console or the daemon. Retrying every 30 s.")
+            text = (
+                f"Daemon at {url} speaks another trace protocol: {detail}. Upgrade "
+                "the console or the daemon. Retrying every 30 s."
+            )
         elif error == "too_large":
             text = f"Trace message from {url} too large: {detail} — retrying with backoff."
         else:
-            text = (f"Daemon unreachable at {url}: {detail} — retrying with backoff; the "
-                    "tables show the last known state.")
+            text = (
+                f"Daemon unreachable at {url}: {detail} — retrying with backoff; the "
+                "tables show the last known state."
+            )
         self.update(text)

@@ -35,8 +35,9 @@ class EventForm(VerticalScroll):
             widgets.append(Label("This event takes no fields.", classes="field-label"))
         for f in self.fields:
             star = " *" if f.required else ""
-            widgets.append(Label(f"[b]{f.name}[/b]{star} [dim]{f.hint}[/dim]",
-                                 classes="field-label"))
+            widgets.append(
+                Label(f"[b]{f.name}[/b]{star} [dim]{f.hint}[/dim]", classes="field-label")
+            )
             widgets.append(self._input(f))
         await self.mount_all(widgets)
 

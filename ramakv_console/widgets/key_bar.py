@@ -10,14 +10,28 @@ from rich.text import Text
 from textual.dom import NoScreen
 from textual.widgets import Static
 
-VIEW_KEYS = (("1", "Sessions"), ("2", "Refcounts"), ("3", "Trace"), ("4", "Fire"),
-             ("5", "Config"), ("?", "Help"))
+VIEW_KEYS = (
+    ("1", "Sessions"),
+    ("2", "Refcounts"),
+    ("3", "Trace"),
+    ("4", "Fire"),
+    ("5", "Config"),
+    ("?", "Help"),
+)
 
 
 def key_text(key: str) -> str:
     """A binding's key as the bar shows it."""
-    return {"slash": "/", "space": "space", "escape": "esc", "question_mark": "?",
-            "enter": "enter", "ctrl+s": "^s", "ctrl+l": "^l", "ctrl+o": "^o"}.get(key, key)
+    return {
+        "slash": "/",
+        "space": "space",
+        "escape": "esc",
+        "question_mark": "?",
+        "enter": "enter",
+        "ctrl+s": "^s",
+        "ctrl+l": "^l",
+        "ctrl+o": "^o",
+    }.get(key, key)
 
 
 class KeyBar(Static):

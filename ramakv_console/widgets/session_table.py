@@ -22,8 +22,15 @@ from textual.strip import Strip
 from ramakv_console.messages import Sessions
 from ramakv_console.state import Changes, ConsoleState, SessionView
 
-COLUMNS = (("id", "session"), ("state", "state"), ("turns", "turns"), ("chunks", "chunks"),
-           ("shared", "shared"), ("forks", "fork holds"), ("age", "last event"))
+COLUMNS = (
+    ("id", "session"),
+    ("state", "state"),
+    ("turns", "turns"),
+    ("chunks", "chunks"),
+    ("shared", "shared"),
+    ("forks", "fork holds"),
+    ("age", "last event"),
+)
 SORTS = ("id", "state", "turns", "chunks", "age")
 WIDTHS = {"state": 10, "turns": 6, "chunks": 7, "shared": 7, "forks": 10, "age": 10}
 MAX_ID_WIDTH = 40
@@ -124,10 +131,10 @@ class SessionTable(ScrollView, can_focus=True):
         if s.namespace:  # only deployments other than the default one are labelled
             state.append(f" {s.namespace[:12]}", style="dim")
         shared = s.shared_count
-        shown: Any = "…" if shared is None else (
-            Text(str(shared), style="bold cyan") if shared else "0")
-        return (sid, state, s.turn_count, s.chunk_count, shown,
-                s.fork_holds, self.state.age(sid))
+        shown: Any = (
+            "…" if shared is None else (Text(str(shared), style="bold cyan") if shared else "0")
+        )
+        return (sid, state, s.turn_count, s.chunk_count, shown, s.fork_holds, self.state.age(sid))
 
     # ---- updates ------------------------------------------------------------------------
     def rebuild(self) -> None:
@@ -202,8 +209,12 @@ class SessionTable(ScrollView, can_focus=True):
             text = value.copy() if isinstance(value, Text) else Text(str(value))
             text.truncate(width, overflow="ellipsis", pad=True)
             for seg in text.render(self.app.console):
-                segments.append(Segment(seg.text, (style + seg.style) if style and seg.style
-                                        else (seg.style or style)))
+                segments.append(
+                    Segment(
+                        seg.text,
+                        (style + seg.style) if style and seg.style else (seg.style or style),
+                    )
+                )
             segments.append(Segment(" ", style))
         return segments
 

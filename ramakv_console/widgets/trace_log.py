@@ -66,8 +66,11 @@ class TraceLog(RichLog):
         if rec.get("kind") == STATUS:
             return self.session_id is None
         sid = rec.get("session_id") or ""
-        if self.session_id is not None and sid != self.session_id and self.session_id not in (
-                rec.get("delta") or {}).get("sessions", {}):
+        if (
+            self.session_id is not None
+            and sid != self.session_id
+            and self.session_id not in (rec.get("delta") or {}).get("sessions", {})
+        ):
             return False
         if self.failed_only and rec.get("ok"):
             return False
@@ -84,8 +87,10 @@ class TraceLog(RichLog):
             return
         wanted = [rec for rec in records if self.wants(rec)]
         if len(wanted) > PER_BATCH:
-            self.note(f"… {len(wanted) - PER_BATCH} more events (the Trace view's filter "
-                      "finds them in the last 5,000)")
+            self.note(
+                f"… {len(wanted) - PER_BATCH} more events (the Trace view's filter "
+                "finds them in the last 5,000)"
+            )
             wanted = wanted[-PER_BATCH:]
         for rec in wanted:
             self.write(line(rec))

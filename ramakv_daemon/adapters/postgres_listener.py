@@ -28,7 +28,10 @@ class ReleaseListener:
     """
 
     def __init__(
-        self, url: str, node_id: str, on_release: Callable[[str, str], None],
+        self,
+        url: str,
+        node_id: str,
+        on_release: Callable[[str, str], None],
         after_reconnect: Callable[[], Awaitable[None]],
     ) -> None:
         self.url = url
@@ -94,8 +97,9 @@ class ReleaseListener:
             try:
                 await self._connect()
             except Exception as err:  # noqa: BLE001 - keep trying, slower each time
-                log.warning("PostgreSQL LISTEN reconnect failed (next try in %.1fs): %s",
-                            delay, err)
+                log.warning(
+                    "PostgreSQL LISTEN reconnect failed (next try in %.1fs): %s", delay, err
+                )
                 await asyncio.sleep(delay)  # backoff between attempts, not synchronisation
                 delay = min(delay * 2, BACKOFF_MAX_S)
                 continue

@@ -15,8 +15,11 @@ MIGRATION_LOCK_KEY = 0x72616D616B76  # "ramakv"
 # is a new entry. Every table carries what a node needs to load only its own rows
 # (sessions.owner, forks.owner, evict_log.owner): several daemons share one database.
 MIGRATIONS: tuple[tuple[int, str, tuple[str, ...]], ...] = (
-    (1, "sessions, forks, counters, outbox, answers", (
-        """CREATE TABLE sessions (
+    (
+        1,
+        "sessions, forks, counters, outbox, answers",
+        (
+            """CREATE TABLE sessions (
             session_id TEXT PRIMARY KEY,
             namespace TEXT NOT NULL DEFAULT '',
             map_json TEXT NOT NULL,
@@ -25,8 +28,8 @@ MIGRATIONS: tuple[tuple[int, str, tuple[str, ...]], ...] = (
             last_event_ts DOUBLE PRECISION NOT NULL DEFAULT 0,
             owner TEXT NOT NULL
         )""",
-        "CREATE INDEX sessions_owner ON sessions (owner)",
-        """CREATE TABLE forks (
+            "CREATE INDEX sessions_owner ON sessions (owner)",
+            """CREATE TABLE forks (
             fork_id BIGINT PRIMARY KEY,
             session_id TEXT NOT NULL,
             namespace TEXT NOT NULL DEFAULT '',
@@ -34,25 +37,28 @@ MIGRATIONS: tuple[tuple[int, str, tuple[str, ...]], ...] = (
             created_ts DOUBLE PRECISION NOT NULL,
             owner TEXT NOT NULL
         )""",
-        "CREATE INDEX forks_owner ON forks (owner)",
-        "CREATE TABLE counters (name TEXT PRIMARY KEY, value BIGINT NOT NULL)",
-        """CREATE TABLE evict_log (
+            "CREATE INDEX forks_owner ON forks (owner)",
+            "CREATE TABLE counters (name TEXT PRIMARY KEY, value BIGINT NOT NULL)",
+            """CREATE TABLE evict_log (
             owner TEXT NOT NULL,
             id BIGINT NOT NULL,
             namespace TEXT NOT NULL DEFAULT '',
             entries_json TEXT NOT NULL,
             PRIMARY KEY (owner, id)
         )""",
-        """CREATE TABLE event_ids (
+            """CREATE TABLE event_ids (
             event_id TEXT PRIMARY KEY,
             response_json TEXT NOT NULL,
             ts DOUBLE PRECISION NOT NULL
         )""",
-        "CREATE INDEX event_ids_ts ON event_ids (ts)",
-    )),
-    (2, "event_ids.request_digest: a retried event_id must carry the same request", (
-        "ALTER TABLE event_ids ADD COLUMN request_digest TEXT NOT NULL DEFAULT ''",
-    )),
+            "CREATE INDEX event_ids_ts ON event_ids (ts)",
+        ),
+    ),
+    (
+        2,
+        "event_ids.request_digest: a retried event_id must carry the same request",
+        ("ALTER TABLE event_ids ADD COLUMN request_digest TEXT NOT NULL DEFAULT ''",),
+    ),
 )
 LATEST_VERSION = MIGRATIONS[-1][0]
 
@@ -81,7 +87,8 @@ async def migrate(con: asyncpg.Connection) -> int:
                 await con.execute(statement)
             await con.execute(
                 "INSERT INTO schema_version (version, description) VALUES ($1, $2)",
-                version, description,
+                version,
+                description,
             )
             log.info("session store: applied schema version %d (%s)", version, description)
     return LATEST_VERSION

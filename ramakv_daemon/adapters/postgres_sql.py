@@ -76,13 +76,9 @@ BUMP_FORK_IDS = (
     "INSERT INTO counters (name, value) VALUES ('next_fork_id', $1) ON CONFLICT (name) "
     "DO UPDATE SET value = greatest(counters.value, excluded.value)"
 )
-INSERT_OUTBOX = (
-    "INSERT INTO evict_log (owner, id, namespace, entries_json) VALUES ($1, $2, $3, $4)"
-)
+INSERT_OUTBOX = "INSERT INTO evict_log (owner, id, namespace, entries_json) VALUES ($1, $2, $3, $4)"
 DELETE_OUTBOX = "DELETE FROM evict_log WHERE owner = $1 AND id = ANY($2::bigint[])"
-SELECT_OUTBOX = (
-    "SELECT id, namespace, entries_json FROM evict_log WHERE owner = $1 ORDER BY id"
-)
+SELECT_OUTBOX = "SELECT id, namespace, entries_json FROM evict_log WHERE owner = $1 ORDER BY id"
 UPSERT_ANSWER = (
     "INSERT INTO event_ids (event_id, response_json, ts, request_digest) "
     "VALUES ($1, $2, $3, $4) ON CONFLICT (event_id) DO UPDATE SET "

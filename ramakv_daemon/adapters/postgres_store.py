@@ -60,7 +60,11 @@ class PostgresSessionStore:
     """
 
     def __init__(
-        self, url: str, node_id: str, pool_size: int = 4, connect_timeout_s: float = 5.0,
+        self,
+        url: str,
+        node_id: str,
+        pool_size: int = 4,
+        connect_timeout_s: float = 5.0,
     ) -> None:
         self.url = url
         self.node_id = node_id
@@ -85,10 +89,15 @@ class PostgresSessionStore:
 
         try:
             self._pool = await asyncpg.create_pool(
-                self.url, min_size=1, max_size=self.pool_size,
-                timeout=self.connect_timeout_s, command_timeout=30,
-                server_settings={"synchronous_commit": "on",
-                                 "application_name": f"ram-a-kv {self.node_id}"[:63]},
+                self.url,
+                min_size=1,
+                max_size=self.pool_size,
+                timeout=self.connect_timeout_s,
+                command_timeout=30,
+                server_settings={
+                    "synchronous_commit": "on",
+                    "application_name": f"ram-a-kv {self.node_id}"[:63],
+                },
             )
             async with self._pool.acquire() as con:
                 self.schema_version = await migrate(con)
@@ -154,8 +163,10 @@ class PostgresSessionStore:
         if self.last_error:
             return f"PostgreSQL unavailable ({self.last_error}); changes answer 503"
         if self.listener is not None and not self.listener.connected:
-            return ("PostgreSQL LISTEN connection lost, reconnecting with backoff "
-                    f"({self.listener.reconnects} reconnects so far)")
+            return (
+                "PostgreSQL LISTEN connection lost, reconnecting with backoff "
+                f"({self.listener.reconnects} reconnects so far)"
+            )
         return None
 
     async def close(self) -> None:
@@ -227,11 +238,17 @@ class PostgresSessionStore:
         owners = Counter(r["owner"] for r in rows)
         sessions = _decode_sessions(tuple(r)[:6] for r in rows)
         forks = [
-            Fork(int(r["fork_id"]), r["session_id"], tuple(_loads(r["hashes_json"])),
-                 float(r["created_ts"]), r["namespace"])
+            Fork(
+                int(r["fork_id"]),
+                r["session_id"],
+                tuple(_loads(r["hashes_json"])),
+                float(r["created_ts"]),
+                r["namespace"],
+            )
             for r in await self._fetch(
                 "SELECT fork_id, session_id, namespace, hashes_json, created_ts FROM forks "
-                "ORDER BY fork_id")
+                "ORDER BY fork_id"
+            )
         ]
         outbox: Counter = Counter()
         for r in await self._fetch("SELECT namespace, entries_json FROM evict_log"):
@@ -315,8 +332,14 @@ class PostgresSessionStore:
         try:
             async with pool.acquire() as con, con.transaction():
                 await self._write_in(
-                    con, sessions, outbox_add or [], outbox_done or [], event_ids or [],
-                    prune_event_ids_before, forks or {}, next_fork_id,
+                    con,
+                    sessions,
+                    outbox_add or [],
+                    outbox_done or [],
+                    event_ids or [],
+                    prune_event_ids_before,
+                    forks or {},
+                    next_fork_id,
                 )
         except ForkIdTaken as err:  # the database is fine: only this commit fails
             raise StoreError(f"persistence failed: {err}") from err
@@ -332,18 +355,28 @@ class PostgresSessionStore:
         self.last_error = str(err) or type(err).__name__
 
     async def _write_in(
-        self, con: Any, sessions: dict[str, Session | None], outbox_add: list[OutboxRow],
-        outbox_done: list[int], event_ids: list[tuple[str, str, float, str]],
-        prune_before: float | None, forks: dict[int, Fork | None], next_fork_id: int | None,
+        self,
+        con: Any,
+        sessions: dict[str, Session | None],
+        outbox_add: list[OutboxRow],
+        outbox_done: list[int],
+        event_ids: list[tuple[str, str, float, str]],
+        prune_before: float | None,
+        forks: dict[int, Fork | None],
+        next_fork_id: int | None,
     ) -> None:
         node = self.node_id
         upserts = [s for s in sessions.values() if s is not None]
         if upserts:
             taken = await con.fetch(
                 sql.UPSERT_SESSIONS,
-                [s.session_id for s in upserts], [s.namespace for s in upserts],
-                [_dumps(s.chunk_hashes) for s in upserts], [s.turn_count for s in upserts],
-                [s.suspended for s in upserts], [s.last_event_ts for s in upserts], node,
+                [s.session_id for s in upserts],
+                [s.namespace for s in upserts],
+                [_dumps(s.chunk_hashes) for s in upserts],
+                [s.turn_count for s in upserts],
+                [s.suspended for s in upserts],
+                [s.last_event_ts for s in upserts],
+                node,
             )
             await self._notify(con, [(r["session_id"], r["owner"]) for r in taken])
         deletes = [sid for sid, s in sessions.items() if s is None]
@@ -352,8 +385,13 @@ class PostgresSessionStore:
         live = [f for f in forks.values() if f is not None]
         for f in live:  # forks are rare: one statement each, to see a taken id
             kept = await con.fetchval(
-                sql.UPSERT_FORK, f.fork_id, f.session_id, f.namespace, _dumps(f.hashes),
-                f.created_ts, node,
+                sql.UPSERT_FORK,
+                f.fork_id,
+                f.session_id,
+                f.namespace,
+                _dumps(f.hashes),
+                f.created_ts,
+                node,
             )
             if kept is None:
                 # Never overwrite another node's fork: fail the commit (503); the id is
@@ -365,9 +403,9 @@ class PostgresSessionStore:
         if next_fork_id is not None:
             await con.execute(sql.BUMP_FORK_IDS, next_fork_id)
         if outbox_add:
-            await con.executemany(sql.INSERT_OUTBOX, [
-                (node, i, ns, _dumps(entries)) for i, ns, entries in outbox_add
-            ])
+            await con.executemany(
+                sql.INSERT_OUTBOX, [(node, i, ns, _dumps(entries)) for i, ns, entries in outbox_add]
+            )
         if outbox_done:
             await con.execute(sql.DELETE_OUTBOX, node, outbox_done)
         if event_ids:

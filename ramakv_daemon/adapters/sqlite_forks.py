@@ -36,8 +36,7 @@ async def load_forks(db: aiosqlite.Connection) -> tuple[list[Fork], int]:
     """Every open fork, oldest first, and the next fork id to hand out."""
     forks: list[Fork] = []
     async with db.execute(
-        "SELECT fork_id, session_id, namespace, hashes_json, created_ts FROM forks "
-        "ORDER BY fork_id"
+        "SELECT fork_id, session_id, namespace, hashes_json, created_ts FROM forks ORDER BY fork_id"
     ) as cur:
         rows = await cur.fetchall()
     async with db.execute("SELECT value FROM counters WHERE name = 'next_fork_id'") as cur:
@@ -76,9 +75,7 @@ async def migrate_fork_holds(db: aiosqlite.Connection) -> None:
                 log.warning("dropping corrupt fork holds of session %r: %s", sid, err)
                 holds = []
             for hold in holds:
-                await db.execute(
-                    UPSERT_FORK, (next_id, sid, ns or "", json.dumps(hold), now)
-                )
+                await db.execute(UPSERT_FORK, (next_id, sid, ns or "", json.dumps(hold), now))
                 next_id += 1
                 moved += 1
             await db.execute(
@@ -90,5 +87,6 @@ async def migrate_fork_holds(db: aiosqlite.Connection) -> None:
     except BaseException:
         await db.rollback()
         raise
-    log.info("session store: moved %d fork holds of %d sessions to the forks table",
-             moved, len(rows))
+    log.info(
+        "session store: moved %d fork holds of %d sessions to the forks table", moved, len(rows)
+    )

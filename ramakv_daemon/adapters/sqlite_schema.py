@@ -63,11 +63,17 @@ CREATE TABLE IF NOT EXISTS counters (
 # Files written before namespaces existed: session_state gains the column (default '').
 # The default namespace's evictions stay in evict_outbox; named namespaces' in ns_evict_outbox.
 MIGRATIONS = (
-    ("session_state", "namespace", "ALTER TABLE session_state ADD COLUMN namespace "
-     "TEXT NOT NULL DEFAULT ''"),
+    (
+        "session_state",
+        "namespace",
+        "ALTER TABLE session_state ADD COLUMN namespace TEXT NOT NULL DEFAULT ''",
+    ),
     # The digest of the request an answer belongs to ('' in older files: unknown).
-    ("event_ids", "request_digest", "ALTER TABLE event_ids ADD COLUMN request_digest "
-     "TEXT NOT NULL DEFAULT ''"),
+    (
+        "event_ids",
+        "request_digest",
+        "ALTER TABLE event_ids ADD COLUMN request_digest TEXT NOT NULL DEFAULT ''",
+    ),
 )
 
 UPSERT_SESSION = (

@@ -47,9 +47,12 @@ def _is_busy(err: BaseException | None) -> bool:
     """True for SQLite's "database is locked" (another connection holds the lock), with
     its extended codes (SQLITE_BUSY_RECOVERY, ...)."""
     code = getattr(err, "sqlite_errorcode", None)
-    return isinstance(err, sqlite3.OperationalError) and isinstance(code, int) and (
-        code & 0xFF in (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED)
+    return (
+        isinstance(err, sqlite3.OperationalError)
+        and isinstance(code, int)
+        and (code & 0xFF in (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED))
     )
+
 
 OutboxRow = tuple[int, str, list[tuple[str, str]]]  # (row id, namespace, [(hash, mode)])
 
@@ -70,8 +73,12 @@ class SqliteSessionStore:
     """
 
     def __init__(
-        self, path: str, synchronous: str = "NORMAL", commit_thread: bool = False,
-        program: str = "ram-a-kv", check_integrity: bool = True,
+        self,
+        path: str,
+        synchronous: str = "NORMAL",
+        commit_thread: bool = False,
+        program: str = "ram-a-kv",
+        check_integrity: bool = True,
     ) -> None:
         """``program`` is written into the lock file beside the pid (who holds the store);
         ``check_integrity`` runs ``PRAGMA quick_check`` at open."""
@@ -300,8 +307,13 @@ class SqliteSessionStore:
         if self._broken is not None:
             raise StoreError(self._broken)
         args = (
-            sessions, outbox_add or [], outbox_done or [], event_ids or [],
-            prune_event_ids_before, forks or {}, next_fork_id,
+            sessions,
+            outbox_add or [],
+            outbox_done or [],
+            event_ids or [],
+            prune_event_ids_before,
+            forks or {},
+            next_fork_id,
         )
         self._writing = True
         try:
@@ -457,6 +469,7 @@ class SqliteSessionStore:
         assert db is not None
         upserts = [s for s in sessions.values() if s is not None]
         deletes = [(sid,) for sid, s in sessions.items() if s is None]
+
         def dumps(value: object) -> str:
             return orjson.dumps(value).decode()
 
@@ -480,8 +493,11 @@ class SqliteSessionStore:
             if forks:
                 db.executemany(
                     UPSERT_FORK,
-                    [(f.fork_id, f.session_id, f.namespace, dumps(f.hashes), f.created_ts)
-                     for f in forks.values() if f is not None],
+                    [
+                        (f.fork_id, f.session_id, f.namespace, dumps(f.hashes), f.created_ts)
+                        for f in forks.values()
+                        if f is not None
+                    ],
                 )
                 db.executemany(
                     "DELETE FROM forks WHERE fork_id = ?",

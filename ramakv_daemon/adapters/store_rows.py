@@ -28,10 +28,14 @@ def outbox_view(con: sqlite3.Connection) -> dict[tuple[str, str], str]:
         rows = con.execute("SELECT chunk_hash, mode FROM evict_outbox")
         out.update({("", h): m for h, m in rows})
     if "ns_evict_outbox" in tables:
-        out.update({
-            (ns, h): m
-            for ns, h, m in con.execute("SELECT namespace, chunk_hash, mode FROM ns_evict_outbox")
-        })
+        out.update(
+            {
+                (ns, h): m
+                for ns, h, m in con.execute(
+                    "SELECT namespace, chunk_hash, mode FROM ns_evict_outbox"
+                )
+            }
+        )
     if "evict_log" in tables:
         for ns, entries in con.execute("SELECT namespace, entries_json FROM evict_log ORDER BY id"):
             out.update({(ns, h): m for h, m in json.loads(entries)})

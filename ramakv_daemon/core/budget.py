@@ -157,7 +157,10 @@ def plan_from_refcounts(
 
 
 def holder_of(
-    session: Session, *, demoted: bool, in_flight: bool,
+    session: Session,
+    *,
+    demoted: bool,
+    in_flight: bool,
     fork_holds: Sequence[tuple[str, ...]] = (),
 ) -> Holder:
     """The budget's view of a session: active map (unless suspended) plus its forks."""
@@ -223,7 +226,10 @@ class BudgetState:
         return True
 
     def plan_fast(
-        self, sessions: Mapping[str, Session], refcounts: Mapping[str, int], now: float,
+        self,
+        sessions: Mapping[str, Session],
+        refcounts: Mapping[str, int],
+        now: float,
         fork_holds: ForkHolds | None = None,
     ) -> Plan:
         """:meth:`plan` computed from the live refcount table (what the daemon runs)."""

@@ -127,9 +127,7 @@ def _chunk_hashes_slow(value: list[Any], limits: Limits, field: str) -> list[str
             len(h.encode("utf-8", "surrogatepass")) > limits.max_hash_bytes
         )
         if too_long:
-            raise InvalidEvent(
-                f"'{field}[{i}]' is longer than {limits.max_hash_bytes} bytes"
-            )
+            raise InvalidEvent(f"'{field}[{i}]' is longer than {limits.max_hash_bytes} bytes")
         out.append(h)
     return out
 

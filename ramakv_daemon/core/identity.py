@@ -42,7 +42,7 @@ def problems(fields: Mapping[str, Any]) -> list[str]:
         if value is None or (isinstance(value, str) and not value.strip()):
             out.append(f"{name}: missing")
         elif isinstance(value, str) and value.strip().lower() == "auto":
-            out.append(f"{name}: \"auto\" is not a resolved value")
+            out.append(f'{name}: "auto" is not a resolved value')
         elif name in INT_FIELDS and _as_int(value) is None:
             out.append(f"{name}: must be a positive integer, got {value!r}")
         elif name in STRING_FIELDS and not isinstance(value, str):

@@ -24,8 +24,13 @@ class SessionManager:
     """
 
     def __init__(
-        self, *, turn_start_prefetch: bool = True, max_sessions: int = 0, namespace: str = "",
-        fork_ids: ForkIds | None = None, max_forks_per_session: int = 64,
+        self,
+        *,
+        turn_start_prefetch: bool = True,
+        max_sessions: int = 0,
+        namespace: str = "",
+        fork_ids: ForkIds | None = None,
+        max_forks_per_session: int = 64,
     ) -> None:
         # One manager per compatibility namespace: its hashes mean nothing in another one.
         self.namespace = namespace
@@ -141,9 +146,7 @@ class SessionManager:
                 else:
                     change.evict_delete.append(h)
 
-    def _swap_map(
-        self, change: Change, old: Session, new_hashes: Sequence[str]
-    ) -> tuple[str, ...]:
+    def _swap_map(self, change: Change, old: Session, new_hashes: Sequence[str]) -> tuple[str, ...]:
         """Reference ``new_hashes`` in place of ``old``'s held map, diffing the two.
 
         Returns the new map to store: a hash the old map already had is the old map's
@@ -155,7 +158,8 @@ class SessionManager:
         old_objects = dict(zip(old_hashes, old_hashes, strict=True))
         new_map = (
             tuple(map(old_objects.get, new_hashes, new_hashes))
-            if old_objects else tuple(new_hashes)
+            if old_objects
+            else tuple(new_hashes)
         )
         new_set = set(new_map)
         # Maps rarely repeat a hash: then the map is its own unique list (no rebuild).
@@ -167,7 +171,8 @@ class SessionManager:
             self._park(change, old_unique, -1)
             self._reference(change, new_unique)
             change.evict_delete.extend(
-                h for h in old_unique
+                h
+                for h in old_unique
                 if h not in new_set and h not in self.refcounts and h not in self.parked
             )
             return new_map
@@ -202,9 +207,12 @@ class SessionManager:
         # Built directly rather than with evolve(): dataclasses.replace costs 3x more
         # and this runs on every turn_end.
         new = Session(
-            session_id=old.session_id, chunk_hashes=new_map,
-            turn_count=old.turn_count + 1, suspended=False,
-            last_event_ts=now, namespace=old.namespace,
+            session_id=old.session_id,
+            chunk_hashes=new_map,
+            turn_count=old.turn_count + 1,
+            suspended=False,
+            last_event_ts=now,
+            namespace=old.namespace,
         )
         self._put(change, new)
         change.data = {
@@ -224,9 +232,7 @@ class SessionManager:
         change = Change(durable=True)
         target = self.sessions.get(session_id) or self._new_session(session_id)
         new_map = self._swap_map(change, target, hashes)
-        self._put(
-            change, target.evolve(chunk_hashes=new_map, suspended=False, last_event_ts=now)
-        )
+        self._put(change, target.evolve(chunk_hashes=new_map, suspended=False, last_event_ts=now))
         order = list(unique(hashes))
         change.prefetch = order
         change.data = {"prefetch_sent": bool(order), "prefetch_count": len(order)}
@@ -299,9 +305,7 @@ class SessionManager:
         change.data = {"adopted": True, "chunk_count": len(session.unique_hashes())}
         return change
 
-    def session_fork(
-        self, session_id: str, now: float = 0.0, fork_id: int | None = None
-    ) -> Change:
+    def session_fork(self, session_id: str, now: float = 0.0, fork_id: int | None = None) -> Change:
         """Hold +1 on a snapshot of the session's unique hashes under a new fork id.
 
         ``fork_id``: an id handed out by a store shared with other daemons (unique among
@@ -384,16 +388,23 @@ class SessionManager:
         for fork in old:
             part = self._end_fork(fork, None)
             _merge(change, part)
-            expired.append({
-                "fork_id": fork.fork_id, "session_id": fork.session_id,
-                "age_s": round(fork.age(now), 3),
-            })
+            expired.append(
+                {
+                    "fork_id": fork.fork_id,
+                    "session_id": fork.session_id,
+                    "age_s": round(fork.age(now), 3),
+                }
+            )
         change.evict_delete[:] = unique(tuple(change.evict_delete))
         change.data = {"expired": expired, "evicted_count": change.evicted_count}
         return change
 
     def chunk_evict(
-        self, hashes: Sequence[str], *, force: bool = False, dry_run: bool = False,
+        self,
+        hashes: Sequence[str],
+        *,
+        force: bool = False,
+        dry_run: bool = False,
         now: float = 0.0,
     ) -> Change:
         """Operator eviction: free chunks go at once; referenced ones only with ``force``.
@@ -442,8 +453,10 @@ class SessionManager:
             if gone:
                 self._release(change, gone)
                 kept = tuple(h for h in fork.hashes if h not in dropped)
-                self._put_fork(change, Fork(fork.fork_id, fork.session_id, kept,
-                                            fork.created_ts, fork.namespace))
+                self._put_fork(
+                    change,
+                    Fork(fork.fork_id, fork.session_id, kept, fork.created_ts, fork.namespace),
+                )
         session = self.sessions.get(session_id)
         if session is None:
             return
@@ -510,10 +523,14 @@ class SessionManager:
         try:
             yield
         finally:
-            self.undo(Change(
-                prev_sessions=now_sessions, prev_forks=now_forks, prev_counts=now_counts,
-                prev_parked=now_parked,
-            ))
+            self.undo(
+                Change(
+                    prev_sessions=now_sessions,
+                    prev_forks=now_forks,
+                    prev_counts=now_counts,
+                    prev_parked=now_parked,
+                )
+            )
 
     def load(self, sessions: Iterable[Session], forks: Iterable[Fork] = ()) -> None:
         """Replace all state with stored sessions and forks; rebuild refcounts from them."""
@@ -546,9 +563,7 @@ def _merge(into: Change, part: Change) -> None:
     into.evict_demote.extend(part.evict_demote)
 
 
-def recompute_refcounts(
-    sessions: Iterable[Session], forks: Iterable[Fork] = ()
-) -> dict[str, int]:
+def recompute_refcounts(sessions: Iterable[Session], forks: Iterable[Fork] = ()) -> dict[str, int]:
     """Refcounts from first principles: each active map's unique hashes + every fork hold."""
     counts: Counter[str] = Counter()
     for s in sessions:

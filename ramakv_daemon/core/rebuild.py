@@ -58,4 +58,3 @@ def _table_for(references: int) -> dict[str, int]:
     d: dict[object, int] = {0: 0}
     del d[0]
     return d  # type: ignore[return-value]
-

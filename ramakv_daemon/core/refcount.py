@@ -114,7 +114,6 @@ class RefcountTable:
         self._total = sum(self._counts.values())
 
 
-
 def _listings(hashes: Sequence[str]) -> dict[str, int]:
     """hash -> how many times ``hashes`` lists it."""
     need: dict[str, int] = {}

@@ -41,6 +41,6 @@ def chunk_info(ctx: HandlerContext, payload: dict, now: float) -> Generator[None
         for fork in forks[start : start + SLICE]:
             for h in wanted.intersection(fork.hashes):
                 found[h].add(fork.session_id)
-    return Change(data={"chunks": {
-        h: {"refcount": refcount[h], "holders": sorted(found[h])} for h in hashes
-    }})
+    return Change(
+        data={"chunks": {h: {"refcount": refcount[h], "holders": sorted(found[h])} for h in hashes}}
+    )

@@ -42,10 +42,15 @@ async def chunk_top(ctx: HandlerContext, payload: dict, backend: Any) -> Change:
         raise InvalidEvent("'prefix' must be a string of at most 100 characters")
     rows, total, exact = await top(ctx, offset + limit, prefix)
     page = rows[offset:]
-    return Change(data={
-        "total": total, "total_exact": exact, "offset": offset, "prefix": prefix,
-        "chunks": [{"hash": h, "refcount": n} for n, h in page],
-    })
+    return Change(
+        data={
+            "total": total,
+            "total_exact": exact,
+            "offset": offset,
+            "prefix": prefix,
+            "chunks": [{"hash": h, "refcount": n} for n, h in page],
+        }
+    )
 
 
 async def top(ctx: HandlerContext, k: int, prefix: str) -> tuple[list[tuple[int, str]], int, bool]:
@@ -62,8 +67,9 @@ async def top(ctx: HandlerContext, k: int, prefix: str) -> tuple[list[tuple[int,
     if not prefix and len(counts) == 0:
         return [], 0, True
     # Open forks hold references too (also those of closed parents): scanned as lists.
-    sources: list[tuple[str, ...]] = [s.chunk_hashes for s in m.sessions.values()
-                                      if not s.suspended]
+    sources: list[tuple[str, ...]] = [
+        s.chunk_hashes for s in m.sessions.values() if not s.suspended
+    ]
     sources.extend(f.hashes for f in m.forks.values())
     heap: list[tuple[int, _Worse]] = []
     members: set[str] = set()

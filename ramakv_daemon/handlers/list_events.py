@@ -4,10 +4,19 @@ from ramakv_daemon.core.change import Change
 from ramakv_daemon.handlers.registry import HandlerContext, event
 
 # The seeds' contract, as the original's clients count it: data.events holds these alone.
-CONTRACT_EVENTS = frozenset({
-    "turn_start", "turn_end", "snapshot_restore", "session_map", "session_close",
-    "session_suspend", "session_fork", "session_fork_end", "health",
-})
+CONTRACT_EVENTS = frozenset(
+    {
+        "turn_start",
+        "turn_end",
+        "snapshot_restore",
+        "session_map",
+        "session_close",
+        "session_suspend",
+        "session_fork",
+        "session_fork_end",
+        "health",
+    }
+)
 
 
 @event(
@@ -17,7 +26,9 @@ CONTRACT_EVENTS = frozenset({
 )
 def list_events(ctx: HandlerContext, payload: dict, now: float) -> Change:
     specs = ctx.registry.specs()
-    return Change(data={
-        "events": {s.name: s.as_dict() for s in specs if s.name in CONTRACT_EVENTS},
-        "admin_events": {s.name: s.as_dict() for s in specs if s.name not in CONTRACT_EVENTS},
-    })
+    return Change(
+        data={
+            "events": {s.name: s.as_dict() for s in specs if s.name in CONTRACT_EVENTS},
+            "admin_events": {s.name: s.as_dict() for s in specs if s.name not in CONTRACT_EVENTS},
+        }
+    )

@@ -27,19 +27,17 @@ def int_field(payload: dict, name: str, default: int, maximum: int) -> int:
     "list_sessions",
     "Admin: list sessions (id, state, turn_count, chunk_count, fork_holds, forks with "
     "fork_id and age_s, last_event_ts), sorted by id; a closed session with open forks is "
-    "listed with state \"closed\"; every namespace unless the event names one (rows "
+    'listed with state "closed"; every namespace unless the event names one (rows '
     "outside the unnamed default namespace carry 'namespace')",
     optional=("state", "limit", "offset"),
 )
-def list_sessions(
-    ctx: HandlerContext, payload: dict, now: float
-) -> Generator[None, None, Change]:
+def list_sessions(ctx: HandlerContext, payload: dict, now: float) -> Generator[None, None, Change]:
     """A sliced read: the sessions are copied at the first step (immutable values: the
     state of that moment); filtering, sorting (runs merged lazily) and the rows follow a
     slice per loop iteration (one sort of 20k ids stalled the loop ~6 ms)."""
     state = payload.get("state")
     if state is not None and state not in ("active", "suspended", "closed"):
-        raise InvalidEvent("'state' must be \"active\", \"suspended\" or \"closed\"")
+        raise InvalidEvent('\'state\' must be "active", "suspended" or "closed"')
     limit = int_field(payload, "limit", 1000, MAX_LIMIT)
     offset = int_field(payload, "offset", 0, 2**31)
     if payload.get("namespace") is not None:
@@ -88,8 +86,12 @@ def list_sessions(
                 "chunk_count": len(s.chunk_hashes) if s else 0,
                 "fork_holds": len(forks),
                 "forks": [
-                    {"fork_id": f.fork_id, "created_ts": f.created_ts,
-                     "age_s": round(f.age(now), 3), "chunk_count": len(f.hashes)}
+                    {
+                        "fork_id": f.fork_id,
+                        "created_ts": f.created_ts,
+                        "age_s": round(f.age(now), 3),
+                        "chunk_count": len(f.hashes),
+                    }
                     for f in forks
                 ],
                 "last_event_ts": s.last_event_ts if s else 0.0,

@@ -44,9 +44,12 @@ def session_chunks(ctx: HandlerContext, payload: dict, now: float) -> Change:
         n = counts.get(h, 0)
         rows.append({"pos": i, "hash": h, "refcount": n, "others": max(n - own[h], 0)})
     data: dict[str, object] = {
-        "session_id": sid, "state": s.state if s is not None else "closed",
+        "session_id": sid,
+        "state": s.state if s is not None else "closed",
         "turn_count": s.turn_count if s is not None else 0,
-        "total": len(hashes), "offset": offset, "chunks": rows,
+        "total": len(hashes),
+        "offset": offset,
+        "chunks": rows,
     }
     if with_forks:
         data["fork_holds"] = [list(f.hashes) for f in forks]

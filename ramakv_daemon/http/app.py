@@ -34,7 +34,8 @@ def make_backend(config: Config) -> Backend:
     from ramakv_daemon.adapters.backends.lmcache import LMCacheBackend
 
     return LMCacheBackend(
-        config.lmcache_url, timeout=config.backend_timeout_s,
+        config.lmcache_url,
+        timeout=config.backend_timeout_s,
         delete_locations=config.evict_locations or None,
     )
 
@@ -56,8 +57,9 @@ def _json(status: int, body: dict, headers: Any = None) -> web.Response:
     # The standard encoder on purpose: replies keep the documented `{"ok": true, ...}`
     # spacing, and a reply is small (orjson would save a few µs).
     kept = {k: v for k, v in (headers or {}).items() if k.lower() in ("allow", "retry-after")}
-    return web.Response(status=status, text=json.dumps(body), content_type="application/json",
-                        headers=kept or None)
+    return web.Response(
+        status=status, text=json.dumps(body), content_type="application/json", headers=kept or None
+    )
 
 
 def _decode(raw: bytes) -> object:
@@ -83,8 +85,10 @@ async def handle_event(request: web.Request) -> web.Response:
     except RequestPayloadError as err:  # e.g. Content-Encoding: gzip over a plain body
         encoding = request.headers.get("Content-Encoding")
         why = f" (Content-Encoding {encoding!r} does not match the body)" if encoding else ""
-        return _json(400, {"ok": False, "error": f"cannot read the request body{why}: "
-                           f"{err.__cause__ or err}"})
+        return _json(
+            400,
+            {"ok": False, "error": f"cannot read the request body{why}: {err.__cause__ or err}"},
+        )
     try:
         payload = _decode(raw)
     except (ValueError, RecursionError) as err:
@@ -132,7 +136,9 @@ async def auth_middleware(request: web.Request, handler):  # type: ignore[no-unt
 
 
 def init_app(
-    config: Config, store: SessionStore | None = None, backend: Backend | None = None,
+    config: Config,
+    store: SessionStore | None = None,
+    backend: Backend | None = None,
     clock: Callable[[], float] = time.time,
 ) -> web.Application:
     """Build the daemon's application; the service starts and stops with it. ``clock`` is
@@ -167,6 +173,8 @@ def init_app(
 
 
 async def _close_subscribers(app: web.Application) -> None:
-    log.info("ram-a-kv daemon shutting down: closing trace subscribers, then committing what "
-             "is queued and delivering evictions (at most a few seconds)")
+    log.info(
+        "ram-a-kv daemon shutting down: closing trace subscribers, then committing what "
+        "is queued and delivering evictions (at most a few seconds)"
+    )
     app[SERVICE_KEY].trace.close_all("daemon shutting down")

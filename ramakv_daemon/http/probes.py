@@ -79,5 +79,7 @@ def _outbox_check(service: EventService) -> dict[str, Any]:
     bound = service.config.ready_max_evict_backlog
     if bound and backlog > bound:
         return {"ok": False, "detail": f"{backlog} evictions wait for delivery (> {bound})"}
-    return {"ok": True, "detail": f"{backlog} evictions wait for delivery"
-            + (f" (bound {bound})" if bound else "")}
+    return {
+        "ok": True,
+        "detail": f"{backlog} evictions wait for delivery" + (f" (bound {bound})" if bound else ""),
+    }

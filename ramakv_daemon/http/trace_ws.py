@@ -147,8 +147,13 @@ async def _snapshot(service: EventService, session: str | None) -> AsyncIterator
     ns = service.namespaces
     hub = service.trace
     frozen = freeze(
-        ns.managers, service.manager, hub.seq, hub.epoch,
-        session, ns.owner(session) if session is not None else None, service.shared,
+        ns.managers,
+        service.manager,
+        hub.seq,
+        hub.epoch,
+        session,
+        ns.owner(session) if session is not None else None,
+        service.shared,
         service.config.node_id if service.ownership.shared else "",
     )
     async for text in messages(frozen):

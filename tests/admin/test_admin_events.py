@@ -58,13 +58,16 @@ async def test_list_sessions_rows_filter_and_paging(daemon: Daemon) -> None:
     assert [r["session_id"] for r in rows] == ["a", "b", "c", "s"]
     c = rows[2]
     assert set(c) == {
-        "session_id", "state", "turn_count", "chunk_count", "fork_holds", "forks",
+        "session_id",
+        "state",
+        "turn_count",
+        "chunk_count",
+        "fork_holds",
+        "forks",
         "last_event_ts",
     }
     assert [f["fork_id"] for f in c["forks"]] == [1]
-    assert (c["state"], c["turn_count"], c["chunk_count"], c["fork_holds"]) == (
-        "active", 2, 1, 1
-    )
+    assert (c["state"], c["turn_count"], c["chunk_count"], c["fork_holds"]) == ("active", 2, 1, 1)
     assert c["last_event_ts"] > 0
     assert rows[3]["state"] == "suspended" and rows[3]["chunk_count"] == 2
     suspended = await d.ok("list_sessions", state="suspended")
@@ -79,9 +82,9 @@ async def test_list_sessions_rows_filter_and_paging(daemon: Daemon) -> None:
 @pytest.mark.parametrize(
     ("fields", "error"),
     [
-        ({"state": "gone"}, "'state' must be \"active\", \"suspended\" or \"closed\""),
-        ({"state": 1}, "'state' must be \"active\", \"suspended\" or \"closed\""),
-        ({"state": ""}, "'state' must be \"active\", \"suspended\" or \"closed\""),
+        ({"state": "gone"}, '\'state\' must be "active", "suspended" or "closed"'),
+        ({"state": 1}, '\'state\' must be "active", "suspended" or "closed"'),
+        ({"state": ""}, '\'state\' must be "active", "suspended" or "closed"'),
         ({"limit": -1}, "'limit' must be an integer from 0 to 10000"),
         ({"limit": 10001}, "'limit' must be an integer from 0 to 10000"),
         ({"limit": "10"}, "'limit' must be an integer from 0 to 10000"),
@@ -124,9 +127,7 @@ async def test_chunk_info_refcounts_and_holders(daemon: Daemon) -> None:
         ),
     ],
 )
-async def test_chunk_hashes_errors(
-    daemon: Daemon, type_: str, fields: dict, error: str
-) -> None:
+async def test_chunk_hashes_errors(daemon: Daemon, type_: str, fields: dict, error: str) -> None:
     d = daemon
     await d.turn_end("a", ["sys"])
     before = await view(d, ["sys"])
@@ -146,9 +147,7 @@ async def test_chunk_hashes_errors(
         ({"chunk_hashes": ["sys"], "force": 0}, "'force' must be true or false"),
     ],
 )
-async def test_chunk_evict_errors_change_nothing(
-    daemon: Daemon, fields: dict, error: str
-) -> None:
+async def test_chunk_evict_errors_change_nothing(daemon: Daemon, fields: dict, error: str) -> None:
     d = daemon
     await seed(d)
     before = await view(d, ALL)
@@ -262,6 +261,9 @@ async def test_backend_query_with_noop_backend(daemon: Daemon) -> None:
     await d.turn_end("a", ["sys", "a1"])
     data = await d.ok("backend_query", chunk_hashes=["sys", "nope"])
     assert data == {
-        "backend": "noop", "ok": True, "error": None, "locations": {"sys": [], "nope": []}
+        "backend": "noop",
+        "ok": True,
+        "error": None,
+        "locations": {"sys": [], "nope": []},
     }
     assert (await d.ok("backend_query", chunk_hashes=[]))["locations"] == {}

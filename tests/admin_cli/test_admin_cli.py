@@ -28,11 +28,15 @@ def write_config(tmp_path: Path, url: str, *, with_old: bool = False) -> Path:
     if with_old:
         deps.append({"name": "old", **ident(model_id="old/model"), "lmcache_url": url})
     path = tmp_path / "config.toml"
-    path.write_text(tomli_w.dumps({
-        "session_store_path": str(tmp_path / "sessions.db"),
-        "listen_addr": "127.0.0.1:9",  # nothing answers there
-        "deployments": deps,
-    }))
+    path.write_text(
+        tomli_w.dumps(
+            {
+                "session_store_path": str(tmp_path / "sessions.db"),
+                "listen_addr": "127.0.0.1:9",  # nothing answers there
+                "deployments": deps,
+            }
+        )
+    )
     return path
 
 
@@ -55,8 +59,9 @@ async def seed(tmp_path: Path, url: str) -> Path:
     ages = {"fresh": 60, "stale": 3 * DAY, "parked": 10 * DAY, "gone": 30 * DAY, "plain": 2 * DAY}
     with db:
         for sid, age in ages.items():
-            db.execute("UPDATE session_state SET last_event_ts=? WHERE session_id=?",
-                       (now - age, sid))
+            db.execute(
+                "UPDATE session_state SET last_event_ts=? WHERE session_id=?", (now - age, sid)
+            )
     db.close()
     return write_config(tmp_path, url)  # "old" is no longer configured
 
@@ -65,8 +70,9 @@ def digest(path: Path) -> str:
     """Every row of every table (the file's meaning, not its bytes)."""
     con = sqlite3.connect(path)
     try:
-        tables = sorted(r[0] for r in con.execute(
-            "SELECT name FROM sqlite_master WHERE type='table'"))
+        tables = sorted(
+            r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type='table'")
+        )
         rows = {t: sorted(map(repr, con.execute(f"SELECT * FROM {t}"))) for t in tables}
     finally:
         con.close()
@@ -102,31 +108,39 @@ async def test_dry_run_changes_nothing_and_yes_does_exactly_that(tmp_path, two_f
     cfg = await seed(tmp_path, fake.url)
     db = tmp_path / "sessions.db"
     before = digest(db)
-    code, text = run("--config", str(cfg), "close-idle", "--older-than", "1d",
-                     "--namespace", "qwen")
+    code, text = run(
+        "--config", str(cfg), "close-idle", "--older-than", "1d", "--namespace", "qwen"
+    )
     assert code == 0 and "dry run" in text
     listed = sorted(line.split()[1] for line in text.splitlines() if line.startswith("close "))
     assert listed == ["parked", "stale"]
     assert digest(db) == before
-    code, text2 = run("--config", str(cfg), "close-idle", "--older-than", "1d",
-                      "--namespace", "qwen", "--yes")
+    code, text2 = run(
+        "--config", str(cfg), "close-idle", "--older-than", "1d", "--namespace", "qwen", "--yes"
+    )
     assert code == 0 and "done" in text2
     # The same listing, then exactly those sessions gone; their chunks queued for eviction.
     assert text2.startswith(text.split("dry run")[0])
     con = sqlite3.connect(db)
     assert sorted(r[0] for r in con.execute("SELECT session_id FROM sessions")) == [
-        "fresh", "gone", "plain"]
+        "fresh",
+        "gone",
+        "plain",
+    ]
     # stale's 0003 is free (0002 is still fresh's); parked's 0004 was demoted at suspend.
     assert sorted(con.execute("SELECT namespace, chunk_hash, mode FROM ns_evict_outbox")) == [
-        (NS_A, "0003", "delete"), (NS_A, "0004", "delete")]
+        (NS_A, "0003", "delete"),
+        (NS_A, "0004", "delete"),
+    ]
     con.close()
     # The next daemon start delivers them to the right backend, deleted from every tier.
     from ramakv_daemon.config import load
 
     async with Rig(load(str(cfg))[0]) as r:
         await r.settle()
-        assert sorted(h for b in fake.calls("evict") for h in b["chunk_hashes"]
-                      if "locations" not in b) == ["0003", "0004"]
+        assert sorted(
+            h for b in fake.calls("evict") for h in b["chunk_hashes"] if "locations" not in b
+        ) == ["0003", "0004"]
         assert r.svc.namespaces.managers[NS_A].refcounts.as_dict() == {"0001": 1, "0002": 1}
 
 
@@ -142,8 +156,9 @@ async def test_purge_namespace_and_vacuum(tmp_path, two_fakes) -> None:
     assert code == 0
     con = sqlite3.connect(db)
     assert "gone" not in {r[0] for r in con.execute("SELECT session_id FROM sessions")}
-    assert list(con.execute("SELECT chunk_hash FROM ns_evict_outbox WHERE namespace=?",
-                            (NS_OLD,))) == [("0001",)]
+    assert list(
+        con.execute("SELECT chunk_hash FROM ns_evict_outbox WHERE namespace=?", (NS_OLD,))
+    ) == [("0001",)]
     con.close()
     after = digest(db)
     assert run("--config", str(cfg), "vacuum", "--yes")[0] == 0 and digest(db) == after
@@ -165,18 +180,27 @@ async def test_running_daemon_read_only_or_through_its_events(tmp_path, two_fake
         assert code == 0
         # No daemon at the configured URL, but its lock is held: refuse, change nothing.
         code, _ = await asyncio.to_thread(
-            run, "--config", str(cfg_path), "close-idle", "--older-than", "1d", "--yes")
+            run, "--config", str(cfg_path), "close-idle", "--older-than", "1d", "--yes"
+        )
         assert code == 4 and digest(db) == before
-        assert (await asyncio.to_thread(run, "--config", str(cfg_path), "vacuum",
-                                        "--yes"))[0] == 4
+        assert (await asyncio.to_thread(run, "--config", str(cfg_path), "vacuum", "--yes"))[0] == 4
         # Given its URL, the listed sessions are closed through session_close events.
         url = str(server.make_url("")).rstrip("/")
         code, text = await asyncio.to_thread(
-            run, "--config", str(cfg_path), "--url", url, "close-idle", "--older-than", "5d",
-            "--yes")
+            run,
+            "--config",
+            str(cfg_path),
+            "--url",
+            url,
+            "close-idle",
+            "--older-than",
+            "5d",
+            "--yes",
+        )
         assert code == 0 and "through the daemon" in text
-        assert sorted(line.split()[1] for line in text.splitlines()
-                      if line.startswith("close ")) == ["gone", "parked"]
+        assert sorted(
+            line.split()[1] for line in text.splitlines() if line.startswith("close ")
+        ) == ["gone", "parked"]
         svc = server.app[SERVICE_KEY]
         left = {sid for m in svc.namespaces.managers.values() for sid in m.sessions}
         assert left == {"fresh", "stale", "plain"}
@@ -208,23 +232,36 @@ async def test_offline_close_keeps_forks_and_purge_ends_them(tmp_path, two_fakes
     rep = json.loads(text)
     assert rep["namespaces"][NS_A]["open_forks"] == 1
     assert rep["namespaces"][NS_A]["references"] == 4  # map 0002 0003 + fork 0001 0002
-    code, text = run("--config", str(cfg_path), "close-idle", "--older-than", "1d",
-                     "--namespace", "qwen", "--yes")
+    code, text = run(
+        "--config",
+        str(cfg_path),
+        "close-idle",
+        "--older-than",
+        "1d",
+        "--namespace",
+        "qwen",
+        "--yes",
+    )
     assert code == 0
     con = sqlite3.connect(db)
     # Only the chunk the fork does not hold is queued; the fork row stays.
     assert sorted(con.execute("SELECT chunk_hash, mode FROM ns_evict_outbox")) == [
-        ("0003", "delete")]
+        ("0003", "delete")
+    ]
     assert [r[0] for r in con.execute("SELECT session_id FROM forks ORDER BY fork_id")] == [
-        "parent", "olds"]
+        "parent",
+        "olds",
+    ]
     con.close()
-    code, text = run("--config", str(write_config(tmp_path, fake.url)), "purge-namespace",
-                     NS_OLD, "--yes")
+    code, text = run(
+        "--config", str(write_config(tmp_path, fake.url)), "purge-namespace", NS_OLD, "--yes"
+    )
     assert code == 0 and "end fork 2 of olds" in text
     con = sqlite3.connect(db)
     assert [r[0] for r in con.execute("SELECT session_id FROM forks")] == ["parent"]
-    assert sorted(con.execute("SELECT chunk_hash FROM ns_evict_outbox WHERE namespace=?",
-                              (NS_OLD,))) == [("0007",)]
+    assert sorted(
+        con.execute("SELECT chunk_hash FROM ns_evict_outbox WHERE namespace=?", (NS_OLD,))
+    ) == [("0007",)]
     con.close()
     async with Rig(load(str(cfg_path))[0]) as r:  # the daemon agrees with the file
         m = r.svc.namespaces.managers[NS_A]

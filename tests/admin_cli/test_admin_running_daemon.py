@@ -22,8 +22,10 @@ def run(*argv: str) -> tuple[int, str]:
 def seeded(factory) -> DaemonProcess:  # type: ignore[no-untyped-def]
     d = factory()
     for sid, hashes in (("a", ["01", "02"]), ("b", ["02", "03"])):
-        assert d.event("turn_end", session_id=sid,
-                       kv_transfer_params={"chunk_hashes": hashes})["ok"] is True
+        assert (
+            d.event("turn_end", session_id=sid, kv_transfer_params={"chunk_hashes": hashes})["ok"]
+            is True
+        )
     return d
 
 
@@ -42,18 +44,22 @@ def test_dry_runs_say_what_the_real_run_would_do(daemon_proc_factory, tmp_path: 
     code, text = run("--db", str(d.store), "--url", d.url, "close-idle", "--older-than", "0s")
     assert code == 0 and f"store: {d.store}" in text
     assert f"with --yes: through the daemon at {d.url} ({holder} holds the store)" in text
-    code, text = run("--db", str(d.store), "--url", dead_url, "close-idle",
-                     "--older-than", "0s")
-    assert (f"with --yes: refused (exit 4): {d.store} is in use by {holder} and no daemon "
-            f"answers at {dead_url}") in text
+    code, text = run("--db", str(d.store), "--url", dead_url, "close-idle", "--older-than", "0s")
+    assert (
+        f"with --yes: refused (exit 4): {d.store} is in use by {holder} and no daemon "
+        f"answers at {dead_url}"
+    ) in text
     code, text = run("--db", str(d.store), "vacuum")
     assert f"with --yes: refused (exit 4): {d.store} is in use by {holder}" in text
     # ... and the real runs do exactly that.
-    assert run("--db", str(d.store), "--url", dead_url, "close-idle", "--older-than", "0s",
-               "--yes")[0] == 4
+    assert (
+        run("--db", str(d.store), "--url", dead_url, "close-idle", "--older-than", "0s", "--yes")[0]
+        == 4
+    )
     assert run("--db", str(d.store), "vacuum", "--yes")[0] == 4
-    code, text = run("--db", str(d.store), "--url", d.url, "close-idle", "--older-than", "0s",
-                     "--yes")
+    code, text = run(
+        "--db", str(d.store), "--url", d.url, "close-idle", "--older-than", "0s", "--yes"
+    )
     assert code == 0 and "closed 2 sessions through the daemon" in text
     assert d.event("list_sessions")["data"]["sessions"] == []
     d.stop()
@@ -81,13 +87,16 @@ def test_admin_holding_the_lock_keeps_a_daemon_out(tmp_path: Path) -> None:
 def test_unknown_namespace_is_refused(daemon_proc_factory, capsys) -> None:  # type: ignore[no-untyped-def]
     d = seeded(daemon_proc_factory)
     sqlite_before = sqlite3.connect(d.store).execute("SELECT count(*) FROM sessions").fetchone()
-    for argv in (("purge-namespace", "kvp-nope"),
-                 ("close-idle", "--older-than", "0s", "--namespace", "typo", "--yes")):
+    for argv in (
+        ("purge-namespace", "kvp-nope"),
+        ("close-idle", "--older-than", "0s", "--namespace", "typo", "--yes"),
+    ):
         code, _ = run("--db", str(d.store), "--url", d.url, *argv)
         assert code == 2
         assert "unknown namespace" in capsys.readouterr().err
     assert sqlite3.connect(d.store).execute("SELECT count(*) FROM sessions").fetchone() == (
-        sqlite_before)
+        sqlite_before
+    )
     # The default namespace ('') always exists.
     assert run("--db", str(d.store), "purge-namespace", "")[0] == 0
 

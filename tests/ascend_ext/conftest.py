@@ -57,7 +57,11 @@ def blake3_engine_factory() -> Iterator[Callable[..., tuple[Any, Any, Any]]]:
             engine_id=instance,  # unique ZMQ socket paths per test
         )
         engine = LMCacheEngineBuilder.get_or_create(
-            instance, config, metadata, MockGPUConnector(KV_SHAPE), lambda *a: None,
+            instance,
+            config,
+            metadata,
+            MockGPUConnector(KV_SHAPE),
+            lambda *a: None,
             lambda *a: None,
         )
         built.append((instance, None, metadata))  # destroyed even if the rest fails

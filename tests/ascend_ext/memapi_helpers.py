@@ -47,8 +47,11 @@ def serve(app: Any) -> Iterator[str]:
     import uvicorn
 
     port = free_port()
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning",
-                                           loop="asyncio", http="h11"))
+    server = uvicorn.Server(
+        uvicorn.Config(
+            app, host="127.0.0.1", port=port, log_level="warning", loop="asyncio", http="h11"
+        )
+    )
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
     deadline = time.monotonic() + 20
@@ -75,7 +78,10 @@ def devserver(
     env = dict(os.environ, LMCACHE_TRACK_USAGE="false", PYTHONHASHSEED=hash_seed)
     proc = subprocess.Popen(
         [sys.executable, "-m", "ascend_ext.devserver", "--port", str(port), *args],
-        cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        cwd=REPO,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
     )
     url = f"http://127.0.0.1:{port}"
     try:

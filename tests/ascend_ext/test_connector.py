@@ -86,10 +86,13 @@ def test_short_and_empty_prompts_give_an_empty_list_and_still_pop(client_and_db)
     from lmcache.v1.token_database import ChunkedTokenDatabase
 
     # lmcache's default save_unfull_chunk=false: a prompt under one chunk has no chunk.
-    full_only = ChunkedTokenDatabase(LMCacheEngineConfig.from_defaults(
-        chunk_size=16, pre_caching_hash_algorithm="blake3"), None)
+    full_only = ChunkedTokenDatabase(
+        LMCacheEngineConfig.from_defaults(chunk_size=16, pre_caching_hash_algorithm="blake3"), None
+    )
     assert add_chunk_hashes(None, full_only, Req("r-short", [1, 2, 3]), {"a": 1}) == {
-        "a": 1, "chunk_hashes": []}
+        "a": 1,
+        "chunk_hashes": [],
+    }
 
 
 def test_no_token_database_leaves_the_list_out() -> None:

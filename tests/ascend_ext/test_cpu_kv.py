@@ -27,8 +27,9 @@ def _vllm_kv_of(layer, slot: int) -> tuple:
 
 
 def _obj(tokens: int):
-    return SimpleNamespace(tensor=torch.zeros(2, LAYERS, tokens, HEADS * HEAD),
-                           metadata=SimpleNamespace(fmt=None))
+    return SimpleNamespace(
+        tensor=torch.zeros(2, LAYERS, tokens, HEADS * HEAD), metadata=SimpleNamespace(fmt=None)
+    )
 
 
 def test_store_then_load_round_trips_through_vllm_slots() -> None:
@@ -46,9 +47,12 @@ def test_store_then_load_round_trips_through_vllm_slots() -> None:
     conn.batched_to_gpu([obj], [0], [len(slots)], kvcaches=dst, slot_mapping=slots)
     for layer in range(LAYERS):
         for slot in slots.tolist():
-            assert all(torch.equal(a, b) for a, b in
-                       zip(_vllm_kv_of(dst[layer], slot), _vllm_kv_of(src[layer], slot),
-                           strict=True))
+            assert all(
+                torch.equal(a, b)
+                for a, b in zip(
+                    _vllm_kv_of(dst[layer], slot), _vllm_kv_of(src[layer], slot), strict=True
+                )
+            )
     assert int((dst[0] != 0).sum()) == len(slots) * HEADS * 2 * HEAD  # nothing else written
 
 

@@ -33,7 +33,8 @@ def test_install_reports_and_is_idempotent() -> None:
     from ascend_ext.lmcache_fixes import DOUBLE_RELEASE_VERSIONS, lmcache_version
 
     assert first["async_loading_double_release_fix"] is (
-        lmcache_version() in DOUBLE_RELEASE_VERSIONS)
+        lmcache_version() in DOUBLE_RELEASE_VERSIONS
+    )
     # vLLM cannot be installed on these machines: the connector patch says so.
     has_vllm = importlib.util.find_spec("vllm") is not None
     assert first["vllm_request_finished"] is has_vllm
@@ -82,8 +83,12 @@ def test_vllm_connector_module_needs_vllm() -> None:
 
 def test_skip_env_leaves_a_patch_out_and_reports_it() -> None:
     code = "import json, ascend_ext; print(json.dumps(ascend_ext.install()))"
-    env = dict(os.environ, PYTHONPATH=str(ROOT), LMCACHE_TRACK_USAGE="false",
-               RAMAKV_ASCEND_EXT_SKIP="async_loading_double_release_fix")
+    env = dict(
+        os.environ,
+        PYTHONPATH=str(ROOT),
+        LMCACHE_TRACK_USAGE="false",
+        RAMAKV_ASCEND_EXT_SKIP="async_loading_double_release_fix",
+    )
     out = subprocess.run(
         [sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True
     )

@@ -182,9 +182,7 @@ def test_concurrent_lookups_and_pops(engine_and_client) -> None:
             for i in range(20):
                 lid = f"t{n}-{i}"
                 client.lookup(list(range(i, i + 17)), lookup_id=lid)
-                assert client.get_cached_hashes(lid) == chain_hashes_hex(
-                    list(range(i, i + 17)), 16
-                )
+                assert client.get_cached_hashes(lid) == chain_hashes_hex(list(range(i, i + 17)), 16)
         except BaseException as e:  # noqa: BLE001 - surfaced below
             errors.append(e)
 

@@ -64,21 +64,24 @@ def test_demote_prefetch_delete_round_trip(api):
     r = client.post("/memory/evict", json={"chunk_hashes": hashes, "locations": [CPU]})
     assert r.json() == {"status": "success", "num_evicted": 3}
     assert client.post("/memory/query", json={"chunk_hashes": hashes}).json() == {
-        h: [DISK] for h in hashes}
+        h: [DISK] for h in hashes
+    }
 
     r = client.post("/memory/prefetch", json={"chunk_hashes": hashes, "lookup_id": "s1:2"})
     assert r.json() == {"status": "prefetch_started", "lookup_id": "s1:2", "num_chunks": 3}
     status = wait_prefetch(client, "s1:2")
     assert status["state"] == "done" and status["loaded"] == 3
     assert client.post("/memory/query", json={"chunk_hashes": hashes}).json() == {
-        h: [CPU, DISK] for h in hashes}
+        h: [CPU, DISK] for h in hashes
+    }
     again = _turn(client, tokens(3))  # the prefetched bytes are the stored bytes
     assert again["served"] == ["ddr"] * 3 and again["bytes_ok"] is True
 
     r = client.post("/memory/evict", json={"chunk_hashes": hashes})
     assert r.json() == {"status": "success", "num_evicted": 6}
     assert client.post("/memory/query", json={"chunk_hashes": hashes}).json() == {
-        h: [] for h in hashes}
+        h: [] for h in hashes
+    }
     assert _turn(client, tokens(3))["served"] == ["computed"] * 3
 
 
@@ -96,7 +99,8 @@ def test_evict_waits_for_the_pending_disk_write(api):
     client, _ = api
     for i in range(5):
         hashes = _turn(client, tokens(4, start=1000 + 100 * i))["kv_transfer_params"][
-            "chunk_hashes"]
+            "chunk_hashes"
+        ]
         client.post("/memory/evict", json={"chunk_hashes": hashes})  # races the disk writes
         time.sleep(0.2)
         got = client.post("/memory/query", json={"chunk_hashes": hashes}).json()
@@ -112,14 +116,17 @@ def test_query_is_per_chunk_not_prefix(api):
     assert got == {hashes[0]: [], hashes[1]: [CPU, DISK], hashes[2]: [CPU, DISK], "abc": []}
 
 
-@pytest.mark.parametrize("body,needle", [
-    ({}, "missing required field 'chunk_hashes'"),
-    ({"chunk_hashes": "abc"}, "'chunk_hashes' must be a list of strings"),
-    ({"chunk_hashes": [1, 2]}, "'chunk_hashes' must be a list of strings"),
-    ({"chunk_hashes": ["0xzz"]}, "'chunk_hashes' has a non-hex entry"),
-    ({"chunk_hashes": ["a"], "locations": "LocalCPUBackend"}, "'locations' must be a list"),
-    ({"chunk_hashes": ["a"], "locations": ["Nope"]}, "'locations' names unknown backend"),
-])
+@pytest.mark.parametrize(
+    "body,needle",
+    [
+        ({}, "missing required field 'chunk_hashes'"),
+        ({"chunk_hashes": "abc"}, "'chunk_hashes' must be a list of strings"),
+        ({"chunk_hashes": [1, 2]}, "'chunk_hashes' must be a list of strings"),
+        ({"chunk_hashes": ["0xzz"]}, "'chunk_hashes' has a non-hex entry"),
+        ({"chunk_hashes": ["a"], "locations": "LocalCPUBackend"}, "'locations' must be a list"),
+        ({"chunk_hashes": ["a"], "locations": ["Nope"]}, "'locations' names unknown backend"),
+    ],
+)
 def test_evict_bad_fields_are_400_naming_the_field(api, body, needle):
     client, _ = api
     r = client.post("/memory/evict", json=body)
@@ -160,17 +167,22 @@ def test_prefetch_with_ddr_full_does_not_hang(tmp_path):
             batch = _turn(client, tokens(10, start=7000 + 1000 * i))
             hashes += batch["kv_transfer_params"]["chunk_hashes"]
             deadline = time.monotonic() + 10
-            while not all(DISK in v for v in client.post(
-                    "/memory/query", json={"chunk_hashes": hashes}).json().values()):
+            while not all(
+                DISK in v
+                for v in client.post("/memory/query", json={"chunk_hashes": hashes}).json().values()
+            ):
                 assert time.monotonic() < deadline, "disk writes did not land"
                 time.sleep(0.02)
         client.post("/memory/evict", json={"chunk_hashes": hashes, "locations": [CPU]})
         client.post("/memory/prefetch", json={"chunk_hashes": hashes, "lookup_id": "big"})
         status = wait_prefetch(client, "big")
         assert status["state"] == "done" and status["loaded"] + status["ddr_full"] == 40
-        in_ddr = [h for h, v in client.post("/memory/query", json={"chunk_hashes": hashes})
-                  .json().items() if CPU in v]
-        assert 0 < len(in_ddr) < 40 and set(in_ddr) <= set(hashes[-len(in_ddr):])  # LRU
+        in_ddr = [
+            h
+            for h, v in client.post("/memory/query", json={"chunk_hashes": hashes}).json().items()
+            if CPU in v
+        ]
+        assert 0 < len(in_ddr) < 40 and set(in_ddr) <= set(hashes[-len(in_ddr) :])  # LRU
 
         cpu = engine.storage_manager.storage_backends[CPU]
         with cpu.cpu_lock:

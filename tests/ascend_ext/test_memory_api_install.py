@@ -25,8 +25,9 @@ def test_worker_internal_api_server_serves_memory_routes(tmp_path):
     with cpu_engine(tmp_path / "disk") as engine:
         engine.config.internal_api_server_enabled = True
         engine.config.internal_api_server_port_start = free_port() - 1
-        manager = SimpleNamespace(lmcache_engine=engine, config=engine.config,
-                                  lmcache_engine_metadata=engine.metadata)
+        manager = SimpleNamespace(
+            lmcache_engine=engine, config=engine.config, lmcache_engine_metadata=engine.metadata
+        )
         server = InternalAPIServer(manager)  # builds its app through the hooked _build_app
         assert server.app.state.ramakv_port_offset == 1  # worker 0
 
@@ -35,8 +36,10 @@ def test_worker_internal_api_server_serves_memory_routes(tmp_path):
             assert httpx.get(url + "/lmc_version").status_code == 200  # lmcache's routes stay
             q = httpx.post(url + "/memory/query", json={"chunk_hashes": hashes})
             assert all("LocalCPUBackend" in v for v in q.json().values())  # disk write may lag
-            r = httpx.post(url + "/memory/evict",
-                           json={"chunk_hashes": hashes, "locations": ["LocalCPUBackend"]})
+            r = httpx.post(
+                url + "/memory/evict",
+                json={"chunk_hashes": hashes, "locations": ["LocalCPUBackend"]},
+            )
             assert r.status_code == 200 and r.json()["num_evicted"] == 2
 
 
@@ -48,12 +51,17 @@ def test_scheduler_internal_api_server_knows_its_workers():
 
     install()
     start = free_port()
-    config = LMCacheEngineConfig.from_defaults(internal_api_server_enabled=True,
-                                               internal_api_server_port_start=start)
-    manager = SimpleNamespace(lmcache_engine=None, config=config,
-                              lmcache_engine_metadata=SimpleNamespace(world_size=2,
-                                                                      local_world_size=2))
+    config = LMCacheEngineConfig.from_defaults(
+        internal_api_server_enabled=True, internal_api_server_port_start=start
+    )
+    manager = SimpleNamespace(
+        lmcache_engine=None,
+        config=config,
+        lmcache_engine_metadata=SimpleNamespace(world_size=2, local_world_size=2),
+    )
     server = InternalAPIServer(manager)
     assert server.app.state.ramakv_port_offset == 0
     assert server.app.state.ramakv_worker_urls == [
-        f"http://127.0.0.1:{start + 1}", f"http://127.0.0.1:{start + 2}"]
+        f"http://127.0.0.1:{start + 1}",
+        f"http://127.0.0.1:{start + 2}",
+    ]

@@ -31,9 +31,11 @@ def test_scheduler_forwards_merges_and_reports_a_dead_worker(tmp_path):
     common = ("--world-size", "2", "--ddr-mb", "4")
     w0_args = (*common, "--worker-id", "0", "--disk-dir", str(tmp_path / "w0"))
     w1_args = (*common, "--worker-id", "1", "--disk-dir", str(tmp_path / "w1"))
-    with devserver(*w0_args, hash_seed="1") as (w0, _), \
-         devserver(*w1_args, hash_seed="2") as (w1, p1), \
-         devserver("--workers", f"{w0},{w1}") as (sched, _):
+    with (
+        devserver(*w0_args, hash_seed="1") as (w0, _),
+        devserver(*w1_args, hash_seed="2") as (w1, p1),
+        devserver("--workers", f"{w0},{w1}") as (sched, _),
+    ):
         h0 = httpx.post(w0 + "/engine/turn", json={"token_ids": tokens(3)}).json()
         h1 = httpx.post(w1 + "/engine/turn", json={"token_ids": tokens(2)}).json()
         hashes = h0["kv_transfer_params"]["chunk_hashes"]
@@ -50,11 +52,16 @@ def test_scheduler_forwards_merges_and_reports_a_dead_worker(tmp_path):
 
         r = httpx.post(sched + "/memory/prefetch", json={"chunk_hashes": hashes, "lookup_id": "x"})
         assert r.status_code == 200
-        assert r.json() == {"status": "prefetch_started", "lookup_id": "x", "num_chunks": 3,
-                            "workers": [w0, w1]}
+        assert r.json() == {
+            "status": "prefetch_started",
+            "lookup_id": "x",
+            "num_chunks": 3,
+            "workers": [w0, w1],
+        }
         deadline = time.monotonic() + 10
         while httpx.post(w1 + "/memory/query", json={"chunk_hashes": hashes[:2]}).json() != {
-                h: [CPU, DISK] for h in hashes[:2]}:
+            h: [CPU, DISK] for h in hashes[:2]
+        }:
             assert time.monotonic() < deadline
             time.sleep(0.02)
 

@@ -39,13 +39,19 @@ async def test_delete_sends_no_locations_demote_sends_ddr_only(backend, fake_lmc
     assert deleted.ok and deleted.body["num_evicted"] == 2
     res, locs = await backend.query(HASHES)
     assert res.ok
-    assert locs.locations == {HASHES[0]: ["LocalDiskBackend"], HASHES[1]: ["LocalDiskBackend"],
-                              HASHES[2]: []}
+    assert locs.locations == {
+        HASHES[0]: ["LocalDiskBackend"],
+        HASHES[1]: ["LocalDiskBackend"],
+        HASHES[2]: [],
+    }
 
 
 async def test_tier_lists_are_configurable(fake_lmcache):
-    b = LMCacheBackend(fake_lmcache.url, delete_locations=["LocalCPUBackend", "LocalDiskBackend"],
-                       demote_locations=None)
+    b = LMCacheBackend(
+        fake_lmcache.url,
+        delete_locations=["LocalCPUBackend", "LocalDiskBackend"],
+        demote_locations=None,
+    )
     try:
         await b.evict(HASHES[:1], EvictMode.DELETE)
         await b.evict(HASHES[:1], EvictMode.DEMOTE)
@@ -68,8 +74,11 @@ async def test_empty_lists_are_never_sent(backend, fake_lmcache):
 @pytest.mark.parametrize("mode,status", [("503", 503), ("500", 500), ("malformed", 200)])
 async def test_server_errors_are_results_not_exceptions(backend, fake_lmcache, mode, status):
     await fake_lmcache.set_failure(mode)
-    for res in (await backend.prefetch(HASHES, "t"), await backend.evict(HASHES, EvictMode.DELETE),
-                (await backend.query(HASHES))[0]):
+    for res in (
+        await backend.prefetch(HASHES, "t"),
+        await backend.evict(HASHES, EvictMode.DELETE),
+        (await backend.query(HASHES))[0],
+    ):
         assert not res.ok and res.status == status and res.detail
     if mode == "500":
         assert "workers failed" in res.detail and "failed_workers" in res.body

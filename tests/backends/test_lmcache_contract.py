@@ -55,21 +55,33 @@ async def test_adapter_steers_the_real_memory_api(devserver_url):
         res = await backend.evict(hashes[:2], EvictMode.DEMOTE)
         assert res.ok and res.body == {"status": "success", "num_evicted": 2}
         _, locs = await backend.query(hashes)
-        assert locs.locations == {hashes[0]: [DISK], hashes[1]: [DISK],
-                                  hashes[2]: [CPU, DISK], hashes[3]: [CPU, DISK]}
+        assert locs.locations == {
+            hashes[0]: [DISK],
+            hashes[1]: [DISK],
+            hashes[2]: [CPU, DISK],
+            hashes[3]: [CPU, DISK],
+        }
 
         res = await backend.prefetch(hashes[:2], "s1:1")
-        assert res.ok and res.body == {"status": "prefetch_started", "lookup_id": "s1:1",
-                                       "num_chunks": 2}
+        assert res.ok and res.body == {
+            "status": "prefetch_started",
+            "lookup_id": "s1:1",
+            "num_chunks": 2,
+        }
         assert await _until(backend, hashes[:2], [CPU, DISK]) == {
-            h: [CPU, DISK] for h in hashes[:2]}
+            h: [CPU, DISK] for h in hashes[:2]
+        }
 
         res = await backend.evict(hashes[2:], EvictMode.DELETE)
         assert res.ok and res.body["num_evicted"] == 4
         _, locs = await backend.query(hashes)
         assert locs.locations[hashes[2]] == [] and locs.locations[hashes[3]] == []
         assert (await _turn(devserver_url, tokens(4)))["served"] == [
-            "ddr", "ddr", "computed", "computed"]
+            "ddr",
+            "ddr",
+            "computed",
+            "computed",
+        ]
     finally:
         await backend.close()
 

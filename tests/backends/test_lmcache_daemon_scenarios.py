@@ -31,8 +31,9 @@ async def rig(tmp_path):
     """(service, devserver url) with a real engine behind the daemon's LMCacheBackend."""
     with cpu_engine(tmp_path / "disk", ddr_mb=4) as engine, serve(create_app(engine)) as url:
         db = str(tmp_path / "s.db")
-        svc = EventService(Config(session_store_path=db), SqliteSessionStore(db),
-                           LMCacheBackend(url))
+        svc = EventService(
+            Config(session_store_path=db), SqliteSessionStore(db), LMCacheBackend(url)
+        )
         await svc.start()
         try:
             yield svc, url
@@ -95,8 +96,12 @@ async def test_shared_chunk_survives_another_sessions_close(rig):
     shared = await _turn(url, tokens(2, start=4000))
     own = await _turn(url, tokens(1, start=5000))
     await _where(url, shared["chunk_hashes"] + own["chunk_hashes"], [CPU, DISK])
-    await _event(svc, type="turn_end", session_id="c",
-                 kv_transfer_params={"chunk_hashes": shared["chunk_hashes"] + own["chunk_hashes"]})
+    await _event(
+        svc,
+        type="turn_end",
+        session_id="c",
+        kv_transfer_params={"chunk_hashes": shared["chunk_hashes"] + own["chunk_hashes"]},
+    )
     await _event(svc, type="turn_end", session_id="d", kv_transfer_params=shared)
     await _event(svc, type="session_close", session_id="c")
     # The eviction is delivered after the answer and the delete is deferred

@@ -10,9 +10,11 @@ CPU = "LocalCPUBackend"
 
 
 def budget_cfg(tmp_path, url, budget=4, **top):
-    return config(tmp_path, [{"name": "qwen", **ident(), "lmcache_url": url,
-                              "ddr_budget_chunks": budget}],
-                  **{"budget_check_interval_s": 0.0, **top})
+    return config(
+        tmp_path,
+        [{"name": "qwen", **ident(), "lmcache_url": url, "ddr_budget_chunks": budget}],
+        **{"budget_check_interval_s": 0.0, **top},
+    )
 
 
 def demotes(fake) -> list[tuple[list[str], list[str] | None]]:
@@ -40,7 +42,12 @@ async def test_over_budget_demotes_the_longest_idle_private_chunks(tmp_path, two
         assert ns.budget.demoted == {"s1"}
         # The refcounts are untouched: demotion is not eviction.
         assert r.svc.manager.refcounts.as_dict() == {
-            "0001": 2, "0002": 1, "0003": 1, "0004": 1, "0005": 1}
+            "0001": 2,
+            "0002": 1,
+            "0003": 1,
+            "0004": 1,
+            "0005": 1,
+        }
         fake.requests.clear()
         # s1 comes back: its map is prefetched; s1 is now in flight, so s2 goes instead.
         assert (await r.ev("turn_start", session_id="s1"))["prefetch_count"] == 2
@@ -84,8 +91,7 @@ async def test_demoted_session_is_prefetched_back_even_without_turn_start_prefet
     tmp_path, two_fakes
 ) -> None:
     fake, _ = two_fakes
-    async with Rig(budget_cfg(tmp_path, fake.url, budget=1,
-                              turn_start_prefetch=False)) as r:
+    async with Rig(budget_cfg(tmp_path, fake.url, budget=1, turn_start_prefetch=False)) as r:
         await r.turn_end("a", ["0001"])
         await tick()
         await r.turn_end("b", ["0002"])
@@ -93,7 +99,9 @@ async def test_demoted_session_is_prefetched_back_even_without_turn_start_prefet
         assert demotes(fake) == [(["0001"], [CPU])]
         # The event's reply is unchanged (prefetch of the map is off) ...
         assert await r.ev("turn_start", session_id="a") == {
-            "prefetch_sent": False, "prefetch_count": 0}
+            "prefetch_sent": False,
+            "prefetch_count": 0,
+        }
         await r.settle()
         # ... but the demoted session is brought back.
         assert [b["chunk_hashes"] for b in fake.calls("prefetch")] == [["0001"]]
@@ -129,8 +137,7 @@ async def test_budget_trace_record_marks_demote(tmp_path, two_fakes) -> None:
 
 async def test_budget_passes_are_rate_limited(tmp_path, two_fakes) -> None:
     fake, _ = two_fakes
-    async with Rig(budget_cfg(tmp_path, fake.url, budget=1,
-                              budget_check_interval_s=3600.0)) as r:
+    async with Rig(budget_cfg(tmp_path, fake.url, budget=1, budget_check_interval_s=3600.0)) as r:
         await r.turn_end("a", ["0001"])
         await tick()
         await r.turn_end("b", ["0002"])  # first pass: a goes

@@ -12,8 +12,12 @@ HASHES = st.sampled_from([f"{i:04x}" for i in range(12)])
 
 holder_st = st.builds(
     lambda sid, susp, ts, fl, hs, dem: Holder(Candidate(sid, susp, ts, fl), frozenset(hs), dem),
-    st.just(""), st.booleans(), st.integers(0, 5).map(float), st.booleans(),
-    st.sets(HASHES, max_size=6), st.booleans(),
+    st.just(""),
+    st.booleans(),
+    st.integers(0, 5).map(float),
+    st.booleans(),
+    st.sets(HASHES, max_size=6),
+    st.booleans(),
 )
 
 
@@ -22,14 +26,18 @@ def holders(draw):
     raw = draw(st.lists(holder_st, max_size=8))
     # Unique ids.
     return [
-        Holder(Candidate(f"s{i}", h.candidate.suspended, h.candidate.last_event_ts,
-                         h.candidate.in_flight), h.hashes, h.demoted)
+        Holder(
+            Candidate(
+                f"s{i}", h.candidate.suspended, h.candidate.last_event_ts, h.candidate.in_flight
+            ),
+            h.hashes,
+            h.demoted,
+        )
         for i, h in enumerate(raw)
     ]
 
 
-@given(st.lists(st.tuples(st.booleans(), st.integers(0, 9).map(float), st.booleans()),
-                max_size=10))
+@given(st.lists(st.tuples(st.booleans(), st.integers(0, 9).map(float), st.booleans()), max_size=10))
 def test_retention_order(raw: list[tuple[bool, float, bool]]) -> None:
     cands = [Candidate(f"s{i}", susp, ts, fl) for i, (susp, ts, fl) in enumerate(raw)]
     by_id = {c.session_id: c for c in cands}
@@ -54,8 +62,7 @@ def test_plan_demotions(hs: list[Holder], budget: int) -> None:
     assert plan.usage_before == len(before)
     victims = set(plan.victims)
     after = [
-        Holder(h.candidate, h.hashes, h.demoted or h.candidate.session_id in victims)
-        for h in hs
+        Holder(h.candidate, h.hashes, h.demoted or h.candidate.session_id in victims) for h in hs
     ]
     res_after = resident(after)
     by_id = {h.candidate.session_id: h for h in hs}
@@ -119,8 +126,9 @@ def namespaces_state(draw):
             suspended=draw(st.booleans()),
             last_event_ts=float(draw(st.integers(0, 5))),
         )
-        holds[f"s{i}"] = [tuple(dict.fromkeys(h)) for h in draw(
-            st.lists(SESSION_HASHES, max_size=2))]
+        holds[f"s{i}"] = [
+            tuple(dict.fromkeys(h)) for h in draw(st.lists(SESSION_HASHES, max_size=2))
+        ]
     demoted = {s for s in sessions if draw(st.booleans())}
     flying = {s for s in sessions if draw(st.booleans())}
     return sessions, holds, demoted, flying
@@ -135,13 +143,15 @@ def test_plan_from_refcounts_equals_plan_demotions(state, budget: int) -> None:
     from ramakv_daemon.core.manager import recompute_refcounts
 
     sessions, holds, demoted, flying = state
-    holders_ = [holder_of(s, demoted=sid in demoted, in_flight=sid in flying,
-                          fork_holds=holds[sid])
-                for sid, s in sessions.items()]
+    holders_ = [
+        holder_of(s, demoted=sid in demoted, in_flight=sid in flying, fork_holds=holds[sid])
+        for sid, s in sessions.items()
+    ]
     slow = plan_demotions(holders_, budget)
     forks = [Fork(0, sid, h, 0.0) for sid, hs in holds.items() for h in hs]
-    fast = plan_from_refcounts(sessions, recompute_refcounts(sessions.values(), forks),
-                               demoted, flying, budget, holds)
+    fast = plan_from_refcounts(
+        sessions, recompute_refcounts(sessions.values(), forks), demoted, flying, budget, holds
+    )
     assert fast.victims == slow.victims
     assert sorted(fast.demote) == sorted(slow.demote)
     assert (fast.usage_before, fast.usage_after) == (slow.usage_before, slow.usage_after)

@@ -57,7 +57,8 @@ def ramakv_script(tmp_path: Path) -> Callable[..., subprocess.CompletedProcess[s
     env = {**os.environ, "XDG_CONFIG_HOME": str(tmp_path / "xdg")}
 
     def run(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
-        return subprocess.run([RAMAKV, *args], input=stdin, capture_output=True, text=True,
-                              env=env, timeout=60)
+        return subprocess.run(
+            [RAMAKV, *args], input=stdin, capture_output=True, text=True, env=env, timeout=60
+        )
 
     return run

@@ -18,7 +18,7 @@ def test_health_and_events(daemon_proc, ramakv) -> None:
     assert lines[0] == "contract events (9):"
     assert "  session_fork_end  session_id [fork_id]" in lines
     admin = lines.index(next(x for x in lines if x.startswith("admin events (")))
-    assert admin == 10 and "  list_events" in lines[admin + 1:]
+    assert admin == 10 and "  list_events" in lines[admin + 1 :]
 
 
 def test_event_map_and_sessions(daemon_proc, ramakv) -> None:
@@ -32,8 +32,16 @@ def test_event_map_and_sessions(daemon_proc, ramakv) -> None:
     ramakv(*u, "event", "session_suspend", "-s", "s1")
     r = ramakv(*u, "sessions")
     lines = r.stdout.splitlines()
-    assert lines[0].split() == ["SESSION", "STATE", "TURNS", "CHUNKS", "OPEN", "FORKS", "LAST",
-                                "EVENT"]
+    assert lines[0].split() == [
+        "SESSION",
+        "STATE",
+        "TURNS",
+        "CHUNKS",
+        "OPEN",
+        "FORKS",
+        "LAST",
+        "EVENT",
+    ]
     assert lines[1].split()[:4] == ["s1", "suspended", "1", "3"]
     assert lines[-1] == "1 of 1 sessions"
     data = json.loads(ramakv(*u, "sessions", "--state", "active", "--json").stdout)
@@ -56,8 +64,10 @@ def test_turn_end_needs_a_list(daemon_proc, ramakv) -> None:
 def test_forks_by_id(daemon_proc, ramakv) -> None:
     u = ("--url", daemon_proc.url)
     ramakv(*u, "event", "turn_end", "-s", "p", "--hashes", "aa")
-    ids = [json.loads(ramakv(*u, "event", "session_fork", "-s", "p").stdout)["fork_id"]
-           for _ in range(2)]
+    ids = [
+        json.loads(ramakv(*u, "event", "session_fork", "-s", "p").stdout)["fork_id"]
+        for _ in range(2)
+    ]
     assert ids == [1, 2]
     ramakv(*u, "event", "session_close", "-s", "p")
     lines = ramakv(*u, "sessions", "--state", "closed").stdout.splitlines()

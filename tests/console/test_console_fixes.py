@@ -23,8 +23,11 @@ SIZE = (120, 32)
 
 async def loaded(pilot: Any) -> SessionTable:
     table = pilot.app.screen.query_one(SessionTable)
-    await until(pilot, lambda: table.row_count == 3 and "turn_end" in pilot.app.catalogue,
-                what="rows and list_events")
+    await until(
+        pilot,
+        lambda: table.row_count == 3 and "turn_end" in pilot.app.catalogue,
+        what="rows and list_events",
+    )
     return table
 
 
@@ -36,10 +39,15 @@ async def test_e_opens_the_fire_form_with_the_session(fake_app: Any) -> None:
         await pilot.press("e")
         await until(pilot, lambda: isinstance(app.screen, FireEventScreen), what="fire form")
         form = app.screen.query_one(EventForm)
-        await until(pilot, lambda: form.event_type == "turn_end"
-                    and form.query("#field-session_id")
-                    and form.query_one("#field-session_id", Input).value == "agent-beta",
-                    what="session id prefilled")
+        await until(
+            pilot,
+            lambda: (
+                form.event_type == "turn_end"
+                and form.query("#field-session_id")
+                and form.query_one("#field-session_id", Input).value == "agent-beta"
+            ),
+            what="session id prefilled",
+        )
 
 
 async def test_picking_an_event_then_typing_fills_the_form(fake_app: Any) -> None:
@@ -59,8 +67,11 @@ async def test_picking_an_event_then_typing_fills_the_form(fake_app: Any) -> Non
         await pilot.press("escape")
         select.value = "session_suspend"
         form = app.screen.query_one(EventForm)
-        await until(pilot, lambda: form.event_type == "session_suspend"
-                    and isinstance(app.focused, Input), what="focus in the first field")
+        await until(
+            pilot,
+            lambda: form.event_type == "session_suspend" and isinstance(app.focused, Input),
+            what="focus in the first field",
+        )
         await pilot.press("1", "2", "x")  # digits typed into a field never switch views
         assert isinstance(app.screen, FireEventScreen)
         assert form.query_one("#field-session_id", Input).value == "12x"
@@ -93,23 +104,33 @@ async def test_session_action_notice_is_readable(fake_app: Any) -> None:
     async with app.run_test(size=SIZE) as pilot:
         await loaded(pilot)
         await pilot.press("k")
-        await until(pilot, lambda: any("session_fork" in n.message
-                                       for n in app._notifications), what="the notice")
+        await until(
+            pilot,
+            lambda: any("session_fork" in n.message for n in app._notifications),
+            what="the notice",
+        )
         note = next(n.message for n in app._notifications if "session_fork" in n.message)
         assert note == "session_fork agent-alpha: forked=true"
 
 
 async def test_ages_tick(fake_app: Any) -> None:
     now = [FIXED_NOW]
-    app = ConsoleApp(FakeLink.url, FakeLink(), clock=lambda: now[0],
-                     daemon_config=Path("/nonexistent/d.toml"),
-                     sdk_config=Path("/nonexistent/s.toml"))
+    app = ConsoleApp(
+        FakeLink.url,
+        FakeLink(),
+        clock=lambda: now[0],
+        daemon_config=Path("/nonexistent/d.toml"),
+        sdk_config=Path("/nonexistent/s.toml"),
+    )
     async with app.run_test(size=SIZE) as pilot:
         table = await loaded(pilot)
         assert table.get_row("agent-alpha")[6] == "12s"
         now[0] += 60
-        await until(pilot, lambda: "72s" not in table.render_line(1).text
-                    and "1m" in table.render_line(1).text, what="the age to move on")
+        await until(
+            pilot,
+            lambda: "72s" not in table.render_line(1).text and "1m" in table.render_line(1).text,
+            what="the age to move on",
+        )
 
 
 async def test_footer_keeps_view_keys_and_help_at_80_columns(fake_app: Any) -> None:
@@ -128,11 +149,13 @@ async def test_footer_keeps_view_keys_and_help_at_80_columns(fake_app: Any) -> N
         assert "sessions 3" in header and "seq 42" in header
 
 
-async def test_wrong_token_is_shown_as_such(real_app: Any, daemon_proc_factory: Any,
-                                           tmp_path: Path) -> None:
+async def test_wrong_token_is_shown_as_such(
+    real_app: Any, daemon_proc_factory: Any, tmp_path: Path
+) -> None:
     d = daemon_proc_factory(config={"auth_token": "s3cret"})
-    app = ConsoleApp(d.url, token="wrong", daemon_config=tmp_path / "d.toml",
-                     sdk_config=tmp_path / "s.toml")
+    app = ConsoleApp(
+        d.url, token="wrong", daemon_config=tmp_path / "d.toml", sdk_config=tmp_path / "s.toml"
+    )
     async with app.run_test(size=SIZE) as pilot:
         banner = app.screen.query_one(ConnectionBanner)
         await until(pilot, lambda: app.connection_error == "unauthorized", what="401")
@@ -143,12 +166,15 @@ async def test_wrong_token_is_shown_as_such(real_app: Any, daemon_proc_factory: 
 
 async def test_sdk_config_token_is_used(daemon_proc_factory: Any, tmp_path: Path) -> None:
     d = daemon_proc_factory(config={"auth_token": "s3cret"})
-    d.post({"type": "turn_end", "session_id": "t1",
-            "kv_transfer_params": {"chunk_hashes": ["a"]}})
+    d.post({"type": "turn_end", "session_id": "t1", "kv_transfer_params": {"chunk_hashes": ["a"]}})
     sdk = tmp_path / "sdk.toml"
     sdk.write_text(f'daemon_url = "{d.url}"\nauth_token = "s3cret"\n')
     app = ConsoleApp(d.url, daemon_config=tmp_path / "d.toml", sdk_config=sdk)
     async with app.run_test(size=SIZE) as pilot:
-        await until(pilot, lambda: "t1" in app.state.sessions, timeout=15,
-                    what="the session over an authenticated trace")
+        await until(
+            pilot,
+            lambda: "t1" in app.state.sessions,
+            timeout=15,
+            what="the session over an authenticated trace",
+        )
         assert app.connection[0]

@@ -27,8 +27,11 @@ async def test_fire_turn_end_from_the_form_adds_the_row(real_app: Any) -> None:
     app = real_app()
     seen: list[Any] = []
     async with app.run_test(size=SIZE, message_hook=seen.append) as pilot:
-        await until(pilot, lambda: app.connection[0] and "turn_end" in app.catalogue,
-                    what="connection and list_events")
+        await until(
+            pilot,
+            lambda: app.connection[0] and "turn_end" in app.catalogue,
+            what="connection and list_events",
+        )
         await pilot.press("4")
         await until(pilot, lambda: isinstance(app.screen, FireEventScreen))
         form = app.screen.query_one(EventForm)
@@ -36,10 +39,15 @@ async def test_fire_turn_end_from_the_form_adds_the_row(real_app: Any) -> None:
         form.query_one("#field-session_id", Input).value = "s-form"
         form.query_one("#field-kv_transfer_params", TextArea).text = "sys\nh1\nh2\n"
         await pilot.press("ctrl+s")
-        await until(pilot, lambda: any(isinstance(m, Daemon.EventAnswered)
-                                       and m.event["type"] == "turn_end" for m in seen))
-        answered = next(m for m in seen if isinstance(m, Daemon.EventAnswered)
-                        and m.event["type"] == "turn_end")
+        await until(
+            pilot,
+            lambda: any(
+                isinstance(m, Daemon.EventAnswered) and m.event["type"] == "turn_end" for m in seen
+            ),
+        )
+        answered = next(
+            m for m in seen if isinstance(m, Daemon.EventAnswered) and m.event["type"] == "turn_end"
+        )
         assert answered.event == turn_end("s-form", ["sys", "h1", "h2"])
         assert answered.envelope["ok"] is True
         assert '"map_updated": true' in str(app.screen.query_one("#answer").render())
@@ -64,8 +72,9 @@ async def test_invalid_json_is_refused_before_sending(real_app: Any) -> None:
         await pilot.press("ctrl+s")
         await pilot.pause(0.2)
         assert "invalid JSON" in str(app.screen.query_one("#form-error").render())
-        assert not any(isinstance(m, Daemon.EventAnswered) and m.event["type"] == "turn_end"
-                       for m in seen)
+        assert not any(
+            isinstance(m, Daemon.EventAnswered) and m.event["type"] == "turn_end" for m in seen
+        )
 
 
 async def test_suspend_from_the_table_drops_refcounts(real_app: Any, daemon_proc: Any) -> None:
@@ -80,10 +89,13 @@ async def test_suspend_from_the_table_drops_refcounts(real_app: Any, daemon_proc
         assert table.get_row("s2")[4].plain == "1"  # sys is shared with s1
         table.move_cursor(row=table.get_row_index("s1"))
         await pilot.press("s")
-        await until(pilot, lambda: str(table.get_row("s1")[1]) == "suspended",
-                    what="s1 suspended")
-        assert any(isinstance(m, Sessions.Act) and m.event_type == "session_suspend"
-                   and m.session_id == "s1" for m in seen)
+        await until(pilot, lambda: str(table.get_row("s1")[1]) == "suspended", what="s1 suspended")
+        assert any(
+            isinstance(m, Sessions.Act)
+            and m.event_type == "session_suspend"
+            and m.session_id == "s1"
+            for m in seen
+        )
         assert app.state.totals == {"sessions": 2, "chunks": 2, "references": 2}
         await pilot.press("r")  # restore
         await until(pilot, lambda: str(table.get_row("s1")[1]) == "active", what="restored")
@@ -105,26 +117,36 @@ async def test_chunk_evict_dry_run_then_confirm(real_app: Any, daemon_proc: Any)
         await until(pilot, lambda: isinstance(app.screen, ConfirmDialog), what="dry-run dialog")
         body = str(app.screen.query_one("#dialog-body Static").render())
         assert "Refused" in body and "drop" in body and "s1" in body
-        dry = [m for m in seen if isinstance(m, Daemon.EventAnswered)
-               and m.event["type"] == "chunk_evict"]
+        dry = [
+            m
+            for m in seen
+            if isinstance(m, Daemon.EventAnswered) and m.event["type"] == "chunk_evict"
+        ]
         assert dry and dry[0].event["dry_run"] is True
         assert app.state.chunk_total() == 2  # a dry run changes nothing
         await pilot.click("#force")
-        await until(pilot, lambda: isinstance(app.screen, ConfirmDialog)
-                    and "FORCE" in str(app.screen.query_one("#dialog-title").render()),
-                    what="second confirmation")
+        await until(
+            pilot,
+            lambda: (
+                isinstance(app.screen, ConfirmDialog)
+                and "FORCE" in str(app.screen.query_one("#dialog-title").render())
+            ),
+            what="second confirmation",
+        )
         await pilot.click("#force")
         await until(pilot, lambda: any(isinstance(m, Chunks.Evicted) for m in seen))
         done = next(m for m in seen if isinstance(m, Chunks.Evicted))
         assert done.force and done.envelope["ok"], done.envelope
         assert done.envelope["data"]["evicted"] == ["drop"]
-        await until(pilot, lambda: "drop" not in table.rows and "keep" in table.rows,
-                    what="drop gone from the page")
+        await until(
+            pilot,
+            lambda: "drop" not in table.rows and "keep" in table.rows,
+            what="drop gone from the page",
+        )
         await until(pilot, lambda: app.state.chunk_total() == 1, what="totals from the trace")
 
 
-async def test_banner_when_the_daemon_goes_away_and_resume(
-        real_app: Any, daemon_proc: Any) -> None:
+async def test_banner_when_the_daemon_goes_away_and_resume(real_app: Any, daemon_proc: Any) -> None:
     daemon_proc.post(turn_end("s1", ["x"]))
     app = real_app()
     async with app.run_test(size=SIZE) as pilot:
@@ -139,15 +161,20 @@ async def test_banner_when_the_daemon_goes_away_and_resume(
         assert daemon_proc.port == port
         daemon_proc.post(turn_end("s2", ["y"]))
         # the restarted daemon numbers events from 0 again: the console takes a fresh snapshot
-        await until(pilot, lambda: app.connection[0] and "s2" in app.state.sessions,
-                    timeout=15, what="reconnect")
+        await until(
+            pilot,
+            lambda: app.connection[0] and "s2" in app.state.sessions,
+            timeout=15,
+            what="reconnect",
+        )
         assert not banner.display and "s1" in app.state.sessions
 
 
 async def test_config_editor_round_trip(real_app: Any, tmp_path: Path) -> None:
     cfg = tmp_path / "daemon.toml"
-    cfg.write_text('# hand-written comment\nlmcache_url = "http://lmcache:6999"\n'
-                   'custom_flag = true\n')
+    cfg.write_text(
+        '# hand-written comment\nlmcache_url = "http://lmcache:6999"\ncustom_flag = true\n'
+    )
     app = real_app(daemon_config=cfg)
     seen: list[Any] = []
     async with app.run_test(size=SIZE, message_hook=seen.append) as pilot:
@@ -184,8 +211,11 @@ async def test_fork_end_by_id_from_the_form_after_the_parents_close(
     app = real_app()
     seen: list[Any] = []
     async with app.run_test(size=SIZE, message_hook=seen.append) as pilot:
-        await until(pilot, lambda: "session_fork_end" in app.catalogue and len(app.state.forks)
-                    == 2, what="list_events and both open forks")
+        await until(
+            pilot,
+            lambda: "session_fork_end" in app.catalogue and len(app.state.forks) == 2,
+            what="list_events and both open forks",
+        )
         # The nine contract events and the admin ones both reach the form.
         assert "list_sessions" in app.admin_events and "session_fork" not in app.admin_events
         assert app.state.fork_ages("p").startswith(f"#{ids[0]} ")
@@ -197,11 +227,18 @@ async def test_fork_end_by_id_from_the_form_after_the_parents_close(
         form.query_one("#field-session_id", Input).value = "p"
         form.query_one("#field-fork_id", Input).value = str(ids[0])
         await pilot.press("ctrl+s")
-        await until(pilot, lambda: any(isinstance(m, Daemon.EventAnswered)
-                                       and m.event["type"] == "session_fork_end" for m in seen))
-        answered = next(m for m in seen if isinstance(m, Daemon.EventAnswered)
-                        and m.event["type"] == "session_fork_end")
-        assert answered.event == {"type": "session_fork_end", "session_id": "p",
-                                  "fork_id": ids[0]}
+        await until(
+            pilot,
+            lambda: any(
+                isinstance(m, Daemon.EventAnswered) and m.event["type"] == "session_fork_end"
+                for m in seen
+            ),
+        )
+        answered = next(
+            m
+            for m in seen
+            if isinstance(m, Daemon.EventAnswered) and m.event["type"] == "session_fork_end"
+        )
+        assert answered.event == {"type": "session_fork_end", "session_id": "p", "fork_id": ids[0]}
         assert answered.envelope["data"] == {"fork_end": True, "fork_id": ids[0]}
         await until(pilot, lambda: list(app.state.forks) == [ids[1]], what="fork 1 gone")

@@ -20,16 +20,26 @@ SIZE = (120, 32)
 async def _settled(pilot: Any) -> None:
     """Nothing left to apply or draw."""
     app = pilot.app
-    await until(pilot, lambda: not app._pending and "turn_end" in app.catalogue,
-                what="trace applied and list_events answered")
+    await until(
+        pilot,
+        lambda: not app._pending and "turn_end" in app.catalogue,
+        what="trace applied and list_events answered",
+    )
     await pilot.wait_for_scheduled_animations()
     await pilot.pause()
 
 
 async def _loaded(pilot: Any) -> None:
     app = pilot.app
-    await until(pilot, lambda: len(app.state.sessions) == 3 and not app.state.loading
-                and app.screen.query_one(SessionTable).row_count == 3, what="fixed snapshot")
+    await until(
+        pilot,
+        lambda: (
+            len(app.state.sessions) == 3
+            and not app.state.loading
+            and app.screen.query_one(SessionTable).row_count == 3
+        ),
+        what="fixed snapshot",
+    )
     await _settled(pilot)
 
 
@@ -41,9 +51,14 @@ def test_session_detail_view(snap_compare: Any, fake_app: Any) -> None:
     async def open_alpha(pilot: Any) -> None:
         await _loaded(pilot)
         await pilot.press("enter")
-        await until(pilot, lambda: pilot.app.screen.query(ChunkMapTable)
-                    and pilot.app.screen.query_one(ChunkMapTable).row_count == 4,
-                    what="agent-alpha's map")
+        await until(
+            pilot,
+            lambda: (
+                pilot.app.screen.query(ChunkMapTable)
+                and pilot.app.screen.query_one(ChunkMapTable).row_count == 4
+            ),
+            what="agent-alpha's map",
+        )
         await _settled(pilot)
 
     assert snap_compare(fake_app(), terminal_size=SIZE, run_before=open_alpha)
@@ -53,9 +68,14 @@ def test_fire_event_form(snap_compare: Any, fake_app: Any) -> None:
     async def open_form(pilot: Any) -> None:
         await _loaded(pilot)
         await pilot.press("4")
-        await until(pilot, lambda: pilot.app.screen.query(EventForm)
-                    and pilot.app.screen.query_one(EventForm).event_type == "turn_end",
-                    what="the turn_end form")
+        await until(
+            pilot,
+            lambda: (
+                pilot.app.screen.query(EventForm)
+                and pilot.app.screen.query_one(EventForm).event_type == "turn_end"
+            ),
+            what="the turn_end form",
+        )
         await _settled(pilot)
 
     assert snap_compare(fake_app(), terminal_size=SIZE, run_before=open_form)
@@ -68,8 +88,11 @@ async def test_broken_theme_falls_back_with_a_notice(fake_app: Any, tmp_path: An
     (themes / "fine.toml").write_text('name = "fine"\nprimary = "#336699"\ndark = false\n')
     app = fake_app(theme="broken", theme_dirs=[themes])
     async with app.run_test(size=SIZE) as pilot:
-        await until(pilot, lambda: any("broken.toml" in n.message for n in app._notifications),
-                    what="the theme notice")
+        await until(
+            pilot,
+            lambda: any("broken.toml" in n.message for n in app._notifications),
+            what="the theme notice",
+        )
         notes = [n.message for n in app._notifications]
         assert any("broken.toml" in m for m in notes), notes
         assert app.theme == "textual-dark"  # the default ramakv-dusk is not in this folder

@@ -18,26 +18,54 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 def ev(seq: int, sessions: dict, refcounts: dict, sid: str = "s", totals=None) -> dict:
-    rec = {"kind": "event", "seq": seq, "ts": 1.0, "type": "turn_end", "session_id": sid,
-           "ok": True, "data": {}, "delta": {"sessions": sessions, "refcounts": refcounts}}
+    rec = {
+        "kind": "event",
+        "seq": seq,
+        "ts": 1.0,
+        "type": "turn_end",
+        "session_id": sid,
+        "ok": True,
+        "data": {},
+        "delta": {"sessions": sessions, "refcounts": refcounts},
+    }
     if totals is not None:
         rec["totals"] = totals
     return rec
 
 
 def row(sid: str, chunks: int, state: str = "active", shared: int = 0, holds: int = 0) -> dict:
-    return {"session_id": sid, "state": state, "turn_count": 1, "chunk_count": chunks,
-            "shared_count": shared, "fork_holds": holds, "last_event_ts": 1.0}
+    return {
+        "session_id": sid,
+        "state": state,
+        "turn_count": 1,
+        "chunk_count": chunks,
+        "shared_count": shared,
+        "fork_holds": holds,
+        "last_event_ts": 1.0,
+    }
 
 
 def snapshot(seq: int, rows: list[dict], parts: int = 1) -> list[dict]:
-    out: list[dict] = [{"kind": "snapshot", "seq": seq, "totals": {
-        "sessions": len(rows), "chunks": 2, "references": 2}}]
+    out: list[dict] = [
+        {
+            "kind": "snapshot",
+            "seq": seq,
+            "totals": {"sessions": len(rows), "chunks": 2, "references": 2},
+        }
+    ]
     size = max(1, -(-len(rows) // parts))
     chunks = [rows[i : i + size] for i in range(0, len(rows), size)] or [[]]
     for k, part in enumerate(chunks):
-        out.append({"kind": "snapshot_sessions", "seq": seq, "part": k,
-                    "last": k == len(chunks) - 1, "refcounts": {}, "sessions": part})
+        out.append(
+            {
+                "kind": "snapshot_sessions",
+                "seq": seq,
+                "part": k,
+                "last": k == len(chunks) - 1,
+                "refcounts": {},
+                "sessions": part,
+            }
+        )
     return out
 
 
@@ -46,8 +74,17 @@ def test_state_follows_summaries_and_totals() -> None:
     ch = st.apply(snapshot(3, [row("a", 2), row("b", 1, "suspended")], parts=2))
     assert ch.reset and set(st.sessions) == {"a", "b"} and st.suspended == 1
     assert not st.loading and st.seq == 3
-    ch = st.apply([ev(4, {"c": row("c", 2, shared=1)}, {"x": 2, "z": 1}, "c",
-                      {"sessions": 3, "chunks": 3, "references": 4})])
+    ch = st.apply(
+        [
+            ev(
+                4,
+                {"c": row("c", 2, shared=1)},
+                {"x": 2, "z": 1},
+                "c",
+                {"sessions": 3, "chunks": 3, "references": 4},
+            )
+        ]
+    )
     assert ch.sessions == {"c"} and ch.chunks == {"x": 2, "z": 1}
     assert st.shared_count("c") == 1 and st.references() == 4 and st.chunk_total() == 3
     st.apply([ev(5, {"b": row("b", 1)}, {}, "b")])
@@ -68,8 +105,9 @@ def test_a_snapshot_in_parts_is_loading_until_the_last() -> None:
 def test_a_burst_keeps_every_change_but_only_the_newest_events() -> None:
     st = ConsoleState()
     st.apply(snapshot(0, []))
-    ch = st.apply([ev(i, {f"s{i}": row(f"s{i}", 1)}, {}, f"s{i}") for i in range(1, 1001)],
-                  keep_last=100)
+    ch = st.apply(
+        [ev(i, {f"s{i}": row(f"s{i}", 1)}, {}, f"s{i}") for i in range(1, 1001)], keep_last=100
+    )
     assert len(st.sessions) == 1000 and st.seq == 1000
     assert len(ch.events) == 100 and ch.dropped_events == 900
     assert ch.events[0]["seq"] == 901
@@ -77,12 +115,19 @@ def test_a_burst_keeps_every_change_but_only_the_newest_events() -> None:
 
 def test_toml_diff_and_url_validation() -> None:
     assert config_io.Diff("noop_backend", None, True, True).line() == (
-        "noop_backend: (unset) -> true  [restart needed]")
+        "noop_backend: (unset) -> true  [restart needed]"
+    )
     assert config_io.Diff("lmcache_url", "http://a:1", "http://b:2", False).line() == (
-        'lmcache_url: "http://a:1" -> "http://b:2"')
+        'lmcache_url: "http://a:1" -> "http://b:2"'
+    )
     spec = next(s for s in config_io.DAEMON_FIELDS if s.name == "lmcache_url")
-    for bad in ("http://localhost:6999XYZ", "http://localhost:70000", "http://:80",
-                "ftp://x", "http://a b"):
+    for bad in (
+        "http://localhost:6999XYZ",
+        "http://localhost:70000",
+        "http://:80",
+        "ftp://x",
+        "http://a b",
+    ):
         with pytest.raises(ValueError, match="lmcache_url"):
             config_io.parse_value(spec, bad)
     assert config_io.parse_value(spec, "https://lmcache:6999") == "https://lmcache:6999"
@@ -112,35 +157,53 @@ def test_open_forks_by_id_with_their_age_outlive_the_parent() -> None:
 def test_fork_id_is_a_number_in_the_form() -> None:
     fields = form_fields({"required": ["session_id"], "optional": ["fork_id"]})
     assert build_event("session_fork_end", fields, {"session_id": "p", "fork_id": " 3 "}) == {
-        "type": "session_fork_end", "session_id": "p", "fork_id": 3}
+        "type": "session_fork_end",
+        "session_id": "p",
+        "fork_id": 3,
+    }
     assert build_event("session_fork_end", fields, {"session_id": "p", "fork_id": ""}) == {
-        "type": "session_fork_end", "session_id": "p"}
+        "type": "session_fork_end",
+        "session_id": "p",
+    }
     with pytest.raises(ValueError, match="fork_id must be a whole number"):
         build_event("session_fork_end", fields, {"session_id": "p", "fork_id": "x"})
 
 
 def test_build_event_from_form() -> None:
-    fields = form_fields({"required": ["session_id", "kv_transfer_params"],
-                          "optional": ["debug_context"]})
-    event = build_event("turn_end", fields, {"session_id": " s1 ",
-                                             "kv_transfer_params": "h1\n\n h2 \n",
-                                             "debug_context": ""})
-    assert event == {"type": "turn_end", "session_id": "s1",
-                     "kv_transfer_params": {"chunk_hashes": ["h1", "h2"]}}
+    fields = form_fields(
+        {"required": ["session_id", "kv_transfer_params"], "optional": ["debug_context"]}
+    )
+    event = build_event(
+        "turn_end",
+        fields,
+        {"session_id": " s1 ", "kv_transfer_params": "h1\n\n h2 \n", "debug_context": ""},
+    )
+    assert event == {
+        "type": "turn_end",
+        "session_id": "s1",
+        "kv_transfer_params": {"chunk_hashes": ["h1", "h2"]},
+    }
     with pytest.raises(ValueError, match="debug_context: invalid JSON"):
-        build_event("turn_end", fields, {"session_id": "s", "kv_transfer_params": "h",
-                                         "debug_context": "{nope"})
+        build_event(
+            "turn_end",
+            fields,
+            {"session_id": "s", "kv_transfer_params": "h", "debug_context": "{nope"},
+        )
     with pytest.raises(ValueError, match="session_id is required"):
         build_event("turn_end", fields, {"kv_transfer_params": "h"})
     evict = form_fields({"required": ["chunk_hashes"], "optional": ["dry_run", "force"]})
     assert build_event("chunk_evict", evict, {"chunk_hashes": "a\nb", "dry_run": True}) == {
-        "type": "chunk_evict", "chunk_hashes": ["a", "b"], "dry_run": True}
+        "type": "chunk_evict",
+        "chunk_hashes": ["a", "b"],
+        "dry_run": True,
+    }
 
 
 def test_config_round_trip_keeps_unknown_keys_not_comments(tmp_path: Path) -> None:
     path = tmp_path / "config.toml"
-    path.write_text('# operator note\nlisten_addr = "127.0.0.1:7000"\nfuture_key = 5\n'
-                    '[extra]\nx = "y"\n')
+    path.write_text(
+        '# operator note\nlisten_addr = "127.0.0.1:7000"\nfuture_key = 5\n[extra]\nx = "y"\n'
+    )
     original = config_io.load(path)
     edits = {s.name: s.default for s in config_io.DAEMON_FIELDS}
     edits["listen_addr"] = "127.0.0.1:7001"
@@ -154,9 +217,16 @@ def test_config_round_trip_keeps_unknown_keys_not_comments(tmp_path: Path) -> No
     assert config_io.COMMENTS_SURVIVE is False
 
 
-@pytest.mark.parametrize(("name", "text"), [
-    ("listen_addr", "nohost"), ("lmcache_url", "ftp://x"), ("trace_queue", "-1"),
-    ("backend_timeout_s", "soon"), ("debug_enabled", "maybe")])
+@pytest.mark.parametrize(
+    ("name", "text"),
+    [
+        ("listen_addr", "nohost"),
+        ("lmcache_url", "ftp://x"),
+        ("trace_queue", "-1"),
+        ("backend_timeout_s", "soon"),
+        ("debug_enabled", "maybe"),
+    ],
+)
 def test_config_validation(name: str, text: str) -> None:
     spec = next(s for s in config_io.DAEMON_FIELDS if s.name == name)
     with pytest.raises(ValueError, match=name):
@@ -169,25 +239,34 @@ def test_config_fields_match_the_daemon_dataclass() -> None:
 
     tree = ast.parse((REPO / "ramakv_daemon" / "config.py").read_text())
     cls = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "Config")
-    keys = {n.target.id for n in cls.body if isinstance(n, ast.AnnAssign)
-            and isinstance(n.target, ast.Name)}
+    keys = {
+        n.target.id
+        for n in cls.body
+        if isinstance(n, ast.AnnAssign) and isinstance(n.target, ast.Name)
+    }
     assert keys == {s.name for s in config_io.DAEMON_FIELDS} | config_io.KEPT_AS_IS
 
 
 def test_deployments_tables_survive_an_edit(tmp_path: Path) -> None:
     """[[deployments]] is not in the form; saving any edit keeps it exactly."""
     path = tmp_path / "config.toml"
-    path.write_text('listen_addr = "127.0.0.1:6998"\n\n[[deployments]]\nname = "qwen"\n'
-                    'namespace = "kvp-0123"\nlmcache_url = "http://127.0.0.1:7001"\n')
+    path.write_text(
+        'listen_addr = "127.0.0.1:6998"\n\n[[deployments]]\nname = "qwen"\n'
+        'namespace = "kvp-0123"\nlmcache_url = "http://127.0.0.1:7001"\n'
+    )
     spec = {s.name: s for s in config_io.DAEMON_FIELDS}
-    edits = {"ddr_budget_chunks": config_io.parse_value(spec["ddr_budget_chunks"], "512"),
-             "evict_locations": config_io.parse_value(spec["evict_locations"],
-                                                      "LocalCPUBackend, LocalDiskBackend")}
+    edits = {
+        "ddr_budget_chunks": config_io.parse_value(spec["ddr_budget_chunks"], "512"),
+        "evict_locations": config_io.parse_value(
+            spec["evict_locations"], "LocalCPUBackend, LocalDiskBackend"
+        ),
+    }
     merged, diffs = config_io.merge(config_io.load(path), edits, config_io.DAEMON_FIELDS)
     config_io.write_atomic(path, merged)
     again = config_io.load(path)
-    assert again["deployments"] == [{"name": "qwen", "namespace": "kvp-0123",
-                                     "lmcache_url": "http://127.0.0.1:7001"}]
+    assert again["deployments"] == [
+        {"name": "qwen", "namespace": "kvp-0123", "lmcache_url": "http://127.0.0.1:7001"}
+    ]
     assert again["ddr_budget_chunks"] == 512
     assert again["evict_locations"] == ["LocalCPUBackend", "LocalDiskBackend"]
     assert {d.key for d in diffs} == {"ddr_budget_chunks", "evict_locations"}
@@ -220,9 +299,11 @@ def test_console_never_imports_the_daemon() -> None:
             elif isinstance(node, ast.ImportFrom):
                 names = [node.module or ""]
             assert not any(n.split(".")[0] == "ramakv_daemon" for n in names), path
-    code = ("import sys, ramakv_console.app, ramakv_console.__main__; "
-            "bad = [m for m in sys.modules if m.startswith('ramakv_daemon')]; "
-            "assert not bad, bad")
+    code = (
+        "import sys, ramakv_console.app, ramakv_console.__main__; "
+        "bad = [m for m in sys.modules if m.startswith('ramakv_daemon')]; "
+        "assert not bad, bad"
+    )
     subprocess.run([sys.executable, "-c", code], check=True, cwd=REPO)
 
 

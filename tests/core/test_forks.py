@@ -122,8 +122,10 @@ def test_expiry_releases_old_holds_only(m: SessionManager) -> None:
     assert m.expire_forks(now=1e9, ttl_s=0) is None  # 0 = never
     change = m.expire_forks(now=150.0, ttl_s=50.0)
     assert change is not None and change.durable
-    assert change.data == {"expired": [{"fork_id": old, "session_id": "p", "age_s": 50.0}],
-                           "evicted_count": 1}
+    assert change.data == {
+        "expired": [{"fork_id": old, "session_id": "p", "age_s": 50.0}],
+        "evicted_count": 1,
+    }
     assert change.evict_delete == ["a"]
     assert [f.fork_id for f in m.forks.values()] == [young]
     exact(m)
@@ -146,8 +148,12 @@ def test_undo_of_fork_fork_end_and_expiry(m: SessionManager) -> None:
     fid = fork(m, "p")
 
     def state() -> tuple[object, ...]:
-        return (dict(m.sessions), m.refcounts.as_dict(), dict(m.forks.by_id),
-                [f.fork_id for f in m.forks.of("p")])
+        return (
+            dict(m.sessions),
+            m.refcounts.as_dict(),
+            dict(m.forks.by_id),
+            [f.fork_id for f in m.forks.of("p")],
+        )
 
     before = state()
     for step in (lambda: m.session_fork_end("p", fid), lambda: m.session_close("p")):

@@ -24,7 +24,9 @@ SESSIONS = st.lists(
 FORKS = st.lists(
     st.builds(
         lambda i, sid, hashes: Fork(i, sid, tuple(dict.fromkeys(hashes)), 0.0),
-        st.integers(1, 10**6), st.text(min_size=1, max_size=3), HASHES,
+        st.integers(1, 10**6),
+        st.text(min_size=1, max_size=3),
+        HASHES,
     ),
     max_size=4,
     unique_by=lambda f: f.fork_id,

@@ -162,16 +162,26 @@ class ManagerMachine(RuleBasedStateMachine):
             for h in hashes:
                 assert self.m.refcounts.get(h) == 0
             gone = set(hashes)  # forced out of every holder, open forks included
-            self.open = {fid: (sid, tuple(h for h in held if h not in gone), ts)
-                         for fid, (sid, held, ts) in self.open.items()}
+            self.open = {
+                fid: (sid, tuple(h for h in held if h not in gone), ts)
+                for fid, (sid, held, ts) in self.open.items()
+            }
 
-    @rule(sid=SIDS, hashes=HASHES, op=st.sampled_from(
-        ["turn_end", "close", "fork", "suspend", "fork_end", "expire"]))
+    @rule(
+        sid=SIDS,
+        hashes=HASHES,
+        op=st.sampled_from(["turn_end", "close", "fork", "suspend", "fork_end", "expire"]),
+    )
     def undo_restores_everything(self, sid: str, hashes: list[str], op: str) -> None:
         def state() -> tuple[object, ...]:
             forks = self.m.forks
-            return (dict(self.m.sessions), self.m.refcounts.as_dict(), dict(self.m.parked),
-                    dict(forks.by_id), {s: forks.of(s) for s in forks.parents()})
+            return (
+                dict(self.m.sessions),
+                self.m.refcounts.as_dict(),
+                dict(self.m.parked),
+                dict(forks.by_id),
+                {s: forks.of(s) for s in forks.parents()},
+            )
 
         before = state()
         calls = {
@@ -203,16 +213,21 @@ class ManagerMachine(RuleBasedStateMachine):
         assert fresh.refcounts.as_dict() == counts
         self.m = fresh
 
-    @rule(sids=st.lists(SIDS, min_size=1, max_size=3), maps=st.lists(HASHES, min_size=3,
-                                                                      max_size=3))
+    @rule(
+        sids=st.lists(SIDS, min_size=1, max_size=3), maps=st.lists(HASHES, min_size=3, max_size=3)
+    )
     def committed_view(self, sids: list[str], maps: list[list[str]]) -> None:
         """Changes in doubt taken out for a read: the state before them inside the block,
         exactly the state after them outside it (sessions, refcounts, total, parked)."""
         m = self.m
 
         def state() -> tuple:
-            return (dict(m.sessions), m.refcounts.as_dict(), m.refcounts.total_references(),
-                    dict(m.parked))
+            return (
+                dict(m.sessions),
+                m.refcounts.as_dict(),
+                m.refcounts.total_references(),
+                dict(m.parked),
+            )
 
         before = state()
         pending = [m.turn_end(sid, hashes) for sid, hashes in zip(sids, maps, strict=False)]
@@ -234,8 +249,9 @@ class ManagerMachine(RuleBasedStateMachine):
 
     @invariant()
     def forks_match_model(self) -> None:
-        assert {f.fork_id: (f.session_id, f.hashes, f.created_ts)
-                for f in self.m.forks.values()} == self.open
+        assert {
+            f.fork_id: (f.session_id, f.hashes, f.created_ts) for f in self.m.forks.values()
+        } == self.open
 
     @invariant()
     def parked_counts_match_model(self) -> None:

@@ -79,7 +79,7 @@ def test_non_utf8_file_gives_defaults(tmp_path: Path) -> None:
 
 def test_unknown_key_warns_and_the_rest_applies(tmp_path: Path) -> None:
     path = tmp_path / "c.toml"
-    path.write_text('noop_backend = true\nflux_capacitor = 88\n')
+    path.write_text("noop_backend = true\nflux_capacitor = 88\n")
     cfg, warnings = config_mod.load(str(path))
     assert cfg.noop_backend is True
     assert warnings == [f"{path}: unknown config key 'flux_capacitor' ignored"]
@@ -87,9 +87,12 @@ def test_unknown_key_warns_and_the_rest_applies(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize(
     ("line", "key"),
-    [('noop_backend = "yes"', "noop_backend"), ("listen_addr = 6998", "listen_addr"),
-     ("max_hashes_per_event = 0", "max_hashes_per_event"),
-     ("max_hashes_per_event = true", "max_hashes_per_event")],
+    [
+        ('noop_backend = "yes"', "noop_backend"),
+        ("listen_addr = 6998", "listen_addr"),
+        ("max_hashes_per_event = 0", "max_hashes_per_event"),
+        ("max_hashes_per_event = true", "max_hashes_per_event"),
+    ],
 )
 def test_wrong_type_warns_and_keeps_default(tmp_path: Path, line: str, key: str) -> None:
     path = tmp_path / "c.toml"
@@ -144,9 +147,7 @@ def test_env_config_and_bad_file_in_the_real_daemon(tmp_path: Path) -> None:
     """RAM_A_KV_CONFIG is read; an invalid file is named in the log and defaults apply."""
     bad = tmp_path / "bad.toml"
     bad.write_text("this is [not toml\n")
-    d = DaemonProcess(
-        tmp_path / "d", config_flag=False, env={"RAM_A_KV_CONFIG": str(bad)}
-    )
+    d = DaemonProcess(tmp_path / "d", config_flag=False, env={"RAM_A_KV_CONFIG": str(bad)})
     assert "--config" not in d.command()
     with d:
         assert d.event("health")["ok"] is True
@@ -174,8 +175,16 @@ def test_bad_listen_addr(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> No
 
 @pytest.mark.parametrize(
     ("host", "loop"),
-    [("127.0.0.1", True), ("127.9.9.9", True), ("::1", True), ("localhost", True),
-     ("0.0.0.0", False), ("::", False), ("10.0.0.1", False), ("example.com", False)],
+    [
+        ("127.0.0.1", True),
+        ("127.9.9.9", True),
+        ("::1", True),
+        ("localhost", True),
+        ("0.0.0.0", False),
+        ("::", False),
+        ("10.0.0.1", False),
+        ("example.com", False),
+    ],
 )
 def test_is_loopback(host: str, loop: bool) -> None:
     assert is_loopback(host) is loop

@@ -23,18 +23,27 @@ def run_daemon(*args: str, env: dict[str, str] | None = None) -> subprocess.Comp
     full_env = {k: v for k, v in os.environ.items() if k != "RAM_A_KV_CONFIG"}
     full_env.update(env or {})
     return subprocess.run(
-        [sys.executable, "-m", "ramakv_daemon", *args], capture_output=True, text=True,
-        timeout=60, cwd=str(REPO_ROOT), env=full_env,
+        [sys.executable, "-m", "ramakv_daemon", *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=str(REPO_ROOT),
+        env=full_env,
     )
 
 
 @pytest.mark.parametrize(
     ("content", "error"),
-    [(None, "not found"),
-     ("this is [not toml\n", "is not valid TOML"),
-     ('lmcache_url = "http://localhost:6999XYZ"\n', "config key 'lmcache_url' is not a valid URL"),
-     ("max_hashes_per_event = 0\n", "config key 'max_hashes_per_event' must be >= 1, got 0"),
-     ('sqlite_synchronous = "OFF"\n', "must be NORMAL, FULL or EXTRA")],
+    [
+        (None, "not found"),
+        ("this is [not toml\n", "is not valid TOML"),
+        (
+            'lmcache_url = "http://localhost:6999XYZ"\n',
+            "config key 'lmcache_url' is not a valid URL",
+        ),
+        ("max_hashes_per_event = 0\n", "config key 'max_hashes_per_event' must be >= 1, got 0"),
+        ('sqlite_synchronous = "OFF"\n', "must be NORMAL, FULL or EXTRA"),
+    ],
     ids=["missing", "not toml", "bad url", "zero where 0 means nothing", "bad enum"],
 )
 def test_explicit_config_missing_or_invalid_exits_2(
@@ -44,8 +53,15 @@ def test_explicit_config_missing_or_invalid_exits_2(
     if content is not None:
         cfg.write_text(content)
     store = tmp_path / "s.db"
-    proc = run_daemon("--noop", "--config", str(cfg), "--store", str(store),
-                      "--listen", f"127.0.0.1:{free_port()}")
+    proc = run_daemon(
+        "--noop",
+        "--config",
+        str(cfg),
+        "--store",
+        str(store),
+        "--listen",
+        f"127.0.0.1:{free_port()}",
+    )
     assert proc.returncode == 2, proc.stdout + proc.stderr
     assert f"config file {cfg}" in proc.stdout and error in proc.stdout, proc.stdout
     assert "refusing to start" in proc.stdout
@@ -54,8 +70,9 @@ def test_explicit_config_missing_or_invalid_exits_2(
 
 def test_env_and_default_path_keep_the_fallback(tmp_path: Path) -> None:
     """$RAM_A_KV_CONFIG naming a missing file: warned, defaults, the daemon runs."""
-    d = DaemonProcess(tmp_path / "d", config_flag=False,
-                      env={"RAM_A_KV_CONFIG": str(tmp_path / "missing.toml")})
+    d = DaemonProcess(
+        tmp_path / "d", config_flag=False, env={"RAM_A_KV_CONFIG": str(tmp_path / "missing.toml")}
+    )
     with d:
         assert d.event("health")["ok"] is True
     assert f"config file {tmp_path / 'missing.toml'} not found; using built-in defaults" in d.log()
@@ -63,9 +80,14 @@ def test_env_and_default_path_keep_the_fallback(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize(
     ("key", "value"),
-    [("ddr_budget_chunks", 0), ("max_sessions", 0), ("trace_buffer", 0),
-     ("turn_in_flight_timeout_s", 0), ("budget_check_interval_s", 0),
-     ("ready_max_evict_backlog", 0)],
+    [
+        ("ddr_budget_chunks", 0),
+        ("max_sessions", 0),
+        ("trace_buffer", 0),
+        ("turn_in_flight_timeout_s", 0),
+        ("budget_check_interval_s", 0),
+        ("ready_max_evict_backlog", 0),
+    ],
 )
 def test_zero_is_accepted_where_it_means_none(key: str, value: int) -> None:
     cfg, warnings = config_mod.from_mapping({key: value}, strict=True)
@@ -73,8 +95,16 @@ def test_zero_is_accepted_where_it_means_none(key: str, value: int) -> None:
 
 
 @pytest.mark.parametrize(
-    "key", ["max_hashes_per_event", "max_hash_bytes", "max_body_bytes", "trace_queue",
-            "idempotency_window", "backend_timeout_s", "idempotency_ttl_s"],
+    "key",
+    [
+        "max_hashes_per_event",
+        "max_hash_bytes",
+        "max_body_bytes",
+        "trace_queue",
+        "idempotency_window",
+        "backend_timeout_s",
+        "idempotency_ttl_s",
+    ],
 )
 def test_zero_or_negative_is_refused_where_it_means_nothing(key: str) -> None:
     for bad in (0, -1):
@@ -87,15 +117,29 @@ def test_zero_or_negative_is_refused_where_it_means_nothing(key: str) -> None:
 def test_max_sessions_zero_means_no_cap_in_a_real_daemon(tmp_path: Path) -> None:
     with DaemonProcess(tmp_path / "d", config={"max_sessions": 0}) as d:
         for i in range(3):
-            assert d.event("turn_end", session_id=f"s{i}",
-                           kv_transfer_params={"chunk_hashes": ["h"]})["ok"] is True
+            assert (
+                d.event("turn_end", session_id=f"s{i}", kv_transfer_params={"chunk_hashes": ["h"]})[
+                    "ok"
+                ]
+                is True
+            )
         log = d.log()
     assert "must be" not in log and "using the default" not in log
 
 
 @pytest.mark.parametrize(
-    "url", ["http://localhost:6999XYZ", "localhost:6999", "ftp://h:1", "http://:6999",
-            "http://h:0", "http://h:70000", "http://h:6999 ", "http://h:1/?q=1", ""],
+    "url",
+    [
+        "http://localhost:6999XYZ",
+        "localhost:6999",
+        "ftp://h:1",
+        "http://:6999",
+        "http://h:0",
+        "http://h:70000",
+        "http://h:6999 ",
+        "http://h:1/?q=1",
+        "",
+    ],
 )
 def test_bad_urls_are_named(url: str) -> None:
     assert url_problem(url) is not None
@@ -105,8 +149,13 @@ def test_bad_urls_are_named(url: str) -> None:
 
 
 @pytest.mark.parametrize(
-    "url", ["http://localhost:6999", "https://10.0.0.5:6999/", "http://[::1]:6999",
-            "http://lmcache.internal"],
+    "url",
+    [
+        "http://localhost:6999",
+        "https://10.0.0.5:6999/",
+        "http://[::1]:6999",
+        "http://lmcache.internal",
+    ],
 )
 def test_good_urls_pass(url: str) -> None:
     assert url_problem(url) is None
@@ -114,16 +163,19 @@ def test_good_urls_pass(url: str) -> None:
 
 def test_deployment_url_is_checked_too() -> None:
     cfg, warnings = config_mod.from_mapping(
-        {"deployments": [{"name": "d", "lmcache_url": "http://h:6999XYZ"}]}, "f.toml")
+        {"deployments": [{"name": "d", "lmcache_url": "http://h:6999XYZ"}]}, "f.toml"
+    )
     assert cfg.deployments[0].lmcache_url is None
     assert any("'lmcache_url' is not a valid URL" in w for w in warnings), warnings
 
 
 def test_check_config_prints_the_effective_config(tmp_path: Path) -> None:
-    cfg = write_config(tmp_path / "c.toml", {"max_sessions": 0, "auth_token": "s3cret",
-                                             "ddr_budget_chunks": 0})
-    proc = run_daemon("--config", str(cfg), "--store", str(tmp_path / "x.db"), "--noop",
-                      "--check-config")
+    cfg = write_config(
+        tmp_path / "c.toml", {"max_sessions": 0, "auth_token": "s3cret", "ddr_budget_chunks": 0}
+    )
+    proc = run_daemon(
+        "--config", str(cfg), "--store", str(tmp_path / "x.db"), "--noop", "--check-config"
+    )
     assert proc.returncode == 0, proc.stderr
     printed = tomllib.loads(proc.stdout)
     assert printed["max_sessions"] == 0 and printed["noop_backend"] is True
@@ -136,8 +188,14 @@ def test_check_config_prints_the_effective_config(tmp_path: Path) -> None:
     assert proc.returncode == 2 and "lmcache_url" in proc.stderr
 
 
-SCRIPTS = ["ram-a-kv", "ramakv-console", "ramakv", "ramakv-proxy", "ramakv-admin",
-           "ramakv-identity"]
+SCRIPTS = [
+    "ram-a-kv",
+    "ramakv-console",
+    "ramakv",
+    "ramakv-proxy",
+    "ramakv-admin",
+    "ramakv-identity",
+]
 
 
 @pytest.mark.parametrize("script", SCRIPTS)

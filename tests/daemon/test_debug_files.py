@@ -49,9 +49,7 @@ async def test_messages_or_timing_alone_suffice(
 ) -> None:
     data = await debug_daemon.turn_end("s1", ["a"], debug_context=ctx)
     assert data["debug_written"] is True
-    body = json.loads(
-        (Path(debug_daemon.config.debug_dir) / "kvcache_debug_s1_1.json").read_text()
-    )
+    body = json.loads((Path(debug_daemon.config.debug_dir) / "kvcache_debug_s1_1.json").read_text())
     assert set(body["timing"]) == {"ttft_ms", "total_time_ms", "tpot_ms"}
 
 
@@ -102,7 +100,9 @@ async def test_distinct_ids_get_distinct_files(debug_daemon: DaemonClient) -> No
 
 
 async def test_unwritable_debug_dir_does_not_fail_the_event(
-    start_daemon, make_config, tmp_path: Path  # type: ignore[no-untyped-def]
+    start_daemon,
+    make_config,
+    tmp_path: Path,  # type: ignore[no-untyped-def]
 ) -> None:
     blocker = tmp_path / "file"
     blocker.write_text("not a directory")
@@ -123,7 +123,8 @@ async def test_unencodable_debug_context_does_not_fail_the_event(
     status, body = await debug_daemon.post(raw)
     assert status == 200, body
     assert body == {
-        "ok": True, "type": "turn_end",
+        "ok": True,
+        "type": "turn_end",
         "data": {"evicted_count": 0, "map_updated": True, "debug_written": False},
     }
     assert (await debug_daemon.ok("session_map", session_id="s1"))["chunk_hashes"] == ["a"]

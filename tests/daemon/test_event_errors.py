@@ -10,8 +10,13 @@ import pytest
 from support.daemon_app import DaemonClient
 
 SID_EVENTS = [
-    "turn_start", "snapshot_restore", "session_map", "session_close",
-    "session_suspend", "session_fork", "session_fork_end",
+    "turn_start",
+    "snapshot_restore",
+    "session_map",
+    "session_close",
+    "session_suspend",
+    "session_fork",
+    "session_fork_end",
 ]
 
 
@@ -45,8 +50,7 @@ async def expect_error(
 
 @pytest.mark.parametrize(
     "payload",
-    [{}, {"type": ""}, {"type": None}, {"type": 5}, {"type": ["turn_end"]},
-     {"session_id": "s1"}],
+    [{}, {"type": ""}, {"type": None}, {"type": 5}, {"type": ["turn_end"]}, {"session_id": "s1"}],
 )
 async def test_missing_or_empty_type(daemon: DaemonClient, payload: dict[str, Any]) -> None:
     await seed(daemon)
@@ -70,7 +74,8 @@ async def test_missing_session_id(daemon: DaemonClient, type_: str) -> None:
 async def test_turn_end_missing_kv_transfer_params(daemon: DaemonClient) -> None:
     await seed(daemon)
     await expect_error(
-        daemon, {"type": "turn_end", "session_id": "s1"},
+        daemon,
+        {"type": "turn_end", "session_id": "s1"},
         "missing required field 'kv_transfer_params'",
     )
 
@@ -89,9 +94,7 @@ async def test_empty_session_id(daemon: DaemonClient, type_: str) -> None:
 )
 async def test_session_not_found(daemon: DaemonClient, type_: str) -> None:
     await seed(daemon)
-    await expect_error(
-        daemon, {"type": type_, "session_id": "ghost"}, "session 'ghost' not found"
-    )
+    await expect_error(daemon, {"type": type_, "session_id": "ghost"}, "session 'ghost' not found")
 
 
 async def test_snapshot_restore_unknown_source(daemon: DaemonClient) -> None:
@@ -157,8 +160,12 @@ async def test_debug_context_not_an_object(daemon: DaemonClient) -> None:
     await seed(daemon)
     await expect_error(
         daemon,
-        {"type": "turn_end", "session_id": "s1", "kv_transfer_params": {"chunk_hashes": []},
-         "debug_context": "hi"},
+        {
+            "type": "turn_end",
+            "session_id": "s1",
+            "kv_transfer_params": {"chunk_hashes": []},
+            "debug_context": "hi",
+        },
         "'debug_context' must be an object",
     )
 
@@ -184,7 +191,8 @@ async def test_too_many_hashes(daemon: DaemonClient) -> None:
     await expect_error(
         daemon,
         {"type": "turn_end", "session_id": "new", "kv_transfer_params": {"chunk_hashes": hashes}},
-        "more than the limit of 1000", exact=False,
+        "more than the limit of 1000",
+        exact=False,
     )
     # Exactly at the limit is fine.
     assert (await daemon.turn_end("s1", hashes[:1000]))["map_updated"] is True
@@ -200,8 +208,11 @@ async def test_hash_too_long(daemon: DaemonClient, long_hash: str) -> None:
     await seed(daemon)
     await expect_error(
         daemon,
-        {"type": "turn_end", "session_id": "s1",
-         "kv_transfer_params": {"chunk_hashes": ["ok", long_hash]}},
+        {
+            "type": "turn_end",
+            "session_id": "s1",
+            "kv_transfer_params": {"chunk_hashes": ["ok", long_hash]},
+        },
         "'kv_transfer_params.chunk_hashes[1]' is longer than 100 bytes",
     )
 
@@ -217,14 +228,16 @@ async def test_configured_limits(start_daemon, make_config) -> None:  # type: ig
     await d.turn_end("s1", ["abcd", "efgh"])
     await expect_error(
         d,
-        {"type": "turn_end", "session_id": "s1",
-         "kv_transfer_params": {"chunk_hashes": ["a", "b", "c"]}},
+        {
+            "type": "turn_end",
+            "session_id": "s1",
+            "kv_transfer_params": {"chunk_hashes": ["a", "b", "c"]},
+        },
         "'kv_transfer_params.chunk_hashes' has 3 hashes, more than the limit of 2",
     )
     await expect_error(
         d,
-        {"type": "turn_end", "session_id": "s1",
-         "kv_transfer_params": {"chunk_hashes": ["abcde"]}},
+        {"type": "turn_end", "session_id": "s1", "kv_transfer_params": {"chunk_hashes": ["abcde"]}},
         "'kv_transfer_params.chunk_hashes[0]' is longer than 4 bytes",
     )
 
@@ -297,7 +310,8 @@ async def test_fork_end_without_fork(daemon: DaemonClient) -> None:
     await daemon.turn_end("solo", ["a"])
     await seed(daemon)
     await expect_error(
-        daemon, {"type": "session_fork_end", "session_id": "solo"},
+        daemon,
+        {"type": "session_fork_end", "session_id": "solo"},
         "session 'solo' has no open fork",
     )
 
@@ -333,7 +347,8 @@ async def test_lone_surrogate_hash_rejected(daemon: DaemonClient, raw: str) -> N
     """SQLite (and the backend's JSON) cannot carry it: accepted, it broke later commits."""
     await seed(daemon)
     await expect_error(
-        daemon, raw,
+        daemon,
+        raw,
         "'kv_transfer_params.chunk_hashes[1]' must be valid Unicode (no lone surrogates)",
     )
     assert (await daemon.turn_end("s1", ["ok"]))["map_updated"] is True
@@ -351,7 +366,8 @@ async def test_lone_surrogate_session_id_rejected(daemon: DaemonClient) -> None:
 async def test_session_id_too_long(daemon: DaemonClient) -> None:
     await seed(daemon)
     await expect_error(
-        daemon, {"type": "session_map", "session_id": "x" * 1025},
+        daemon,
+        {"type": "session_map", "session_id": "x" * 1025},
         "session_id longer than 1024 bytes",
     )
     status, body = await daemon.post({"type": "session_map", "session_id": "x" * 1024})

@@ -25,17 +25,22 @@ async def test_quick_start_round_trip(daemon: DaemonClient) -> None:
     """The README's curl round trip, verbatim."""
     assert await daemon.ok("health") == {"status": "running", "sessions_count": 0}
     assert await daemon.ok("turn_start", session_id="s1") == {
-        "prefetch_sent": False, "prefetch_count": 0,
+        "prefetch_sent": False,
+        "prefetch_count": 0,
     }
     assert await daemon.turn_end("s1", ["h-a", "h-b", "h-c"]) == {
-        "evicted_count": 0, "map_updated": True, "debug_written": False,
+        "evicted_count": 0,
+        "map_updated": True,
+        "debug_written": False,
     }
     assert await daemon.ok("session_map", session_id="s1") == {
-        "session_id": "s1", "chunk_hashes": ["h-a", "h-b", "h-c"],
+        "session_id": "s1",
+        "chunk_hashes": ["h-a", "h-b", "h-c"],
     }
     assert await daemon.ok("health") == {"status": "running", "sessions_count": 1}
     assert await daemon.ok("session_close", session_id="s1") == {
-        "evicted_count": 3, "closed": True,
+        "evicted_count": 3,
+        "closed": True,
     }
     assert await daemon.ok("health") == {"status": "running", "sessions_count": 0}
     assert daemon.refcounts() == {}
@@ -47,7 +52,8 @@ async def test_turn_start_prefetches_unique_hashes_in_order(
     d, backend = rec_daemon
     await d.turn_end("s1", ["c", "a", "c", "b"])
     assert await d.ok("turn_start", session_id="s1") == {
-        "prefetch_sent": True, "prefetch_count": 3,
+        "prefetch_sent": True,
+        "prefetch_count": 3,
     }
     await d.settle()
     assert backend.calls == [("prefetch", ["c", "a", "b"])]
@@ -57,7 +63,8 @@ async def test_turn_start_prefetch_disabled(start_daemon, make_config) -> None: 
     d = await start_daemon(make_config(turn_start_prefetch=False))
     await d.turn_end("s1", ["a"])
     assert await d.ok("turn_start", session_id="s1") == {
-        "prefetch_sent": False, "prefetch_count": 0,
+        "prefetch_sent": False,
+        "prefetch_count": 0,
     }
 
 
@@ -67,13 +74,16 @@ async def test_turn_end_diffs_and_evicts_zeros(
     d, backend = rec_daemon
     assert (await d.turn_end("s1", ["a", "b", "c"]))["evicted_count"] == 0
     assert await d.turn_end("s1", ["b", "c", "d"]) == {
-        "evicted_count": 1, "map_updated": True, "debug_written": False,
+        "evicted_count": 1,
+        "map_updated": True,
+        "debug_written": False,
     }
     assert d.refcounts() == {"b": 1, "c": 1, "d": 1}
     await d.settle()
     assert backend.of("delete") == ["a"] and backend.of("demote") == []
     assert await d.ok("session_map", session_id="s1") == {
-        "session_id": "s1", "chunk_hashes": ["b", "c", "d"],
+        "session_id": "s1",
+        "chunk_hashes": ["b", "c", "d"],
     }
     d.assert_consistent()
 
@@ -83,7 +93,10 @@ async def test_turn_end_duplicates_hold_one_reference(daemon: DaemonClient) -> N
     assert daemon.refcounts() == {"a": 1, "b": 1}
     # The map keeps the engine's order and repeats.
     assert (await daemon.ok("session_map", session_id="s1"))["chunk_hashes"] == [
-        "a", "a", "b", "a",
+        "a",
+        "a",
+        "b",
+        "a",
     ]
     assert (await daemon.turn_end("s1", ["b"]))["evicted_count"] == 1
     assert daemon.refcounts() == {"b": 1}
@@ -109,10 +122,13 @@ async def test_turn_end_without_a_list_is_refused_and_changes_nothing(
 async def test_turn_end_empty_list_clears_map(daemon: DaemonClient) -> None:
     await daemon.turn_end("s1", ["a", "b"])
     assert await daemon.turn_end("s1", []) == {
-        "evicted_count": 2, "map_updated": True, "debug_written": False,
+        "evicted_count": 2,
+        "map_updated": True,
+        "debug_written": False,
     }
     assert await daemon.ok("session_map", session_id="s1") == {
-        "session_id": "s1", "chunk_hashes": [],
+        "session_id": "s1",
+        "chunk_hashes": [],
     }
 
 
@@ -125,7 +141,8 @@ async def test_snapshot_restore_counts_unique_passes_client_order(
     await d.settle()
     backend.calls.clear()
     assert await d.ok("snapshot_restore", session_id="s1") == {
-        "prefetch_sent": True, "prefetch_count": 3,
+        "prefetch_sent": True,
+        "prefetch_count": 3,
     }
     await d.settle()
     assert backend.calls == [("prefetch", ["z", "y", "x"])]
@@ -134,9 +151,10 @@ async def test_snapshot_restore_counts_unique_passes_client_order(
 
 async def test_snapshot_restore_from_source_session(daemon: DaemonClient) -> None:
     await daemon.turn_end("parent", ["a", "b"])
-    assert await daemon.ok(
-        "snapshot_restore", session_id="child", source_session_id="parent"
-    ) == {"prefetch_sent": True, "prefetch_count": 2}
+    assert await daemon.ok("snapshot_restore", session_id="child", source_session_id="parent") == {
+        "prefetch_sent": True,
+        "prefetch_count": 2,
+    }
     assert (await daemon.ok("session_map", session_id="child"))["chunk_hashes"] == ["a", "b"]
     assert daemon.refcounts() == {"a": 2, "b": 2}
     daemon.assert_consistent()
@@ -146,7 +164,8 @@ async def test_snapshot_restore_of_active_session_is_idempotent(daemon: DaemonCl
     await daemon.turn_end("s1", ["a", "b"])
     for _ in range(2):
         assert await daemon.ok("snapshot_restore", session_id="s1") == {
-            "prefetch_sent": True, "prefetch_count": 2,
+            "prefetch_sent": True,
+            "prefetch_count": 2,
         }
     assert daemon.refcounts() == {"a": 1, "b": 1}
 
@@ -154,20 +173,24 @@ async def test_snapshot_restore_of_active_session_is_idempotent(daemon: DaemonCl
 async def test_suspend_data_and_unknown_session(daemon: DaemonClient) -> None:
     await daemon.turn_end("s1", ["a", "b"])
     assert await daemon.ok("session_suspend", session_id="s1") == {
-        "evicted_count": 2, "suspended": True,
+        "evicted_count": 2,
+        "suspended": True,
     }
     # Suspending again releases nothing more.
     assert await daemon.ok("session_suspend", session_id="s1") == {
-        "evicted_count": 0, "suspended": True,
+        "evicted_count": 0,
+        "suspended": True,
     }
     assert await daemon.ok("session_suspend", session_id="nope") == {
-        "evicted_count": 0, "suspended": False,
+        "evicted_count": 0,
+        "suspended": False,
     }
 
 
 async def test_close_unknown_session(daemon: DaemonClient) -> None:
     assert await daemon.ok("session_close", session_id="nope") == {
-        "evicted_count": 0, "closed": False,
+        "evicted_count": 0,
+        "closed": False,
     }
 
 
@@ -177,18 +200,21 @@ async def test_fork_and_fork_end_data(daemon: DaemonClient) -> None:
     assert first == {"forked": True, "fork_id": 1}
     assert await daemon.ok("session_fork", session_id="s1") == {"forked": True, "fork_id": 2}
     assert await daemon.ok("session_fork_end", session_id="s1", fork_id=1) == {
-        "fork_end": True, "fork_id": 1,
+        "fork_end": True,
+        "fork_id": 1,
     }
     # A retry of a released id, or an unknown one: ok, fork_end false, nothing changes.
     before = daemon.refcounts()
     for fid in (1, 77):
         assert await daemon.ok("session_fork_end", session_id="s1", fork_id=fid) == {
-            "fork_end": False, "fork_id": fid,
+            "fork_end": False,
+            "fork_id": fid,
         }
     assert daemon.refcounts() == before
     # Without an id: the newest open fork.
     assert await daemon.ok("session_fork_end", session_id="s1") == {
-        "fork_end": True, "fork_id": 2,
+        "fork_end": True,
+        "fork_id": 2,
     }
     for bad in (0, -1, "1", 1.5, True):
         assert await daemon.err("session_fork_end", session_id="s1", fork_id=bad) == (
@@ -198,7 +224,8 @@ async def test_fork_and_fork_end_data(daemon: DaemonClient) -> None:
 
 async def test_turn_start_unknown_session_prefetches_nothing(daemon: DaemonClient) -> None:
     assert await daemon.ok("turn_start", session_id="never-seen") == {
-        "prefetch_sent": False, "prefetch_count": 0,
+        "prefetch_sent": False,
+        "prefetch_count": 0,
     }
     assert await daemon.ok("health") == {"status": "running", "sessions_count": 0}
 

@@ -57,14 +57,16 @@ async def test_fork_ids_are_unique_across_namespaces(start_daemon, make_config) 
     )
     d = await start_daemon(make_config(deployments=deployments))
     await d.turn_end("p", ["a"])
-    await d.ok("turn_end", session_id="q", namespace="other",
-               kv_transfer_params={"chunk_hashes": ["a"]})
+    await d.ok(
+        "turn_end", session_id="q", namespace="other", kv_transfer_params={"chunk_hashes": ["a"]}
+    )
     ids = [(await d.ok("session_fork", session_id=sid))["fork_id"] for sid in ("p", "q", "p")]
     assert ids == [1, 2, 3]
 
 
 async def test_a_closed_parents_fork_survives_restart_and_ends_by_id(
-    start_daemon, make_config  # type: ignore[no-untyped-def]
+    start_daemon,
+    make_config,  # type: ignore[no-untyped-def]
 ) -> None:
     config = make_config()
     backend = RecordingBackend()
@@ -85,7 +87,8 @@ async def test_a_closed_parents_fork_survives_restart_and_ends_by_id(
     assert [(r["session_id"], r["state"], r["fork_holds"]) for r in rows] == [("p", "closed", 1)]
     assert rows[0]["forks"][0]["fork_id"] == fid
     assert await d2.ok("session_fork_end", session_id="p", fork_id=fid) == {
-        "fork_end": True, "fork_id": fid,
+        "fork_end": True,
+        "fork_id": fid,
     }
     await d2.settle()
     assert sorted(backend2.of("delete")) == ["a", "sys"]
@@ -94,7 +97,9 @@ async def test_a_closed_parents_fork_survives_restart_and_ends_by_id(
 
 
 async def test_expiry_on_an_injected_clock(
-    start_daemon, make_config, caplog: pytest.LogCaptureFixture  # type: ignore[no-untyped-def]
+    start_daemon,
+    make_config,
+    caplog: pytest.LogCaptureFixture,  # type: ignore[no-untyped-def]
 ) -> None:
     clock = Clock()
     backend = RecordingBackend()
@@ -154,7 +159,9 @@ async def test_expiry_on_an_injected_clock(
 
 
 async def test_holds_that_expired_while_stopped_go_at_start(
-    start_daemon, make_config, caplog: pytest.LogCaptureFixture  # type: ignore[no-untyped-def]
+    start_daemon,
+    make_config,
+    caplog: pytest.LogCaptureFixture,  # type: ignore[no-untyped-def]
 ) -> None:
     clock = Clock()
     config = make_config(fork_hold_ttl_s=60.0)
@@ -197,7 +204,9 @@ async def test_the_open_fork_limit_answers_a_clear_error(start_daemon, make_conf
 
 
 async def test_a_store_with_holds_from_before_fork_ids_opens(
-    start_daemon, make_config, tmp_path: Path  # type: ignore[no-untyped-def]
+    start_daemon,
+    make_config,
+    tmp_path: Path,  # type: ignore[no-untyped-def]
 ) -> None:
     """The schema as it was before this change: holds in session_state.fork_holds_json."""
     db = tmp_path / "before.db"
@@ -210,8 +219,10 @@ async def test_a_store_with_holds_from_before_fork_ids_opens(
         "DEFAULT 0, namespace TEXT NOT NULL DEFAULT '');"
     )
     con.execute("INSERT INTO sessions VALUES ('p', ?, 3)", (json.dumps(["c"]),))
-    con.execute("INSERT INTO session_state VALUES ('p', 0, ?, 5.0, '')",
-                (json.dumps([["a", "b"], ["b", "c"]]),))
+    con.execute(
+        "INSERT INTO session_state VALUES ('p', 0, ?, 5.0, '')",
+        (json.dumps([["a", "b"], ["b", "c"]]),),
+    )
     con.execute("INSERT INTO sessions VALUES ('q', ?, 1)", (json.dumps(["x"]),))
     con.execute("INSERT INTO session_state VALUES ('q', 0, '[]', 5.0, '')")
     con.commit()
@@ -221,12 +232,14 @@ async def test_a_store_with_holds_from_before_fork_ids_opens(
     m = d.service.manager
     # Fresh ids in the old order; created at the migration (their real age is unknown).
     assert [(f.fork_id, f.session_id, f.hashes) for f in m.forks.values()] == [
-        (1, "p", ("a", "b")), (2, "p", ("b", "c")),
+        (1, "p", ("a", "b")),
+        (2, "p", ("b", "c")),
     ]
     assert d.refcounts() == {"a": 1, "b": 2, "c": 2, "x": 1}
     con = sqlite3.connect(db)
-    assert con.execute("SELECT fork_holds_json FROM session_state WHERE session_id='p'"
-                       ).fetchone() == ("[]",)
+    assert con.execute(
+        "SELECT fork_holds_json FROM session_state WHERE session_id='p'"
+    ).fetchone() == ("[]",)
     con.close()
     # The newest migrated hold ends first, as it did before; the counter goes on.
     assert await d.ok("session_fork_end", session_id="p") == {"fork_end": True, "fork_id": 2}

@@ -31,16 +31,15 @@ async def test_fork_ids_and_holds_survive_kill9(
     d.start()
     assert refcount(d, "a") == 1 and refcount(d, "b") == 1 and refcount(d, "c") == 0
     rows = d.event("list_sessions", state="closed")["data"]["sessions"]
-    assert [(r["session_id"], [f["fork_id"] for f in r["forks"]]) for r in rows] == [
-        ("p", [first])
-    ]
+    assert [(r["session_id"], [f["fork_id"] for f in r["forks"]]) for r in rows] == [("p", [first])]
     snap = await trace_snapshot(d.url)
     assert snap["forks"][str(first)]["chunk_hashes"] == ["a", "b"]
     # The counter survived too: no id is given twice, not even the ended newest one's.
     d.event("turn_end", session_id="q", kv_transfer_params={"chunk_hashes": ["x"]})
     assert d.event("session_fork", session_id="q")["data"]["fork_id"] == second + 1
     assert d.event("session_fork_end", session_id="p", fork_id=second)["data"] == {
-        "fork_end": False, "fork_id": second,
+        "fork_end": False,
+        "fork_id": second,
     }
     assert d.event("session_fork_end", session_id="p", fork_id=first)["data"]["fork_end"]
     assert refcount(d, "a") == 0
@@ -57,8 +56,7 @@ def test_a_hold_that_aged_past_the_ttl_while_stopped_is_released_at_start(
     d.stop()
     con = sqlite3.connect(d.store)
     with con:  # as if the first fork had been taken two hours ago
-        con.execute("UPDATE forks SET created_ts = ? WHERE fork_id = ?",
-                    (time.time() - 7200, old))
+        con.execute("UPDATE forks SET created_ts = ? WHERE fork_id = ?", (time.time() - 7200, old))
     con.close()
 
     d.start()

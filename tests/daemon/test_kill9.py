@@ -33,9 +33,19 @@ async def test_kill9_keeps_every_acknowledged_turn_end(
     d = daemon_proc_factory()
     acks_path = tmp_path / "acks.txt"
     client = subprocess.Popen(
-        [sys.executable, burst_client.__file__, d.url, str(acks_path),
-         "--sessions", str(SESSIONS), "--turns", str(TURNS)],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        [
+            sys.executable,
+            burst_client.__file__,
+            d.url,
+            str(acks_path),
+            "--sessions",
+            str(SESSIONS),
+            "--turns",
+            str(TURNS),
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
     )
     try:
         deadline = time.monotonic() + 30
@@ -81,7 +91,8 @@ async def test_kill9_keeps_every_acknowledged_turn_end(
     d.start()  # same SQLite file
     for sid, s in stored.items():
         assert d.event("session_map", session_id=sid)["data"] == {
-            "session_id": sid, "chunk_hashes": list(s.chunk_hashes),
+            "session_id": sid,
+            "chunk_hashes": list(s.chunk_hashes),
         }
     assert d.event("health")["data"] == {"status": "running", "sessions_count": len(stored)}
     snapshot = await trace_snapshot(d.url)
@@ -94,7 +105,8 @@ async def test_kill9_keeps_every_acknowledged_turn_end(
     sid = next(iter(acked))
     nxt = stored[sid].turn_count + 1
     answer = d.event(
-        "turn_end", session_id=sid,
+        "turn_end",
+        session_id=sid,
         kv_transfer_params={"chunk_hashes": burst_client.expected_map(sid, nxt)},
     )
     assert answer["ok"] is True and answer["data"]["evicted_count"] == (1 if nxt > 6 else 0)

@@ -16,8 +16,7 @@ def full_state(d: DaemonClient) -> dict[str, Any]:
     m = d.service.manager
     return {
         "sessions": {
-            sid: (s.chunk_hashes, s.turn_count, s.suspended)
-            for sid, s in m.sessions.items()
+            sid: (s.chunk_hashes, s.turn_count, s.suspended) for sid, s in m.sessions.items()
         },
         "forks": {f.fork_id: (f.session_id, f.hashes, f.created_ts) for f in m.forks.values()},
         "refcounts": m.refcounts.as_dict(),
@@ -40,7 +39,12 @@ async def test_restart_restores_everything(start_daemon, make_config) -> None:  
     await d.ok("session_close", session_id="gone")
     before = full_state(d)
     assert before["refcounts"] == {
-        "sys": 4, "a2": 1, "a3": 1, "f1": 1, "f2": 1, "f3": 2,
+        "sys": 4,
+        "a2": 1,
+        "a3": 1,
+        "f1": 1,
+        "f2": 1,
+        "f3": 2,
     }
     assert before["parked"] == {"sys": 1, "s1": 1, "s2": 1}
     await d.close()
@@ -49,7 +53,8 @@ async def test_restart_restores_everything(start_daemon, make_config) -> None:  
     assert full_state(d2) == before
     assert (await d2.ok("health"))["sessions_count"] == 3
     assert await d2.ok("session_map", session_id="sleepy") == {
-        "session_id": "sleepy", "chunk_hashes": ["sys", "s1", "s2"],
+        "session_id": "sleepy",
+        "chunk_hashes": ["sys", "s1", "s2"],
     }
     assert d2.service.manager.sessions["active"].turn_count == 2
     assert d2.service.manager.sessions["forked"].turn_count == 2
@@ -60,7 +65,8 @@ async def test_restart_restores_everything(start_daemon, make_config) -> None:  
     assert "f1" not in d2.refcounts() and "f2" not in d2.refcounts()
     # The restored suspended session can be restored and then closed.
     assert await d2.ok("snapshot_restore", session_id="sleepy") == {
-        "prefetch_sent": True, "prefetch_count": 3,
+        "prefetch_sent": True,
+        "prefetch_count": 3,
     }
     d2.assert_consistent()
     after = full_state(d2)
@@ -72,7 +78,8 @@ async def test_restart_restores_everything(start_daemon, make_config) -> None:  
 
 
 async def test_suspended_survives_restart_and_close_deletes(
-    start_daemon, make_config  # type: ignore[no-untyped-def]
+    start_daemon,
+    make_config,  # type: ignore[no-untyped-def]
 ) -> None:
     config = make_config()
     d = await start_daemon(config)
@@ -85,7 +92,8 @@ async def test_suspended_survives_restart_and_close_deletes(
     assert d2.service.manager.sessions["s"].suspended is True
     assert d2.refcounts() == {}
     assert await d2.ok("turn_start", session_id="s") == {
-        "prefetch_sent": False, "prefetch_count": 0,
+        "prefetch_sent": False,
+        "prefetch_count": 0,
     }
     assert await d2.ok("session_close", session_id="s") == {"evicted_count": 2, "closed": True}
     await d2.settle()
@@ -97,7 +105,9 @@ async def test_suspended_survives_restart_and_close_deletes(
 
 
 async def test_original_schema_database_loads(
-    start_daemon, make_config, tmp_path: Path  # type: ignore[no-untyped-def]
+    start_daemon,
+    make_config,
+    tmp_path: Path,  # type: ignore[no-untyped-def]
 ) -> None:
     """A file written by the original project: only the `sessions` table, no state table."""
     db = tmp_path / "old.db"
@@ -127,7 +137,8 @@ async def test_original_schema_database_loads(
     assert m.sessions["old-1"].suspended is False and len(m.forks) == 0
     assert d.refcounts() == {"sys": 2, "h1": 1, "h2": 1, "h3": 1}
     assert await d.ok("session_map", session_id="old-1") == {
-        "session_id": "old-1", "chunk_hashes": ["sys", "h1", "h1", "h2"],
+        "session_id": "old-1",
+        "chunk_hashes": ["sys", "h1", "h1", "h2"],
     }
     await d.turn_end("old-2", ["sys", "h4"])
     await d.close()
@@ -180,14 +191,19 @@ async def test_concurrent_events_memory_equals_disk(start_daemon, make_config) -
     def payload() -> dict[str, Any]:
         sid = rng.choice(sids)
         kind = rng.choices(
-            ["turn_end", "session_fork", "session_fork_end", "session_suspend",
-             "snapshot_restore", "session_close"],
+            [
+                "turn_end",
+                "session_fork",
+                "session_fork_end",
+                "session_suspend",
+                "snapshot_restore",
+                "session_close",
+            ],
             weights=[10, 2, 2, 1, 1, 1],
         )[0]
         if kind == "turn_end":
             hashes = rng.sample(pool, rng.randint(0, 8))
-            return {"type": kind, "session_id": sid,
-                    "kv_transfer_params": {"chunk_hashes": hashes}}
+            return {"type": kind, "session_id": sid, "kv_transfer_params": {"chunk_hashes": hashes}}
         return {"type": kind, "session_id": sid}
 
     for _ in range(4):

@@ -98,7 +98,8 @@ async def test_suspend_keeps_map_restore_brings_it_back(
     await d.turn_end("s1", ["a", "b", "shared"])
     await d.turn_end("s2", ["shared"])
     assert await d.ok("session_suspend", session_id="s1") == {
-        "evicted_count": 2, "suspended": True,
+        "evicted_count": 2,
+        "suspended": True,
     }
     await d.settle()
     # Suspend demotes (DDR out, disk kept); the shared chunk is still referenced by s2.
@@ -106,15 +107,18 @@ async def test_suspend_keeps_map_restore_brings_it_back(
     assert d.refcounts() == {"shared": 1}
     # A suspended session still answers session_map and counts in health.
     assert await d.ok("session_map", session_id="s1") == {
-        "session_id": "s1", "chunk_hashes": ["a", "b", "shared"],
+        "session_id": "s1",
+        "chunk_hashes": ["a", "b", "shared"],
     }
     assert (await d.ok("health"))["sessions_count"] == 2
     # turn_start of a suspended session prefetches nothing.
     assert await d.ok("turn_start", session_id="s1") == {
-        "prefetch_sent": False, "prefetch_count": 0,
+        "prefetch_sent": False,
+        "prefetch_count": 0,
     }
     assert await d.ok("snapshot_restore", session_id="s1") == {
-        "prefetch_sent": True, "prefetch_count": 3,
+        "prefetch_sent": True,
+        "prefetch_count": 3,
     }
     assert d.refcounts() == {"a": 1, "b": 1, "shared": 2}
     assert d.service.manager.sessions["s1"].suspended is False
@@ -126,7 +130,9 @@ async def test_turn_end_on_suspended_session_reactivates(daemon: DaemonClient) -
     await daemon.ok("session_suspend", session_id="s1")
     # a was demoted at suspend and is now left out of the map: deleted, and counted.
     assert await daemon.turn_end("s1", ["b", "c"]) == {
-        "evicted_count": 1, "map_updated": True, "debug_written": False,
+        "evicted_count": 1,
+        "map_updated": True,
+        "debug_written": False,
     }
     assert daemon.service.manager.sessions["s1"].suspended is False
     assert daemon.refcounts() == {"b": 1, "c": 1}
@@ -200,7 +206,9 @@ async def test_forks_nest_newest_first(daemon: DaemonClient) -> None:
     assert daemon.refcounts() == {"e": 1}
     status, body = await daemon.post({"type": "session_fork_end", "session_id": "p"})
     assert body == {
-        "ok": False, "type": "session_fork_end", "error": "session 'p' has no open fork",
+        "ok": False,
+        "type": "session_fork_end",
+        "error": "session 'p' has no open fork",
     }
     daemon.assert_consistent()
 
@@ -209,7 +217,8 @@ async def test_fork_hold_outlives_suspend_and_close(daemon: DaemonClient) -> Non
     await daemon.turn_end("p", ["a", "b"])
     await daemon.ok("session_fork", session_id="p")
     assert await daemon.ok("session_suspend", session_id="p") == {
-        "evicted_count": 0, "suspended": True,
+        "evicted_count": 0,
+        "suspended": True,
     }
     assert daemon.refcounts() == {"a": 1, "b": 1}  # the fork's hold
     await daemon.ok("session_fork_end", session_id="p")
@@ -222,7 +231,8 @@ async def test_fork_hold_outlives_suspend_and_close(daemon: DaemonClient) -> Non
     assert await daemon.ok("session_close", session_id="q") == {"evicted_count": 0, "closed": True}
     assert daemon.refcounts() == {"x": 2}
     assert await daemon.ok("session_fork_end", session_id="q", fork_id=2) == {
-        "fork_end": True, "fork_id": 2,
+        "fork_end": True,
+        "fork_id": 2,
     }
     assert await daemon.ok("session_fork_end", session_id="q") == {"fork_end": True, "fork_id": 3}
     assert daemon.refcounts() == {}

@@ -37,13 +37,16 @@ async def seed(d: DaemonClient) -> None:
 async def assert_reads_work(d: DaemonClient) -> None:
     assert await d.ok("health") == {"status": "running", "sessions_count": 3}
     assert await d.ok("session_map", session_id="s1") == {
-        "session_id": "s1", "chunk_hashes": ["sys", "a", "b"],
+        "session_id": "s1",
+        "chunk_hashes": ["sys", "a", "b"],
     }
     assert await d.ok("session_map", session_id="s3") == {
-        "session_id": "s3", "chunk_hashes": ["z"],
+        "session_id": "s3",
+        "chunk_hashes": ["z"],
     }
     assert await d.ok("turn_start", session_id="s1") == {
-        "prefetch_sent": True, "prefetch_count": 3,
+        "prefetch_sent": True,
+        "prefetch_count": 3,
     }
     assert "events" in await d.ok("list_events")
 
@@ -82,7 +85,8 @@ async def test_failing_writes_roll_back(start_daemon, make_config) -> None:  # t
         status, body = await d.post(payload)
         assert status == 503, (payload, body)
         assert body == {
-            "ok": False, "type": payload["type"],
+            "ok": False,
+            "type": payload["type"],
             "error": "persistence failed: [Errno 28] No space left on device",
         }, payload
         assert sans_ts(d.state()) == before, payload

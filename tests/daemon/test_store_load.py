@@ -21,8 +21,7 @@ def write(path: Path) -> None:
     con = sqlite3.connect(path)
     con.executescript(SCHEMA)
     rows = [
-        (f"s{i:04d}", CORRUPT.get(i, json.dumps([f"h{i}", "sys", f"h{i}"])), i)
-        for i in range(N)
+        (f"s{i:04d}", CORRUPT.get(i, json.dumps([f"h{i}", "sys", f"h{i}"])), i) for i in range(N)
     ]
     con.executemany(
         "INSERT INTO sessions (session_id, map_json, turn_count) VALUES (?, ?, ?)", rows

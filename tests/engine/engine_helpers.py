@@ -29,14 +29,26 @@ def text(words: str, tokens_about: int) -> str:
 
 
 def completion(engine_url: str, prompt: str, **kw: Any) -> dict[str, Any]:
-    body = {"model": "tiny", "prompt": prompt, "max_tokens": 4, "temperature": 0,
-            "return_token_ids": True, **kw}
+    body = {
+        "model": "tiny",
+        "prompt": prompt,
+        "max_tokens": 4,
+        "temperature": 0,
+        "return_token_ids": True,
+        **kw,
+    }
     return post(engine_url + "/v1/completions", body)
 
 
 def chat(engine_url: str, messages: list[dict[str, str]], **kw: Any) -> dict[str, Any]:
-    body = {"model": "tiny", "messages": messages, "max_tokens": 4, "temperature": 0,
-            "return_token_ids": True, **kw}
+    body = {
+        "model": "tiny",
+        "messages": messages,
+        "max_tokens": 4,
+        "temperature": 0,
+        "return_token_ids": True,
+        **kw,
+    }
     return post(engine_url + "/v1/chat/completions", body)
 
 
@@ -99,8 +111,7 @@ ENGINE_START_S = 900.0
 def start_engine(work_dir: Path, **kw: object) -> EngineProcess:
     """A started, ready engine on free ports (its log in work_dir/engine.log)."""
     first = free_ports(3)  # the OpenAI port, the scheduler's memory API, the worker's (+1)
-    settings = EngineSettings(work_dir=work_dir, port=first, api_port_start=first + 1,
-                              **kw)  # type: ignore[arg-type]
+    settings = EngineSettings(work_dir=work_dir, port=first, api_port_start=first + 1, **kw)  # type: ignore[arg-type]
     engine = EngineProcess(settings).start()
     try:
         engine.wait_ready(ENGINE_START_S)

@@ -27,8 +27,9 @@ BUG_SIGNS = ("Double free", "invalidated MemoryObj", "EngineDeadError")
 def unfixed_engine(tmp_path_factory: pytest.TempPathFactory) -> Iterator:
     if lmcache_version() not in DOUBLE_RELEASE_VERSIONS:
         pytest.skip(f"lmcache {lmcache_version()} is not known to have the double release")
-    e = start_engine(tmp_path_factory.mktemp("unfixed"),
-                     skip_patches="async_loading_double_release_fix")
+    e = start_engine(
+        tmp_path_factory.mktemp("unfixed"), skip_patches="async_loading_double_release_fix"
+    )
     try:
         yield e
     finally:
@@ -36,13 +37,18 @@ def unfixed_engine(tmp_path_factory: pytest.TempPathFactory) -> Iterator:
 
 
 def test_repeated_hits_double_free_without_the_fix(unfixed_engine) -> None:
-    body = {"model": "tiny", "prompt": text("repeated hits", 800), "max_tokens": 2,
-            "temperature": 0}
+    body = {
+        "model": "tiny",
+        "prompt": text("repeated hits", 800),
+        "max_tokens": 2,
+        "temperature": 0,
+    }
     statuses = []
     for _ in range(8):  # the 2nd or 3rd hit already fails; stop at the first sign
         try:
-            r = httpx.post(unfixed_engine.url + "/v1/completions", json=body,
-                           timeout=HTTP_TIMEOUT_S)
+            r = httpx.post(
+                unfixed_engine.url + "/v1/completions", json=body, timeout=HTTP_TIMEOUT_S
+            )
             statuses.append(r.status_code)
         except httpx.HTTPError as err:
             statuses.append(type(err).__name__)

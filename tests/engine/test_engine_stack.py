@@ -52,8 +52,10 @@ def test_chain_hashes_on_completions_and_chat(engine) -> None:
     assert full_chunks(ids) >= 3
     assert kv(answer)["chunk_hashes"] == chain_hashes_hex(ids, CHUNK, False)
 
-    messages = [{"role": "system", "content": text("chat system", 500)},
-                {"role": "user", "content": text("chat user", 400)}]
+    messages = [
+        {"role": "system", "content": text("chat system", 500)},
+        {"role": "user", "content": text("chat user", 400)},
+    ]
     answer = chat(engine.url, messages)
     ids = prompt_ids(answer)
     assert full_chunks(ids) >= 3
@@ -80,13 +82,25 @@ def test_repeated_ddr_hits_do_not_crash(engine) -> None:
 
 
 def test_streamed_chat_through_the_proxy_sets_the_map(engine, daemon, proxy) -> None:
-    messages = [{"role": "system", "content": text("streamed system", 400)},
-                {"role": "user", "content": text("streamed user", 300)}]
+    messages = [
+        {"role": "system", "content": text("streamed system", 400)},
+        {"role": "user", "content": text("streamed user", 300)},
+    ]
     raw = b""
-    body = {"model": "tiny", "messages": messages, "max_tokens": 6, "temperature": 0,
-            "stream": True}
-    with httpx.stream("POST", proxy.url + "/v1/chat/completions", json=body,
-                      headers={"X-Session-Id": "streamer"}, timeout=HTTP_TIMEOUT_S) as r:
+    body = {
+        "model": "tiny",
+        "messages": messages,
+        "max_tokens": 6,
+        "temperature": 0,
+        "stream": True,
+    }
+    with httpx.stream(
+        "POST",
+        proxy.url + "/v1/chat/completions",
+        json=body,
+        headers={"X-Session-Id": "streamer"},
+        timeout=HTTP_TIMEOUT_S,
+    ) as r:
         assert r.status_code == 200
         for piece in r.iter_bytes():
             raw += piece
@@ -100,9 +114,11 @@ def test_streamed_chat_through_the_proxy_sets_the_map(engine, daemon, proxy) -> 
 def test_suspend_restore_then_the_next_turn_is_fully_cached(engine, daemon, proxy) -> None:
     messages = [{"role": "system", "content": text("suspended agent", 700)}]
     hdr = {"X-Session-Id": "sleeper"}
-    answer = post(proxy.url + "/v1/chat/completions",
-                  {"model": "tiny", "messages": messages, "max_tokens": 4, "temperature": 0},
-                  headers=hdr)
+    answer = post(
+        proxy.url + "/v1/chat/completions",
+        {"model": "tiny", "messages": messages, "max_tokens": 4, "temperature": 0},
+        headers=hdr,
+    )
     hashes = kv(answer)["chunk_hashes"]
     assert len(hashes) >= 2 and wait_map(daemon, "sleeper", hashes) == hashes
     assert wait_where(engine.memory_url, hashes, [CPU, DISK]) == {h: [CPU, DISK] for h in hashes}
@@ -113,9 +129,11 @@ def test_suspend_restore_then_the_next_turn_is_fully_cached(engine, daemon, prox
     assert data["prefetch_sent"] and data["prefetch_count"] == len(hashes)
     assert wait_where(engine.memory_url, hashes, [CPU, DISK]) == {h: [CPU, DISK] for h in hashes}
 
-    again = post(proxy.url + "/v1/chat/completions",
-                 {"model": "tiny", "messages": messages, "max_tokens": 4, "temperature": 0},
-                 headers=hdr)
+    again = post(
+        proxy.url + "/v1/chat/completions",
+        {"model": "tiny", "messages": messages, "max_tokens": 4, "temperature": 0},
+        headers=hdr,
+    )
     assert kv(again)["chunk_hashes"] == hashes
     assert cached_tokens(again) == len(hashes) * CHUNK
 
@@ -124,10 +142,15 @@ def test_close_keeps_a_shared_system_prompt_and_deletes_the_rest(engine, daemon,
     system = {"role": "system", "content": text("shared system prompt", 600)}
 
     def turn(sid: str, user: str) -> list[str]:
-        body = {"model": "tiny", "max_tokens": 2, "temperature": 0,
-                "messages": [system, {"role": "user", "content": text(user, 600)}]}
-        hashes = kv(post(proxy.url + "/v1/chat/completions", body,
-                         headers={"X-Session-Id": sid}))["chunk_hashes"]
+        body = {
+            "model": "tiny",
+            "max_tokens": 2,
+            "temperature": 0,
+            "messages": [system, {"role": "user", "content": text(user, 600)}],
+        }
+        hashes = kv(post(proxy.url + "/v1/chat/completions", body, headers={"X-Session-Id": sid}))[
+            "chunk_hashes"
+        ]
         assert wait_map(daemon, sid, hashes) == hashes
         return hashes
 
@@ -177,8 +200,12 @@ def test_metrics_are_visible_across_vllm_processes(engine) -> None:
     completion(engine.url, text("metrics", 300))
     for url in (engine.url + "/metrics", engine.memory_url + "/metrics"):
         body = httpx.get(url, timeout=HTTP_TIMEOUT_S).text
-        found = re.findall(r'^ramakv_request_finished_chunk_hashes_total\{source="(\w+)"\} '
-                           r'([0-9.e+]+)$', body, re.M)
+        found = re.findall(
+            r'^ramakv_request_finished_chunk_hashes_total\{source="(\w+)"\} '
+            r"([0-9.e+]+)$",
+            body,
+            re.M,
+        )
         assert found and sum(float(v) for _, v in found) >= 1, (url, body[:3000])
     body = httpx.get(engine.url + "/metrics", timeout=HTTP_TIMEOUT_S).text
     assert len(re.findall(r"^ramakv_lookup_hashes_cached[ {]", body, re.M)) == 1  # livesum
@@ -198,8 +225,15 @@ def test_the_stand_in_engine_answers_in_the_real_engines_shape(engine, tmp_path)
     format, /tokenize's answer, and no field the real engine does not send."""
     port = free_port()
     stand_in = subprocess.Popen(
-        [sys.executable, str(TESTS_DIR / "support" / "openai_engine.py"),
-         "--listen", f"127.0.0.1:{port}"], stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
+        [
+            sys.executable,
+            str(TESTS_DIR / "support" / "openai_engine.py"),
+            "--listen",
+            f"127.0.0.1:{port}",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.STDOUT,
+    )
     fake = f"http://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + 60
@@ -207,11 +241,16 @@ def test_the_stand_in_engine_answers_in_the_real_engines_shape(engine, tmp_path)
             assert stand_in.poll() is None and time.monotonic() < deadline
             time.sleep(0.1)
         prompt = text("stand-in shape", 300)
-        chat_body = {"model": "tiny", "max_tokens": 3, "temperature": 0,
-                     "messages": [{"role": "user", "content": prompt}]}
-        for path, body in (("/v1/completions", {"model": "tiny", "prompt": prompt,
-                                                "max_tokens": 3}),
-                           ("/v1/chat/completions", chat_body)):
+        chat_body = {
+            "model": "tiny",
+            "max_tokens": 3,
+            "temperature": 0,
+            "messages": [{"role": "user", "content": prompt}],
+        }
+        for path, body in (
+            ("/v1/completions", {"model": "tiny", "prompt": prompt, "max_tokens": 3}),
+            ("/v1/chat/completions", chat_body),
+        ):
             real, standin = post(engine.url + path, body), post(fake + path, body)
             assert set(standin) <= set(real), set(standin) - set(real)
             assert set(standin["choices"][0]) <= set(real["choices"][0])
@@ -225,10 +264,14 @@ def test_the_stand_in_engine_answers_in_the_real_engines_shape(engine, tmp_path)
                 assert not any("kv_transfer_params" in c for c in chunks[:-1])
             assert {c["object"] for c in fake_s[:-1]} == {c["object"] for c in real_s[:-1]}
             assert set().union(*map(set, fake_s[:-1])) <= set().union(*map(set, real_s[:-1]))
-            assert real_s[-2]["choices"][0]["finish_reason"] and fake_s[-2]["choices"][0][
-                "finish_reason"]
-        for body in ({"model": "tiny", "prompt": prompt}, {"model": "tiny",
-                                                           "messages": chat_body["messages"]}):
+            assert (
+                real_s[-2]["choices"][0]["finish_reason"]
+                and fake_s[-2]["choices"][0]["finish_reason"]
+            )
+        for body in (
+            {"model": "tiny", "prompt": prompt},
+            {"model": "tiny", "messages": chat_body["messages"]},
+        ):
             real, standin = post(engine.url + "/tokenize", body), post(fake + "/tokenize", body)
             assert set(standin) == set(real) and isinstance(standin["tokens"], list)
     finally:
@@ -261,7 +304,13 @@ def test_the_engine_log_has_no_fault(engine) -> None:
     """Runs last: nothing above double-freed, fell back to recompute, or raised."""
     log = engine.log_text()
     assert "ascend_ext's CPU KV copy" in log
-    for bad in ("Double free", "invalidated MemoryObj", "degraded mode",
-                "No supported cpu connector", "Traceback", "EngineDeadError",
-                "Timeout occurred for rank"):
-        assert bad not in log, (bad, log[max(0, log.find(bad) - 3000):][:6000])
+    for bad in (
+        "Double free",
+        "invalidated MemoryObj",
+        "degraded mode",
+        "No supported cpu connector",
+        "Traceback",
+        "EngineDeadError",
+        "Timeout occurred for rank",
+    ):
+        assert bad not in log, (bad, log[max(0, log.find(bad) - 3000) :][:6000])

@@ -155,11 +155,14 @@ class FakeLMCacheServer:
         elif failing == "503":
             return _err(503, "no LMCache engine in this process and it is not the scheduler")
         elif failing == "500":
-            return web.json_response({
-                "error": "1 of 2 workers failed",
-                "failed_workers": {"http://127.0.0.1:7001": "ConnectError: refused"},
-                "partial": {},
-            }, status=500)
+            return web.json_response(
+                {
+                    "error": "1 of 2 workers failed",
+                    "failed_workers": {"http://127.0.0.1:7001": "ConnectError: refused"},
+                    "partial": {},
+                },
+                status=500,
+            )
         elif failing == "malformed":
             return web.Response(text="{not json", content_type="application/json")
         if op not in ("prefetch", "evict", "query", "keep") or (op == "keep" and not self.defers):
@@ -174,8 +177,13 @@ class FakeLMCacheServer:
                     tiers = self.tiers.get(h, [])
                     if DISK in tiers and CPU not in tiers:
                         tiers.insert(0, CPU)
-                return web.json_response({"status": "prefetch_started", "lookup_id": lookup_id,
-                                          "num_chunks": len(hashes)})
+                return web.json_response(
+                    {
+                        "status": "prefetch_started",
+                        "lookup_id": lookup_id,
+                        "num_chunks": len(hashes),
+                    }
+                )
             if op == "keep":
                 generation = parse_generation(body)
                 if generation is None:
@@ -186,26 +194,36 @@ class FakeLMCacheServer:
                     for h in hashes:
                         self._note(h, "keep", generation, "late" if h in gone else "")
                 return web.json_response(
-                    {"status": "success", "cancelled": cancelled, "late": late})
+                    {"status": "success", "cancelled": cancelled, "late": late}
+                )
             if op == "evict":
                 locations = parse_locations(body)
                 if self.defers:
                     delay = parse_defer(body)
                     generation = parse_generation(body)
-                    now, deferred, stale = self.deferred.add(
-                        hashes, locations, generation, delay)
+                    now, deferred, stale = self.deferred.add(hashes, locations, generation, delay)
                     if self.record_history:
                         refused = set(stale)
                         for h in hashes:
-                            self._note(h, "evict", generation,
-                                       "stale" if h in refused else f"defer {delay:g}")
+                            self._note(
+                                h,
+                                "evict",
+                                generation,
+                                "stale" if h in refused else f"defer {delay:g}",
+                            )
                     if deferred and self.timers:
                         asyncio.get_running_loop().call_later(delay + 0.001, self._fire_due)
-                    return web.json_response({
-                        "status": "success", "num_evicted": self._evict(now, locations),
-                        "deferred": deferred, "stale": stale})
-                return web.json_response({"status": "success",
-                                          "num_evicted": self._evict(hashes, locations)})
+                    return web.json_response(
+                        {
+                            "status": "success",
+                            "num_evicted": self._evict(now, locations),
+                            "deferred": deferred,
+                            "stale": stale,
+                        }
+                    )
+                return web.json_response(
+                    {"status": "success", "num_evicted": self._evict(hashes, locations)}
+                )
             return web.json_response({h: list(self.tiers.get(h, [])) for h in hashes})
         except RequestError as exc:
             return _err(400, str(exc))
@@ -279,15 +297,19 @@ class FakeLMCacheServer:
 
     async def _ctl_requests(self, request: web.Request) -> web.Response:
         """GET /_fake/requests: what was received, oldest first."""
-        return web.json_response([{"method": r.method, "path": r.path, "body": r.body}
-                                  for r in self.requests])
-
+        return web.json_response(
+            [{"method": r.method, "path": r.path, "body": r.body} for r in self.requests]
+        )
 
     async def _ctl_state(self, request: web.Request) -> web.Response:
         """GET /_fake/state: pending deferred deletes, deletes carried out, probe findings."""
-        return web.json_response({
-            "pending": sorted(self.deferred.pending), "violations": self.violations,
-            "deleted": self.deleted})
+        return web.json_response(
+            {
+                "pending": sorted(self.deferred.pending),
+                "violations": self.violations,
+                "deleted": self.deleted,
+            }
+        )
 
 
 def store_probe(fake: FakeLMCacheServer, store: str) -> Any:
@@ -303,7 +325,8 @@ def store_probe(fake: FakeLMCacheServer, store: str) -> Any:
                 rows = con.execute(
                     "SELECT s.session_id, s.map_json, st.suspended, s.turn_count, "
                     "st.last_event_ts FROM sessions s "
-                    "LEFT JOIN session_state st ON st.session_id = s.session_id").fetchall()
+                    "LEFT JOIN session_state st ON st.session_id = s.session_id"
+                ).fetchall()
                 holds = con.execute(
                     "SELECT fork_id, session_id, hashes_json, created_ts FROM forks"
                 ).fetchall()
@@ -323,9 +346,15 @@ def store_probe(fake: FakeLMCacheServer, store: str) -> Any:
             for h in json.loads(hold):
                 held.setdefault(h, []).append(f"fork {fid} of {sid} at {ts:.3f}")
         fake.violations.extend(
-            {"hash": h, "at": time.time(), "held_by": sorted(set(held[h])),
-             "history": fake.history.get(h, [])[-12:]}
-            for h in hashes if h in held)
+            {
+                "hash": h,
+                "at": time.time(),
+                "held_by": sorted(set(held[h])),
+                "history": fake.history.get(h, [])[-12:],
+            }
+            for h in hashes
+            if h in held
+        )
 
     return probe
 
@@ -347,10 +376,16 @@ def main() -> None:
     p = argparse.ArgumentParser(description="fake LMCache memory API")
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=int, default=6999)
-    p.add_argument("--defer", action="store_true",
-                   help="defer deletes as ascend_ext does (defer_s, generations, /memory/keep)")
-    p.add_argument("--probe-store", default="",
-                   help="check this daemon store at every delete (GET /_fake/state)")
+    p.add_argument(
+        "--defer",
+        action="store_true",
+        help="defer deletes as ascend_ext does (defer_s, generations, /memory/keep)",
+    )
+    p.add_argument(
+        "--probe-store",
+        default="",
+        help="check this daemon store at every delete (GET /_fake/state)",
+    )
     args = p.parse_args()
 
     async def run() -> None:

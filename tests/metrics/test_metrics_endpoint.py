@@ -159,8 +159,10 @@ async def test_build_info_process_metrics_and_no_created_series(daemon: Daemon) 
     await daemon.turn_end("s", ["h1"])
     text = await daemon.metrics_text()
     m = await daemon.metrics()
-    assert val(m, "ramakv_build_info", version=package_version(),
-               python=platform.python_version()) == 1
+    assert (
+        val(m, "ramakv_build_info", version=package_version(), python=platform.python_version())
+        == 1
+    )
     assert "_created" not in text  # counters and histograms without their *_created twins
     assert val(m, "process_resident_memory_bytes") > 0
     assert val(m, "process_open_fds") > 0

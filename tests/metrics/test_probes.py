@@ -29,8 +29,7 @@ def wait_ready(d: DaemonProcess, status: int) -> dict:
 
 def test_noop_daemon_is_alive_and_ready(daemon_proc: DaemonProcess) -> None:
     status, body = daemon_proc.get("/healthz")
-    assert status == 200 and body == {"ok": True, "status": "alive",
-                                      "version": package_version()}
+    assert status == 200 and body == {"ok": True, "status": "alive", "version": package_version()}
     status, body = daemon_proc.get("/readyz")
     assert status == 200 and body["ok"] is True
     assert set(body["checks"]) == {"store", "backend", "outbox"}
@@ -39,10 +38,14 @@ def test_noop_daemon_is_alive_and_ready(daemon_proc: DaemonProcess) -> None:
 
 
 def test_unreachable_backend_and_outbox_over_its_bound(daemon_proc_factory) -> None:
-    d = daemon_proc_factory(noop=False, config={
-        "lmcache_url": f"http://127.0.0.1:{free_port()}",  # nothing listens there
-        "ready_max_evict_backlog": 1, "backend_timeout_s": 1.0,
-    })
+    d = daemon_proc_factory(
+        noop=False,
+        config={
+            "lmcache_url": f"http://127.0.0.1:{free_port()}",  # nothing listens there
+            "ready_max_evict_backlog": 1,
+            "backend_timeout_s": 1.0,
+        },
+    )
     assert d.get("/healthz")[0] == 200  # alive all the same
     body = wait_ready(d, 503)
     assert body["checks"]["backend"]["ok"] is False
@@ -56,14 +59,14 @@ def test_unreachable_backend_and_outbox_over_its_bound(daemon_proc_factory) -> N
 
 async def test_backend_answering_makes_it_ready(daemon_proc_factory, fake_lmcache) -> None:
     d = await asyncio.to_thread(
-        daemon_proc_factory, noop=False, config={"lmcache_url": fake_lmcache.url})
+        daemon_proc_factory, noop=False, config={"lmcache_url": fake_lmcache.url}
+    )
     status, body = await asyncio.to_thread(d.get, "/readyz")
     assert status == 200, body
     assert body["checks"]["backend"] == {"ok": True, "detail": "answers queries (lmcache)"}
     await fake_lmcache.set_failure("slow", delay=5.0)  # hangs past the probe's 2 s
     body = await asyncio.to_thread(wait_ready, d, 503)
-    assert body["checks"]["backend"] == {"ok": False,
-                                         "detail": "no answer to a query within 2 s"}
+    assert body["checks"]["backend"] == {"ok": False, "detail": "no answer to a query within 2 s"}
     await fake_lmcache.set_failure("503")
     body = await asyncio.to_thread(wait_ready, d, 503)
     assert body["checks"]["backend"]["detail"].startswith("query failed: 503")

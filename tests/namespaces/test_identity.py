@@ -37,8 +37,12 @@ def test_canonical_json_is_sorted_compact_and_pinned() -> None:
 
 def test_key_order_whitespace_int_spelling_and_extra_keys_do_not_matter() -> None:
     a = namespace_of(ident())
-    assert namespace_of(ident(block_size="256", model_revision=" " + "0123456789ABCDEF" * 2
-                              + "01234567")) == a
+    assert (
+        namespace_of(
+            ident(block_size="256", model_revision=" " + "0123456789ABCDEF" * 2 + "01234567")
+        )
+        == a
+    )
     assert namespace_of({**ident(), "name": "x", "lmcache_url": "http://h:1"}) == a
 
 
@@ -68,9 +72,15 @@ def test_missing_empty_or_auto_field_means_no_namespace(field: str, bad: object)
 
 
 @pytest.mark.parametrize(
-    "over", [{"model_revision": "main"}, {"model_revision": "abc123"},
-             {"block_size": 0}, {"kv_heads": -1}, {"head_dim": True},
-             {"chat_template_sha256": "xyz"}]
+    "over",
+    [
+        {"model_revision": "main"},
+        {"model_revision": "abc123"},
+        {"block_size": 0},
+        {"kv_heads": -1},
+        {"head_dim": True},
+        {"chat_template_sha256": "xyz"},
+    ],
 )
 def test_uncertain_values_mean_no_namespace(over: dict) -> None:
     assert namespace_of(ident(**over)) is None
@@ -106,15 +116,21 @@ def test_cli_refuses_an_incomplete_identity(tmp_path, capsys) -> None:
 
 def test_deployment_config_parsing() -> None:
     ns = namespace_of(ident())
-    deps, warnings = parse_deployments([
-        {"name": "qwen", **ident(), "lmcache_url": "http://127.0.0.1:7001",
-         "ddr_budget_chunks": 100},
-        {"name": "pre", "namespace": "kvp-" + "1" * 32},
-        {"name": "half", "model_id": "m"},
-        {"name": "clash", "namespace": "kvp-" + "2" * 32, **ident()},
-        {"name": "qwen", "namespace": "kvp-" + "3" * 32},
-        {"name": "bad name!"},
-    ])
+    deps, warnings = parse_deployments(
+        [
+            {
+                "name": "qwen",
+                **ident(),
+                "lmcache_url": "http://127.0.0.1:7001",
+                "ddr_budget_chunks": 100,
+            },
+            {"name": "pre", "namespace": "kvp-" + "1" * 32},
+            {"name": "half", "model_id": "m"},
+            {"name": "clash", "namespace": "kvp-" + "2" * 32, **ident()},
+            {"name": "qwen", "namespace": "kvp-" + "3" * 32},
+            {"name": "bad name!"},
+        ]
+    )
     by = {d.name: d for d in deps}
     assert set(by) == {"qwen", "pre", "half", "clash"}
     assert by["qwen"].namespace == ns and by["qwen"].ddr_budget_chunks == 100

@@ -30,11 +30,20 @@ HASHES = st.lists(st.sampled_from([f"{i:04x}" for i in range(6)]), max_size=6)
 
 
 def build(tmp) -> Namespaces:
-    cfg = config(tmp, [{"name": "qwen", **ident()},
-                       {"name": "other", **ident(model_id="other/model")}])
+    cfg = config(
+        tmp, [{"name": "qwen", **ident()}, {"name": "other", **ident(model_id="other/model")}]
+    )
     holder: dict = {}
-    spaces = Namespaces(cfg, DEFAULT_REGISTRY, Limits(), lambda: holder["c"], NoopBackend(),
-                        lambda url, loc: NoopBackend(), None, None)
+    spaces = Namespaces(
+        cfg,
+        DEFAULT_REGISTRY,
+        Limits(),
+        lambda: holder["c"],
+        NoopBackend(),
+        lambda url, loc: NoopBackend(),
+        None,
+        None,
+    )
     holder["c"] = GroupCommitter(None, spaces.managers)  # type: ignore[arg-type]
     spaces.setup()
     return spaces
@@ -87,25 +96,48 @@ class NamespaceMachine(RuleBasedStateMachine):
 
     @rule(sid=SIDS, ns=SPACES, hashes=HASHES)
     def turn_end(self, sid, ns, hashes) -> None:
-        self._send(self._with({"type": "turn_end", "session_id": sid,
-                               "kv_transfer_params": {"chunk_hashes": hashes}}, ns))
+        self._send(
+            self._with(
+                {
+                    "type": "turn_end",
+                    "session_id": sid,
+                    "kv_transfer_params": {"chunk_hashes": hashes},
+                },
+                ns,
+            )
+        )
 
-    @rule(sid=SIDS, ns=SPACES, kind=st.sampled_from(
-        ["turn_start", "session_suspend", "session_close", "session_fork",
-         "session_fork_end", "session_map"]))
+    @rule(
+        sid=SIDS,
+        ns=SPACES,
+        kind=st.sampled_from(
+            [
+                "turn_start",
+                "session_suspend",
+                "session_close",
+                "session_fork",
+                "session_fork_end",
+                "session_map",
+            ]
+        ),
+    )
     def simple(self, sid, ns, kind) -> None:
         self._send(self._with({"type": kind, "session_id": sid}, ns))
 
     @rule(sid=SIDS, src=SIDS, ns=SPACES)
     def restore(self, sid, src, ns) -> None:
-        self._send(self._with({"type": "snapshot_restore", "session_id": sid,
-                               "source_session_id": src}, ns))
+        self._send(
+            self._with(
+                {"type": "snapshot_restore", "session_id": sid, "source_session_id": src}, ns
+            )
+        )
 
     @rule(ns=SPACES, hashes=HASHES, force=st.booleans())
     def chunk_evict(self, ns, hashes, force) -> None:
         if hashes:
-            self._send(self._with({"type": "chunk_evict", "chunk_hashes": hashes,
-                                   "force": force}, ns))
+            self._send(
+                self._with({"type": "chunk_evict", "chunk_hashes": hashes, "force": force}, ns)
+            )
 
     @invariant()
     def each_namespace_matches_its_model(self) -> None:

@@ -15,11 +15,18 @@ NS_B = namespace_of(ident(model_id="meta-llama/Llama-3.1-8B", tokenizer_name="ll
 
 
 def two_deployments(tmp_path, fa, fb, **top):
-    return config(tmp_path, [
-        {"name": "qwen", **ident(), "lmcache_url": fa.url},
-        {"name": "llama", **ident(model_id="meta-llama/Llama-3.1-8B", tokenizer_name="llama"),
-         "lmcache_url": fb.url},
-    ], **top)
+    return config(
+        tmp_path,
+        [
+            {"name": "qwen", **ident(), "lmcache_url": fa.url},
+            {
+                "name": "llama",
+                **ident(model_id="meta-llama/Llama-3.1-8B", tokenizer_name="llama"),
+                "lmcache_url": fb.url,
+            },
+        ],
+        **top,
+    )
 
 
 def evicted(fake) -> list[str]:
@@ -39,8 +46,7 @@ async def test_same_hash_in_two_namespaces_is_two_chunks(tmp_path, two_fakes) ->
         mgr = r.svc.namespaces.managers
         assert mgr[NS_A].refcounts.as_dict() == {"0a01": 1, "0a02": 1}
         assert mgr[NS_B].refcounts.as_dict() == {"0a01": 1, "0a03": 1}
-        assert await r.ev("session_close", session_id="a1") == {"evicted_count": 2,
-                                                                "closed": True}
+        assert await r.ev("session_close", session_id="a1") == {"evicted_count": 2, "closed": True}
         await r.settle()
         assert sorted(evicted(fa)) == ["0a01", "0a02"] and evicted(fb) == []
         assert mgr[NS_B].refcounts.as_dict() == {"0a01": 1, "0a03": 1}
@@ -55,11 +61,16 @@ async def test_session_in_another_namespace_is_an_error_naming_both(tmp_path, tw
     fa, fb = two_fakes
     async with Rig(two_deployments(tmp_path, fa, fb)) as r:
         await r.turn_end("s", ["0a01"], namespace="qwen")
-        err = await r.err("turn_end", session_id="s", namespace="llama",
-                          kv_transfer_params={"chunk_hashes": ["x"]})
+        err = await r.err(
+            "turn_end",
+            session_id="s",
+            namespace="llama",
+            kv_transfer_params={"chunk_hashes": ["x"]},
+        )
         assert NS_A in err and NS_B in err and "'s'" in err
-        err = await r.err("snapshot_restore", session_id="t", source_session_id="s",
-                          namespace="llama")
+        err = await r.err(
+            "snapshot_restore", session_id="t", source_session_id="s", namespace="llama"
+        )
         assert NS_A in err and NS_B in err
         assert await r.err("health", namespace="nope") == "unknown namespace 'nope'"
         assert await r.err("health", namespace=3) == "'namespace' must be a string"
@@ -78,19 +89,31 @@ async def test_single_deployment_is_the_default_and_nine_events_keep_shape(
     tmp_path, two_fakes
 ) -> None:
     fa, _ = two_fakes
-    cfg = config(tmp_path, [{"name": "qwen", **ident(), "lmcache_url": fa.url}],
-                 evict_locations=["LocalCPUBackend", "LocalDiskBackend"])
+    cfg = config(
+        tmp_path,
+        [{"name": "qwen", **ident(), "lmcache_url": fa.url}],
+        evict_locations=["LocalCPUBackend", "LocalDiskBackend"],
+    )
     async with Rig(cfg) as r:
         assert r.svc.namespaces.default == NS_A and r.svc.manager.namespace == NS_A
         assert await r.turn_end("s", ["0a01", "0a02"]) == {
-            "evicted_count": 0, "map_updated": True, "debug_written": False}
+            "evicted_count": 0,
+            "map_updated": True,
+            "debug_written": False,
+        }
         assert await r.ev("turn_start", session_id="s") == {
-            "prefetch_sent": True, "prefetch_count": 2}
+            "prefetch_sent": True,
+            "prefetch_count": 2,
+        }
         assert await r.turn_end("s", ["0a02"]) == {
-            "evicted_count": 1, "map_updated": True, "debug_written": False}
+            "evicted_count": 1,
+            "map_updated": True,
+            "debug_written": False,
+        }
         await r.settle()
         assert [{k: b[k] for k in ("chunk_hashes", "locations")} for b in fa.calls("evict")] == [
-            {"chunk_hashes": ["0a01"], "locations": ["LocalCPUBackend", "LocalDiskBackend"]}]
+            {"chunk_hashes": ["0a01"], "locations": ["LocalCPUBackend", "LocalDiskBackend"]}
+        ]
         assert r.svc.manager.sessions["s"].namespace == NS_A
 
 
@@ -124,7 +147,9 @@ async def test_namespace_survives_restart_with_its_outbox(tmp_path, two_fakes) -
     db = sqlite3.connect(cfg.session_store_path)
     assert set(db.execute("SELECT session_id, namespace FROM session_state")) == {("a", NS_A)}
     assert sorted((ns, h, m) for (ns, h), m in outbox_view(db).items()) == [
-        (NS_B, "0a01", "delete"), (NS_B, "0a02", "delete")]
+        (NS_B, "0a01", "delete"),
+        (NS_B, "0a02", "delete"),
+    ]
     db.close()
     await fb.accept()
     async with Rig(cfg) as r:
@@ -156,16 +181,22 @@ async def test_old_database_migrates_and_keeps_its_data(tmp_path) -> None:
         # The old session stays in the unnamed namespace; events without one still reach it.
         assert r.svc.namespaces.managers[""].sessions["old"].turn_count == 3
         assert await r.ev("session_map", session_id="old") == {
-            "session_id": "old", "chunk_hashes": ["0a01", "0a02"]}
+            "session_id": "old",
+            "chunk_hashes": ["0a01", "0a02"],
+        }
         await r.turn_end("old", ["0a01"])
         await r.turn_end("new", ["0a01"])
         assert r.svc.namespaces.managers[NS_A].refcounts.as_dict() == {"0a01": 1}
         assert r.svc.namespaces.managers[""].refcounts.as_dict() == {"0a01": 1}
     db = sqlite3.connect(path)
     assert sorted(db.execute("SELECT session_id, namespace FROM session_state")) == [
-        ("new", NS_A), ("old", "")]
+        ("new", NS_A),
+        ("old", ""),
+    ]
     assert sorted(db.execute("SELECT * FROM sessions")) == [
-        ("new", '["0a01"]', 1), ("old", '["0a01"]', 4)]
+        ("new", '["0a01"]', 1),
+        ("old", '["0a01"]', 4),
+    ]
     db.close()
 
 
@@ -176,8 +207,7 @@ async def test_unconfigured_namespace_from_the_database_is_kept_not_sent(tmp_pat
     cfg = config(tmp_path, [{"name": "qwen", **ident(), "lmcache_url": fa.url}])
     async with Rig(cfg) as r:
         # Still there, closable, but nothing is sent and its outbox is kept.
-        assert await r.ev("session_close", session_id="b") == {"evicted_count": 1,
-                                                               "closed": True}
+        assert await r.ev("session_close", session_id="b") == {"evicted_count": 1, "closed": True}
         await r.settle()
         assert fa.requests == [] and fb.requests == []
         assert r.svc.namespaces[NS_B].dispatcher.backlog == 1

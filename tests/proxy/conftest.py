@@ -47,8 +47,7 @@ async def start_proxy() -> AsyncIterator[Callable[..., Awaitable[RunningProxy]]]
 
     async def start(upstream: str, daemon_url: str, **kw) -> RunningProxy:  # noqa: ANN003
         kw.setdefault("chunk_size", CHUNK_TOKENS)  # hash streamed turns as the stand-in does
-        runner = web.AppRunner(make_app(ProxySettings(upstream, daemon_url, **kw)),
-                               access_log=None)
+        runner = web.AppRunner(make_app(ProxySettings(upstream, daemon_url, **kw)), access_log=None)
         await runner.setup()
         site = web.TCPSite(runner, "127.0.0.1", 0)
         await site.start()

@@ -14,9 +14,13 @@ from support.daemon_proc import free_port
 from support.openai_engine import CHUNK_TOKENS, chunk_hashes, prompt_of
 from yarl import URL
 
-CHAT = {"model": "m", "messages": [
-    {"role": "system", "content": "You are a careful agent with a long shared prompt."},
-    {"role": "user", "content": "List the files in the repository, then summarise them."}]}
+CHAT = {
+    "model": "m",
+    "messages": [
+        {"role": "system", "content": "You are a careful agent with a long shared prompt."},
+        {"role": "user", "content": "List the files in the repository, then summarise them."},
+    ],
+}
 
 
 def expected_hashes(body: dict) -> list[str]:
@@ -44,8 +48,9 @@ async def session_events(daemon, sid: str) -> list[str]:
 async def test_non_streaming_chat_reports_the_turn(daemon_proc, engine, start_proxy) -> None:
     proxy = await start_proxy(engine.url, daemon_proc.url)
     async with aiohttp.ClientSession() as http:
-        async with http.post(f"{proxy.url}/v1/chat/completions", json=CHAT,
-                             headers={"X-Session-Id": "agent-1"}) as r:
+        async with http.post(
+            f"{proxy.url}/v1/chat/completions", json=CHAT, headers={"X-Session-Id": "agent-1"}
+        ) as r:
             assert r.status == 200
             via_proxy = await r.json()
         async with http.post(f"{engine.url}/v1/chat/completions", json=CHAT) as r:
@@ -66,8 +71,9 @@ async def test_streaming_is_relayed_as_it_comes(daemon_proc, engine, start_proxy
     raw = b""
     async with aiohttp.ClientSession() as http:
         t0 = time.perf_counter()
-        async with http.post(f"{proxy.url}/v1/chat/completions", json=body,
-                             headers={"X-Engine-Delay": "0.1"}) as r:
+        async with http.post(
+            f"{proxy.url}/v1/chat/completions", json=body, headers={"X-Engine-Delay": "0.1"}
+        ) as r:
             assert r.status == 200
             assert r.headers["Content-Type"].startswith("text/event-stream")
             async for piece in r.content.iter_any():
@@ -90,22 +96,29 @@ async def test_streaming_completions_endpoint(daemon_proc, engine, start_proxy) 
     proxy = await start_proxy(engine.url, daemon_proc.url)
     body = {"model": "m", "prompt": "x" * 100, "stream": True}
     async with aiohttp.ClientSession() as http:
-        async with http.post(f"{proxy.url}/v1/completions", json=body,
-                             headers={"X-Session-Id": "c1"}) as r:
+        async with http.post(
+            f"{proxy.url}/v1/completions", json=body, headers={"X-Session-Id": "c1"}
+        ) as r:
             await r.read()
     assert await proxy.sender.flush(10)
-    assert session_map(daemon_proc, "c1") == chunk_hashes("x" * 100) and len(
-        chunk_hashes("x" * 100)) == 6
+    assert (
+        session_map(daemon_proc, "c1") == chunk_hashes("x" * 100)
+        and len(chunk_hashes("x" * 100)) == 6
+    )
 
 
-async def test_streamed_turn_under_one_chunk_empties_the_map(daemon_proc, engine,
-                                                             start_proxy) -> None:
+async def test_streamed_turn_under_one_chunk_empties_the_map(
+    daemon_proc, engine, start_proxy
+) -> None:
     proxy = await start_proxy(engine.url, daemon_proc.url)
     hdr = {"X-Session-Id": "short"}
     async with aiohttp.ClientSession() as http:
         for prompt in ("y" * 40, "y" * 5):  # 2 chunks, then under one chunk: []
-            async with http.post(f"{proxy.url}/v1/completions", headers=hdr,
-                                 json={"model": "m", "prompt": prompt, "stream": True}) as r:
+            async with http.post(
+                f"{proxy.url}/v1/completions",
+                headers=hdr,
+                json={"model": "m", "prompt": prompt, "stream": True},
+            ) as r:
                 await r.read()
             assert await proxy.sender.flush(10)
             assert session_map(daemon_proc, "short") == chunk_hashes(prompt)
@@ -113,22 +126,24 @@ async def test_streamed_turn_under_one_chunk_empties_the_map(daemon_proc, engine
 
 
 async def test_hashes_disagreeing_with_the_engine_stop_streamed_turn_ends(
-        daemon_proc, engine, start_proxy) -> None:
+    daemon_proc, engine, start_proxy
+) -> None:
     """A proxy whose chunk size differs from the engine's finds out on the first non-streamed
     turn (its hashes of the tokenised prompt differ from the engine's) and sends no wrong
     maps after it."""
     proxy = await start_proxy(engine.url, daemon_proc.url, chunk_size=CHUNK_TOKENS * 2)
     hdr = {"X-Session-Id": "mismatch"}
     async with aiohttp.ClientSession() as http:
-        await (await http.post(f"{proxy.url}/v1/chat/completions", json=CHAT,
-                               headers=hdr)).read()
-        async with http.post(f"{proxy.url}/v1/chat/completions", headers=hdr,
-                             json={**CHAT, "messages": CHAT["messages"][:1], "stream": True}) as r:
+        await (await http.post(f"{proxy.url}/v1/chat/completions", json=CHAT, headers=hdr)).read()
+        async with http.post(
+            f"{proxy.url}/v1/chat/completions",
+            headers=hdr,
+            json={**CHAT, "messages": CHAT["messages"][:1], "stream": True},
+        ) as r:
             await r.read()
     assert await proxy.sender.flush(10)
     assert session_map(daemon_proc, "mismatch") == expected_hashes(CHAT)  # the engine's own
-    assert await session_events(daemon_proc, "mismatch") == ["turn_start", "turn_end",
-                                                             "turn_start"]
+    assert await session_events(daemon_proc, "mismatch") == ["turn_start", "turn_end", "turn_start"]
 
 
 async def test_requests_without_a_session_send_nothing(daemon_proc, engine, start_proxy) -> None:
@@ -142,7 +157,10 @@ async def test_requests_without_a_session_send_nothing(daemon_proc, engine, star
 
 
 async def test_answers_without_hashes_send_no_turn_end_and_warn_once(
-    daemon_proc, engine, start_proxy, caplog  # type: ignore[no-untyped-def]
+    daemon_proc,
+    engine,
+    start_proxy,
+    caplog,  # type: ignore[no-untyped-def]
 ) -> None:
     """The daemon refuses a turn_end without a list, so the proxy never sends one: the map
     stays, and the proxy says once per upstream that its connector looks unconfigured."""
@@ -152,13 +170,20 @@ async def test_answers_without_hashes_send_no_turn_end_and_warn_once(
     hdr = {"X-Session-Id": "s"}
     with caplog.at_level(logging.WARNING, logger="ramakv_proxy"):
         async with aiohttp.ClientSession() as http:
-            await (await http.post(f"{proxy.url}/v1/chat/completions", json=CHAT,
-                                   headers=hdr)).read()
-            for mode, stream in (("null-hashes", False), ("none", False),
-                                 ("null-hashes", True), ("none", True)):
-                async with http.post(f"{proxy.url}/v1/chat/completions",
-                                     json={**CHAT, "stream": stream},
-                                     headers={**hdr, "X-Engine-Params": mode}) as r:
+            await (
+                await http.post(f"{proxy.url}/v1/chat/completions", json=CHAT, headers=hdr)
+            ).read()
+            for mode, stream in (
+                ("null-hashes", False),
+                ("none", False),
+                ("null-hashes", True),
+                ("none", True),
+            ):
+                async with http.post(
+                    f"{proxy.url}/v1/chat/completions",
+                    json={**CHAT, "stream": stream},
+                    headers={**hdr, "X-Engine-Params": mode},
+                ) as r:
                     assert r.status == 200
                     await r.read()
         assert await proxy.sender.flush(10)
@@ -166,8 +191,14 @@ async def test_answers_without_hashes_send_no_turn_end_and_warn_once(
     # Answers without a list send no turn_end at all (a missing list is an engine fault); a
     # streamed one gets its list from /tokenize, unless that fails too ("none": a 404).
     assert await session_events(daemon_proc, "s") == [
-        "turn_start", "turn_end", "turn_start", "turn_start", "turn_start", "turn_end",
-        "turn_start"]
+        "turn_start",
+        "turn_end",
+        "turn_start",
+        "turn_start",
+        "turn_start",
+        "turn_end",
+        "turn_start",
+    ]
     listed = daemon_proc.event("list_sessions")["data"]["sessions"]
     assert listed[0]["turn_count"] == 2 and proxy.sender.stats.failed == 0  # turn_ends
     assert proxy.sender.stats.sent == 7  # five turn_starts, two turn_ends with a list
@@ -182,9 +213,11 @@ async def test_daemon_down_never_breaks_the_chat(engine, start_proxy) -> None:
     proxy = await start_proxy(engine.url, f"http://127.0.0.1:{free_port()}", retry_for=0.3)
     async with aiohttp.ClientSession() as http:
         for stream in (False, True):
-            async with http.post(f"{proxy.url}/v1/chat/completions",
-                                 json={**CHAT, "stream": stream},
-                                 headers={"X-Session-Id": "s"}) as r:
+            async with http.post(
+                f"{proxy.url}/v1/chat/completions",
+                json={**CHAT, "stream": stream},
+                headers={"X-Session-Id": "s"},
+            ) as r:
                 assert r.status == 200
                 # Non-streamed answers carry them; streams (as vLLM 0.32) do not.
                 assert (b"kv_transfer_params" in await r.read()) is not stream
@@ -192,12 +225,16 @@ async def test_daemon_down_never_breaks_the_chat(engine, start_proxy) -> None:
     assert proxy.sender.stats.dropped_unavailable == 4
 
 
-async def test_engine_errors_pass_through_without_turn_end(daemon_proc, engine,
-                                                           start_proxy) -> None:
+async def test_engine_errors_pass_through_without_turn_end(
+    daemon_proc, engine, start_proxy
+) -> None:
     proxy = await start_proxy(engine.url, daemon_proc.url)
     async with aiohttp.ClientSession() as http:
-        async with http.post(f"{proxy.url}/v1/chat/completions", json=CHAT,
-                             headers={"X-Session-Id": "e", "X-Engine-Status": "503"}) as r:
+        async with http.post(
+            f"{proxy.url}/v1/chat/completions",
+            json=CHAT,
+            headers={"X-Session-Id": "e", "X-Engine-Status": "503"},
+        ) as r:
             assert r.status == 503
             assert (await r.json())["error"]["message"] == "stand-in failure"
     assert await proxy.sender.flush(10)
@@ -209,9 +246,11 @@ async def test_everything_else_is_forwarded_unchanged(daemon_proc, engine, start
     async with aiohttp.ClientSession() as http:
         async with http.get(f"{proxy.url}/v1/models") as r:
             assert (await r.json())["data"][0]["id"] == "stand-in-model"
-        async with http.put(URL(f"{proxy.url}/any/path?a=1&b=%2F", encoded=True),
-                            data=b"\x00raw body",
-                            headers={"X-Custom": "yes", "Authorization": "Bearer up"}) as r:
+        async with http.put(
+            URL(f"{proxy.url}/any/path?a=1&b=%2F", encoded=True),
+            data=b"\x00raw body",
+            headers={"X-Custom": "yes", "Authorization": "Bearer up"},
+        ) as r:
             echo = await r.json()
             assert r.headers["X-Engine-Echo"] == "1"
     assert (echo["method"], echo["raw_path"]) == ("PUT", "/any/path?a=1&b=%2F")
@@ -234,9 +273,20 @@ async def test_console_script_end_to_end(daemon_proc, engine, tmp_path: Path) ->
     exe = Path(sys.executable).with_name("ramakv-proxy")
     env = {**os.environ, "XDG_CONFIG_HOME": str(tmp_path)}
     proc = subprocess.Popen(
-        [str(exe), "--upstream", engine.url, "--listen", f"127.0.0.1:{port}",
-         "--daemon", daemon_proc.url, "--chunk-size", str(CHUNK_TOKENS)], env=env,
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+        [
+            str(exe),
+            "--upstream",
+            engine.url,
+            "--listen",
+            f"127.0.0.1:{port}",
+            "--daemon",
+            daemon_proc.url,
+            "--chunk-size",
+            str(CHUNK_TOKENS),
+        ],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
     )
     try:
         async with aiohttp.ClientSession() as http:
@@ -247,8 +297,10 @@ async def test_console_script_end_to_end(daemon_proc, engine, tmp_path: Path) ->
                             break
                 except aiohttp.ClientError:
                     await asyncio.sleep(0.1)
-            async with http.post(f"http://127.0.0.1:{port}/v1/chat/completions",
-                                 json={**CHAT, "stream": True, "user": "cli-agent"}) as r:
+            async with http.post(
+                f"http://127.0.0.1:{port}/v1/chat/completions",
+                json={**CHAT, "stream": True, "user": "cli-agent"},
+            ) as r:
                 assert r.status == 200
                 await r.read()
             for _ in range(2400):  # hang guard
@@ -269,13 +321,17 @@ async def test_client_leaving_mid_stream(daemon_proc, engine, start_proxy) -> No
     (no kv_transfer_params went by), and the next request is served."""
     proxy = await start_proxy(engine.url, daemon_proc.url)
     async with aiohttp.ClientSession() as http:
-        r = await http.post(f"{proxy.url}/v1/chat/completions", json={**CHAT, "stream": True},
-                            headers={"X-Session-Id": "gone", "X-Engine-Delay": "0.2"})
+        r = await http.post(
+            f"{proxy.url}/v1/chat/completions",
+            json={**CHAT, "stream": True},
+            headers={"X-Session-Id": "gone", "X-Engine-Delay": "0.2"},
+        )
         await r.content.readany()
         r.close()  # drop the connection
         await asyncio.sleep(1.5)  # the engine finishes writing into the void
-        async with http.post(f"{proxy.url}/v1/chat/completions", json=CHAT,
-                             headers={"X-Session-Id": "next"}) as r2:
+        async with http.post(
+            f"{proxy.url}/v1/chat/completions", json=CHAT, headers={"X-Session-Id": "next"}
+        ) as r2:
             assert r2.status == 200
     assert await proxy.sender.flush(10)
     assert await session_events(daemon_proc, "gone") == ["turn_start"]

@@ -79,8 +79,12 @@ async def timed_ok(d: DaemonClient, type_: str, **fields: Any) -> dict[str, Any]
 
 def evicted_since(fake: FakeLMCacheServer, index: int) -> list[str]:
     """Hashes in evict calls the fake received from request number ``index`` on."""
-    return [h for r in fake.requests[index:] if r.path == "/memory/evict"
-            for h in (r.body or {}).get("chunk_hashes", [])]
+    return [
+        h
+        for r in fake.requests[index:]
+        if r.path == "/memory/evict"
+        for h in (r.body or {}).get("chunk_hashes", [])
+    ]
 
 
 @pytest.mark.parametrize("fault", FAULTS)
@@ -185,7 +189,8 @@ def test_outbox_survives_kill_while_backend_down(
 ) -> None:
     port = free_port()  # nothing listens here yet: connection refused
     d = daemon_proc_factory(
-        start=False, config={"lmcache_url": f"http://127.0.0.1:{port}", "backend_timeout_s": 0.5},
+        start=False,
+        config={"lmcache_url": f"http://127.0.0.1:{port}", "backend_timeout_s": 0.5},
         noop=False,
     )
     d.start()
@@ -234,7 +239,9 @@ async def test_an_outage_backs_off_the_backend_not_each_chunk(
     for turn in range(40):
         # Every turn drops the previous turn's two chunks: 78 evictions, 39 commits.
         await timed_ok(
-            d, "turn_end", session_id="s1",
+            d,
+            "turn_end",
+            session_id="s1",
             kv_transfer_params={"chunk_hashes": [f"{turn:04x}a", f"{turn:04x}b"]},
         )
         await asyncio.sleep(0.01)

@@ -57,8 +57,9 @@ async def test_sliced_admin_reads_answer_one_consistent_moment(
         for _ in range(15):
             info = (await d.ok("chunk_info", chunk_hashes=["shared"]))["chunks"]["shared"]
             page = await d.ok("list_sessions", limit=10000)
-            seen.append((info["refcount"], len(info["holders"]), page["total"],
-                         len(page["sessions"])))
+            seen.append(
+                (info["refcount"], len(info["holders"]), page["total"], len(page["sessions"]))
+            )
         return seen
 
     _, seen = await asyncio.gather(churn(), read())

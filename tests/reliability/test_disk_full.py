@@ -51,8 +51,11 @@ def tmpfs(mnt: Path, options: str, skip_reason: str) -> Iterator[Path]:
 @pytest.fixture
 def tiny_fs(tmp_path: Path) -> Iterator[Path]:
     """A 2 MiB tmpfs (skipped, with the reason, where mounting is not allowed)."""
-    with tmpfs(tmp_path / "tiny", "size=2m,mode=0755",
-               "cannot mount a tmpfs here ({why}); disk-full test needs one") as mnt:
+    with tmpfs(
+        tmp_path / "tiny",
+        "size=2m,mode=0755",
+        "cannot mount a tmpfs here ({why}); disk-full test needs one",
+    ) as mnt:
         yield mnt
 
 
@@ -203,14 +206,21 @@ async def test_concurrent_writes_on_a_full_disk_all_roll_back(
 ) -> None:
     d, store = full_disk
     before = daemon_state(d.service)
-    burst = [
-        {"type": "turn_end", "session_id": f"s{i % 7}",
-         "kv_transfer_params": {"chunk_hashes": ["sys", f"h{i}", f"h{i + 1}"]}}
-        for i in range(60)
-    ] + [{"type": "session_fork", "session_id": "s2"}] * 5 + [
-        {"type": "session_close", "session_id": "s1"}, {"type": "session_suspend",
-                                                       "session_id": "big"},
-    ]
+    burst = (
+        [
+            {
+                "type": "turn_end",
+                "session_id": f"s{i % 7}",
+                "kv_transfer_params": {"chunk_hashes": ["sys", f"h{i}", f"h{i + 1}"]},
+            }
+            for i in range(60)
+        ]
+        + [{"type": "session_fork", "session_id": "s2"}] * 5
+        + [
+            {"type": "session_close", "session_id": "s1"},
+            {"type": "session_suspend", "session_id": "big"},
+        ]
+    )
     answers = await asyncio.gather(*(d.post(e) for e in burst))
     assert all(s == 503 and not b["ok"] and "disk is full" in b["error"] for s, b in answers)
     assert daemon_state(d.service) == before
@@ -225,9 +235,22 @@ def test_start_on_a_read_only_mount_refuses_with_a_message(tmp_path: Path) -> No
     with tmpfs(tmp_path / "ro", "size=1m,ro", "cannot mount a read-only tmpfs here ({why})") as ro:
         cfg = write_config(tmp_path / "c.toml", {"debug_dir": str(tmp_path / "dbg")})
         proc = subprocess.run(
-            [sys.executable, "-m", "ramakv_daemon", "--noop", "--config", str(cfg),
-             "--listen", f"127.0.0.1:{free_port()}", "--store", str(ro / "sessions.db")],
-            capture_output=True, text=True, timeout=30, cwd=str(REPO_ROOT),
+            [
+                sys.executable,
+                "-m",
+                "ramakv_daemon",
+                "--noop",
+                "--config",
+                str(cfg),
+                "--listen",
+                f"127.0.0.1:{free_port()}",
+                "--store",
+                str(ro / "sessions.db"),
+            ],
+            capture_output=True,
+            text=True,
+            timeout=30,
+            cwd=str(REPO_ROOT),
         )
     out = proc.stdout + proc.stderr
     assert proc.returncode != 0, out
@@ -264,15 +287,22 @@ async def test_reads_during_a_burst_on_a_full_disk_see_only_acknowledged_maps(
     await seed(d)
     store.full = True
     writes = [
-        {"type": "turn_end", "session_id": f"s{i % 3 + 1}",
-         "kv_transfer_params": {"chunk_hashes": ["sys", f"n{i}"]}} for i in range(40)
-    ] + [{"type": "session_close", "session_id": "s2"}, {"type": "turn_end", "session_id": "new",
-                                                         "kv_transfer_params": {
-                                                             "chunk_hashes": ["sys"]}}]
+        {
+            "type": "turn_end",
+            "session_id": f"s{i % 3 + 1}",
+            "kv_transfer_params": {"chunk_hashes": ["sys", f"n{i}"]},
+        }
+        for i in range(40)
+    ] + [
+        {"type": "session_close", "session_id": "s2"},
+        {"type": "turn_end", "session_id": "new", "kv_transfer_params": {"chunk_hashes": ["sys"]}},
+    ]
     reads = [{"type": "session_map", "session_id": f"s{i % 3 + 1}"} for i in range(40)] + [
-        {"type": "list_sessions"}, {"type": "health"},
-        {"type": "chunk_info", "chunk_hashes": ["sys", "n1"]}] * 5
-    mixed = [x for pair in zip(writes, reads, strict=False) for x in pair] + reads[len(writes):]
+        {"type": "list_sessions"},
+        {"type": "health"},
+        {"type": "chunk_info", "chunk_hashes": ["sys", "n1"]},
+    ] * 5
+    mixed = [x for pair in zip(writes, reads, strict=False) for x in pair] + reads[len(writes) :]
     answers = await asyncio.gather(*(d.post(e) for e in mixed))
     acknowledged = {"s1": ["sys", "a", "b"], "s2": ["sys", "c"], "s3": ["z"]}
     for event, (status, body) in zip(mixed, answers, strict=True):

@@ -49,10 +49,15 @@ class Probe:
     def history(self) -> dict[str, list[tuple[float, str, dict]]]:
         """For each violating hash, the evicts and keeps the fake received naming it."""
         return {
-            h: [(round(r.at, 3), r.path, {k: v for k, v in (r.body or {}).items()
-                                          if k != "chunk_hashes"})
+            h: [
+                (
+                    round(r.at, 3),
+                    r.path,
+                    {k: v for k, v in (r.body or {}).items() if k != "chunk_hashes"},
+                )
                 for r in self.fake.requests
-                if r.path != "/memory/prefetch" and h in (r.body or {}).get("chunk_hashes", [])]
+                if r.path != "/memory/prefetch" and h in (r.body or {}).get("chunk_hashes", [])
+            ]
             for h, _ in self.violations
         }
 
@@ -67,8 +72,10 @@ async def eventually(pred: Callable[[], bool], timeout: float = 20.0) -> None:
 
 def received_evict(fake: FakeLMCacheServer, h: str, since: int = 0) -> bool:
     """Whether an evict naming ``h`` reached the fake (from request number ``since`` on)."""
-    return any(r.path == "/memory/evict" and h in (r.body or {}).get("chunk_hashes", [])
-               for r in fake.requests[since:])
+    return any(
+        r.path == "/memory/evict" and h in (r.body or {}).get("chunk_hashes", [])
+        for r in fake.requests[since:]
+    )
 
 
 async def rig(
@@ -116,8 +123,12 @@ async def test_deferring_cache_keeps_a_chunk_referenced_after_its_evict_was_writ
     assert d.service.metrics.window_rereferences.labels("exposed")._value.get() == 0
     # Released again, x goes for real: the new evict's generation is newer than the keep.
     await d.turn_end("B", [])
-    await eventually(lambda: d.service.dispatcher.backlog == 0 and len(
-        [b for b in fake_lmcache.calls("evict") if "aa" in b["chunk_hashes"]]) == 2)
+    await eventually(
+        lambda: (
+            d.service.dispatcher.backlog == 0
+            and len([b for b in fake_lmcache.calls("evict") if "aa" in b["chunk_hashes"]]) == 2
+        )
+    )
     fake_lmcache.fire_deferred()
     assert "aa" not in fake_lmcache.tiers and probe.violations == []
 
@@ -182,8 +193,9 @@ async def test_a_release_still_being_committed_is_not_deliverable(
     await d.turn_end("B", ["aa"])  # committed: aa is referenced again
     since = len(fake_lmcache.requests)
     store.gate = asyncio.Event()
-    release = asyncio.ensure_future(d.post({
-        "type": "turn_end", "session_id": "B", "kv_transfer_params": {"chunk_hashes": []}}))
+    release = asyncio.ensure_future(
+        d.post({"type": "turn_end", "session_id": "B", "kv_transfer_params": {"chunk_hashes": []}})
+    )
     await eventually(lambda: "aa" not in d.service.manager.refcounts)  # applied, in doubt
     await fake_lmcache.heal()
     dispatcher.poke()
@@ -220,8 +232,11 @@ async def test_fault_mix_never_evicts_a_referenced_chunk(
         for _ in range(40):
             kind = rng.random()
             if kind < 0.8:
-                body = {"type": "turn_end", "session_id": sid,
-                        "kv_transfer_params": {"chunk_hashes": rng.sample(pool, rng.randint(0, 6))}}
+                body = {
+                    "type": "turn_end",
+                    "session_id": sid,
+                    "kv_transfer_params": {"chunk_hashes": rng.sample(pool, rng.randint(0, 6))},
+                }
             elif kind < 0.9:
                 body = {"type": "turn_start", "session_id": sid}
             else:
@@ -242,8 +257,9 @@ async def test_fault_mix_never_evicts_a_referenced_chunk(
     store.rng = None
     await fake_lmcache.heal()
     d.service.dispatcher.poke()
-    await eventually(lambda: d.service.dispatcher.backlog == 0 and not
-                     d.service.dispatcher.window.keeps)
+    await eventually(
+        lambda: d.service.dispatcher.backlog == 0 and not d.service.dispatcher.window.keeps
+    )
     fake_lmcache.fire_deferred()
     assert probe.violations == [], probe.history()
     d.assert_consistent()
@@ -261,8 +277,9 @@ async def test_a_restart_inside_the_deferral_keeps_what_the_last_run_re_referenc
     fake_lmcache.put(["aa", "bb"])
     await d.turn_end("A", ["aa", "bb"])
     await d.turn_end("A", ["bb"])
-    await eventually(lambda: received_evict(fake_lmcache, "aa") and
-                     d.service.dispatcher.backlog == 0)
+    await eventually(
+        lambda: received_evict(fake_lmcache, "aa") and d.service.dispatcher.backlog == 0
+    )
     assert fake_lmcache.deferred.pending.keys() == {"aa"}
     await fake_lmcache.set_failure("503")  # keeps fail from now on
     await d.turn_end("B", ["aa"])
@@ -287,8 +304,9 @@ async def test_a_repeated_delivery_after_a_restart_is_harmless_and_counted(
     fake_lmcache.put(["aa", "bb"])
     await d.turn_end("A", ["aa", "bb"])
     await d.turn_end("A", ["bb"])
-    await eventually(lambda: received_evict(fake_lmcache, "aa") and
-                     d.service.dispatcher.backlog == 0)
+    await eventually(
+        lambda: received_evict(fake_lmcache, "aa") and d.service.dispatcher.backlog == 0
+    )
     cfg = d.config
     await d.close()  # stopped inside the deferral: the row stays
     d2 = await start_daemon(cfg)

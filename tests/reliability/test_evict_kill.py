@@ -45,19 +45,18 @@ def test_kill_loop_with_a_deferring_cache_never_evicts_a_referenced_chunk(
     print(f"\nRAMAKV_KILL_SEED={seed}")
     rng = random.Random(seed)
     store = tmp_path / "daemon0" / "sessions.db"
-    fake = FakeLMCacheProcess(
-        tmp_path, extra_args=["--defer", "--probe-store", str(store)]
-    ).start()
+    fake = FakeLMCacheProcess(tmp_path, extra_args=["--defer", "--probe-store", str(store)]).start()
     try:
         d = daemon_proc_factory(
-            config={"lmcache_url": fake.url, "backend_timeout_s": 1.0,
-                    "evict_defer_s": DEFER_S},
-            noop=False, store=store,
+            config={"lmcache_url": fake.url, "backend_timeout_s": 1.0, "evict_defer_s": DEFER_S},
+            noop=False,
+            store=store,
         )
         model: Model = {}
         for round_ in range(KILLS):
-            gen = run_loadgen(d.url, tmp_path, model, round_, hex_hashes=True,
-                              max_events=100_000, duration=30.0)
+            gen = run_loadgen(
+                d.url, tmp_path, model, round_, hex_hashes=True, max_events=100_000, duration=30.0
+            )
             wait_ready(gen)
             time.sleep(rng.uniform(DEFER_S + 1, DEFER_S + 4))  # deletes fall due meanwhile
             d.kill()
@@ -80,11 +79,21 @@ def test_kill_loop_with_a_deferring_cache_never_evicts_a_referenced_chunk(
         # for KEEP_WAIT_S: a stand-in slow or hung on a loaded machine); then never
         # silent: every such delete was reported as exposed.
         violations = state["violations"]
-        exposed = sum(int(n) for n in re.findall(
-            r"(\d+) chunks referenced again while their eviction may have been acted on",
-            d.log()))
-        named = set(re.findall(r"'([0-9a-f]{32})'", "\n".join(
-            line for line in d.log().splitlines() if "referenced again while" in line)))
+        exposed = sum(
+            int(n)
+            for n in re.findall(
+                r"(\d+) chunks referenced again while their eviction may have been acted on",
+                d.log(),
+            )
+        )
+        named = set(
+            re.findall(
+                r"'([0-9a-f]{32})'",
+                "\n".join(
+                    line for line in d.log().splitlines() if "referenced again while" in line
+                ),
+            )
+        )
         unreported = [v for v in violations if v.get("hash") not in named]
         if os.environ.get("RAMAKV_EVICT_LOG"):
             Path(os.environ["RAMAKV_EVICT_LOG"]).write_text(d.log())
@@ -97,10 +106,12 @@ def test_kill_loop_with_a_deferring_cache_never_evicts_a_referenced_chunk(
         hung = len(re.findall(r"backend keep of \d+ chunks failed", d.log()))
         kept = metric(d.url, "ramakv_evict_window_rereferences_total")
         repeated = metric(d.url, "ramakv_evictions_repeated_total")
-        print(f"\nevict kill loop: {KILLS} kills, {state['deleted']} chunks deleted by the "
-              f"cache, {len(violations)} while referenced ({exposed} reported exposed, "
-              f"{hung} keep calls failed); "
-              f"last run: {kept:.0f} re-references in the window, {repeated:.0f} repeated "
-              "deliveries")
+        print(
+            f"\nevict kill loop: {KILLS} kills, {state['deleted']} chunks deleted by the "
+            f"cache, {len(violations)} while referenced ({exposed} reported exposed, "
+            f"{hung} keep calls failed); "
+            f"last run: {kept:.0f} re-references in the window, {repeated:.0f} repeated "
+            "deliveries"
+        )
     finally:
         fake.kill()

@@ -37,8 +37,7 @@ DATA_FIELDS = {
     "session_fork_end": {"fork_end"},
     "health": {"status", "sessions_count"},
 }
-TYPES = [*DATA_FIELDS, "list_events", "list_sessions", "chunk_info", "chunk_evict",
-         "backend_query"]
+TYPES = [*DATA_FIELDS, "list_events", "list_sessions", "chunk_info", "chunk_evict", "backend_query"]
 SESSIONS = [f"s{i}" for i in range(5)] + ["ü-ß-😀", "a b", "x" * 1024]
 HASHES = [f"h{i}" for i in range(20)] + ["😀", "é" * 25]
 
@@ -95,9 +94,13 @@ class LiveDaemon:
 def live(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveDaemon]:
     """One daemon for the whole fuzz module (state accumulates across cases)."""
     tmp: Path = tmp_path_factory.mktemp("fuzz")
-    cfg = Config(session_store_path=str(tmp / "s.db"), noop_backend=True,
-                 debug_dir=str(tmp / "dbg"), max_body_bytes=2 * 1024 * 1024,
-                 max_sessions=50)
+    cfg = Config(
+        session_store_path=str(tmp / "s.db"),
+        noop_backend=True,
+        debug_dir=str(tmp / "dbg"),
+        max_body_bytes=2 * 1024 * 1024,
+        max_sessions=50,
+    )
     switch = sys.getswitchinterval()
     sys.setswitchinterval(0.0002)  # two busy threads (Hypothesis, the daemon) hand over fast
     d = LiveDaemon(cfg)
@@ -129,8 +132,11 @@ def check_answer(status: int, body: Any, sent: Any) -> None:
 # ---- strategies ------------------------------------------------------------------------
 scalars = st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text()
 json_values = st.recursive(
-    scalars, lambda inner: st.lists(inner, max_size=5)
-    | st.dictionaries(st.text(max_size=10), inner, max_size=5), max_leaves=25,
+    scalars,
+    lambda inner: (
+        st.lists(inner, max_size=5) | st.dictionaries(st.text(max_size=10), inner, max_size=5)
+    ),
+    max_leaves=25,
 )
 session_ids = st.sampled_from(SESSIONS) | st.text(max_size=40) | json_values
 hash_lists = st.lists(st.sampled_from(HASHES) | st.text(max_size=120), max_size=30)
@@ -140,25 +146,41 @@ events = st.fixed_dictionaries(
         "session_id": session_ids,
         "source_session_id": session_ids,
         "kv_transfer_params": st.fixed_dictionaries(
-            {}, optional={"chunk_hashes": hash_lists | json_values}) | json_values,
+            {}, optional={"chunk_hashes": hash_lists | json_values}
+        )
+        | json_values,
         "chunk_hashes": hash_lists | json_values,
         "event_id": st.text(max_size=8) | json_values,
         "debug_context": json_values,
-        "force": json_values, "dry_run": st.booleans() | json_values,
-        "limit": st.integers(-5, 20000) | json_values, "offset": json_values,
+        "force": json_values,
+        "dry_run": st.booleans() | json_values,
+        "limit": st.integers(-5, 20000) | json_values,
+        "offset": json_values,
         "state": st.sampled_from(["active", "suspended"]) | json_values,
     },
 )
-content_types = st.sampled_from([
-    "application/json", "text/plain", "application/x-www-form-urlencoded", "",
-    "multipart/form-data; boundary=xyz", "application/json; charset=latin-1", "image/png",
-])
+content_types = st.sampled_from(
+    [
+        "application/json",
+        "text/plain",
+        "application/x-www-form-urlencoded",
+        "",
+        "multipart/form-data; boundary=xyz",
+        "application/json; charset=latin-1",
+        "image/png",
+    ]
+)
 
 EXAMPLES = int(os.environ.get("RAMAKV_FUZZ_EXAMPLES", "250"))
 FUZZ = settings(
-    max_examples=EXAMPLES, deadline=None, database=None,
-    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large,
-                           HealthCheck.function_scoped_fixture],
+    max_examples=EXAMPLES,
+    deadline=None,
+    database=None,
+    suppress_health_check=[
+        HealthCheck.too_slow,
+        HealthCheck.data_too_large,
+        HealthCheck.function_scoped_fixture,
+    ],
 )
 
 
@@ -203,8 +225,11 @@ def test_huge_arrays(live: LiveDaemon, n: int, where: str) -> None:
     CASES["huge-array"] += 1
     hashes = [f"h{i % 1000}" for i in range(n)]
     if where == "kv":
-        body = {"type": "turn_end", "session_id": "s0",
-                "kv_transfer_params": {"chunk_hashes": hashes}}
+        body = {
+            "type": "turn_end",
+            "session_id": "s0",
+            "kv_transfer_params": {"chunk_hashes": hashes},
+        }
     elif where == "chunk_info":
         body = {"type": "chunk_info", "chunk_hashes": hashes}
     else:
@@ -224,9 +249,15 @@ def test_deep_nesting(live: LiveDaemon, depth: int, shape: str) -> None:
     elif shape == "dict":
         raw = '{"a":' * depth + "1" + "}" * depth
     else:
-        raw = (f'{{"type":"turn_end","session_id":"s1","event_id":"deep{depth}","debug_context":'
-               + "[" * depth + "]" * depth + ',"kv_transfer_params":' + "[" * depth
-               + "]" * depth + "}")
+        raw = (
+            f'{{"type":"turn_end","session_id":"s1","event_id":"deep{depth}","debug_context":'
+            + "[" * depth
+            + "]" * depth
+            + ',"kv_transfer_params":'
+            + "[" * depth
+            + "]" * depth
+            + "}"
+        )
     status, answer = live.post(raw.encode())
     check_answer(status, answer, None)
     live.check_invariant()
@@ -235,10 +266,17 @@ def test_deep_nesting(live: LiveDaemon, depth: int, shape: str) -> None:
 async def test_slow_bodies_do_not_block_other_requests(start_daemon: Any) -> None:
     d = await start_daemon()
     host, port = d.client.server.host, d.client.server.port
-    body = json.dumps({"type": "turn_end", "session_id": "slow",
-                       "kv_transfer_params": {"chunk_hashes": ["a", "b"]}}).encode()
-    head = (f"POST /event HTTP/1.1\r\nHost: {host}\r\nContent-Type: application/json\r\n"
-            f"Content-Length: {len(body)}\r\n\r\n").encode()
+    body = json.dumps(
+        {
+            "type": "turn_end",
+            "session_id": "slow",
+            "kv_transfer_params": {"chunk_hashes": ["a", "b"]},
+        }
+    ).encode()
+    head = (
+        f"POST /event HTTP/1.1\r\nHost: {host}\r\nContent-Type: application/json\r\n"
+        f"Content-Length: {len(body)}\r\n\r\n"
+    ).encode()
 
     async def trickle(i: int, finish: bool) -> bytes:
         reader, writer = await asyncio.open_connection(host, port)

@@ -16,8 +16,12 @@ CTX = {"messages": [{"role": "user", "content": "a secret prompt"}]}
 
 
 def te(sid: str, hashes: list[str], **extra: object) -> dict:
-    return {"type": "turn_end", "session_id": sid,
-            "kv_transfer_params": {"chunk_hashes": hashes}, **extra}
+    return {
+        "type": "turn_end",
+        "session_id": sid,
+        "kv_transfer_params": {"chunk_hashes": hashes},
+        **extra,
+    }
 
 
 def raw_post(
@@ -88,8 +92,9 @@ def test_newlines_in_session_ids_cannot_forge_log_lines(daemon_proc_factory) -> 
 
 def test_a_lying_content_encoding_gets_a_json_answer(daemon_proc: DaemonProcess) -> None:
     body = json.dumps(te("s", ["a"])).encode()
-    status, ctype, raw = raw_post(daemon_proc, body, {"Content-Encoding": "gzip",
-                                                      "Content-Type": "application/json"})
+    status, ctype, raw = raw_post(
+        daemon_proc, body, {"Content-Encoding": "gzip", "Content-Type": "application/json"}
+    )
     assert status == 400 and ctype.startswith("application/json")
     answer = json.loads(raw)
     assert answer["ok"] is False and "Content-Encoding 'gzip'" in answer["error"]
@@ -116,8 +121,10 @@ def test_wrong_method_and_route_answer_json(daemon_proc: DaemonProcess) -> None:
     import urllib.error
     import urllib.request
 
-    for req in (urllib.request.Request(f"{daemon_proc.url}/event"),  # GET: 405
-                urllib.request.Request(f"{daemon_proc.url}/nope", data=b"{}")):
+    for req in (
+        urllib.request.Request(f"{daemon_proc.url}/event"),  # GET: 405
+        urllib.request.Request(f"{daemon_proc.url}/nope", data=b"{}"),
+    ):
         try:
             urllib.request.urlopen(req, timeout=10)
         except urllib.error.HTTPError as err:

@@ -13,8 +13,11 @@ from support.reliability import daemon_state
 
 
 def te(sid: str, hashes: list[str], event_id: str | None = None) -> dict[str, Any]:
-    body: dict[str, Any] = {"type": "turn_end", "session_id": sid,
-                            "kv_transfer_params": {"chunk_hashes": hashes}}
+    body: dict[str, Any] = {
+        "type": "turn_end",
+        "session_id": sid,
+        "kv_transfer_params": {"chunk_hashes": hashes},
+    }
     if event_id is not None:
         body["event_id"] = event_id
     return body
@@ -39,8 +42,10 @@ async def test_same_event_id_twice_same_answer_one_change(daemon_app: DaemonClie
     assert await turns(d, "s") == 2
     # The same id with another body is not a retry: refused, naming the id, nothing changed.
     _, other = await d.post(te("s", ["zzz"], "e2"))
-    assert other["ok"] is False and "event_id 'e2' was already used for a different" in (
-        other["error"])
+    assert (
+        other["ok"] is False
+        and "event_id 'e2' was already used for a different" in (other["error"])
+    )
     assert (await d.ok("session_map", session_id="s"))["chunk_hashes"] == ["b"]
     # Without event_id, a repeat is a new event.
     await d.post(te("s", ["b"]))
@@ -49,8 +54,10 @@ async def test_same_event_id_twice_same_answer_one_change(daemon_app: DaemonClie
     d.assert_consistent()
 
 
-@pytest.mark.parametrize("type_", ["session_fork", "session_fork_end", "session_close",
-                                   "session_suspend", "snapshot_restore"])
+@pytest.mark.parametrize(
+    "type_",
+    ["session_fork", "session_fork_end", "session_close", "session_suspend", "snapshot_restore"],
+)
 async def test_every_write_event_is_idempotent(daemon_app: DaemonClient, type_: str) -> None:
     d = daemon_app
     await d.turn_end("s", ["a", "b"])
@@ -70,13 +77,18 @@ async def test_every_write_event_is_idempotent(daemon_app: DaemonClient, type_: 
 
 async def test_concurrent_duplicates_apply_once(daemon_app: DaemonClient) -> None:
     d = daemon_app
-    answers = await asyncio.gather(*(d.post(te("s", [f"h{i}" for i in range(50)], "dup"))
-                                     for _ in range(40)))
+    answers = await asyncio.gather(
+        *(d.post(te("s", [f"h{i}" for i in range(50)], "dup")) for _ in range(40))
+    )
     assert all(a == answers[0] for a in answers)
     assert answers[0][1]["ok"] is True
     assert await turns(d, "s") == 1
-    forks = await asyncio.gather(*(d.post({"type": "session_fork", "session_id": "s",
-                                           "event_id": "fork-1"}) for _ in range(20)))
+    forks = await asyncio.gather(
+        *(
+            d.post({"type": "session_fork", "session_id": "s", "event_id": "fork-1"})
+            for _ in range(20)
+        )
+    )
     assert all(f == forks[0] for f in forks)
     assert len(d.service.manager.forks.of("s")) == 1
     assert forks[0][1]["data"] == {"forked": True, "fork_id": 1}  # one fork, one id

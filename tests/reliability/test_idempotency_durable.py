@@ -13,8 +13,12 @@ from support.daemon_proc import DaemonProcess
 
 
 def te(sid: str, hashes: list[str], event_id: str | None = None, **extra: Any) -> dict:
-    body: dict[str, Any] = {"type": "turn_end", "session_id": sid,
-                            "kv_transfer_params": {"chunk_hashes": hashes}, **extra}
+    body: dict[str, Any] = {
+        "type": "turn_end",
+        "session_id": sid,
+        "kv_transfer_params": {"chunk_hashes": hashes},
+        **extra,
+    }
     if event_id is not None:
         body["event_id"] = event_id
     return body
@@ -27,8 +31,7 @@ def turn_count(d: DaemonProcess, sid: str) -> int | None:
 
 def test_debug_written_answer_is_the_same_before_and_after_a_restart(daemon_proc_factory):
     d = daemon_proc_factory(config={"debug_enabled": True})
-    event = te("s", ["a"], "dbg-1", debug_context={"messages": [{"role": "user",
-                                                                 "content": "hi"}]})
+    event = te("s", ["a"], "dbg-1", debug_context={"messages": [{"role": "user", "content": "hi"}]})
     status, first = d.post(event)
     assert status == 200 and first["data"]["debug_written"] is True
     assert d.post(event)[1] == first
@@ -62,15 +65,20 @@ def test_event_id_reused_for_another_event_is_refused(daemon_proc_factory) -> No
             d.kill()
             d.start()  # the request's digest is stored with the answer
     # The same body is still a retry; key order does not matter.
-    same = {"event_id": "once", "kv_transfer_params": {"chunk_hashes": ["a"]},
-            "session_id": "s", "type": "turn_end"}
+    same = {
+        "event_id": "once",
+        "kv_transfer_params": {"chunk_hashes": ["a"]},
+        "session_id": "s",
+        "type": "turn_end",
+    }
     assert d.post(same)[1]["ok"] is True and turn_count(d, "s") == 1
 
 
 async def test_reuse_while_the_first_is_in_flight_is_refused(start_daemon) -> None:
     d: DaemonClient = await start_daemon()
-    (_, a), (_, b) = await asyncio.gather(d.post(te("s", ["a"], "race")),
-                                          d.post(te("s", ["b"], "race")))
+    (_, a), (_, b) = await asyncio.gather(
+        d.post(te("s", ["a"], "race")), d.post(te("s", ["b"], "race"))
+    )
     assert a["ok"] is True and b["ok"] is False and "'race'" in b["error"]
     assert d.service.manager.sessions["s"].chunk_hashes == ("a",)
 
@@ -83,8 +91,13 @@ def test_deep_debug_context_is_refused_before_it_applies(
     d = daemon_proc_factory(config={"debug_enabled": True})
     inner = '{"messages": [' + '{"x": ' * (depth - 2) + "1" + "}" * (depth - 2) + "]}"
     eid = '"event_id": "deep-1", ' if with_id else ""
-    raw = ('{"type": "turn_end", "session_id": "deep", ' + eid +
-           '"kv_transfer_params": {"chunk_hashes": ["a"]}, "debug_context": ' + inner + "}")
+    raw = (
+        '{"type": "turn_end", "session_id": "deep", '
+        + eid
+        + '"kv_transfer_params": {"chunk_hashes": ["a"]}, "debug_context": '
+        + inner
+        + "}"
+    )
     for _ in range(2):
         status, body = d.post(raw.encode())
         assert status == 200 and body["ok"] is False and "data" not in body, body
@@ -130,6 +143,7 @@ async def test_a_no_op_whose_answer_cannot_be_kept_answers_503(start_daemon, mak
     status, body = await d.post(close)
     assert status == 200 and body["ok"] is True
     con = sqlite3.connect(cfg.session_store_path)
-    assert con.execute("SELECT count(*) FROM event_ids WHERE event_id = 'full-close'"
-                       ).fetchone() == (1,)
+    assert con.execute(
+        "SELECT count(*) FROM event_ids WHERE event_id = 'full-close'"
+    ).fetchone() == (1,)
     con.close()

@@ -38,8 +38,13 @@ async def guarded(start_daemon: Any, make_config: Any) -> Any:
 @pytest.mark.parametrize("headers", WRONG)
 async def test_every_route_needs_the_token(guarded: Any, headers: dict[str, str]) -> None:
     c = guarded.client
-    resp = await c.post("/event", data=json.dumps({"type": "turn_end", "session_id": "s",
-                        "kv_transfer_params": {"chunk_hashes": ["a"]}}), headers=headers)
+    resp = await c.post(
+        "/event",
+        data=json.dumps(
+            {"type": "turn_end", "session_id": "s", "kv_transfer_params": {"chunk_hashes": ["a"]}}
+        ),
+        headers=headers,
+    )
     assert resp.status == 401
     body = await resp.json()
     assert body == {"ok": False, "error": "missing or wrong bearer token"}
@@ -73,9 +78,22 @@ def run_daemon(
     """Run the daemon expecting it to refuse to start; returns the finished process."""
     cfg = write_config(tmp_path / "refuse.toml", {"debug_dir": str(tmp_path / "d"), **config})
     return subprocess.run(
-        [sys.executable, "-m", "ramakv_daemon", "--noop", "--config", str(cfg),
-         "--listen", listen, "--store", str(tmp_path / "refuse.db")],
-        capture_output=True, text=True, timeout=30, cwd=str(REPO_ROOT),
+        [
+            sys.executable,
+            "-m",
+            "ramakv_daemon",
+            "--noop",
+            "--config",
+            str(cfg),
+            "--listen",
+            listen,
+            "--store",
+            str(tmp_path / "refuse.db"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        cwd=str(REPO_ROOT),
     )
 
 
@@ -98,13 +116,15 @@ def test_mistyped_token_is_not_echoed_and_still_refuses(tmp_path: Path) -> None:
 
 
 def test_token_never_in_logs(daemon_proc_factory: Callable[..., DaemonProcess]) -> None:
-    d = daemon_proc_factory(start=False, config={"auth_token": TOKEN, "trace_events": True},
-                            extra_args=["--log-level", "DEBUG"])
+    d = daemon_proc_factory(
+        start=False,
+        config={"auth_token": TOKEN, "trace_events": True},
+        extra_args=["--log-level", "DEBUG"],
+    )
     d.start()  # DaemonProcess.post sends the config's token: health polls and events below
     assert d.event("turn_end", session_id="s", kv_transfer_params={"chunk_hashes": ["a"]})["ok"]
     for headers in WRONG:
-        req = urllib.request.Request(f"{d.url}/event", data=b'{"type":"health"}',
-                                     headers=headers)
+        req = urllib.request.Request(f"{d.url}/event", data=b'{"type":"health"}', headers=headers)
         with pytest.raises(urllib.error.HTTPError) as err:
             urllib.request.urlopen(req, timeout=5)
         assert err.value.code == 401
@@ -119,8 +139,9 @@ def test_token_never_in_logs(daemon_proc_factory: Callable[..., DaemonProcess]) 
     assert "Bearer" not in log and "Authorization" not in log
 
 
-async def test_debug_files_never_escape_debug_dir(start_daemon: Any, make_config: Any,
-                                                  tmp_path: Path) -> None:
+async def test_debug_files_never_escape_debug_dir(
+    start_daemon: Any, make_config: Any, tmp_path: Path
+) -> None:
     debug_dir = tmp_path / "dbg"
     d = await start_daemon(make_config(debug_enabled=True, debug_dir=str(debug_dir)))
     evil = ["../../../../tmp/evil", "/etc/passwd", "..\\..\\x", "a/../../b", "\u2025/x", "."]

@@ -38,8 +38,10 @@ FAULTS = ("503", "500", "slow", "malformed", "refused")
 def test_soak(daemon_proc_factory: Callable[..., DaemonProcess], tmp_path: Path) -> None:
     fake = FakeLMCacheProcess(tmp_path).start()
     d = daemon_proc_factory(
-        start=False, config={"lmcache_url": fake.url, "backend_timeout_s": 0.5},
-        extra_args=["--log-level", "WARNING"], noop=False,
+        start=False,
+        config={"lmcache_url": fake.url, "backend_timeout_s": 0.5},
+        extra_args=["--log-level", "WARNING"],
+        noop=False,
     )
     fakes = [fake]
     gens: list[subprocess.Popen[str]] = []
@@ -54,14 +56,26 @@ def test_soak(daemon_proc_factory: Callable[..., DaemonProcess], tmp_path: Path)
 
 
 def _soak(
-    d: DaemonProcess, fakes: list[FakeLMCacheProcess], gens: list[subprocess.Popen[str]],
+    d: DaemonProcess,
+    fakes: list[FakeLMCacheProcess],
+    gens: list[subprocess.Popen[str]],
     tmp_path: Path,
 ) -> None:
     """The soak itself; the processes it starts are appended to ``fakes`` and ``gens``."""
     fake = fakes[0]
     d.start()
-    gen = run_loadgen(d.url, tmp_path, {}, 0, mode="retry", duration=SECONDS,
-                      max_events=10**9, rate=RATE, sessions=SESSIONS, hex_hashes=True)
+    gen = run_loadgen(
+        d.url,
+        tmp_path,
+        {},
+        0,
+        mode="retry",
+        duration=SECONDS,
+        max_events=10**9,
+        rate=RATE,
+        sessions=SESSIONS,
+        hex_hashes=True,
+    )
     gens.append(gen)
     wait_ready(gen)
 

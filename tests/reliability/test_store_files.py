@@ -18,8 +18,12 @@ START_TIMEOUT_S = 60  # a daemon that never exits (the bug) fails the test, neve
 
 
 def turn_end(sid: str, hashes: list[str], **extra: object) -> dict[str, object]:
-    return {"type": "turn_end", "session_id": sid,
-            "kv_transfer_params": {"chunk_hashes": hashes}, **extra}
+    return {
+        "type": "turn_end",
+        "session_id": sid,
+        "kv_transfer_params": {"chunk_hashes": hashes},
+        **extra,
+    }
 
 
 def stored_maps(path: Path) -> dict[str, list[str]]:
@@ -38,9 +42,22 @@ def start_once(tmp_path: Path, store: Path) -> subprocess.CompletedProcess[str]:
     """Run a daemon on ``store`` in the foreground until it exits by itself."""
     cfg = write_config(tmp_path / "once.toml", {"debug_dir": str(tmp_path / "dbg")})
     return subprocess.run(
-        [sys.executable, "-m", "ramakv_daemon", "--noop", "--config", str(cfg),
-         "--listen", f"127.0.0.1:{free_port()}", "--store", str(store)],
-        capture_output=True, text=True, timeout=START_TIMEOUT_S, cwd=str(REPO_ROOT),
+        [
+            sys.executable,
+            "-m",
+            "ramakv_daemon",
+            "--noop",
+            "--config",
+            str(cfg),
+            "--listen",
+            f"127.0.0.1:{free_port()}",
+            "--store",
+            str(store),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=START_TIMEOUT_S,
+        cwd=str(REPO_ROOT),
     )
 
 
@@ -95,14 +112,23 @@ def corrupt(kind: str, src: Path, dst: Path) -> None:
         data[0:100] = rng.randbytes(100)
     elif kind.startswith("garbage page"):
         n = len(data) // page
-        index = {"garbage page (first table page)": 1, "garbage page (middle)": n // 2,
-                 "garbage page (last)": n - 1}[kind]
+        index = {
+            "garbage page (first table page)": 1,
+            "garbage page (middle)": n // 2,
+            "garbage page (last)": n - 1,
+        }[kind]
         data[index * page : (index + 1) * page] = rng.randbytes(page)
     dst.write_bytes(bytes(data))
 
 
-KINDS = ["empty", "truncated", "garbage header", "garbage page (first table page)",
-         "garbage page (middle)", "garbage page (last)"]
+KINDS = [
+    "empty",
+    "truncated",
+    "garbage header",
+    "garbage page (first table page)",
+    "garbage page (middle)",
+    "garbage page (last)",
+]
 
 
 @pytest.mark.parametrize("kind", KINDS)
@@ -159,8 +185,7 @@ def test_deleted_store_is_rewritten_and_nothing_acknowledged_is_lost(
     assert set(maps) == {f"before{i}" for i in range(20)} | set(acked)
     assert maps["after29"] == ["a29", "shared"]
     d.start()
-    assert d.event("session_map", session_id="before3")["data"]["chunk_hashes"] == [
-        "b3", "shared"]
+    assert d.event("session_map", session_id="before3")["data"]["chunk_hashes"] == ["b3", "shared"]
     status, body = d.post(turn_end("later", ["z"]))
     assert body["ok"] is True
 
@@ -233,16 +258,16 @@ async def test_readyz_fails_while_commits_fail_and_recovers(start_daemon, make_c
     assert status == 503
     status, body = await ready()
     assert status == 503 and body["checks"]["store"] == {
-        "ok": False, "detail": "the last commit failed: persistence failed: database or disk "
-        "is full"}
+        "ok": False,
+        "detail": "the last commit failed: persistence failed: database or disk is full",
+    }
     assert body["checks"]["backend"]["ok"] and body["checks"]["outbox"]["ok"]
     store.full = False
     assert (await d.post(turn_end("s", ["a"])))[0] == 200
     assert (await ready())[0] == 200
 
 
-@pytest.mark.parametrize(("sync", "thread"), [("NORMAL", False), ("NORMAL", True),
-                                              ("FULL", False)])
+@pytest.mark.parametrize(("sync", "thread"), [("NORMAL", False), ("NORMAL", True), ("FULL", False)])
 async def test_rewrite_works_in_every_commit_mode(tmp_path: Path, sync: str, thread: bool):
     """The store alone: commits on the loop or on the writer thread, fsync or not."""
     from ramakv_daemon.adapters.sqlite_store import SqliteSessionStore
@@ -266,8 +291,11 @@ async def test_rewrite_works_in_every_commit_mode(tmp_path: Path, sync: str, thr
 def test_readyz_fails_while_the_store_disk_is_full(daemon_proc_factory, tmp_path: Path) -> None:
     from test_disk_full import fill, tmpfs
 
-    with tmpfs(tmp_path / "fs", "size=4m,mode=0755",
-               "cannot mount a tmpfs here ({why}); the disk-full probe test needs one") as fs:
+    with tmpfs(
+        tmp_path / "fs",
+        "size=4m,mode=0755",
+        "cannot mount a tmpfs here ({why}); the disk-full probe test needs one",
+    ) as fs:
         d = daemon_proc_factory(store=fs / "sessions.db")
         try:
             assert d.get("/readyz")[0] == 200

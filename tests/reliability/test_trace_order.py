@@ -50,8 +50,13 @@ async def test_concurrent_turn_end_and_turn_start_publish_in_apply_order(
     async def client(sid: str) -> None:
         for i in range(60):
             if rng.random() < 0.5:
-                await d.post({"type": "turn_end", "session_id": sid,
-                              "kv_transfer_params": {"chunk_hashes": [f"{sid}-{i}", "x"]}})
+                await d.post(
+                    {
+                        "type": "turn_end",
+                        "session_id": sid,
+                        "kv_transfer_params": {"chunk_hashes": [f"{sid}-{i}", "x"]},
+                    }
+                )
             elif rng.random() < 0.5:
                 await d.ok("turn_start", session_id=sid)
             else:

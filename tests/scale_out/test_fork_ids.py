@@ -17,12 +17,14 @@ def _fork_many(d: DaemonProcess, session_id: str) -> list[dict]:
 
 
 async def test_two_daemons_forking_at_once_never_hand_out_one_id_twice(
-    daemon_proc_factory: Callable[..., DaemonProcess], postgres_server: PostgresServer,
+    daemon_proc_factory: Callable[..., DaemonProcess],
+    postgres_server: PostgresServer,
 ) -> None:
     a, b = two_nodes(daemon_proc_factory, postgres_server.create_database())
     for d, sid in ((a, "pa"), (b, "pb")):
-        assert d.event("turn_end", session_id=sid, kv_transfer_params={
-            "chunk_hashes": ["sys", f"{sid}-1"]})["ok"]
+        assert d.event(
+            "turn_end", session_id=sid, kv_transfer_params={"chunk_hashes": ["sys", f"{sid}-1"]}
+        )["ok"]
 
     # Both nodes fork at the same time, each on its own session, from two threads each.
     with ThreadPoolExecutor(max_workers=4) as pool:

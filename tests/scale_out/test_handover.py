@@ -33,20 +33,21 @@ async def check_refcounts_match_owned(d: DaemonProcess) -> None:
 
 
 def two_nodes(factory: Callable[..., DaemonProcess], url: str) -> tuple[DaemonProcess, ...]:
-    return tuple(
-        factory(config={"session_store_url": url, "node_id": node}) for node in ("a", "b")
-    )
+    return tuple(factory(config={"session_store_url": url, "node_id": node}) for node in ("a", "b"))
 
 
 async def test_a_session_moves_to_the_node_its_event_reaches_and_back(
-    daemon_proc_factory: Callable[..., DaemonProcess], postgres_server: PostgresServer,
+    daemon_proc_factory: Callable[..., DaemonProcess],
+    postgres_server: PostgresServer,
 ) -> None:
     a, b = two_nodes(daemon_proc_factory, postgres_server.create_database())
     shared = ["sys", "tools"]
-    assert a.event("turn_end", session_id="s", kv_transfer_params={
-        "chunk_hashes": [*shared, "a1", "a2"]})["ok"]
-    assert a.event("turn_end", session_id="other", kv_transfer_params={
-        "chunk_hashes": [*shared, "o1"]})["ok"]
+    assert a.event(
+        "turn_end", session_id="s", kv_transfer_params={"chunk_hashes": [*shared, "a1", "a2"]}
+    )["ok"]
+    assert a.event(
+        "turn_end", session_id="other", kv_transfer_params={"chunk_hashes": [*shared, "o1"]}
+    )["ok"]
 
     # b gets a turn_start: it takes the session over and prefetches its map.
     started = b.event("turn_start", session_id="s")
@@ -59,18 +60,26 @@ async def test_a_session_moves_to_the_node_its_event_reaches_and_back(
     assert snap_a["refcounts"] == {"sys": 1, "tools": 1, "o1": 1}
     await check_refcounts_match_owned(a)
     await check_refcounts_match_owned(b)
-    assert b.event("session_map", session_id="s")["data"]["chunk_hashes"] == [
-        *shared, "a1", "a2"]
+    assert b.event("session_map", session_id="s")["data"]["chunk_hashes"] == [*shared, "a1", "a2"]
 
     # And back to a with a turn_end.
-    assert b.event("turn_end", session_id="s", kv_transfer_params={
-        "chunk_hashes": [*shared, "a1", "a2", "b3"]})["ok"]
-    assert a.event("turn_end", session_id="s", kv_transfer_params={
-        "chunk_hashes": [*shared, "a1", "a2", "b3", "a4"]})["ok"]
+    assert b.event(
+        "turn_end", session_id="s", kv_transfer_params={"chunk_hashes": [*shared, "a1", "a2", "b3"]}
+    )["ok"]
+    assert a.event(
+        "turn_end",
+        session_id="s",
+        kv_transfer_params={"chunk_hashes": [*shared, "a1", "a2", "b3", "a4"]},
+    )["ok"]
     wait_for(lambda: "s" not in sessions_of(b), "node b to release s")
     assert (await trace_snapshot(b.url))["refcounts"] == {}
     assert a.event("session_map", session_id="s")["data"]["chunk_hashes"] == [
-        *shared, "a1", "a2", "b3", "a4"]
+        *shared,
+        "a1",
+        "a2",
+        "b3",
+        "a4",
+    ]
     await check_refcounts_match_owned(a)
 
     # Each node restarts with only what it owns.
@@ -83,7 +92,8 @@ async def test_a_session_moves_to_the_node_its_event_reaches_and_back(
 
 
 def test_ramakv_admin_reports_every_node_by_owner(
-    daemon_proc_factory: Callable[..., DaemonProcess], postgres_server: PostgresServer,
+    daemon_proc_factory: Callable[..., DaemonProcess],
+    postgres_server: PostgresServer,
 ) -> None:
     import io
     import json
@@ -93,8 +103,9 @@ def test_ramakv_admin_reports_every_node_by_owner(
     url = postgres_server.create_database()
     a, b = two_nodes(daemon_proc_factory, url)
     for d, sid in ((a, "s1"), (a, "s2"), (b, "s3")):
-        assert d.event("turn_end", session_id=sid,
-                       kv_transfer_params={"chunk_hashes": ["h", sid]})["ok"]
+        assert d.event("turn_end", session_id=sid, kv_transfer_params={"chunk_hashes": ["h", sid]})[
+            "ok"
+        ]
     out = io.StringIO()
     assert admin_main(["--db", url, "report", "--json"], out) == 0
     rep = json.loads(out.getvalue())
@@ -103,11 +114,13 @@ def test_ramakv_admin_reports_every_node_by_owner(
 
 
 async def test_a_suspended_session_restored_on_another_node_is_prefetched_there(
-    daemon_proc_factory: Callable[..., DaemonProcess], postgres_server: PostgresServer,
+    daemon_proc_factory: Callable[..., DaemonProcess],
+    postgres_server: PostgresServer,
 ) -> None:
     a, b = two_nodes(daemon_proc_factory, postgres_server.create_database())
-    assert a.event("turn_end", session_id="s", kv_transfer_params={
-        "chunk_hashes": ["x", "y", "z"]})["ok"]
+    assert a.event(
+        "turn_end", session_id="s", kv_transfer_params={"chunk_hashes": ["x", "y", "z"]}
+    )["ok"]
     assert a.event("session_suspend", session_id="s")["ok"]
     restored = b.event("snapshot_restore", session_id="s")
     assert restored["ok"] and restored["data"]["prefetch_count"] == 3, restored

@@ -103,8 +103,7 @@ async def owned(http: aiohttp.ClientSession, d: DaemonProcess) -> set[str]:
     return {r["session_id"] for r in data["sessions"]}
 
 
-async def wait_disjoint(http: aiohttp.ClientSession, a: DaemonProcess,
-                        b: DaemonProcess) -> None:
+async def wait_disjoint(http: aiohttp.ClientSession, a: DaemonProcess, b: DaemonProcess) -> None:
     """Until no session is held by both nodes (every takeover was released)."""
     deadline = time.monotonic() + 60
     while (await owned(http, a)) & (await owned(http, b)):
@@ -116,9 +115,10 @@ async def check_node(d: DaemonProcess, fake: FakeLMCacheServer) -> None:
     """Refcounts equal those recomputed from what the node owns; no eviction it sent is for
     a chunk a session it owns now references, nor for the chunk every node shares."""
     snap = await trace_snapshot(d.url)
-    sessions = [Session(s["session_id"], tuple(s["chunk_hashes"]),
-                        suspended=s["state"] == "suspended")
-                for s in snap["sessions"].values()]
+    sessions = [
+        Session(s["session_id"], tuple(s["chunk_hashes"]), suspended=s["state"] == "suspended")
+        for s in snap["sessions"].values()
+    ]
     assert snap["refcounts"] == recompute_refcounts(sessions)
     evicted = {h for body in fake.calls("evict") for h in body["chunk_hashes"]}
     held = {h for s in sessions for h in s.chunk_hashes}
@@ -128,13 +128,15 @@ async def check_node(d: DaemonProcess, fake: FakeLMCacheServer) -> None:
 
 
 async def test_sessions_move_back_and_forth_under_load_and_survive_kill9(
-    daemon_proc_factory: Callable[..., DaemonProcess], postgres_server: PostgresServer,
+    daemon_proc_factory: Callable[..., DaemonProcess],
+    postgres_server: PostgresServer,
     fakes: tuple[FakeLMCacheServer, FakeLMCacheServer],
 ) -> None:
     url = postgres_server.create_database()
     a, b = (
-        daemon_proc_factory(noop=False, config={
-            "session_store_url": url, "node_id": node, "lmcache_url": fake.url})
+        daemon_proc_factory(
+            noop=False, config={"session_store_url": url, "node_id": node, "lmcache_url": fake.url}
+        )
         for node, fake in zip(("a", "b"), fakes, strict=True)
     )
     nodes = (a, b)
@@ -144,16 +146,31 @@ async def test_sessions_move_back_and_forth_under_load_and_survive_kill9(
     # No kept-alive connections: b's process is replaced mid-test.
     async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(force_close=True)) as http:
         for d, own in ((a, "pa"), (b, "pb")):  # each node's own session holds SYS
-            await post(http, d, {"type": "turn_end", "session_id": own,
-                                 "kv_transfer_params": {"chunk_hashes": [SYS, OWN[own]]}})
+            await post(
+                http,
+                d,
+                {
+                    "type": "turn_end",
+                    "session_id": own,
+                    "kv_transfer_params": {"chunk_hashes": [SYS, OWN[own]]},
+                },
+            )
         for r in range(1, ROUNDS + 1):
             # Every moving session's next turn on the other node, all at once.
-            answers = await asyncio.gather(*(
-                post(http, nodes[(r + i) % 2], {
-                    "type": "turn_end", "session_id": sid,
-                    "kv_transfer_params": {"chunk_hashes": moving_map(sid, r)}})
-                for i, sid in enumerate(MOVING)
-            ))
+            answers = await asyncio.gather(
+                *(
+                    post(
+                        http,
+                        nodes[(r + i) % 2],
+                        {
+                            "type": "turn_end",
+                            "session_id": sid,
+                            "kv_transfer_params": {"chunk_hashes": moving_map(sid, r)},
+                        },
+                    )
+                    for i, sid in enumerate(MOVING)
+                )
+            )
             assert all(x["ok"] for x in answers), answers
             if r == ROUNDS // 2:
                 await wait_disjoint(http, a, b)

@@ -28,13 +28,24 @@ def count_lines(path: Path) -> int:
         return 0
 
 
-def run_burst_until(d: DaemonProcess, acks_path: Path, acks: int,
-                    then: Callable[[], None]) -> dict[str, int]:
+def run_burst_until(
+    d: DaemonProcess, acks_path: Path, acks: int, then: Callable[[], None]
+) -> dict[str, int]:
     """Start the burst client, call ``then`` once ``acks`` answers came, return its stats."""
     client = subprocess.Popen(
-        [sys.executable, burst_client.__file__, d.url, str(acks_path),
-         "--sessions", str(SESSIONS), "--turns", str(TURNS)],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        [
+            sys.executable,
+            burst_client.__file__,
+            d.url,
+            str(acks_path),
+            "--sessions",
+            str(SESSIONS),
+            "--turns",
+            str(TURNS),
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
     )
     try:
         deadline = time.monotonic() + 120
@@ -79,7 +90,8 @@ def check_acked_are_stored(acked: dict[str, int], stored: dict) -> None:
 
 
 async def test_kill9_on_postgres_keeps_every_acknowledged_turn_end(
-    daemon_proc_factory: Callable[..., DaemonProcess], postgres_server: PostgresServer,
+    daemon_proc_factory: Callable[..., DaemonProcess],
+    postgres_server: PostgresServer,
     tmp_path: Path,
 ) -> None:
     url = postgres_server.create_database()
@@ -94,7 +106,10 @@ async def test_kill9_on_postgres_keeps_every_acknowledged_turn_end(
 
     d.start()  # same database, same node
     assert d.event("health")["data"] == {
-        "status": "running", "sessions_count": len(stored), "node_id": "node-a"}
+        "status": "running",
+        "sessions_count": len(stored),
+        "node_id": "node-a",
+    }
     snapshot = await trace_snapshot(d.url)
     assert snapshot["refcounts"] == recompute_refcounts(stored.values())
     assert "postgresql://postgres@127.0.0.1" in d.log()  # it says where it stores

@@ -43,15 +43,18 @@ def wait_for(condition: Callable[[], bool], what: str, timeout: float = 120.0) -
 
 
 def turn_end(d: DaemonProcess, sid: str, hashes: list[str]) -> tuple[int, dict]:
-    return d.post({"type": "turn_end", "session_id": sid,
-                   "kv_transfer_params": {"chunk_hashes": hashes}})
+    return d.post(
+        {"type": "turn_end", "session_id": sid, "kv_transfer_params": {"chunk_hashes": hashes}}
+    )
 
 
 def test_postgres_down_changes_503_reads_go_on_and_it_comes_back(
-    daemon_proc_factory: Callable[..., DaemonProcess], own_server: PostgresServer,
+    daemon_proc_factory: Callable[..., DaemonProcess],
+    own_server: PostgresServer,
 ) -> None:
-    d = daemon_proc_factory(config={"session_store_url": own_server.create_database(),
-                                    "node_id": "a"})
+    d = daemon_proc_factory(
+        config={"session_store_url": own_server.create_database(), "node_id": "a"}
+    )
     assert turn_end(d, "s", ["h1", "h2"])[1]["ok"]
     own_server.stop()
 
@@ -60,8 +63,10 @@ def test_postgres_down_changes_503_reads_go_on_and_it_comes_back(
     assert d.event("session_map", session_id="s")["data"]["chunk_hashes"] == ["h1", "h2"]
     status, ready = get(d.url + "/readyz")
     assert status == 503 and not json.loads(ready)["checks"]["store"]["ok"], ready
-    wait_for(lambda: "ramakv_store_connected 0.0" in get(d.url + "/metrics")[1],
-             "/metrics to say the store is gone")
+    wait_for(
+        lambda: "ramakv_store_connected 0.0" in get(d.url + "/metrics")[1],
+        "/metrics to say the store is gone",
+    )
 
     own_server.start()  # same port: the daemon reconnects by itself
     wait_for(lambda: turn_end(d, "s", ["h1", "h2", "h3"])[0] == 200, "writes to work again")
@@ -73,14 +78,14 @@ def test_postgres_down_changes_503_reads_go_on_and_it_comes_back(
 
 
 async def test_a_postgres_crash_mid_load_loses_nothing_acknowledged(
-    daemon_proc_factory: Callable[..., DaemonProcess], own_server: PostgresServer,
+    daemon_proc_factory: Callable[..., DaemonProcess],
+    own_server: PostgresServer,
     tmp_path: Path,
 ) -> None:
     url = own_server.create_database()
     d = daemon_proc_factory(config={"session_store_url": url, "node_id": "a"})
     # Crash (immediate: no checkpoint, WAL recovery at start) once 150 turns were answered.
-    stats = run_burst_until(d, tmp_path / "acks.txt", 150,
-                            lambda: own_server.stop("immediate"))
+    stats = run_burst_until(d, tmp_path / "acks.txt", 150, lambda: own_server.stop("immediate"))
     acked = read_acks(tmp_path / "acks.txt")
     assert sum(acked.values()) == stats["acked"] >= 150
     own_server.start()

@@ -16,15 +16,22 @@ async def test_original_events_round_trip(daemon_proc) -> None:
         assert await c.health() == {"status": "running", "sessions_count": 0}
         listed = await c.list_events()
         specs = listed["events"]
-        assert set(specs) == {"turn_start", "turn_end", "snapshot_restore", "session_map",
-                              "session_close", "session_suspend", "session_fork",
-                              "session_fork_end", "health"}
-        for name in ("list_events", "list_sessions", "chunk_info", "chunk_evict",
-                     "backend_query"):
+        assert set(specs) == {
+            "turn_start",
+            "turn_end",
+            "snapshot_restore",
+            "session_map",
+            "session_close",
+            "session_suspend",
+            "session_fork",
+            "session_fork_end",
+            "health",
+        }
+        for name in ("list_events", "list_sessions", "chunk_info", "chunk_evict", "backend_query"):
             assert name in listed["admin_events"]
         assert specs["turn_end"]["required"] == ["session_id", "kv_transfer_params"]
         assert await c.turn_start("s") == {"prefetch_sent": False, "prefetch_count": 0}
-        end = await c.turn_end("s", {"chunk_hashes": ["-1a", "2b", 0x3c]})
+        end = await c.turn_end("s", {"chunk_hashes": ["-1a", "2b", 0x3C]})
         assert end == {"evicted_count": 0, "map_updated": True, "debug_written": False}
         assert await c.session_map("s") == {"session_id": "s", "chunk_hashes": ["-1a", "2b", "3c"]}
         assert await c.session_fork("s") == {"forked": True, "fork_id": 1}
@@ -73,8 +80,14 @@ async def test_admin_events(daemon_proc) -> None:
         page = await c.list_sessions(limit=1, offset=1)
         assert page["total"] == 2 and len(page["sessions"]) == 1
         row = (await c.list_sessions())["sessions"][0]
-        assert set(row) >= {"session_id", "state", "turn_count", "chunk_count", "fork_holds",
-                            "last_event_ts"}
+        assert set(row) >= {
+            "session_id",
+            "state",
+            "turn_count",
+            "chunk_count",
+            "fork_holds",
+            "last_event_ts",
+        }
         info = await c.chunk_info(["22"])
         assert info["chunks"]["22"]["refcount"] == 2
         assert sorted(info["chunks"]["22"]["holders"]) == ["a", "b"]
@@ -95,8 +108,7 @@ async def test_errors_carry_the_daemons_text(daemon_proc) -> None:
         with pytest.raises(RamAKvError, match="unknown event type"):
             await c.send({"type": "no_such_event"})
         env = await c.raw({"type": "session_map", "session_id": "nobody"})
-        assert env == {"ok": False, "type": "session_map",
-                       "error": "session 'nobody' not found"}
+        assert env == {"ok": False, "type": "session_map", "error": "session 'nobody' not found"}
 
 
 async def test_unreachable_daemon_raises_daemon_unavailable(daemon_proc) -> None:

@@ -73,7 +73,9 @@ def test_per_session_order_under_concurrency(daemon_proc) -> None:
     for sid, firsts in seen.items():
         assert firsts == [f"{k:x}" for k in range(turns)], sid
     assert daemon_proc.event("session_map", session_id="t3s3")["data"]["chunk_hashes"] == [
-        f"t3s3-{turns - 1:x}", "5a"]
+        f"t3s3-{turns - 1:x}",
+        "5a",
+    ]
 
 
 def test_daemon_down_never_raises_and_counts_drops(unused_tcp_port: int) -> None:
@@ -119,8 +121,7 @@ def test_a_turn_end_without_a_list_is_dropped_not_sent(daemon_proc) -> None:
     sdk.turn_end("s")
     assert sdk.flush(10)
     assert sdk.stats()["sent"] == 1 and sdk.stats()["failed"] == 3
-    assert daemon_proc.event("session_map", session_id="s")["data"]["chunk_hashes"] == [
-        "a1", "b2"]
+    assert daemon_proc.event("session_map", session_id="s")["data"]["chunk_hashes"] == ["a1", "b2"]
 
 
 def test_flush_waits_for_delivery(daemon_proc) -> None:
@@ -209,7 +210,9 @@ def test_restore_from_another_session_waits_for_its_events(daemon_proc) -> None:
     assert sdk.flush(10)
     assert sdk.stats()["failed"] == 0
     assert daemon_proc.event("session_map", session_id="dst")["data"]["chunk_hashes"] == [
-        "13", "ab"]
+        "13",
+        "ab",
+    ]
 
 
 def test_events_made_during_a_restart_are_delivered_in_order(daemon_proc) -> None:
@@ -230,8 +233,9 @@ def test_events_made_during_a_restart_are_delivered_in_order(daemon_proc) -> Non
     assert st["sent"] >= 7 and st["sent"] + st["dropped_unavailable"] == 12
     assert st["failed"] == 0
     rows = daemon_proc.event("list_sessions")["data"]["sessions"]
-    assert rows == [{**rows[0], "session_id": "r", "turn_count": 6, "chunk_count": 1,
-                     "fork_holds": 1}]
+    assert rows == [
+        {**rows[0], "session_id": "r", "turn_count": 6, "chunk_count": 1, "fork_holds": 1}
+    ]
     assert daemon_proc.event("session_map", session_id="r")["data"]["chunk_hashes"] == ["a5"]
 
 

@@ -5,10 +5,20 @@ from __future__ import annotations
 import subprocess
 import sys
 
-MODULES = ("ramakv_sdk", "ramakv_sdk.client", "ramakv_sdk.trace", "ramakv_sdk.config",
-           "ramakv_sdk.global_client", "ramakv_sdk.sender", "ramakv_sdk.events",
-           "ramakv_sdk.results", "ramakv_sdk.errors", "ramakv_sdk.kvparams", "ramakv_sdk.cli",
-           "ramakv_sdk.proxy")
+MODULES = (
+    "ramakv_sdk",
+    "ramakv_sdk.client",
+    "ramakv_sdk.trace",
+    "ramakv_sdk.config",
+    "ramakv_sdk.global_client",
+    "ramakv_sdk.sender",
+    "ramakv_sdk.events",
+    "ramakv_sdk.results",
+    "ramakv_sdk.errors",
+    "ramakv_sdk.kvparams",
+    "ramakv_sdk.cli",
+    "ramakv_sdk.proxy",
+)
 
 
 def test_sdk_imports_neither_textual_nor_the_daemon() -> None:

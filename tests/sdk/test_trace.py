@@ -141,7 +141,12 @@ async def test_slow_close_4008_resumes_from_last_seq(unused_tcp_port) -> None:
             async with c.subscribe_trace() as sub:
                 kinds = [await next_msg(sub) for _ in range(5)]
         assert [m["kind"] for m in kinds] == [
-            "snapshot", "event", "disconnected", "reconnected", "event"]
+            "snapshot",
+            "event",
+            "disconnected",
+            "reconnected",
+            "event",
+        ]
         assert kinds[2]["code"] == 4008 and kinds[2]["reason"] == "subscriber too slow"
         assert kinds[3]["since"] == 6 and kinds[4]["seq"] == 7
         assert queries == [{"protocol": "2"}, {"protocol": "2", "since": "6"}]

@@ -33,5 +33,3 @@ async def home(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[
 async def store(home: StoreHome) -> SessionStore:
     """An opened store on a fresh, empty home."""
     return await home.opened()
-
-

@@ -32,7 +32,8 @@ async def test_a_failed_write_changes_nothing(home: StoreHome) -> None:
         {"kept": BEFORE, "gone": Session("gone", ("g",))},
         outbox_add=[(1, "", [("a", "delete")])],
         event_ids=[("e-old", '{"ok": true}', 1.0, "dig")],
-        forks={1: fork}, next_fork_id=2,
+        forks={1: fork},
+        next_fork_id=2,
     )
     with pytest.raises(StoreError):
         await _everything_then_a_duplicate_row(store)
@@ -43,7 +44,8 @@ async def test_a_failed_write_changes_nothing(home: StoreHome) -> None:
 
 async def _check_unchanged(seen: SessionStore, fork: Fork) -> None:
     assert sorted(await seen.load_all(), key=lambda s: s.session_id) == [
-        Session("gone", ("g",)), BEFORE,
+        Session("gone", ("g",)),
+        BEFORE,
     ]
     assert await seen.load_outbox() == [(1, "", [("a", "delete")])]
     assert await seen.load_event_ids(10) == [("e-old", '{"ok": true}', "dig")]

@@ -34,15 +34,23 @@ async def test_a_row_added_and_done_in_one_write_is_gone(store: SessionStore) ->
 
 async def test_answers_round_trip_newest_kept_oldest_first(home: StoreHome) -> None:
     store = await home.opened()
-    await store.write({}, event_ids=[("e1", '{"ok": true, "n": 1}', 1.0, "d1"),
-                                     ("e2", '{"ok": true, "n": 2}', 2.0, "d2")])
+    await store.write(
+        {},
+        event_ids=[
+            ("e1", '{"ok": true, "n": 1}', 1.0, "d1"),
+            ("e2", '{"ok": true, "n": 2}', 2.0, "d2"),
+        ],
+    )
     await store.write({}, event_ids=[("e3", '{"ok": false}', 3.0, "")])
     assert await store.load_event_ids(10) == [
-        ("e1", '{"ok": true, "n": 1}', "d1"), ("e2", '{"ok": true, "n": 2}', "d2"),
+        ("e1", '{"ok": true, "n": 1}', "d1"),
+        ("e2", '{"ok": true, "n": 2}', "d2"),
         ("e3", '{"ok": false}', ""),
     ]
-    assert await store.load_event_ids(2) == [("e2", '{"ok": true, "n": 2}', "d2"),
-                                             ("e3", '{"ok": false}', "")]
+    assert await store.load_event_ids(2) == [
+        ("e2", '{"ok": true, "n": 2}', "d2"),
+        ("e3", '{"ok": false}', ""),
+    ]
     await store.close()
     assert len(await (await home.opened()).load_event_ids(10)) == 3
 
@@ -54,8 +62,9 @@ async def test_an_answer_written_again_replaces_the_old_one(store: SessionStore)
 
 
 async def test_pruning_forgets_answers_older_than_the_cut(store: SessionStore) -> None:
-    await store.write({}, event_ids=[("old", "{}", 1.0, ""), ("cut", "{}", 5.0, ""),
-                                     ("new", "{}", 9.0, "")])
+    await store.write(
+        {}, event_ids=[("old", "{}", 1.0, ""), ("cut", "{}", 5.0, ""), ("new", "{}", 9.0, "")]
+    )
     await store.write({}, prune_event_ids_before=5.0)
     assert [e[0] for e in await store.load_event_ids(10)] == ["cut", "new"]
 

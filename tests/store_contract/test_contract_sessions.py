@@ -22,7 +22,7 @@ async def test_a_fresh_store_is_empty(store: SessionStore) -> None:
 async def test_every_field_of_a_session_round_trips(home: StoreHome) -> None:
     store = await home.opened()
     s = Session(
-        session_id="sess-ü/1 \"quoted\"",
+        session_id='sess-ü/1 "quoted"',
         chunk_hashes=("h1", "h2", "h1", "ha\u0301sh", "x" * 100),  # repeats kept, in order
         turn_count=2**40,
         suspended=True,

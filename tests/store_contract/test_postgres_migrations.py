@@ -30,7 +30,8 @@ async def test_a_fresh_database_gets_every_version(postgres_server: PostgresServ
 
 
 async def test_an_older_database_is_migrated_and_keeps_its_rows(
-    postgres_server: PostgresServer, monkeypatch: pytest.MonkeyPatch,
+    postgres_server: PostgresServer,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     url = postgres_server.create_database()
     monkeypatch.setattr(postgres_schema, "MIGRATIONS", postgres_schema.MIGRATIONS[:1])
@@ -65,8 +66,9 @@ async def test_a_newer_schema_is_refused(postgres_server: PostgresServer) -> Non
 
 async def test_an_unreachable_server_is_a_store_error() -> None:
     with pytest.raises(StoreError, match="cannot open session store"):
-        await PostgresSessionStore("postgresql://nobody@127.0.0.1:1/x", "n",
-                                   connect_timeout_s=2).open()
+        await PostgresSessionStore(
+            "postgresql://nobody@127.0.0.1:1/x", "n", connect_timeout_s=2
+        ).open()
 
 
 async def test_a_fork_id_another_node_holds_is_never_overwritten(

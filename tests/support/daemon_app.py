@@ -107,7 +107,8 @@ class DaemonClient:
             # The manager's bookkeeping of suspended sessions' chunks, whatever it is called.
             "parked": {
                 name: copy.copy(getattr(m, name))
-                for name in ("parked", "demoted") if hasattr(m, name)
+                for name in ("parked", "demoted")
+                if hasattr(m, name)
             },
             "db": db_rows(self.config.session_store_path),
         }
@@ -129,7 +130,8 @@ def db_rows(path: str) -> dict[str, Any]:
     try:
         tables = {r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type='table'")}
         out: dict[str, Any] = {
-            "sessions": sorted(con.execute("SELECT * FROM sessions")) if "sessions" in tables
+            "sessions": sorted(con.execute("SELECT * FROM sessions"))
+            if "sessions" in tables
             else []
         }
         if "session_state" in tables:
@@ -170,7 +172,9 @@ def start_daemon(aiohttp_client: Any, make_config: Callable[..., Config]) -> Sta
     """
 
     async def start(
-        config: Config | None = None, store: Any = None, backend: Any = None,
+        config: Config | None = None,
+        store: Any = None,
+        backend: Any = None,
         clock: Callable[[], float] | None = None,
     ) -> DaemonClient:
         extra = {"clock": clock} if clock is not None else {}

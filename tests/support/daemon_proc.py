@@ -140,9 +140,14 @@ class DaemonProcess:
     def command(self) -> list[str]:
         """The argv the daemon is started with."""
         return [
-            sys.executable, "-m", "ramakv_daemon", *(["--noop"] if self.noop else []),
-            "--listen", f"{self.host}:{self.port}",
-            "--store", str(self.store),
+            sys.executable,
+            "-m",
+            "ramakv_daemon",
+            *(["--noop"] if self.noop else []),
+            "--listen",
+            f"{self.host}:{self.port}",
+            "--store",
+            str(self.store),
             *(["--config", str(self.config_path)] if self.config_flag else []),
             *self.extra_args,
         ]
@@ -166,8 +171,12 @@ class DaemonProcess:
                 log.write(f"---- start #{self.starts + 1}: {' '.join(self.command())}\n".encode())
                 log.flush()
                 self.proc = subprocess.Popen(
-                    self.command(), stdout=log, stderr=subprocess.STDOUT, env=env,
-                    cwd=str(self.workdir), start_new_session=True,
+                    self.command(),
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                    env=env,
+                    cwd=str(self.workdir),
+                    start_new_session=True,
                 )
             self.starts += 1
             if self._wait_healthy(timeout):
@@ -282,8 +291,9 @@ async def trace_snapshot(url: str, session: str | None = None) -> dict[str, Any]
                 part = await ws.receive_json(timeout=10)
                 ids += [row["session_id"] for row in part["sessions"]]
                 # closed parents whose forks are still open: read like sessions
-                ids += [f["session_id"] for f in part.get("forks", ())
-                        if f["session_id"] not in ids]
+                ids += [
+                    f["session_id"] for f in part.get("forks", ()) if f["session_id"] not in ids
+                ]
                 if part["last"]:
                     break
 
@@ -299,17 +309,29 @@ async def trace_snapshot(url: str, session: str | None = None) -> dict[str, Any]
         for sid in ids:
             rows: list[dict[str, Any]] = []
             while True:
-                page = await ask({"type": "session_chunks", "session_id": sid,
-                                  "offset": len(rows), "limit": 1000, "forks": True})
+                page = await ask(
+                    {
+                        "type": "session_chunks",
+                        "session_id": sid,
+                        "offset": len(rows),
+                        "limit": 1000,
+                        "forks": True,
+                    }
+                )
                 rows += page["chunks"]
                 if len(rows) >= page["total"]:
                     break
             hashes = [r["hash"] for r in rows]
             forks.update((str(f["fork_id"]), f) for f in page["forks"])
             if page["state"] != "closed":
-                sessions[sid] = {"session_id": sid, "state": page["state"],
-                                 "turn_count": page["turn_count"], "chunk_hashes": hashes,
-                                 "fork_holds": page["fork_holds"], "forks": page["forks"]}
+                sessions[sid] = {
+                    "session_id": sid,
+                    "state": page["state"],
+                    "turn_count": page["turn_count"],
+                    "chunk_hashes": hashes,
+                    "fork_holds": page["fork_holds"],
+                    "forks": page["forks"],
+                }
             if page["state"] == "active":
                 held.update(hashes)
             for hold in page["fork_holds"]:
@@ -318,10 +340,14 @@ async def trace_snapshot(url: str, session: str | None = None) -> dict[str, Any]
         every = sorted(held)
         for i in range(0, len(every), 1000):
             info = await ask({"type": "chunk_info", "chunk_hashes": every[i : i + 1000]})
-            refcounts.update((h, c["refcount"]) for h, c in info["chunks"].items()
-                             if c["refcount"])
-    return {"kind": "snapshot", "seq": header["seq"], "sessions": sessions,
-            "refcounts": refcounts, "forks": forks}
+            refcounts.update((h, c["refcount"]) for h, c in info["chunks"].items() if c["refcount"])
+    return {
+        "kind": "snapshot",
+        "seq": header["seq"],
+        "sessions": sessions,
+        "refcounts": refcounts,
+        "forks": forks,
+    }
 
 
 @pytest.fixture

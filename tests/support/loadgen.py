@@ -31,7 +31,11 @@ from pathlib import Path
 from typing import Any
 
 WRITE_TYPES = (
-    "turn_end", "session_fork", "session_fork_end", "session_suspend", "session_close",
+    "turn_end",
+    "session_fork",
+    "session_fork_end",
+    "session_suspend",
+    "session_close",
     "snapshot_restore",
 )
 
@@ -109,8 +113,13 @@ def model_to_json(model: Model) -> dict[str, Any]:
 def model_from_json(data: dict[str, Any]) -> Model:
     """Inverse of :func:`model_to_json`."""
     return {
-        sid: SessionModel(list(v["chunk_hashes"]), int(v["turn_count"]), bool(v["suspended"]),
-                          [list(h) for h in v["fork_holds"]], bool(v.get("closed")))
+        sid: SessionModel(
+            list(v["chunk_hashes"]),
+            int(v["turn_count"]),
+            bool(v["suspended"]),
+            [list(h) for h in v["fork_holds"]],
+            bool(v.get("closed")),
+        )
         for sid, v in data.items()
     }
 
@@ -140,12 +149,19 @@ def next_event(
             hashes = [hexed(h) for h in hashes]
         if s is not None and rng.random() < 0.5:
             hashes = s.chunk_hashes[: rng.randrange(len(s.chunk_hashes) + 1)] + hashes
-        return {"type": "turn_end", "session_id": sid,
-                "kv_transfer_params": {"chunk_hashes": hashes[:60]}}
+        return {
+            "type": "turn_end",
+            "session_id": sid,
+            "kv_transfer_params": {"chunk_hashes": hashes[:60]},
+        }
     choices = [
-        ("session_fork", 0.12), ("session_fork_end", 0.12 if s.fork_holds else 0.02),
-        ("session_suspend", 0.08), ("snapshot_restore", 0.08 if s.suspended else 0.02),
-        ("session_close", 0.05), ("turn_start", 0.08), ("session_map", 0.05),
+        ("session_fork", 0.12),
+        ("session_fork_end", 0.12 if s.fork_holds else 0.02),
+        ("session_suspend", 0.08),
+        ("snapshot_restore", 0.08 if s.suspended else 0.02),
+        ("session_close", 0.05),
+        ("turn_start", 0.08),
+        ("session_map", 0.05),
     ]
     total = sum(w for _, w in choices)
     pick = rng.random() * total
@@ -202,7 +218,13 @@ async def _send(http: Any, url: str, event: dict[str, Any], timeout: float) -> d
 
 
 async def worker(
-    run: Run, http: Any, url: str, sid: str, seed: int, prefix: str, timeout: float,
+    run: Run,
+    http: Any,
+    url: str,
+    sid: str,
+    seed: int,
+    prefix: str,
+    timeout: float,
     hex_hashes: bool = False,
 ) -> None:
     """Drive one session, one event at a time."""
@@ -257,22 +279,35 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
     import aiohttp
 
     state = json.loads(Path(args.state_in).read_text()) if args.state_in else {}
-    run = Run(model_from_json(state), args.mode, time.monotonic() + args.duration,
-              args.max_events, args.rate)
+    run = Run(
+        model_from_json(state),
+        args.mode,
+        time.monotonic() + args.duration,
+        args.max_events,
+        args.rate,
+    )
     started = time.monotonic()
     connector = aiohttp.TCPConnector(limit=args.sessions + 4)
     async with aiohttp.ClientSession(connector=connector) as http:
-        await asyncio.gather(*(
-            worker(run, http, args.url, sid, args.seed, args.prefix, args.timeout, args.hex)
-            for sid in session_ids(args.sessions)
-        ))
+        await asyncio.gather(
+            *(
+                worker(run, http, args.url, sid, args.seed, args.prefix, args.timeout, args.hex)
+                for sid in session_ids(args.sessions)
+            )
+        )
     lat = sorted(run.latencies) or [0.0]
     return {
-        "sent": run.sent, "acked": run.acked, "acked_writes": run.acked_writes,
-        "failed_expected": run.failed_expected, "retries": run.retries,
-        "mismatches": run.mismatches[:20], "pending": run.pending,
-        "model": model_to_json(run.model), "seconds": time.monotonic() - started,
-        "p50_ms": lat[len(lat) // 2] * 1000, "p99_ms": lat[int(len(lat) * 0.99)] * 1000,
+        "sent": run.sent,
+        "acked": run.acked,
+        "acked_writes": run.acked_writes,
+        "failed_expected": run.failed_expected,
+        "retries": run.retries,
+        "mismatches": run.mismatches[:20],
+        "pending": run.pending,
+        "model": model_to_json(run.model),
+        "seconds": time.monotonic() - started,
+        "p50_ms": lat[len(lat) // 2] * 1000,
+        "p99_ms": lat[int(len(lat) * 0.99)] * 1000,
     }
 
 

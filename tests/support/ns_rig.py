@@ -38,8 +38,7 @@ def ident(**over: Any) -> dict[str, Any]:
     return base
 
 
-def config(tmp_path: Path, deployments: list[dict[str, Any]] | None = None,
-           **top: Any) -> Config:
+def config(tmp_path: Path, deployments: list[dict[str, Any]] | None = None, **top: Any) -> Config:
     """A Config parsed from TOML-shaped data (so the parser is exercised too)."""
     data: dict[str, Any] = {"session_store_path": str(tmp_path / "sessions.db"), **top}
     if deployments is not None:
@@ -91,8 +90,11 @@ class Rig:
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout
         while loop.time() < deadline:
-            busy = [ns.dispatcher for ns in self.svc.namespaces
-                    if ns.dispatcher._tasks or (ns.delivers and ns.dispatcher.backlog)]
+            busy = [
+                ns.dispatcher
+                for ns in self.svc.namespaces
+                if ns.dispatcher._tasks or (ns.delivers and ns.dispatcher.backlog)
+            ]
             if not busy:
                 return
             await asyncio.sleep(0.01)

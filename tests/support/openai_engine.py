@@ -75,25 +75,33 @@ class StandInEngine:
 
     async def completions(self, request: web.Request) -> web.StreamResponse:
         body = await request.json()
-        self.requests.append({"path": request.path, "headers": dict(request.headers),
-                              "body": body})
+        self.requests.append({"path": request.path, "headers": dict(request.headers), "body": body})
         status = int(request.headers.get("X-Engine-Status", "200"))
         if status != 200:
             return web.json_response(
-                {"error": {"message": "stand-in failure", "type": "server_error",
-                           "code": status}}, status=status)
+                {"error": {"message": "stand-in failure", "type": "server_error", "code": status}},
+                status=status,
+            )
         params = self.kv_params(body, request.headers.get("X-Engine-Params", ""))
         chat = request.path.endswith("/chat/completions")
         if body.get("stream"):
             delay = float(request.headers.get("X-Engine-Delay", "0"))
             return await self._stream(request, chat, delay)
         answer: dict[str, Any] = {
-            "id": "cmpl-standin", "object": "chat.completion" if chat else "text_completion",
-            "created": int(time.time()), "model": body.get("model", MODEL),
+            "id": "cmpl-standin",
+            "object": "chat.completion" if chat else "text_completion",
+            "created": int(time.time()),
+            "model": body.get("model", MODEL),
             "choices": [
-                {"index": 0, "finish_reason": "stop",
-                 **({"message": {"role": "assistant", "content": self.reply}} if chat
-                    else {"text": self.reply})}
+                {
+                    "index": 0,
+                    "finish_reason": "stop",
+                    **(
+                        {"message": {"role": "assistant", "content": self.reply}}
+                        if chat
+                        else {"text": self.reply}
+                    ),
+                }
             ],
             "usage": {"prompt_tokens": 10, "completion_tokens": 7, "total_tokens": 17},
         }
@@ -104,17 +112,18 @@ class StandInEngine:
     async def tokenize(self, request: web.Request) -> web.Response:
         """vLLM's /tokenize: the prompt's token ids, nothing generated."""
         body = await request.json()
-        self.requests.append({"path": request.path, "headers": dict(request.headers),
-                              "body": body})
+        self.requests.append({"path": request.path, "headers": dict(request.headers), "body": body})
         if request.headers.get("X-Engine-Params") == "none":
             return web.json_response({"detail": "Not Found"}, status=404)
         tokens = tokens_of(prompt_of(body))
-        return web.json_response({"count": len(tokens), "max_model_len": 4096,
-                                  "tokens": tokens, "token_strs": None})
+        return web.json_response(
+            {"count": len(tokens), "max_model_len": 4096, "tokens": tokens, "token_strs": None}
+        )
 
     async def _stream(self, request: web.Request, chat: bool, delay: float) -> web.StreamResponse:
-        out = web.StreamResponse(headers={"Content-Type": "text/event-stream",
-                                          "Cache-Control": "no-cache"})
+        out = web.StreamResponse(
+            headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
+        )
         await out.prepare(request)
         kind = "chat.completion.chunk" if chat else "text_completion"
 
@@ -124,8 +133,13 @@ class StandInEngine:
                 choice["delta"] = {} if piece is None else {"content": piece}
             else:
                 choice["text"] = piece or ""
-            return {"id": "cmpl-standin", "object": kind, "created": int(time.time()),
-                    "model": MODEL, "choices": [choice]}
+            return {
+                "id": "cmpl-standin",
+                "object": kind,
+                "created": int(time.time()),
+                "model": MODEL,
+                "choices": [choice],
+            }
 
         for word in self.reply.split(" "):
             await out.write(f"data: {json.dumps(chunk(word + ' '))}\n\n".encode())
@@ -142,11 +156,21 @@ class StandInEngine:
 
     async def echo(self, request: web.Request) -> web.Response:
         body = await request.read()
-        self.requests.append({"path": request.path, "headers": dict(request.headers),
-                              "body": body.decode("utf-8", "replace")})
+        self.requests.append(
+            {
+                "path": request.path,
+                "headers": dict(request.headers),
+                "body": body.decode("utf-8", "replace"),
+            }
+        )
         return web.json_response(
-            {"method": request.method, "path": request.path, "raw_path": request.raw_path,
-             "headers": dict(request.headers), "body": body.decode("utf-8", "replace")},
+            {
+                "method": request.method,
+                "path": request.path,
+                "raw_path": request.raw_path,
+                "headers": dict(request.headers),
+                "body": body.decode("utf-8", "replace"),
+            },
             headers={"X-Engine-Echo": "1"},
         )
 

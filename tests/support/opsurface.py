@@ -122,7 +122,8 @@ StartDaemon = Callable[..., Awaitable[Daemon]]
 
 @pytest.fixture
 def start_daemon(
-    aiohttp_client: Any, make_config: Callable[..., Config]  # noqa: F811 (the fixture above)
+    aiohttp_client: Any,
+    make_config: Callable[..., Config],  # noqa: F811 (the fixture above)
 ) -> StartDaemon:
     """``await start_daemon(backend=None, **config_overrides)``: an in-process daemon."""
 

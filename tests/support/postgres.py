@@ -34,8 +34,10 @@ def find_bindir() -> Path | None:
     found = shutil.which("pg_ctl")
     if found:
         return Path(found).resolve().parent  # Debian links pg_ctl alone into PATH
-    installs = sorted(glob.glob("/usr/lib/postgresql/*/bin/pg_ctl"),
-                      key=lambda p: int(Path(p).parts[-3]) if Path(p).parts[-3].isdigit() else 0)
+    installs = sorted(
+        glob.glob("/usr/lib/postgresql/*/bin/pg_ctl"),
+        key=lambda p: int(Path(p).parts[-3]) if Path(p).parts[-3].isdigit() else 0,
+    )
     return Path(installs[-1]).parent if installs else None
 
 
@@ -68,16 +70,39 @@ class PostgresServer:
         if self.as_root:
             shutil.chown(self.root, SERVER_USER, SERVER_USER)
         self.root.chmod(0o700)
-        self._run("initdb", "-D", str(self.data), "-U", "postgres", "--auth=trust",
-                  "-E", "UTF8", "--locale=C", "--no-sync")
+        self._run(
+            "initdb",
+            "-D",
+            str(self.data),
+            "-U",
+            "postgres",
+            "--auth=trust",
+            "-E",
+            "UTF8",
+            "--locale=C",
+            "--no-sync",
+        )
 
     def start(self) -> None:
         """Start on ``port`` (loopback only) and wait until it accepts connections."""
-        opts = (f"-c listen_addresses=127.0.0.1 -c port={self.port} "
-                f"-c unix_socket_directories={self.root} -c fsync=on -c max_connections=200")
-        done = self._run("pg_ctl", "-D", str(self.data), "-l", str(self.log_path),
-                         "-o", opts, "-w", "-t", str(int(START_TIMEOUT_S)), "start",
-                         check=False)
+        opts = (
+            f"-c listen_addresses=127.0.0.1 -c port={self.port} "
+            f"-c unix_socket_directories={self.root} -c fsync=on -c max_connections=200"
+        )
+        done = self._run(
+            "pg_ctl",
+            "-D",
+            str(self.data),
+            "-l",
+            str(self.log_path),
+            "-o",
+            opts,
+            "-w",
+            "-t",
+            str(int(START_TIMEOUT_S)),
+            "start",
+            check=False,
+        )
         if done.returncode != 0:
             raise RuntimeError(f"pg_ctl start failed: {done.stdout}{done.stderr}\n{self.log()}")
         self.wait_ready()
@@ -88,7 +113,8 @@ class PostgresServer:
         while True:
             ready = subprocess.run(
                 [str(self.bindir / "pg_isready"), "-h", "127.0.0.1", "-p", str(self.port)],
-                capture_output=True, text=True,
+                capture_output=True,
+                text=True,
             )
             if ready.returncode == 0:
                 return
@@ -112,10 +138,24 @@ class PostgresServer:
         self._databases += 1
         name = f"t{os.getpid()}_{self._databases}"
         subprocess.run(
-            [str(self.bindir / "psql"), "-h", "127.0.0.1", "-p", str(self.port), "-U",
-             "postgres", "-d", "postgres", "-v", "ON_ERROR_STOP=1", "-qc",
-             f"CREATE DATABASE {name}"],
-            check=True, capture_output=True, text=True,
+            [
+                str(self.bindir / "psql"),
+                "-h",
+                "127.0.0.1",
+                "-p",
+                str(self.port),
+                "-U",
+                "postgres",
+                "-d",
+                "postgres",
+                "-v",
+                "ON_ERROR_STOP=1",
+                "-qc",
+                f"CREATE DATABASE {name}",
+            ],
+            check=True,
+            capture_output=True,
+            text=True,
         )
         return self.url(name)
 
@@ -134,8 +174,10 @@ def start_server() -> PostgresServer:
     """A started throw-away server, or pytest.skip naming why there cannot be one."""
     bindir = find_bindir()
     if bindir is None:
-        pytest.skip("PostgreSQL is not installed (no pg_ctl; `.ci/run` installs it with "
-                    "apt-get install postgresql)")
+        pytest.skip(
+            "PostgreSQL is not installed (no pg_ctl; `.ci/run` installs it with "
+            "apt-get install postgresql)"
+        )
     server = PostgresServer(bindir)
     try:
         server.init()

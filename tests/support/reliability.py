@@ -29,15 +29,10 @@ def db_model(path: Path | str) -> Model:
             "SELECT s.session_id, s.map_json, s.turn_count, st.suspended "
             "FROM sessions s LEFT JOIN session_state st ON st.session_id = s.session_id"
         ).fetchall()
-        forks = con.execute(
-            "SELECT session_id, hashes_json FROM forks ORDER BY fork_id"
-        ).fetchall()
+        forks = con.execute("SELECT session_id, hashes_json FROM forks ORDER BY fork_id").fetchall()
     finally:
         con.close()
-    out = {
-        sid: SessionModel(json.loads(m), int(tc), bool(susp))
-        for sid, m, tc, susp in rows
-    }
+    out = {sid: SessionModel(json.loads(m), int(tc), bool(susp)) for sid, m, tc, susp in rows}
     for sid, hashes in forks:
         s = out.setdefault(sid, SessionModel(closed=True))
         s.fork_holds.append(json.loads(hashes))
@@ -58,8 +53,7 @@ def db_outbox(path: Path | str) -> dict[str, str]:
 def as_sessions(model: Model) -> list[Session]:
     """Core Session values for :func:`recompute_refcounts`."""
     return [
-        Session(sid, tuple(s.chunk_hashes), s.turn_count, s.suspended)
-        for sid, s in model.items()
+        Session(sid, tuple(s.chunk_hashes), s.turn_count, s.suspended) for sid, s in model.items()
     ]
 
 
@@ -74,8 +68,12 @@ def model_refcounts(model: Model) -> dict[str, int]:
 def snapshot_model(snapshot: dict[str, Any]) -> Model:
     """The sessions of a trace snapshot as a model."""
     out = {
-        sid: SessionModel(list(s["chunk_hashes"]), int(s["turn_count"]),
-                          s["state"] == "suspended", [list(h) for h in s["fork_holds"]])
+        sid: SessionModel(
+            list(s["chunk_hashes"]),
+            int(s["turn_count"]),
+            s["state"] == "suspended",
+            [list(h) for h in s["fork_holds"]],
+        )
         for sid, s in snapshot["sessions"].items()
     }
     for f in sorted(snapshot.get("forks", {}).values(), key=lambda f: f["fork_id"]):
@@ -158,9 +156,16 @@ class FakeLMCacheProcess:
         """Start and wait until it answers."""
         with open(self.log_path, "ab") as log:
             self.proc = subprocess.Popen(
-                [sys.executable, str(TESTS_DIR / "fakes" / "lmcache_server.py"),
-                 "--port", str(self.port), *self.extra_args],
-                stdout=log, stderr=subprocess.STDOUT, cwd=str(REPO_ROOT),
+                [
+                    sys.executable,
+                    str(TESTS_DIR / "fakes" / "lmcache_server.py"),
+                    "--port",
+                    str(self.port),
+                    *self.extra_args,
+                ],
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                cwd=str(REPO_ROOT),
                 env={"PYTHONPATH": str(REPO_ROOT), "PATH": "/usr/bin:/bin"},
             )
         if not wait_for(self._up, 20):
@@ -194,8 +199,12 @@ class FakeLMCacheProcess:
 
     def evicted(self) -> list[str]:
         """Every hash received in an evict call (failed or not)."""
-        return [h for r in self.requests() if r["path"] == "/memory/evict"
-                for h in (r["body"] or {}).get("chunk_hashes", [])]
+        return [
+            h
+            for r in self.requests()
+            if r["path"] == "/memory/evict"
+            for h in (r["body"] or {}).get("chunk_hashes", [])
+        ]
 
 
 def daemon_state(service: Any) -> dict[str, Any]:
@@ -211,20 +220,50 @@ def daemon_state(service: Any) -> dict[str, Any]:
 
 
 def run_loadgen(
-    url: str, workdir: Path, model: Model, seed: int, *, mode: str = "stop",
-    duration: float = 20.0, max_events: int = 4000, rate: float = 0.0,
-    sessions: int = 12, hex_hashes: bool = False,
+    url: str,
+    workdir: Path,
+    model: Model,
+    seed: int,
+    *,
+    mode: str = "stop",
+    duration: float = 20.0,
+    max_events: int = 4000,
+    rate: float = 0.0,
+    sessions: int = 12,
+    hex_hashes: bool = False,
 ) -> subprocess.Popen[str]:
     """Start the load generator process on ``model``; it prints ``ready`` when under way."""
     state = workdir / f"state{seed}.json"
     state.write_text(json.dumps(model_to_json(model)))
     return subprocess.Popen(
-        [sys.executable, str(TESTS_DIR / "support" / "loadgen.py"), "--url", url,
-         "--out", str(workdir / f"result{seed}.json"), "--state-in", str(state),
-         "--sessions", str(sessions), "--seed", str(seed), "--prefix", f"r{seed}",
-         "--mode", mode, "--duration", str(duration), "--max-events", str(max_events),
-         "--rate", str(rate), *(["--hex"] if hex_hashes else [])],
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        [
+            sys.executable,
+            str(TESTS_DIR / "support" / "loadgen.py"),
+            "--url",
+            url,
+            "--out",
+            str(workdir / f"result{seed}.json"),
+            "--state-in",
+            str(state),
+            "--sessions",
+            str(sessions),
+            "--seed",
+            str(seed),
+            "--prefix",
+            f"r{seed}",
+            "--mode",
+            mode,
+            "--duration",
+            str(duration),
+            "--max-events",
+            str(max_events),
+            "--rate",
+            str(rate),
+            *(["--hex"] if hex_hashes else []),
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
     )
 
 

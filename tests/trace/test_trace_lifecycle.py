@@ -57,7 +57,8 @@ async def test_stalled_subscriber_is_dropped_and_events_keep_their_latency(
         during.append(await timed_turn_end(d, "s", i))
     # Latency while the stalled client backs up stays that of the baseline.
     assert statistics.median(during) < statistics.median(baseline) * 3 + 0.02, (
-        statistics.median(baseline), statistics.median(during),
+        statistics.median(baseline),
+        statistics.median(during),
     )
     assert max(during) < 1.0, max(during)
     assert len(d.service.trace.subscribers) == 1

@@ -40,7 +40,8 @@ async def check_state_matches_daemon(d: Daemon, state: dict[str, Any]) -> None:
             assert info[h]["refcount"] == state["refcounts"][h], h
     m = d.service.manager
     assert state["totals"] == {
-        "sessions": len(m.sessions), "chunks": len(m.refcounts),
+        "sessions": len(m.sessions),
+        "chunks": len(m.refcounts),
         "references": sum(m.refcounts.counts.values()),
     }
 
@@ -56,10 +57,20 @@ async def test_snapshot_then_deltas_reproduce_daemon_state(daemon: Daemon) -> No
     assert snap["kind"] == "snapshot" and snap["seq"] == 2 and snap["protocol"] == 2
     pre = snap["sessions"]["pre"]
     assert pre == {
-        "session_id": "pre", "state": "active", "turn_count": 1, "chunk_count": 5,
-        "shared_count": 0, "fork_holds": 1,  # its own fork's references are not sharing
-        "forks": [{"fork_id": 1, "session_id": "pre", "created_ts": pre["forks"][0]["created_ts"],
-                   "chunk_count": 5}],
+        "session_id": "pre",
+        "state": "active",
+        "turn_count": 1,
+        "chunk_count": 5,
+        "shared_count": 0,
+        "fork_holds": 1,  # its own fork's references are not sharing
+        "forks": [
+            {
+                "fork_id": 1,
+                "session_id": "pre",
+                "created_ts": pre["forks"][0]["created_ts"],
+                "chunk_count": 5,
+            }
+        ],
         "last_event_ts": pre["last_event_ts"],
     }
     assert snap["refcounts"] == {}  # never sent unfiltered: chunk_top pages them
@@ -69,13 +80,22 @@ async def test_snapshot_then_deltas_reproduce_daemon_state(daemon: Daemon) -> No
     await catch_up(d, ws, state)
 
     script: list[dict[str, Any]] = [
-        {"type": "turn_end", "session_id": "a",
-         "kv_transfer_params": {"chunk_hashes": [*shared, "a1", "a2", "a1"]}},
-        {"type": "turn_end", "session_id": "b",
-         "kv_transfer_params": {"chunk_hashes": [*shared, "b1"]}},
+        {
+            "type": "turn_end",
+            "session_id": "a",
+            "kv_transfer_params": {"chunk_hashes": [*shared, "a1", "a2", "a1"]},
+        },
+        {
+            "type": "turn_end",
+            "session_id": "b",
+            "kv_transfer_params": {"chunk_hashes": [*shared, "b1"]},
+        },
         {"type": "turn_start", "session_id": "a"},
-        {"type": "turn_end", "session_id": "pre",
-         "kv_transfer_params": {"chunk_hashes": [*shared, "pre-c"]}},
+        {
+            "type": "turn_end",
+            "session_id": "pre",
+            "kv_transfer_params": {"chunk_hashes": [*shared, "pre-c"]},
+        },
         {"type": "session_fork_end", "session_id": "pre"},
         {"type": "session_fork", "session_id": "b"},
         {"type": "turn_end", "session_id": "b", "kv_transfer_params": {"chunk_hashes": ["b9"]}},
@@ -112,11 +132,11 @@ async def test_snapshot_then_deltas_reproduce_daemon_state(daemon: Daemon) -> No
     fresh = await recv(ws2)
     assert fresh["seq"] == state["seq"]
     assert fresh["totals"] == state["totals"]
+
     # shared_count is computed when a session's summary is sent: others' later changes
     # can move it, so it is compared only through the fresh snapshot itself.
     def counts(sessions: dict[str, Any]) -> dict[str, Any]:
-        return {k: {f: v for f, v in s.items() if f != "shared_count"}
-                for k, s in sessions.items()}
+        return {k: {f: v for f, v in s.items() if f != "shared_count"} for k, s in sessions.items()}
 
     assert counts(fresh["sessions"]) == counts(state["sessions"])
     await ws.close()
@@ -155,8 +175,11 @@ async def test_seq_gap_free_under_500_concurrent_events(daemon: Daemon) -> None:
         sid = f"s{i % 40}"
         kind = i % 5
         if kind in (0, 1):
-            return {"type": "turn_end", "session_id": sid,
-                    "kv_transfer_params": {"chunk_hashes": ["shared", f"c{i % 7}", f"u{i}"]}}
+            return {
+                "type": "turn_end",
+                "session_id": sid,
+                "kv_transfer_params": {"chunk_hashes": ["shared", f"c{i % 7}", f"u{i}"]},
+            }
         if kind == 2:
             return {"type": "turn_start", "session_id": sid}
         if kind == 3:

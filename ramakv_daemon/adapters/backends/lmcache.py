@@ -44,6 +44,7 @@ class LMCacheBackend:
         self.timeout = timeout
         self.delete_locations = list(delete_locations) if delete_locations else None
         self.demote_locations = list(demote_locations) if demote_locations else None
+
         def client(connections: int) -> httpx.AsyncClient:
             return httpx.AsyncClient(
                 base_url=self.base_url,
@@ -64,7 +65,9 @@ class LMCacheBackend:
         if not hashes:
             return BackendResult(ok=True, status=0, detail="nothing to prefetch")
         result, _ = await self._post(
-            "/memory/prefetch", {"chunk_hashes": hashes, "lookup_id": tag}, len(hashes),
+            "/memory/prefetch",
+            {"chunk_hashes": hashes, "lookup_id": tag},
+            len(hashes),
             self._prefetch_client,
         )
         return result
@@ -82,8 +85,11 @@ class LMCacheBackend:
         return result
 
     async def evict_checked(
-        self, chunk_hashes: Sequence[str], mode: EvictMode,
-        recheck: Callable[[list[str]], list[str]], extra: dict | None = None,
+        self,
+        chunk_hashes: Sequence[str],
+        mode: EvictMode,
+        recheck: Callable[[list[str]], list[str]],
+        extra: dict | None = None,
     ) -> tuple[BackendResult, list[str], float]:
         """An evict whose hashes are decided at the moment the body is written.
 
@@ -134,8 +140,12 @@ class LMCacheBackend:
         await self._prefetch_client.aclose()
 
     async def _post(
-        self, path: str, payload: dict | None, count: int,
-        client: httpx.AsyncClient | None = None, stream: AsyncIterator[bytes] | None = None,
+        self,
+        path: str,
+        payload: dict | None,
+        count: int,
+        client: httpx.AsyncClient | None = None,
+        stream: AsyncIterator[bytes] | None = None,
     ) -> tuple[BackendResult, dict | None]:
         """One logged round trip; every failure becomes a not-ok BackendResult."""
         url = self.base_url + path
@@ -151,16 +161,18 @@ class LMCacheBackend:
         except (httpx.HTTPError, httpx.StreamError) as exc:
             ms = (time.perf_counter() - started) * 1000
             detail = f"{type(exc).__name__}: {exc}".rstrip(": ")
-            log.warning(
-                "POST %s count=%d status=0 ms=%.1f error=%s", url, count, ms, detail
-            )
+            log.warning("POST %s count=%d status=0 ms=%.1f error=%s", url, count, ms, detail)
             return BackendResult(ok=False, status=0, detail=detail), None
         ms = (time.perf_counter() - started) * 1000
         text = resp.text
         log_fn = log.info if resp.is_success else log.warning
         log_fn(
             "POST %s count=%d status=%d ms=%.1f response=%s",
-            url, count, resp.status_code, ms, text[:_LOG_BODY_MAX],
+            url,
+            count,
+            resp.status_code,
+            ms,
+            text[:_LOG_BODY_MAX],
         )
         try:
             body = json.loads(text) if text else None
