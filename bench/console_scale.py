@@ -30,14 +30,14 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from bench import dataset
 from bench.loadgen import run_load
 from bench.procs import free_port, wait_http
 
 ROOT = Path(__file__).resolve().parents[1]
 PROBE = Path(__file__).resolve().parent / "console_probe.py"
 PROBE_LOG = "/tmp/ramakv-console-probe.log"
-TARGETS = {"all_sessions_s": 3.0, "key_max_ms": 150.0, "peak_rss_mb": 300.0,
-           "trace_first_s": 1.0}
+TARGETS = {"all_sessions_s": 3.0, "key_max_ms": 150.0, "peak_rss_mb": 300.0, "trace_first_s": 1.0}
 
 
 def fast_maps(n: int, chunks: int) -> list[list[str]]:
@@ -58,37 +58,32 @@ def fast_maps(n: int, chunks: int) -> list[list[str]]:
 
 def write_store(path: Path, maps: list[list[str]], root: Path) -> None:
     """The daemon's schema (from ``root``'s code), every map an active session."""
-    code = ("import sys; sys.path.insert(0, sys.argv[1]);"
-            "from ramakv_daemon.adapters.sqlite_store import SCHEMA; print(SCHEMA)")
-    schema = subprocess.run([sys.executable, "-c", code, str(root)], check=True,
-                            capture_output=True, text=True).stdout
-    import sqlite3
-
-    con = sqlite3.connect(path)
-    try:
-        con.executescript(schema)
-        con.executemany(
-            "INSERT INTO sessions (session_id, map_json, turn_count) VALUES (?, ?, ?)",
-            ((f"sess-{i}", json.dumps(m), 3) for i, m in enumerate(maps)),
-        )
-        con.commit()
-    finally:
-        con.close()
+    code = (
+        "import sys; sys.path.insert(0, sys.argv[1]);"
+        "from ramakv_daemon.adapters.sqlite_store import SCHEMA; print(SCHEMA)"
+    )
+    schema = subprocess.run(
+        [sys.executable, "-c", code, str(root)], check=True, capture_output=True, text=True
+    ).stdout
+    dataset.write_store(path, maps, schema)
 
 
 def old_tree(ref: str, into: Path) -> Path:
     """``ref``'s files (read-only `git archive`; the main checkout is never touched)."""
     tar = into / "old.tar"
-    subprocess.run(["git", "archive", "--format=tar", "-o", str(tar), ref], cwd=ROOT,
-                   check=True)
+    subprocess.run(["git", "archive", "--format=tar", "-o", str(tar), ref], cwd=ROOT, check=True)
     with tarfile.open(tar) as t:
         t.extractall(into / "old", filter="data")
     return into / "old"
 
 
 def env_for(root: Path) -> dict[str, str]:
-    return {**os.environ, "PYTHONPATH": str(root), "PYTHONUNBUFFERED": "1",
-            "XDG_CONFIG_HOME": str(root / ".no-config")}
+    return {
+        **os.environ,
+        "PYTHONPATH": str(root),
+        "PYTHONUNBUFFERED": "1",
+        "XDG_CONFIG_HOME": str(root / ".no-config"),
+    }
 
 
 @contextlib.contextmanager
@@ -96,12 +91,15 @@ def daemon(root: Path, store: Path, tmp: Path) -> Iterator[tuple[int, float]]:
     """``root``'s daemon on ``store``; yields (port, start-up seconds)."""
     port = free_port()
     cfg = tmp / f"config-{port}.toml"
-    cfg.write_text(f'listen_addr = "127.0.0.1:{port}"\nnoop_backend = true\n'
-                   f'session_store_path = "{store}"\n')
+    cfg.write_text(
+        f'listen_addr = "127.0.0.1:{port}"\nnoop_backend = true\nsession_store_path = "{store}"\n'
+    )
     t0 = time.perf_counter()
     proc = subprocess.Popen(
         [sys.executable, "-m", "ramakv_daemon", "--config", str(cfg), "--log-level", "WARNING"],
-        cwd=root, env=env_for(root), stdout=subprocess.DEVNULL,
+        cwd=root,
+        env=env_for(root),
+        stdout=subprocess.DEVNULL,
         stderr=open(tmp / f"daemon-{port}.log", "w"),
     )
     try:
@@ -120,8 +118,12 @@ def trace_cli(root: Path, url: str, timeout: float) -> dict[str, Any]:
     """`ramakv trace`: seconds to its first line and to the snapshot's end (or why not)."""
     t0 = time.perf_counter()
     proc = subprocess.Popen(
-        [sys.executable, "-m", "ramakv_sdk.cli", "--url", url, "trace"], cwd=root,
-        env=env_for(root), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        [sys.executable, "-m", "ramakv_sdk.cli", "--url", url, "trace"],
+        cwd=root,
+        env=env_for(root),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
     )
     out: dict[str, Any] = {"trace_first_s": None, "trace_snapshot_s": None, "first_line": ""}
     assert proc.stdout is not None
@@ -159,21 +161,49 @@ def turn_end_bodies(maps: list[list[str]], count: int) -> list[bytes]:
     for i in range(count):
         m = maps[i % len(maps)]
         new = [*m[:-1], os.urandom(8).hex()]
-        out.append(json.dumps({"type": "turn_end", "session_id": f"sess-{i % len(maps)}",
-                               "kv_transfer_params": {"chunk_hashes": new}}).encode())
+        out.append(
+            json.dumps(
+                {
+                    "type": "turn_end",
+                    "session_id": f"sess-{i % len(maps)}",
+                    "kv_transfer_params": {"chunk_hashes": new},
+                }
+            ).encode()
+        )
     return out
 
 
-def console(root: Path, url: str, port: int, expect: int, bodies: list[bytes],
-            rate: float, timeout: float) -> dict[str, Any]:
+def console(
+    root: Path, url: str, port: int, expect: int, bodies: list[bytes], rate: float, timeout: float
+) -> dict[str, Any]:
     """The probe; once it is ready, ``rate`` turn_end/s stream in while it presses keys."""
     t0 = time.time()
     proc = subprocess.Popen(
-        [sys.executable, str(PROBE), "--url", url, "--expect", str(expect), "--t0", str(t0),
-         "--timeout", str(timeout), "--rounds", "5",
-         *(["--profile", os.environ["CONSOLE_PROFILE"]] if os.environ.get("CONSOLE_PROFILE")
-           and root == ROOT else [])], cwd=root, env=env_for(root), stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE, stderr=open(PROBE_LOG, "w"), text=True,
+        [
+            sys.executable,
+            str(PROBE),
+            "--url",
+            url,
+            "--expect",
+            str(expect),
+            "--t0",
+            str(t0),
+            "--timeout",
+            str(timeout),
+            "--rounds",
+            "5",
+            *(
+                ["--profile", os.environ["CONSOLE_PROFILE"]]
+                if os.environ.get("CONSOLE_PROFILE") and root == ROOT
+                else []
+            ),
+        ],
+        cwd=root,
+        env=env_for(root),
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=open(PROBE_LOG, "w"),
+        text=True,
     )
     assert proc.stdin is not None and proc.stdout is not None
     line = proc.stdout.readline()
@@ -183,8 +213,14 @@ def console(root: Path, url: str, port: int, expect: int, bodies: list[bytes],
 
     async def stream() -> dict[str, float]:
         go = asyncio.get_running_loop().run_in_executor(None, _go, proc)
-        load = await run_load("127.0.0.1", port, lambda i: bodies[i % len(bodies)],
-                              concurrency=8, seconds=25.0, rate=rate)
+        load = await run_load(
+            "127.0.0.1",
+            port,
+            lambda i: bodies[i % len(bodies)],
+            concurrency=8,
+            seconds=25.0,
+            rate=rate,
+        )
         await go
         return load
 
@@ -207,8 +243,13 @@ def _go(proc: subprocess.Popen) -> None:
     proc.stdin.flush()
 
 
-def run(scales: list[tuple[int, int]], old_ref: str = "main", rate: float = 1000.0,
-        timeout: float = 30.0, only: tuple[str, ...] = ("old", "new")) -> dict[str, Any]:
+def run(
+    scales: list[tuple[int, int]],
+    old_ref: str = "main",
+    rate: float = 1000.0,
+    timeout: float = 30.0,
+    only: tuple[str, ...] = ("old", "new"),
+) -> dict[str, Any]:
     """Every scale, old and new side by side."""
     results: dict[str, Any] = {"rate": rate, "targets": TARGETS, "old_ref": old_ref}
     with tempfile.TemporaryDirectory(prefix="ramakv-console-bench-") as tmp_s:
@@ -265,21 +306,34 @@ def table(res: dict[str, Any]) -> str:
                 lines.append(f"| {key} | {side} | {r['error']} | | | | |")
                 continue
             ks = r.get("key_ms", {})
-            keys = (f"{r.get('key_median_ms')} / {r.get('key_max_ms')} "
-                    f"({ks.get('down')}, {ks.get('sort')}, {ks.get('view')})")
-            shown = (_fmt(None) + f" in {res.get('timeout', 30)} s ({r.get('rows_seen')} rows; "
-                     f"{r.get('banner', '')[:60]})") if r.get("all_sessions_s") is None \
+            keys = (
+                f"{r.get('key_median_ms')} / {r.get('key_max_ms')} "
+                f"({ks.get('down')}, {ks.get('sort')}, {ks.get('view')})"
+            )
+            shown = (
+                (
+                    _fmt(None) + f" in {res.get('timeout', 30)} s ({r.get('rows_seen')} rows; "
+                    f"{r.get('banner', '')[:60]})"
+                )
+                if r.get("all_sessions_s") is None
                 else f"{r['all_sessions_s']:.2f} s"
-            trace = (f"{_fmt(r.get('trace_first_s'), ' s')} / "
-                     f"{_fmt(r.get('trace_snapshot_s'), ' s')}")
+            )
+            trace = (
+                f"{_fmt(r.get('trace_first_s'), ' s')} / {_fmt(r.get('trace_snapshot_s'), ' s')}"
+            )
             if r.get("trace_snapshot_s") is None:
                 trace += f" ({r.get('first_line', '')[:70]})"
-            lines.append(f"| {key} | {side} | {shown} | {keys} | {r.get('peak_rss_mb')} | "
-                         f"{trace} | {r.get('events_seen')} / {r.get('load_rps')} |")
+            lines.append(
+                f"| {key} | {side} | {shown} | {keys} | {r.get('peak_rss_mb')} | "
+                f"{trace} | {r.get('events_seen')} / {r.get('load_rps')} |"
+            )
         old, new = sides.get("old", {}), sides.get("new", {})
         ratios = []
-        for name, label in (("all_sessions_s", "all sessions shown"), ("key_max_ms", "slowest key"),
-                            ("peak_rss_mb", "RSS")):
+        for name, label in (
+            ("all_sessions_s", "all sessions shown"),
+            ("key_max_ms", "slowest key"),
+            ("peak_rss_mb", "RSS"),
+        ):
             a, b = old.get(name), new.get(name)
             if name == "key_max_ms" and old and not old.get("rows_seen"):
                 ratios.append(f"{label}: not comparable (old showed no rows)")
@@ -300,8 +354,12 @@ def main() -> None:
     p.add_argument("--sides", default="old,new")
     args = p.parse_args()
     scales = [tuple(int(x) for x in s.split("x")) for s in args.also.split(",") if s]
-    res = run([*scales, (args.sessions, args.chunks)], args.old_ref,  # type: ignore[list-item]
-              args.rate, only=tuple(args.sides.split(",")))
+    res = run(
+        [*scales, (args.sessions, args.chunks)],
+        args.old_ref,  # type: ignore[list-item]
+        args.rate,
+        only=tuple(args.sides.split(",")),
+    )
     print(table(res))
 
 

@@ -34,11 +34,12 @@ def session_maps(n_sessions: int, chunks: int, seed: int = 1) -> list[list[str]]
     return maps
 
 
-def write_store(path: Path, maps: list[list[str]]) -> None:
-    """Create the daemon's schema and store every map as an active session."""
+def write_store(path: Path, maps: list[list[str]], schema: str = SCHEMA) -> None:
+    """Create the daemon's schema (this tree's, or ``schema``) and store every map as an
+    active session."""
     con = sqlite3.connect(path)
     try:
-        con.executescript(SCHEMA)
+        con.executescript(schema)
         con.executemany(
             "INSERT INTO sessions (session_id, map_json, turn_count) VALUES (?, ?, ?)",
             ((f"sess-{i}", json.dumps(m), 3) for i, m in enumerate(maps)),
