@@ -2,14 +2,11 @@
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
-import time
 from collections.abc import Callable
 from pathlib import Path
 
 from support import burst_client
+from support.burst import read_acks, run_burst_until
 from support.daemon_proc import DaemonProcess, trace_snapshot
 
 from ramakv_daemon.adapters.sqlite_store import SqliteSessionStore
@@ -20,54 +17,16 @@ TURNS = 400  # far more than the burst gets through before the kill
 KILL_AFTER_ACKS = 400
 
 
-def count_lines(path: Path) -> int:
-    try:
-        return path.read_bytes().count(b"\n")
-    except FileNotFoundError:
-        return 0
-
-
 async def test_kill9_keeps_every_acknowledged_turn_end(
     daemon_proc_factory: Callable[..., DaemonProcess], tmp_path: Path
 ) -> None:
     d = daemon_proc_factory()
     acks_path = tmp_path / "acks.txt"
-    client = subprocess.Popen(
-        [
-            sys.executable,
-            burst_client.__file__,
-            d.url,
-            str(acks_path),
-            "--sessions",
-            str(SESSIONS),
-            "--turns",
-            str(TURNS),
-        ],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        deadline = time.monotonic() + 30
-        while count_lines(acks_path) < KILL_AFTER_ACKS:
-            assert client.poll() is None, client.communicate()
-            assert time.monotonic() < deadline, "burst too slow to reach the kill point"
-            time.sleep(0.01)
-        d.kill()  # SIGKILL, mid-burst
-        out, err = client.communicate(timeout=30)
-    finally:
-        if client.poll() is None:
-            client.kill()
-            client.wait()
-    stats = json.loads(out.strip().splitlines()[-1])
+    stats = run_burst_until(d.url, acks_path, KILL_AFTER_ACKS, d.kill, SESSIONS, TURNS)
     assert stats["finished"] == 0, "the burst ended before the kill"
     assert stats["failed"] == SESSIONS, stats  # every session had a request cut off
 
-    acked: dict[str, int] = {}
-    for line in acks_path.read_text().splitlines():
-        sid, turn = line.split()
-        assert int(turn) == acked.get(sid, 0) + 1  # each session's acks are in order
-        acked[sid] = int(turn)
+    acked = read_acks(acks_path)
     assert sum(acked.values()) == stats["acked"] >= KILL_AFTER_ACKS
 
     # What is on disk, read by the daemon's own loader while nothing runs.

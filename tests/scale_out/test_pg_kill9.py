@@ -2,14 +2,11 @@
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
-import time
 from collections.abc import Callable
 from pathlib import Path
 
-from support import burst_client
+from support import burst, burst_client
+from support.burst import read_acks
 from support.daemon_proc import DaemonProcess, trace_snapshot
 from support.postgres import PostgresServer
 
@@ -21,54 +18,11 @@ TURNS = 400  # far more than the burst gets through before the kill
 KILL_AFTER_ACKS = 200
 
 
-def count_lines(path: Path) -> int:
-    try:
-        return path.read_bytes().count(b"\n")
-    except FileNotFoundError:
-        return 0
-
-
 def run_burst_until(
     d: DaemonProcess, acks_path: Path, acks: int, then: Callable[[], None]
 ) -> dict[str, int]:
-    """Start the burst client, call ``then`` once ``acks`` answers came, return its stats."""
-    client = subprocess.Popen(
-        [
-            sys.executable,
-            burst_client.__file__,
-            d.url,
-            str(acks_path),
-            "--sessions",
-            str(SESSIONS),
-            "--turns",
-            str(TURNS),
-        ],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        deadline = time.monotonic() + 120
-        while count_lines(acks_path) < acks:
-            assert client.poll() is None, client.communicate()
-            assert time.monotonic() < deadline, "burst too slow to reach the kill point"
-            time.sleep(0.01)
-        then()
-        out, _ = client.communicate(timeout=60)
-    finally:
-        if client.poll() is None:
-            client.kill()
-            client.wait()
-    return json.loads(out.strip().splitlines()[-1])
-
-
-def read_acks(path: Path) -> dict[str, int]:
-    acked: dict[str, int] = {}
-    for line in path.read_text().splitlines():
-        sid, turn = line.split()
-        assert int(turn) == acked.get(sid, 0) + 1  # each session's acks are in order
-        acked[sid] = int(turn)
-    return acked
+    """The burst client at this module's size against ``d``; ``then`` after ``acks``."""
+    return burst.run_burst_until(d.url, acks_path, acks, then, SESSIONS, TURNS)
 
 
 async def stored_sessions(url: str, node: str) -> dict:
