@@ -39,19 +39,7 @@ DROP_REQUEST = frozenset(
         "content-length",
     }
 )
-DROP_RESPONSE = frozenset(
-    {
-        "connection",
-        "keep-alive",
-        "proxy-authenticate",
-        "proxy-authorization",
-        "te",
-        "trailer",
-        "transfer-encoding",
-        "upgrade",
-        "content-length",
-    }
-)
+DROP_RESPONSE = DROP_REQUEST - {"host"}
 
 
 @dataclass(frozen=True, slots=True)

@@ -6,7 +6,6 @@ import asyncio
 import errno
 import os
 import subprocess
-import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -14,7 +13,7 @@ from typing import Any
 
 import pytest
 from support.daemon_app import DaemonClient
-from support.daemon_proc import REPO_ROOT, free_port, write_config
+from support.daemon_proc import run_to_exit, write_config
 from support.reliability import daemon_state
 
 from ramakv_daemon.adapters.sqlite_store import SqliteSessionStore
@@ -234,24 +233,7 @@ async def test_concurrent_writes_on_a_full_disk_all_roll_back(
 def test_start_on_a_read_only_mount_refuses_with_a_message(tmp_path: Path) -> None:
     with tmpfs(tmp_path / "ro", "size=1m,ro", "cannot mount a read-only tmpfs here ({why})") as ro:
         cfg = write_config(tmp_path / "c.toml", {"debug_dir": str(tmp_path / "dbg")})
-        proc = subprocess.run(
-            [
-                sys.executable,
-                "-m",
-                "ramakv_daemon",
-                "--noop",
-                "--config",
-                str(cfg),
-                "--listen",
-                f"127.0.0.1:{free_port()}",
-                "--store",
-                str(ro / "sessions.db"),
-            ],
-            capture_output=True,
-            text=True,
-            timeout=30,
-            cwd=str(REPO_ROOT),
-        )
+        proc = run_to_exit(ro / "sessions.db", cfg, timeout=30)
     out = proc.stdout + proc.stderr
     assert proc.returncode != 0, out
     assert "cannot open session store" in out, out[-2000:]

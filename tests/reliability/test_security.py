@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 import urllib.error
 import urllib.request
 from collections.abc import Callable
@@ -13,7 +12,7 @@ from typing import Any
 
 import aiohttp
 import pytest
-from support.daemon_proc import REPO_ROOT, DaemonProcess, free_port, write_config
+from support.daemon_proc import DaemonProcess, free_port, run_to_exit, write_config
 
 TOKEN = "s3cr3t-T0ken-for-tests-only-9f2c"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
@@ -77,24 +76,7 @@ def run_daemon(
 ) -> subprocess.CompletedProcess[str]:
     """Run the daemon expecting it to refuse to start; returns the finished process."""
     cfg = write_config(tmp_path / "refuse.toml", {"debug_dir": str(tmp_path / "d"), **config})
-    return subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "ramakv_daemon",
-            "--noop",
-            "--config",
-            str(cfg),
-            "--listen",
-            listen,
-            "--store",
-            str(tmp_path / "refuse.db"),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=30,
-        cwd=str(REPO_ROOT),
-    )
+    return run_to_exit(tmp_path / "refuse.db", cfg, listen, timeout=30)
 
 
 @pytest.mark.parametrize("host", ["0.0.0.0", "[::]", "192.0.2.10", "example.com"])

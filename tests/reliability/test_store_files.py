@@ -8,11 +8,10 @@ import random
 import shutil
 import sqlite3
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
-from support.daemon_proc import REPO_ROOT, DaemonProcess, free_port, write_config
+from support.daemon_proc import DaemonProcess, run_to_exit, write_config
 
 START_TIMEOUT_S = 60  # a daemon that never exits (the bug) fails the test, never hangs it
 
@@ -41,24 +40,7 @@ def stored_maps(path: Path) -> dict[str, list[str]]:
 def start_once(tmp_path: Path, store: Path) -> subprocess.CompletedProcess[str]:
     """Run a daemon on ``store`` in the foreground until it exits by itself."""
     cfg = write_config(tmp_path / "once.toml", {"debug_dir": str(tmp_path / "dbg")})
-    return subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "ramakv_daemon",
-            "--noop",
-            "--config",
-            str(cfg),
-            "--listen",
-            f"127.0.0.1:{free_port()}",
-            "--store",
-            str(store),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=START_TIMEOUT_S,
-        cwd=str(REPO_ROOT),
-    )
+    return run_to_exit(store, cfg, timeout=START_TIMEOUT_S)
 
 
 # ---- one daemon per store ----------------------------------------------------------------

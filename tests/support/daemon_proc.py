@@ -79,6 +79,31 @@ def write_config(path: Path, values: dict[str, Any]) -> Path:
     return path
 
 
+def run_to_exit(
+    store: Path, config: Path, listen: str | None = None, timeout: float = 60
+) -> subprocess.CompletedProcess[str]:
+    """Run a daemon (noop backend) in the foreground until it exits by itself: for start-ups
+    that must be refused. ``timeout`` only guards against one that never exits (the bug)."""
+    return subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "ramakv_daemon",
+            "--noop",
+            "--config",
+            str(config),
+            "--listen",
+            listen or f"127.0.0.1:{free_port()}",
+            "--store",
+            str(store),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        cwd=str(REPO_ROOT),
+    )
+
+
 class DaemonProcess:
     """One daemon subprocess bound to loopback, restartable on the same SQLite file.
 
