@@ -4,77 +4,86 @@ from __future__ import annotations
 
 import logging
 import os
-import socket
 import tomllib
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
-from ramakv_daemon.deployments import Deployment, locations_of, parse_deployments
-from ramakv_daemon.urls import url_problem
+from ramakv_daemon.deployments import Deployment, parse_deployments
+from ramakv_protocol import config_schema as schema
+from ramakv_protocol.config_schema import (
+    PG_SCHEMES,
+    SECRET_KEYS,
+    default_store_path,
+    listen_problem,
+    url_problem,
+    value_problem,
+)
 
 log = logging.getLogger("ramakv.config")
 
 DEFAULT_CONFIG_PATH = Path("/etc/ram-a-kv/config.toml")
 ENV_CONFIG = "RAM_A_KV_CONFIG"
-SECRET_KEYS = frozenset({"auth_token", "session_store_url"})  # a URL may hold a password
-PG_SCHEMES = ("postgresql://", "postgres://")
+__all__ = [
+    "PG_SCHEMES",
+    "SECRET_KEYS",
+    "Config",
+    "ConfigError",
+    "default_store_path",
+    "listen_problem",
+    "load",
+    "load_explicit",
+    "url_problem",
+    "value_problem",
+]
 
 
-def default_store_path() -> str:
-    """/var/lib/ram-a-kv/sessions.db as root, else $XDG_STATE_HOME/ram-a-kv/sessions.db."""
-    if hasattr(os, "geteuid") and os.geteuid() == 0:
-        return "/var/lib/ram-a-kv/sessions.db"
-    state = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
-    return str(Path(state) / "ram-a-kv" / "sessions.db")
+def _default(name: str) -> Any:
+    """Config field ``name``'s default, from the schema (a factory where the host decides)."""
+    key = schema.BY_NAME[name]
+    if key.factory is not None:
+        return field(default_factory=key.factory)
+    return key.default
 
 
 @dataclass(frozen=True, slots=True)
 class Config:
-    """Every daemon setting; names match the original project's config keys."""
+    """Every daemon setting, typed; keys, defaults, rules and docs are in the schema
+    (ramakv_protocol/config_schema.py), which a test holds these fields to."""
 
-    listen_addr: str = "127.0.0.1:6998"
-    lmcache_url: str = "http://localhost:6999"
-    debug_enabled: bool = False
-    debug_dir: str = "kvcache_debug"
-    noop_backend: bool = False
-    trace_events: bool = False
-    session_store_path: str = field(default_factory=default_store_path)
-    turn_start_prefetch: bool = True
-    # Ours (not in the original):
-    max_hashes_per_event: int = 1000
-    max_hash_bytes: int = 100
-    max_body_bytes: int = 8 * 1024 * 1024
-    trace_buffer: int = 10000
-    trace_buffer_bytes: int = 64 * 1024 * 1024  # the replay ring's bound in bytes of JSON
-    trace_queue: int = 1000
-    backend_timeout_s: float = 5.0
-    # A cache that supports it (ascend_ext's memory API) holds each delete this long, and
-    # a chunk referenced again meanwhile is kept (docs/reliability.md); 0 = act at once.
-    evict_defer_s: float = 1.0
-    auth_token: str = ""
-    max_sessions: int = 1_000_000
-    idempotency_window: int = 10000
-    idempotency_ttl_s: float = 3600.0
-    sqlite_synchronous: str = "NORMAL"
-    sqlite_commit_thread: bool = False  # group commits on a thread (slow or network disks)
-    # Namespaces and the DDR budget (docs/namespaces.md):
-    deployments: tuple[Deployment, ...] = ()
-    evict_locations: tuple[str, ...] = ()  # refcount-zero eviction tiers; () = every tier
-    ddr_budget_chunks: int = 0  # budget of the unnamed default namespace; 0 = none
-    turn_in_flight_timeout_s: float = 600.0  # a turn_start with no turn_end stops pinning
-    budget_check_interval_s: float = 1.0  # at most one budget pass per namespace this often
-    # Forks (docs/forks.md): a hold older than this is released as its fork_end would be
-    # (0 = never); and at most this many open forks per session.
-    fork_hold_ttl_s: float = 86400.0
-    max_forks_per_session: int = 64
-    # Scale-out (docs/scale-out.md): a postgresql:// URL puts sessions in PostgreSQL, shared
-    # by the daemons of many nodes ("" = the SQLite file at session_store_path); node_id
-    # names this daemon's node, the owner of the sessions it serves.
-    session_store_url: str = ""
-    node_id: str = field(default_factory=socket.gethostname)
-    postgres_pool_size: int = 4
-    ready_max_evict_backlog: int = 100_000  # /readyz fails above this outbox; 0 = no bound
+    listen_addr: str = _default("listen_addr")
+    lmcache_url: str = _default("lmcache_url")
+    debug_enabled: bool = _default("debug_enabled")
+    debug_dir: str = _default("debug_dir")
+    noop_backend: bool = _default("noop_backend")
+    trace_events: bool = _default("trace_events")
+    session_store_path: str = _default("session_store_path")
+    turn_start_prefetch: bool = _default("turn_start_prefetch")
+    max_hashes_per_event: int = _default("max_hashes_per_event")
+    max_hash_bytes: int = _default("max_hash_bytes")
+    max_body_bytes: int = _default("max_body_bytes")
+    trace_buffer: int = _default("trace_buffer")
+    trace_buffer_bytes: int = _default("trace_buffer_bytes")
+    trace_queue: int = _default("trace_queue")
+    backend_timeout_s: float = _default("backend_timeout_s")
+    evict_defer_s: float = _default("evict_defer_s")
+    auth_token: str = _default("auth_token")
+    max_sessions: int = _default("max_sessions")
+    idempotency_window: int = _default("idempotency_window")
+    idempotency_ttl_s: float = _default("idempotency_ttl_s")
+    sqlite_synchronous: str = _default("sqlite_synchronous")
+    sqlite_commit_thread: bool = _default("sqlite_commit_thread")
+    fork_hold_ttl_s: float = _default("fork_hold_ttl_s")
+    max_forks_per_session: int = _default("max_forks_per_session")
+    evict_locations: tuple[str, ...] = _default("evict_locations")
+    ddr_budget_chunks: int = _default("ddr_budget_chunks")
+    turn_in_flight_timeout_s: float = _default("turn_in_flight_timeout_s")
+    budget_check_interval_s: float = _default("budget_check_interval_s")
+    ready_max_evict_backlog: int = _default("ready_max_evict_backlog")
+    session_store_url: str = _default("session_store_url")
+    node_id: str = _default("node_id")
+    postgres_pool_size: int = _default("postgres_pool_size")
+    deployments: tuple[Deployment, ...] = _default("deployments")
 
     @property
     def host_port(self) -> tuple[str, int]:
@@ -102,85 +111,8 @@ class Config:
         return replace(self, **{k: v for k, v in changes.items() if v is not None})
 
 
-_TYPES = {f.name: f.type for f in fields(Config)}
-
-# The smallest value each number key takes, and what 0 means where 0 is allowed. Every
-# other number must be positive: a 0 there would mean "refuse everything" or "never wait".
-_MINIMUM: dict[str, tuple[float, bool]] = {  # key -> (bound, bound allowed)
-    "max_hashes_per_event": (1, True),
-    "max_hash_bytes": (1, True),
-    "max_body_bytes": (1, True),
-    "trace_buffer": (0, True),  # 0: keep no records (a reconnect gets a fresh snapshot)
-    "trace_queue": (1, True),
-    "backend_timeout_s": (0, False),
-    "max_sessions": (0, True),  # 0: no cap
-    "idempotency_window": (1, True),
-    "idempotency_ttl_s": (0, False),
-    "ddr_budget_chunks": (0, True),  # 0: no budget
-    "turn_in_flight_timeout_s": (0, True),  # 0: a turn in flight never pins its session
-    "budget_check_interval_s": (0, True),  # 0: a budget pass may run on every event
-    "ready_max_evict_backlog": (0, True),  # 0: /readyz ignores the outbox's size
-    "fork_hold_ttl_s": (0, True),  # 0: a fork hold never expires
-    # Not 0, although the core reads 0 as "no limit": the limit bounds one session's memory.
-    "max_forks_per_session": (1, True),
-}
-URL_KEYS = frozenset({"lmcache_url"})
-__all__ = ["Config", "ConfigError", "load", "load_explicit", "url_problem", "value_problem"]
-
-
 class ConfigError(ValueError):
     """An explicit config file that is missing, unreadable, not TOML, or has a bad value."""
-
-
-def listen_problem(value: str) -> str | None:
-    """Why ``value`` is not a usable HOST:PORT for listen_addr, or None."""
-    host, _, port = value.rpartition(":")
-    if not host.strip("[]") or not port.isdigit() or not 0 < int(port) < 65536:
-        return f"must be HOST:PORT with a port in 1..65535, got {value!r}"
-    return None
-
-
-def value_problem(name: str, value: Any) -> str | None:
-    """Why ``value`` is not valid for config key ``name`` (type and range), or None.
-
-    The one check both the daemon and the console's editor apply to a key.
-    """
-    kind = _TYPES.get(name)
-    shown = "<hidden>" if name in SECRET_KEYS else repr(value)  # never log a secret
-    if kind is None:
-        return f"unknown config key '{name}'"
-    if kind == "bool":
-        return None if isinstance(value, bool) else f"must be true or false, got {shown}"
-    if kind in ("int", "float"):
-        ok_type = isinstance(value, int) if kind == "int" else isinstance(value, int | float)
-        if not ok_type or isinstance(value, bool):
-            return f"must be {'an integer' if kind == 'int' else 'a number'}, got {shown}"
-        bound, inclusive = _MINIMUM.get(name, (0, False))
-        if value < bound or (value == bound and not inclusive):
-            return f"must be {'>=' if inclusive else '>'} {bound:g}, got {shown}"
-        return None
-    if kind == "str":
-        if not isinstance(value, str):
-            return f"must be a string, got {shown}"
-        if name == "sqlite_synchronous" and value.upper() not in ("NORMAL", "FULL", "EXTRA"):
-            return f"must be NORMAL, FULL or EXTRA, got {shown}"
-        if name in URL_KEYS:
-            return url_problem(value)
-        if name == "listen_addr":
-            return listen_problem(value)
-        if name == "session_store_url" and value and not value.startswith(PG_SCHEMES):
-            return "must be a postgresql:// URL or '' (the SQLite file)"
-        if name == "node_id" and not value.strip():
-            return "must not be empty"
-        return None
-    return None
-
-
-def _coerce(name: str, value: Any) -> Any:
-    problem = value_problem(name, value)
-    if problem is not None:
-        raise TypeError(f"config key '{name}' {problem}")
-    return float(value) if _TYPES[name] == "float" else value
 
 
 def from_mapping(
@@ -199,18 +131,12 @@ def from_mapping(
             values[key], more = parse_deployments(value)
             warnings += [f"{source}: {w}" for w in more]
             continue
-        if key == "evict_locations":
-            try:
-                values[key] = locations_of(value, "evict_locations")
-            except TypeError as err:
-                errors.append(f"config key {err}")
-            continue
-        if key not in _TYPES:
+        if key not in schema.BY_NAME:
             warnings.append(f"{source}: unknown config key '{key}' ignored")
             continue
         try:
-            values[key] = _coerce(key, value)
-        except TypeError as err:
+            values[key] = schema.normalised(key, value)
+        except ValueError as err:
             errors.append(str(err))
     if strict and errors:
         raise ConfigError(f"config file {source}: " + "; ".join(errors))

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ramakv_daemon.core.identity import IDENTITY_FIELDS, is_namespace, namespace_of, problems
-from ramakv_daemon.urls import url_problem
+from ramakv_protocol.config_schema import url_problem
 
 DEFAULT_NAMESPACE = ""  # the unnamed namespace of the original nine events
 UNRESOLVED_PREFIX = "unresolved:"
