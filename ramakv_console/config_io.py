@@ -7,15 +7,18 @@ from __future__ import annotations
 
 import os
 import shutil
-import socket
 import tempfile
 import tomllib
+from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit
 
 import tomli_w
+
+from ramakv_protocol import config_schema as schema
+from ramakv_protocol.config_schema import url_problem
 
 DEFAULT_DAEMON_CONFIG = Path("/etc/ram-a-kv/config.toml")
 ENV_CONFIG = "RAM_A_KV_CONFIG"
@@ -24,123 +27,42 @@ COMMENTS_SURVIVE = False  # tomli-w writes plain TOML; comments in the old file 
 
 @dataclass(frozen=True, slots=True)
 class FieldSpec:
-    """One editable key: its kind, default and a line of help."""
+    """One editable key: its kind, default, a line of help and the rule its value obeys."""
 
     name: str
-    kind: str  # str | bool | int | float | addr | url | path | secret | choice:A,B,C
-    default: Any
+    kind: schema.Kind
+    default: Any  # TOML-ready: a list, never a tuple, so it compares equal to the form's
     help: str
+    problem: Callable[[Any], str | None]  # why a typed value is refused, or None
+    secret: bool = False
+    choices: tuple[str, ...] = ()
 
 
-def _default_store() -> str:
-    if hasattr(os, "geteuid") and os.geteuid() == 0:
-        return "/var/lib/ram-a-kv/sessions.db"
-    state = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
-    return str(Path(state) / "ram-a-kv" / "sessions.db")
+def _daemon_field(key: schema.Key) -> FieldSpec:
+    default = key.default_value()
+    return FieldSpec(
+        key.name,
+        key.kind,
+        list(default) if isinstance(default, tuple) else default,
+        key.doc + (f" (0 = {key.zero_means})" if key.zero_means else ""),
+        partial(schema.value_problem, key.name),
+        key.secret,
+        key.choices,
+    )
 
 
-# The daemon's keys (mirrors ramakv_daemon/config.py, which the console must not import).
-DAEMON_FIELDS: tuple[FieldSpec, ...] = (
-    FieldSpec("listen_addr", "addr", "127.0.0.1:6998", "HOST:PORT the daemon binds"),
-    FieldSpec("lmcache_url", "url", "http://localhost:6999", "LMCache memory API base URL"),
-    FieldSpec("debug_enabled", "bool", False, "write per-turn debug files"),
-    FieldSpec("debug_dir", "path", "kvcache_debug", "where debug files go"),
-    FieldSpec("noop_backend", "bool", False, "steer nothing (no LMCache calls)"),
-    FieldSpec("trace_events", "bool", False, "log the whole state after every event"),
-    FieldSpec("session_store_path", "path", _default_store(), "SQLite session store"),
-    FieldSpec("turn_start_prefetch", "bool", True, "prefetch on turn_start"),
-    FieldSpec("max_hashes_per_event", "int", 1000, "largest chunk list accepted"),
-    FieldSpec("max_hash_bytes", "int", 100, "longest chunk hash accepted"),
-    FieldSpec("max_body_bytes", "int", 8 * 1024 * 1024, "largest request body"),
-    FieldSpec("trace_buffer", "int", 10000, "trace records kept for ?since= replay"),
-    FieldSpec(
-        "trace_buffer_bytes",
-        "int",
-        64 * 1024 * 1024,
-        "bytes of trace records kept for replay (oldest dropped first)",
-    ),
-    FieldSpec("trace_queue", "int", 1000, "per-subscriber queue before it is dropped"),
-    FieldSpec("backend_timeout_s", "float", 5.0, "LMCache call timeout (seconds)"),
-    FieldSpec(
-        "evict_defer_s",
-        "float",
-        1.0,
-        "a deferring cache holds each delete this long; a re-reference keeps it",
-    ),
-    FieldSpec("auth_token", "secret", "", "bearer token (needed for a non-loopback bind)"),
-    FieldSpec("max_sessions", "int", 1_000_000, "most live sessions accepted"),
-    FieldSpec("idempotency_window", "int", 10000, "event ids remembered for de-duplication"),
-    FieldSpec("idempotency_ttl_s", "float", 3600.0, "how long an event id is remembered (s)"),
-    FieldSpec(
-        "sqlite_synchronous",
-        "choice:NORMAL,FULL,EXTRA",
-        "NORMAL",
-        "SQLite synchronous mode: NORMAL, FULL or EXTRA",
-    ),
-    FieldSpec(
-        "sqlite_commit_thread",
-        "bool",
-        False,
-        "group commits on the writer thread (slow or network disks; always so with FULL/EXTRA)",
-    ),
-    FieldSpec(
-        "evict_locations",
-        "list",
-        [],
-        "tiers a refcount-zero chunk is deleted from, comma-separated (empty = every tier)",
-    ),
-    FieldSpec(
-        "ddr_budget_chunks", "count", 0, "DDR budget of the default namespace in chunks (0 = none)"
-    ),
-    FieldSpec(
-        "turn_in_flight_timeout_s",
-        "float",
-        600.0,
-        "a turn_start without turn_end stops protecting its session after this long (s)",
-    ),
-    FieldSpec(
-        "budget_check_interval_s",
-        "float0",
-        1.0,
-        "at most one budget pass per namespace this often (s)",
-    ),
-    FieldSpec(
-        "fork_hold_ttl_s",
-        "float0",
-        86400.0,
-        "a fork hold older than this is released as its fork_end would be (s; 0 = never)",
-    ),
-    FieldSpec("max_forks_per_session", "int", 64, "most open forks one session may have"),
-    FieldSpec(
-        "ready_max_evict_backlog",
-        "count",
-        100_000,
-        "GET /readyz fails while more evictions wait (0 = no bound)",
-    ),
-    # A secret: the URL may carry a password (docs/scale-out.md).
-    FieldSpec(
-        "session_store_url",
-        "secret",
-        "",
-        "postgresql:// URL of a store shared by many nodes ('' = the SQLite file)",
-    ),
-    FieldSpec(
-        "node_id",
-        "str",
-        socket.gethostname(),
-        "this daemon's node: the owner of its sessions on a shared store",
-    ),
-    FieldSpec("postgres_pool_size", "int", 4, "PostgreSQL pool connections (plus one for LISTEN)"),
-)
+# The daemon's keys, from the schema it loads its config with (ramakv_protocol).
+DAEMON_FIELDS: tuple[FieldSpec, ...] = tuple(_daemon_field(k) for k in schema.KEYS if k.editable)
 # Keys the form does not edit but every save keeps as they are: [[deployments]] tables
 # (edit them in the file; docs/namespaces.md).
-KEPT_AS_IS = frozenset({"deployments"})
+KEPT_AS_IS = frozenset(k.name for k in schema.KEYS if not k.editable)
 SDK_FIELDS: tuple[FieldSpec, ...] = (
     FieldSpec(
         "daemon_url",
-        "url",
+        "str",
         "http://127.0.0.1:6998",
         "where SDK clients and the console find the daemon",
+        url_problem,
     ),
 )
 # The daemon reads its config once at start-up: every change takes effect on restart.
@@ -173,85 +95,39 @@ def load(path: Path) -> dict[str, Any]:
         raise ValueError(f"{path} is not valid TOML: {err}") from err
 
 
-def parse_value(spec: FieldSpec, text: str) -> Any:
-    """Turn the form's text into a typed value, or raise ValueError with a readable reason."""
+def _typed(spec: FieldSpec, text: str) -> Any:
     t = text.strip()
-    kind = spec.kind
-    if kind == "bool":
+    if spec.kind == "bool":
         if t.lower() in ("true", "yes", "on", "1"):
             return True
         if t.lower() in ("false", "no", "off", "0"):
             return False
         raise ValueError(f"{spec.name}: expected true or false")
-    if kind == "int":
+    if spec.kind == "int":
         try:
-            n = int(t)
+            return int(t)
         except ValueError:
             raise ValueError(f"{spec.name}: expected a whole number") from None
-        if n <= 0:
-            raise ValueError(f"{spec.name}: must be greater than 0")
-        return n
-    if kind == "count":
-        if not t.isdigit():
-            raise ValueError(f"{spec.name}: expected a whole number, 0 or more")
-        return int(t)
-    if kind in ("float", "float0"):
+    if spec.kind == "float":
         try:
-            x = float(t)
+            return float(t)
         except ValueError:
             raise ValueError(f"{spec.name}: expected a number") from None
-        if x < 0 or (x == 0 and kind == "float"):
-            raise ValueError(f"{spec.name}: must be greater than 0")
-        return x
-    if kind == "list":
-        items = [p.strip() for p in t.split(",") if p.strip()]
-        if any(not p.isidentifier() for p in items):
-            raise ValueError(
-                f"{spec.name}: expected tier names like LocalCPUBackend, comma-separated"
-            )
-        return items
-    if kind == "addr":
-        host, _, port = t.rpartition(":")
-        if not host or not port.isdigit() or not 0 < int(port) < 65536:
-            raise ValueError(f"{spec.name}: expected HOST:PORT, e.g. 127.0.0.1:6998")
-        return t
-    if kind == "url":
-        problem = url_problem(t)
-        if problem:
-            raise ValueError(f"{spec.name}: {problem}")
-        return t
-    if kind == "path":
-        if not t or "\x00" in t:
-            raise ValueError(f"{spec.name}: expected a file system path")
-        return t
-    if kind.startswith("choice:"):
-        options = kind.split(":", 1)[1].split(",")
-        if t.upper() not in options:
-            raise ValueError(f"{spec.name}: expected one of {', '.join(options)}")
-        return t.upper()
-    return text  # str / secret: taken as typed
+    if spec.kind == "list":
+        return [p.strip() for p in t.split(",") if p.strip()]
+    if spec.secret:
+        return text  # taken as typed
+    return t.upper() if spec.choices else t
 
 
-def url_problem(text: str) -> str | None:
-    """Why ``text`` is not an http(s) base URL with a host and a valid port, or None.
-
-    The console cannot import the daemon's config module, so it checks the same things
-    itself: scheme, host, a numeric port from 1 to 65535, no stray characters.
-    """
-    try:
-        u = urlsplit(text)
-        port = u.port  # ValueError for "6999XYZ" or 70000
-    except ValueError as err:
-        return f"not a valid URL ({err})"
-    if u.scheme not in ("http", "https"):
-        return "expected an http:// or https:// URL"
-    if not u.hostname:
-        return "the URL has no host"
-    if port == 0:
-        return "port must be from 1 to 65535"
-    if any(c.isspace() for c in text) or u.query or u.fragment:
-        return "expected a base URL like http://localhost:6999 (no spaces, query or #)"
-    return None
+def parse_value(spec: FieldSpec, text: str) -> Any:
+    """Turn the form's text into a typed value the schema accepts, or raise ValueError
+    naming the key and the schema's reason."""
+    value = _typed(spec, text)
+    problem = spec.problem(value)
+    if problem is not None:
+        raise ValueError(f"{spec.name}: {problem}")
+    return value
 
 
 def toml_text(value: Any) -> str:

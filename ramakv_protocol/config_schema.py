@@ -235,7 +235,9 @@ KEYS: tuple[Key, ...] = (
         "sqlite_commit_thread",
         "bool",
         False,
-        "group commits on the writer thread (slow or network disks); FULL/EXTRA always do",
+        "true: group commits run on the writer thread (slow or network disks); with NORMAL "
+        "they run on the event loop (no fsync) and only WAL checkpoints use the thread; "
+        "FULL/EXTRA always commit on the thread",
     ),
     # Forks (docs/forks.md):
     Key(

@@ -67,12 +67,17 @@ class ConfigScreen(Screen[None]):
                 data = {}
             self.originals[which] = data
             self.query_one(f"#{which}", ConfigForm).fill(data)
-            known = {s.name for s in self.specs[which]}
-            unknown = sorted(k for k in data if k not in known)
+            edited = {s.name for s in self.specs[which]}
+            as_is = config_io.KEPT_AS_IS if which == "daemon" else frozenset()
+            kept = sorted(k for k in data if k in as_is)
+            unknown = sorted(k for k in data if k not in edited and k not in as_is)
             state = "" if path.exists() else " (does not exist yet; saving creates it)"
             text = f"[b]{escape(str(path))}[/b]{state}{problem}"
+            if kept:
+                text += f"\nkept as they are (edit them in the file): {', '.join(kept)}"
             if unknown:
-                text += f"\nkept as they are (not edited here): {', '.join(unknown)}"
+                why = "not edited here" if which == "sdk" else "the daemon ignores them"
+                text += f"\nkept as they are ({why}): {escape(', '.join(unknown))}"
             text += "\n[dim]Comments are not preserved: the file is rewritten with tomli-w.[/dim]"
             if which == "daemon":
                 text += "\n[dim]The daemon reads this at start-up: changes need a restart.[/dim]"

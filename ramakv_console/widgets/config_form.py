@@ -1,9 +1,10 @@
-"""An editable form over a set of config keys, with a validation message per key."""
+"""An editable form over the config schema's keys, with a validation message per key."""
 
 from __future__ import annotations
 
 from typing import Any
 
+from rich.markup import escape
 from textual.containers import VerticalScroll
 from textual.widget import Widget
 from textual.widgets import Input, Label, Static, Switch
@@ -27,10 +28,9 @@ class ConfigForm(VerticalScroll):
 
     def compose(self) -> Any:
         for s in self.specs:
-            yield Label(
-                f"[b]{s.name}[/b]  [dim]{s.help} (default {format_value(s.default)})[/dim]",
-                classes="cfg-label",
-            )
+            shown = format_value(s.default) or '""'
+            help_text = escape(f"{s.help.replace('`', '')} (default {shown})")
+            yield Label(f"[b]{s.name}[/b]  [dim]{help_text}[/dim]", classes="cfg-label")
             yield self._input(s)
             yield Static("", id=f"{self.prefix}-err-{s.name}", classes="cfg-error")
 
@@ -38,7 +38,7 @@ class ConfigForm(VerticalScroll):
         wid = f"{self.prefix}-in-{s.name}"
         if s.kind == "bool":
             return Switch(value=bool(s.default), id=wid)
-        return Input(value=format_value(s.default), id=wid, password=s.kind == "secret")
+        return Input(value=format_value(s.default), id=wid, password=s.secret)
 
     def fill(self, data: dict[str, Any]) -> None:
         """Show the file's values (defaults for keys it does not set)."""
@@ -67,5 +67,5 @@ class ConfigForm(VerticalScroll):
                 err.update("")
             except ValueError as e:
                 errors.append(str(e))
-                err.update(str(e))
+                err.update(escape(str(e)))  # the value typed is quoted in it
         return values, errors
