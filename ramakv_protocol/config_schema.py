@@ -324,11 +324,6 @@ BY_NAME: Mapping[str, Key] = {k.name: k for k in KEYS}
 SECRET_KEYS = frozenset(k.name for k in KEYS if k.secret)
 
 
-def defaults() -> dict[str, Value]:
-    """Every key's default on this host."""
-    return {k.name: k.default_value() for k in KEYS}
-
-
 def _number_problem(key: Key, value: object, shown: str) -> str | None:
     if key.kind == "int":
         if not isinstance(value, int) or isinstance(value, bool):
@@ -385,6 +380,8 @@ def normalised(name: str, value: object) -> Value:
     problem = value_problem(name, value)
     if problem is not None:
         raise ValueError(f"config key '{name}' {problem}")
+    if BY_NAME[name].kind == "tables":  # e.g. [[deployments]]: the daemon parses each table
+        raise TypeError(f"config key '{name}' is an array of tables, read by its own parser")
     if BY_NAME[name].kind == "float":
         assert isinstance(value, int | float)
         return float(value)
@@ -434,15 +431,33 @@ def with_table(readme: str) -> str:
     return f"{head}{TABLE_BEGIN}\n{markdown_table()}{TABLE_END}{tail}"
 
 
+def _comment_above(lines: list[str], name: str) -> str:
+    """The comment block right above the line setting (or showing) ``name``."""
+    for i, line in enumerate(lines):
+        if line.startswith((f"{name} = ", f"# {name} = ")):
+            block: list[str] = []
+            for above in reversed(lines[:i]):
+                if not above.startswith("#"):
+                    break
+                block.append(above)
+            return " ".join(reversed(block))
+    return ""
+
+
 def example_problems(text: str) -> list[str]:
     """How a config.example.toml text strays from the schema (empty when it does not).
 
     Every key is set to its default, or (host-dependent defaults and optional features)
-    shown commented out as ``# name = example``; arrays of tables as ``# [[name]]``.
+    shown commented out as ``# name = example``; arrays of tables as ``# [[name]]``. Where
+    0 is allowed, the comment above the key says what it means ("0 = ...").
     """
     data = tomllib.loads(text)
-    lines = {line.strip() for line in text.splitlines()}
+    raw_lines = [line.strip() for line in text.splitlines()]
+    lines = set(raw_lines)
     problems = [f"unknown key '{name}'" for name in data if name not in BY_NAME]
+    for key in KEYS:
+        if key.zero_means is not None and "0 = " not in _comment_above(raw_lines, key.name):
+            problems.append(f"the comment above '{key.name}' does not say what 0 means")
     for key in KEYS:
         if key.kind == "tables":
             if f"# [[{key.name}]]" not in lines and key.name not in data:

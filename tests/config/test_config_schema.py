@@ -117,10 +117,13 @@ def test_the_example_check_finds_what_strays() -> None:
         .replace("trace_queue = 1000\n", "trace_queue = 999\n")
         .replace("# node_id = ", "# node = ")
         .replace("# [[deployments]]", "# deployments")
+        .replace("(0 = no bound)", "(no bound)")
     )
     problems = schema.example_problems("flux_capacitor = 88\n" + strayed)
     assert problems == [
         "unknown key 'flux_capacitor'",
+        "the comment above 'max_sessions' does not say what 0 means",
+        "the comment above 'ready_max_evict_backlog' does not say what 0 means",
         "'trace_queue' = 999, not its default 1000",
         "'max_sessions' is missing (default 1000000)",
         "'node_id' must be shown as '# node_id = \"node-1\"'",
