@@ -20,8 +20,6 @@ import tomli_w
 from ramakv_protocol import config_schema as schema
 from ramakv_protocol.config_schema import url_problem
 
-DEFAULT_DAEMON_CONFIG = Path("/etc/ram-a-kv/config.toml")
-ENV_CONFIG = "RAM_A_KV_CONFIG"
 COMMENTS_SURVIVE = False  # tomli-w writes plain TOML; comments in the old file are lost
 
 
@@ -67,14 +65,8 @@ SDK_FIELDS: tuple[FieldSpec, ...] = (
 )
 # The daemon reads its config once at start-up: every change takes effect on restart.
 RESTART_KEYS = frozenset(f.name for f in DAEMON_FIELDS)
-
-
-def daemon_config_path(cli_path: str | None = None) -> Path:
-    """The daemon's lookup: --config, else $RAM_A_KV_CONFIG, else /etc/ram-a-kv/config.toml."""
-    if cli_path:
-        return Path(cli_path)
-    env = os.environ.get(ENV_CONFIG)
-    return Path(env) if env else DEFAULT_DAEMON_CONFIG
+# The daemon's lookup: --config, else $RAM_A_KV_CONFIG, else /etc/ram-a-kv/config.toml.
+daemon_config_path = schema.config_path
 
 
 def sdk_config_path() -> Path:

@@ -1,9 +1,7 @@
-"""Daemon configuration: TOML top-level keys -> a frozen dataclass, with safe defaults."""
+"""Daemon configuration: TOML top-level keys, checked and defaulted by the config schema."""
 
 from __future__ import annotations
 
-import logging
-import os
 import tomllib
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
@@ -20,10 +18,10 @@ from ramakv_protocol.config_schema import (
     value_problem,
 )
 
-log = logging.getLogger("ramakv.config")
-
-DEFAULT_CONFIG_PATH = Path("/etc/ram-a-kv/config.toml")
-ENV_CONFIG = "RAM_A_KV_CONFIG"
+DEFAULT_CONFIG_PATH = schema.DEFAULT_PATH
+ENV_CONFIG = schema.ENV_PATH
+# --config, else $RAM_A_KV_CONFIG, else /etc/ram-a-kv/config.toml (the console's lookup too).
+resolve_path = schema.config_path
 __all__ = [
     "PG_SCHEMES",
     "SECRET_KEYS",
@@ -142,14 +140,6 @@ def from_mapping(
         raise ConfigError(f"config file {source}: " + "; ".join(errors))
     warnings += [f"{source}: {e}; using the default" for e in errors]
     return Config(**values), warnings
-
-
-def resolve_path(cli_path: str | None) -> Path:
-    """--config, else $RAM_A_KV_CONFIG, else /etc/ram-a-kv/config.toml."""
-    if cli_path:
-        return Path(cli_path)
-    env = os.environ.get(ENV_CONFIG)
-    return Path(env) if env else DEFAULT_CONFIG_PATH
 
 
 def load(cli_path: str | None = None) -> tuple[Config, list[str]]:

@@ -30,6 +30,18 @@ TABLE_BEGIN = "<!-- config table: python -m ramakv_protocol.config_schema --writ
 TABLE_END = "<!-- end of config table -->"
 
 
+DEFAULT_PATH = Path("/etc/ram-a-kv/config.toml")
+ENV_PATH = "RAM_A_KV_CONFIG"
+
+
+def config_path(cli_path: str | None = None) -> Path:
+    """The daemon's lookup: --config, else $RAM_A_KV_CONFIG, else /etc/ram-a-kv/config.toml."""
+    if cli_path:
+        return Path(cli_path)
+    env = os.environ.get(ENV_PATH)
+    return Path(env) if env else DEFAULT_PATH
+
+
 def url_problem(value: object) -> str | None:
     """Why ``value`` is not a usable http(s) base URL, or None when it is.
 

@@ -105,9 +105,24 @@ def test_the_editor_offers_every_editable_key_and_keeps_the_rest() -> None:
     assert secret == config_mod.SECRET_KEYS == {"auth_token", "session_store_url"}
 
 
+def test_the_console_finds_the_file_the_daemon_reads(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv(schema.ENV_PATH, raising=False)
+    for cli in (None, str(tmp_path / "cli.toml")):
+        assert config_io.daemon_config_path(cli) == config_mod.resolve_path(cli)
+    monkeypatch.setenv(schema.ENV_PATH, str(tmp_path / "env.toml"))
+    assert config_io.daemon_config_path() == config_mod.resolve_path(None) == tmp_path / "env.toml"
+
+
 def test_config_example_follows_the_schema() -> None:
     text = (REPO / "config.example.toml").read_text(encoding="utf-8")
     assert schema.example_problems(text) == []
+
+
+def test_the_daemon_loads_the_example_strictly_as_its_defaults() -> None:
+    cfg, warnings = config_mod.load_explicit(str(REPO / "config.example.toml"))
+    assert warnings == [] and cfg == Config()
 
 
 def test_the_example_check_finds_what_strays() -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import os
 from pathlib import Path
 
 import pytest
@@ -112,9 +113,9 @@ def test_path_resolution_order(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) 
 
 
 def test_default_store_path(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    monkeypatch.setattr(config_mod.os, "geteuid", lambda: 0)
+    monkeypatch.setattr(os, "geteuid", lambda: 0)
     assert config_mod.default_store_path() == "/var/lib/ram-a-kv/sessions.db"
-    monkeypatch.setattr(config_mod.os, "geteuid", lambda: 1000)
+    monkeypatch.setattr(os, "geteuid", lambda: 1000)
     monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
     assert config_mod.default_store_path() == str(tmp_path / "state/ram-a-kv/sessions.db")
     monkeypatch.delenv("XDG_STATE_HOME")
