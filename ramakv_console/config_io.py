@@ -19,6 +19,7 @@ import tomli_w
 
 from ramakv_protocol import config_schema as schema
 from ramakv_protocol.config_schema import url_problem
+from ramakv_sdk import config as sdk_config
 
 COMMENTS_SURVIVE = False  # tomli-w writes plain TOML; comments in the old file are lost
 
@@ -54,25 +55,36 @@ DAEMON_FIELDS: tuple[FieldSpec, ...] = tuple(_daemon_field(k) for k in schema.KE
 # Keys the form does not edit but every save keeps as they are: [[deployments]] tables
 # (edit them in the file; docs/namespaces.md).
 KEPT_AS_IS = frozenset(k.name for k in schema.KEYS if not k.editable)
+
+
+def _string_problem(value: Any) -> str | None:
+    return None if isinstance(value, str) else "must be a string"
+
+
+# The SDK's config file (ramakv_sdk.config reads it): where clients find the daemon.
 SDK_FIELDS: tuple[FieldSpec, ...] = (
     FieldSpec(
         "daemon_url",
         "str",
-        "http://127.0.0.1:6998",
+        sdk_config.DEFAULT_DAEMON_URL,
         "where SDK clients and the console find the daemon",
         url_problem,
+    ),
+    FieldSpec(
+        "auth_token",
+        "str",
+        "",
+        "the daemon's bearer token, sent to daemon_url only",
+        _string_problem,
+        secret=True,
     ),
 )
 # The daemon reads its config once at start-up: every change takes effect on restart.
 RESTART_KEYS = frozenset(f.name for f in DAEMON_FIELDS)
 # The daemon's lookup: --config, else $RAM_A_KV_CONFIG, else /etc/ram-a-kv/config.toml.
 daemon_config_path = schema.config_path
-
-
-def sdk_config_path() -> Path:
-    """~/.config/ram-a-kv/config.toml (XDG_CONFIG_HOME respected)."""
-    base = os.environ.get("XDG_CONFIG_HOME") or str(Path.home() / ".config")
-    return Path(base) / "ram-a-kv" / "config.toml"
+# The SDK's: $XDG_CONFIG_HOME/ram-a-kv/config.toml, XDG_CONFIG_HOME defaulting to ~/.config.
+sdk_config_path = sdk_config.config_path
 
 
 def load(path: Path) -> dict[str, Any]:

@@ -178,3 +178,20 @@ def test_the_schema_needs_only_the_standard_library() -> None:
         "assert not bad, bad"
     )
     subprocess.run([sys.executable, "-c", code], check=True, cwd=REPO)
+
+
+def test_the_sdk_tab_edits_what_the_sdk_reads(tmp_path: Path) -> None:
+    from ramakv_sdk import config as sdk_config
+
+    assert config_io.sdk_config_path() == sdk_config.config_path()
+    spec = {s.name: s for s in config_io.SDK_FIELDS}
+    assert spec["auth_token"].secret and not spec["daemon_url"].secret
+    edits = {
+        "daemon_url": config_io.parse_value(spec["daemon_url"], " http://10.0.0.5:6998 "),
+        "auth_token": config_io.parse_value(spec["auth_token"], "s3cret"),
+    }
+    path = tmp_path / "sdk.toml"
+    merged, diffs = config_io.merge({}, edits, config_io.SDK_FIELDS)
+    config_io.write_atomic(path, merged)
+    assert sdk_config.load_config(path) == sdk_config.SdkConfig("http://10.0.0.5:6998", "s3cret")
+    assert not any(d.needs_restart for d in diffs)
