@@ -12,6 +12,7 @@ import orjson
 
 from ramakv_daemon.core.fork import Fork
 from ramakv_daemon.core.session import Session
+from ramakv_daemon.ports import OutboxEntry, OutboxRow, PendingEviction, mode_of
 
 log = logging.getLogger("ramakv.store")
 
@@ -40,6 +41,49 @@ def outbox_view(con: sqlite3.Connection) -> dict[tuple[str, str], str]:
         for ns, entries in con.execute("SELECT namespace, entries_json FROM evict_log ORDER BY id"):
             out.update({(ns, h): m for h, m in json.loads(entries)})
     return out
+
+
+def pending_evictions(con: sqlite3.Connection) -> list[PendingEviction]:
+    """:func:`outbox_view` as rows, in (namespace, hash) order; unknown modes left out."""
+    out: list[PendingEviction] = []
+    for (ns, h), m in sorted(outbox_view(con).items()):
+        mode = mode_of(m)
+        if mode is not None:
+            out.append(PendingEviction(ns, h, mode))
+    return out
+
+
+def _pair(value: object) -> tuple[str, str]:
+    if isinstance(value, OutboxEntry):  # orjson writes no tuple subclass by itself
+        return (value.chunk_hash, value.mode.value)
+    raise TypeError(f"not an outbox entry: {value!r}")
+
+
+def dump_entries(entries: Iterable[tuple[str, str]]) -> str:
+    """An outbox row's entries as stored: ``[[hash, mode], ...]``."""
+    listed = entries if isinstance(entries, list) else list(entries)
+    return orjson.dumps(listed, default=_pair).decode()
+
+
+def decode_outbox_row(row_id: Any, ns: str | None, entries_json: str) -> OutboxRow | None:
+    """A stored evict_log row; None (logged) when its JSON is not a list of pairs. An entry
+    of an unknown mode is left out (logged): the rest of its row still waits."""
+    try:
+        loaded = _loads(entries_json)
+        if not isinstance(loaded, list):
+            raise TypeError("entries_json is not a list of [hash, mode] pairs")
+        pairs = [(str(h), str(m)) for h, m in loaded]
+    except (ValueError, TypeError) as err:
+        log.warning("skipping corrupt outbox row %s: %s", row_id, err)
+        return None
+    entries: list[OutboxEntry] = []
+    for h, m in pairs:
+        mode = mode_of(m)
+        if mode is None:
+            log.warning("outbox row %s: skipping %s of unknown mode %r", row_id, h, m)
+        else:
+            entries.append(OutboxEntry(h, mode))
+    return OutboxRow(int(row_id), ns or "", entries)
 
 
 def _loads(text: str) -> object:
