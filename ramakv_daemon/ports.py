@@ -166,6 +166,12 @@ class LoadedForks(NamedTuple):
     next_fork_id: int
 
 
+# What write() takes: the named rows above, or plain tuples of the same shape (the commit
+# path builds tuples: a named tuple per eviction would cost it a call back per entry).
+OutboxRowIn = tuple[int, str, Sequence[tuple[str, EvictMode]]]
+AnswerRowIn = tuple[str, str, float, str]
+
+
 class SessionStore(Protocol):
     """Durable home of every session's map, turn count and suspension, and of open forks."""
 
@@ -221,9 +227,9 @@ class SessionStore(Protocol):
     async def write(
         self,
         sessions: dict[str, Session | None],
-        outbox_add: Sequence[OutboxRow] | None = None,
+        outbox_add: Sequence[OutboxRowIn] | None = None,
         outbox_done: Sequence[int] | None = None,
-        event_ids: Sequence[AnswerRow] | None = None,
+        event_ids: Sequence[AnswerRowIn] | None = None,
         prune_event_ids_before: float | None = None,
         forks: dict[int, Fork | None] | None = None,
         next_fork_id: int | None = None,
@@ -232,9 +238,9 @@ class SessionStore(Protocol):
 
         Args:
             sessions: session id -> new state, or None to delete the session.
-            outbox_add: new outbox rows.
+            outbox_add: new outbox rows (OutboxRow, or the same as a plain tuple).
             outbox_done: ids of outbox rows none of whose entries waits any more.
-            event_ids: answers to remember.
+            event_ids: answers to remember (AnswerRow, or the same as a plain tuple).
             prune_event_ids_before: forget answers older than this timestamp.
             forks: fork id -> open fork, or None when it ended.
             next_fork_id: the counter's new value (stored only if higher).

@@ -21,7 +21,14 @@ from ramakv_daemon.adapters.store_rows import (
 )
 from ramakv_daemon.core.fork import Fork
 from ramakv_daemon.core.session import Session
-from ramakv_daemon.ports import AnswerRow, LoadedForks, OutboxRow, StoredAnswer, StoreError
+from ramakv_daemon.ports import (
+    AnswerRowIn,
+    LoadedForks,
+    OutboxRow,
+    OutboxRowIn,
+    StoredAnswer,
+    StoreError,
+)
 
 try:
     import asyncpg
@@ -35,6 +42,7 @@ ReleaseCallback = Callable[[str, str], None]
 DB_ERRORS: tuple[type[BaseException], ...] = (OSError, asyncio.TimeoutError)
 if asyncpg is not None:
     DB_ERRORS += (asyncpg.PostgresError, asyncpg.InterfaceError)
+OPEN_ERRORS: tuple[type[BaseException], ...] = (*DB_ERRORS, RuntimeError)  # or a bad migration
 
 
 class ForkIdTaken(RuntimeError):
@@ -104,7 +112,7 @@ class PostgresSessionStore:
             )
             async with self._pool.acquire() as con:
                 self.schema_version = await migrate(con)
-        except (*DB_ERRORS, RuntimeError) as err:
+        except OPEN_ERRORS as err:
             await self._close_pool()
             raise StoreError(f"cannot open session store {self.shown_url()}: {err}") from err
         self.listener = ReleaseListener(
@@ -184,7 +192,7 @@ class PostgresSessionStore:
             pool, self._pool = self._pool, None
             try:
                 await asyncio.wait_for(pool.close(), timeout=5)
-            except (*DB_ERRORS, Exception):  # noqa: BLE001 - a dead server: just drop it
+            except Exception:  # noqa: BLE001 - a dead server (or any error): just drop it
                 pool.terminate()
 
     def need_pool(self) -> Any:
@@ -272,9 +280,9 @@ class PostgresSessionStore:
     async def write(
         self,
         sessions: dict[str, Session | None],
-        outbox_add: Sequence[OutboxRow] | None = None,
+        outbox_add: Sequence[OutboxRowIn] | None = None,
         outbox_done: Sequence[int] | None = None,
-        event_ids: Sequence[AnswerRow] | None = None,
+        event_ids: Sequence[AnswerRowIn] | None = None,
         prune_event_ids_before: float | None = None,
         forks: dict[int, Fork | None] | None = None,
         next_fork_id: int | None = None,
@@ -311,9 +319,9 @@ class PostgresSessionStore:
         self,
         con: Any,
         sessions: dict[str, Session | None],
-        outbox_add: Sequence[OutboxRow],
+        outbox_add: Sequence[OutboxRowIn],
         outbox_done: Sequence[int],
-        event_ids: Sequence[AnswerRow],
+        event_ids: Sequence[AnswerRowIn],
         prune_before: float | None,
         forks: dict[int, Fork | None],
         next_fork_id: int | None,

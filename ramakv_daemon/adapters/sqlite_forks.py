@@ -61,7 +61,7 @@ async def migrate_fork_holds(db: aiosqlite.Connection) -> None:
     """Move holds of files written before fork ids (session_state.fork_holds_json) into
     `forks`: fresh ids, created now (a full fork_hold_ttl_s: their real age is unknown)."""
     async with db.execute(SELECT_LEGACY_HOLDS.format(namespace="namespace")) as cur:
-        rows = await cur.fetchall()
+        rows = list(await cur.fetchall())
     if not rows:
         return
     async with db.execute("SELECT value FROM counters WHERE name = 'next_fork_id'") as cur:

@@ -36,7 +36,14 @@ from ramakv_daemon.adapters.store_rows import (  # noqa: F401 - re-exported for 
 )
 from ramakv_daemon.core.fork import Fork
 from ramakv_daemon.core.session import Session
-from ramakv_daemon.ports import AnswerRow, LoadedForks, OutboxRow, StoredAnswer, StoreError
+from ramakv_daemon.ports import (
+    AnswerRowIn,
+    LoadedForks,
+    OutboxRow,
+    OutboxRowIn,
+    StoredAnswer,
+    StoreError,
+)
 
 log = logging.getLogger("ramakv.store")
 
@@ -274,14 +281,14 @@ class SqliteSessionStore:
                 rows = await cur.fetchall()
         except sqlite3.Error as err:
             raise StoreError(f"cannot read event ids: {err}") from err
-        return [StoredAnswer(e, r, d) for e, r, d in reversed(rows)]
+        return [StoredAnswer(e, r, d) for e, r, d in reversed(list(rows))]
 
     async def write(
         self,
         sessions: dict[str, Session | None],
-        outbox_add: Sequence[OutboxRow] | None = None,
+        outbox_add: Sequence[OutboxRowIn] | None = None,
         outbox_done: Sequence[int] | None = None,
-        event_ids: Sequence[AnswerRow] | None = None,
+        event_ids: Sequence[AnswerRowIn] | None = None,
         prune_event_ids_before: float | None = None,
         forks: dict[int, Fork | None] | None = None,
         next_fork_id: int | None = None,
@@ -446,9 +453,9 @@ class SqliteSessionStore:
     def _write_sync(
         self,
         sessions: dict[str, Session | None],
-        outbox_add: Sequence[OutboxRow],
+        outbox_add: Sequence[OutboxRowIn],
         outbox_done: Sequence[int],
-        event_ids: Sequence[AnswerRow],
+        event_ids: Sequence[AnswerRowIn],
         prune_before: float | None,
         forks: dict[int, Fork | None],
         next_fork_id: int | None,
