@@ -12,7 +12,6 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import TextIO
 
 from ramakv_daemon import config as config_mod
-from ramakv_daemon.adapters.sqlite_admin import exclusive  # noqa: F401 - tests take the lock
 from ramakv_daemon.admin_daemon import apply_online, daemon_alive, daemon_url
 from ramakv_daemon.admin_plan import describe, parse_duration, plan_for
 from ramakv_daemon.admin_report import print_report, report

@@ -6,7 +6,7 @@ from collections import Counter
 
 from ramakv_daemon.adapters import postgres_sql as sql
 from ramakv_daemon.adapters.postgres_store import DB_ERRORS, PostgresSessionStore
-from ramakv_daemon.adapters.store_rows import _decode_sessions, _loads, decode_fork
+from ramakv_daemon.adapters.store_rows import decode_fork, decode_sessions, loads_json
 from ramakv_daemon.core.fork import Fork
 from ramakv_daemon.ports import (
     AdminView,
@@ -48,7 +48,7 @@ class PostgresStoreAdmin(StoreAdmin):
     async def read(self) -> AdminView:
         rows = await self._store.fetch(sql.SELECT_ALL_SESSIONS)
         owners = Counter(str(r["owner"]) for r in rows)
-        sessions = _decode_sessions(tuple(r)[:6] for r in rows)
+        sessions = decode_sessions(tuple(r)[:6] for r in rows)
         forks: list[Fork] = []
         for r in await self._store.fetch(sql.SELECT_ALL_FORKS):
             fork = decode_fork(*tuple(r))
@@ -56,7 +56,7 @@ class PostgresStoreAdmin(StoreAdmin):
                 forks.append(fork)
         outbox: list[PendingEviction] = []
         for r in await self._store.fetch(sql.SELECT_ALL_OUTBOX):
-            loaded = _loads(r["entries_json"])
+            loaded = loads_json(r["entries_json"])
             for h, m in loaded if isinstance(loaded, list) else ():
                 mode = mode_of(str(m))
                 if mode is not None:

@@ -14,9 +14,9 @@ import orjson
 from ramakv_daemon.adapters import postgres_sql as sql
 from ramakv_daemon.adapters.postgres_listener import ReleaseListener
 from ramakv_daemon.adapters.store_rows import (
-    _decode_sessions,
     decode_fork,
     decode_outbox_row,
+    decode_sessions,
     dump_entries,
 )
 from ramakv_daemon.core.fork import Fork
@@ -220,7 +220,7 @@ class PostgresSessionStore:
     async def load_all(self) -> list[Session]:
         """The sessions this node owns (corrupt rows are skipped and logged)."""
         rows = await self.fetch(sql.SELECT_OWNED, self.node_id)
-        return _decode_sessions(tuple(r) for r in rows)
+        return decode_sessions(tuple(r) for r in rows)
 
     async def load_forks(self) -> LoadedForks:
         """This node's open forks, oldest first, and the next fork id (above any node's)."""
@@ -256,7 +256,7 @@ class PostgresSessionStore:
             self._failed(err)
             raise StoreError(f"cannot take over session {session_id!r}: {err}") from err
         self.last_error = ""
-        sessions = _decode_sessions([tuple(row)[:6]])
+        sessions = decode_sessions([tuple(row)[:6]])
         return Claimed(sessions[0], row["previous_owner"]) if sessions else None
 
     async def take_fork_id(self) -> int:

@@ -13,7 +13,7 @@ from typing import TypeVar
 from ramakv_daemon.adapters.sqlite_forks import SELECT_FORKS, SELECT_LEGACY_HOLDS
 from ramakv_daemon.adapters.sqlite_schema import SELECT_SESSIONS
 from ramakv_daemon.adapters.store_lock import StoreLock, holder_of
-from ramakv_daemon.adapters.store_rows import _decode_sessions, decode_fork, pending_evictions
+from ramakv_daemon.adapters.store_rows import decode_fork, decode_sessions, pending_evictions
 from ramakv_daemon.core.fork import Fork
 from ramakv_daemon.ports import (
     AdminView,
@@ -58,7 +58,7 @@ def read_view(con: sqlite3.Connection) -> AdminView:
     namespace column and keep fork holds in session_state (given ids < 0 here)."""
     state_columns = _columns(con, "session_state")
     namespace = "st.namespace" if "namespace" in state_columns else "''"
-    sessions = _decode_sessions(con.execute(SELECT_SESSIONS.format(namespace=namespace)))
+    sessions = decode_sessions(con.execute(SELECT_SESSIONS.format(namespace=namespace)))
     forks: list[Fork] = []
     if "forks" in _tables(con):
         for row in con.execute(SELECT_FORKS):

@@ -7,7 +7,6 @@ import logging
 import time
 
 import aiosqlite
-import orjson
 
 from ramakv_daemon.adapters.store_rows import decode_fork
 from ramakv_daemon.core.fork import Fork
@@ -31,14 +30,6 @@ BUMP_FORK_IDS = (
     "INSERT INTO counters (name, value) VALUES ('next_fork_id', ?) ON CONFLICT(name) "
     "DO UPDATE SET value = max(value, excluded.value)"
 )
-
-
-def _loads(text: str) -> object:
-    """orjson, falling back to json for what only the standard decoder takes."""
-    try:
-        return orjson.loads(text)
-    except orjson.JSONDecodeError:
-        return json.loads(text)
 
 
 async def load_forks(db: aiosqlite.Connection) -> LoadedForks:

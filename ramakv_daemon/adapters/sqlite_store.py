@@ -26,13 +26,12 @@ from ramakv_daemon.adapters.sqlite_schema import (
     UPSERT_STATE,
 )
 from ramakv_daemon.adapters.store_lock import StoreLock, StoreLocked
-from ramakv_daemon.adapters.store_rows import (  # noqa: F401 - re-exported for tools
-    _decode_sessions,
-    _fold_legacy_outbox,
-    _loads,
+from ramakv_daemon.adapters.store_rows import (
     decode_outbox_row,
+    decode_sessions,
     dump_entries,
-    outbox_view,
+    fold_legacy_outbox,
+    outbox_view,  # noqa: F401 - re-exported for tests reading a file's outbox
 )
 from ramakv_daemon.core.fork import Fork
 from ramakv_daemon.core.session import Session
@@ -241,7 +240,7 @@ class SqliteSessionStore:
                 # hashes) is freed before the next one arrives and its memory reused,
                 # instead of the whole table's text being faulted in at once.
                 while rows := await cur.fetchmany(_LOAD_BATCH):
-                    out.extend(_decode_sessions(rows))
+                    out.extend(decode_sessions(rows))
                     gc.collect(0)
         except sqlite3.Error as err:
             raise StoreError(f"cannot read session store {self.path}: {err}") from err
@@ -261,7 +260,7 @@ class SqliteSessionStore:
         """Evictions acknowledged but not yet confirmed, as rows in commit order."""
         try:
             assert self._writer is not None
-            await self._on_writer(_fold_legacy_outbox, self._writer)
+            await self._on_writer(fold_legacy_outbox, self._writer)
             async with self.db.execute(
                 "SELECT id, namespace, entries_json FROM evict_log ORDER BY id"
             ) as cur:

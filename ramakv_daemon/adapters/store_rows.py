@@ -69,7 +69,7 @@ def decode_outbox_row(row_id: Any, ns: str | None, entries_json: str) -> OutboxR
     """A stored evict_log row; None (logged) when its JSON is not a list of pairs. An entry
     of an unknown mode is left out (logged): the rest of its row still waits."""
     try:
-        loaded = _loads(entries_json)
+        loaded = loads_json(entries_json)
         if not isinstance(loaded, list):
             raise TypeError("entries_json is not a list of [hash, mode] pairs")
         pairs = [(str(h), str(m)) for h, m in loaded]
@@ -86,7 +86,7 @@ def decode_outbox_row(row_id: Any, ns: str | None, entries_json: str) -> OutboxR
     return OutboxRow(int(row_id), ns or "", entries)
 
 
-def _loads(text: str) -> object:
+def loads_json(text: str) -> object:
     """orjson, falling back to json for what only the standard decoder takes (files
     written by other tools may hold lone surrogate escapes or NaN)."""
     try:
@@ -95,13 +95,13 @@ def _loads(text: str) -> object:
         return json.loads(text)
 
 
-def _decode_sessions(rows: Iterable[Sequence[Any]]) -> list[Session]:
+def decode_sessions(rows: Iterable[Sequence[Any]]) -> list[Session]:
     """Stored rows as sessions; rows whose JSON is corrupt are skipped with a warning."""
     out: list[Session] = []
-    loads = _loads  # start-up decodes every stored map: the fast decoder pays
+    decode = loads_json  # start-up decodes every stored map: the fast decoder pays
     for sid, map_json, turn_count, suspended, ts, ns in rows:
         try:
-            hashes = loads(map_json)
+            hashes = decode(map_json)
             if not isinstance(hashes, list):
                 raise ValueError("map_json is not a list of strings")
             chunk_hashes = tuple(hashes)
@@ -125,7 +125,7 @@ def _decode_sessions(rows: Iterable[Sequence[Any]]) -> list[Session]:
     return out
 
 
-def _fold_legacy_outbox(con: sqlite3.Connection) -> None:
+def fold_legacy_outbox(con: sqlite3.Connection) -> None:
     """Move per-chunk outbox rows (written by ramakv-admin) into evict_log, atomically."""
     legacy: dict[str, list[tuple[str, str]]] = {}
     for h, m in con.execute("SELECT chunk_hash, mode FROM evict_outbox"):
@@ -153,7 +153,7 @@ def decode_fork(fid: Any, sid: str, ns: str | None, hashes_json: str, ts: Any) -
     """A stored fork row as a Fork; None (logged) when its hashes are not a list of strings,
     so one damaged row never stops a start-up."""
     try:
-        hashes = _loads(hashes_json)
+        hashes = loads_json(hashes_json)
         if not isinstance(hashes, list):
             raise ValueError("hashes_json is not a list of strings")
         held = tuple(hashes)
