@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Any, NamedTuple, Protocol
+from typing import Any, NamedTuple, Protocol, runtime_checkable
 
 from ramakv_daemon.core.fork import Fork
 from ramakv_daemon.core.session import Session
@@ -125,13 +125,12 @@ class OutboxRow(NamedTuple):
     Attributes:
         row_id: increasing in commit order; the committer hands them out.
         namespace: the namespace the hashes belong to ("" = the default).
-        entries: the evictions, in the order they were decided: (hash, mode) pairs;
-            loaded rows hold OutboxEntry values (a writer may pass plain pairs).
+        entries: the evictions, in the order they were decided.
     """
 
     row_id: int
     namespace: str
-    entries: Sequence[tuple[str, EvictMode]]
+    entries: list[OutboxEntry]
 
 
 class AnswerRow(NamedTuple):
@@ -249,8 +248,68 @@ class SessionStore(Protocol):
         """
         ...
 
+    def problem(self) -> str | None:
+        """Why this store cannot take writes now (for /readyz), or None when it can."""
+        ...
+
     async def close(self) -> None:
         """Flush and close."""
+        ...
+
+
+@dataclass(frozen=True, slots=True)
+class Claimed:
+    """A session taken from another node: its row as that node last committed it."""
+
+    session: Session
+    previous_owner: str
+
+
+# What a daemon does when another node took one of its sessions: (session id, new owner).
+ReleaseCallback = Callable[[str, str], None]
+
+
+@runtime_checkable
+class SharedSessionStore(SessionStore, Protocol):
+    """A store several daemons share (PostgreSQL), each loading and writing only the
+    sessions it owns; an event for a session another node owns takes it over."""
+
+    @property
+    def connected(self) -> bool:
+        """False after a failed write or a lost notification channel, until the next
+        success."""
+        ...
+
+    async def claim(self, session_id: str) -> Claimed | None:
+        """Take a session from the node that owns it, atomically, telling that node.
+
+        Returns:
+            The row as the previous owner committed it; None when it is stored nowhere or
+            this node owns it already.
+        Raises:
+            StoreError: nothing was taken.
+        """
+        ...
+
+    async def take_fork_id(self) -> int:
+        """A fork id no daemon on this store was or will be given.
+
+        Raises:
+            StoreError: none was taken.
+        """
+        ...
+
+    async def owners(self, session_ids: list[str]) -> dict[str, str]:
+        """Session id -> owning node, for the stored ones among ``session_ids``."""
+        ...
+
+    def on_release(self, callback: ReleaseCallback | None) -> None:
+        """Call ``callback(session_id, new_owner)`` when another node takes a session."""
+        ...
+
+    def held_sessions(self, callback: Callable[[], list[str]]) -> None:
+        """Where to find the sessions this node holds in memory (after a lost channel,
+        the store asks which of them another node took meanwhile)."""
         ...
 
 

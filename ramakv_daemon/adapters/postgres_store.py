@@ -6,7 +6,6 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import orjson
@@ -21,11 +20,13 @@ from ramakv_daemon.adapters.store_rows import (
 )
 from ramakv_daemon.core.fork import Fork
 from ramakv_daemon.core.session import Session
-from ramakv_daemon.ports import (
+from ramakv_daemon.ports import (  # Claimed, ReleaseCallback: re-exported
     AnswerRowIn,
+    Claimed,
     LoadedForks,
     OutboxRow,
     OutboxRowIn,
+    ReleaseCallback,
     StoredAnswer,
     StoreError,
 )
@@ -37,8 +38,6 @@ except ImportError:  # the `postgres` extra is not installed
 
 log = logging.getLogger("ramakv.store")
 
-# What a daemon does when another node took one of its sessions: (session id, new owner).
-ReleaseCallback = Callable[[str, str], None]
 DB_ERRORS: tuple[type[BaseException], ...] = (OSError, asyncio.TimeoutError)
 if asyncpg is not None:
     DB_ERRORS += (asyncpg.PostgresError, asyncpg.InterfaceError)
@@ -47,14 +46,6 @@ OPEN_ERRORS: tuple[type[BaseException], ...] = (*DB_ERRORS, RuntimeError)  # or 
 
 class ForkIdTaken(RuntimeError):
     """Another node handed out the same fork id first."""
-
-
-@dataclass(frozen=True, slots=True)
-class Claimed:
-    """A session taken from another node: its row as that node last committed it."""
-
-    session: Session
-    previous_owner: str
 
 
 def _dumps(value: object) -> str:

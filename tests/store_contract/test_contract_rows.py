@@ -20,9 +20,8 @@ async def test_loads_return_named_rows(home: StoreHome) -> None:
     fork = Fork(3, "s", ("a",), 1.0)
     await store.write(
         {},
-        outbox_add=[
-            OutboxRow(7, "ns", [OutboxEntry("a", EvictMode.DEMOTE), ("b", EvictMode.DELETE)])
-        ],
+        # a named row and entry, or plain tuples of their shape (as the commit path writes)
+        outbox_add=[(7, "ns", [OutboxEntry("a", EvictMode.DEMOTE), ("b", EvictMode.DELETE)])],
         event_ids=[AnswerRow("e", '{"ok": true}', 1.0, "dig")],
         forks={3: fork},
         next_fork_id=4,
