@@ -117,10 +117,21 @@ def apply_cleanup(con: sqlite3.Connection, cleanup: Cleanup) -> None:
     at the next start: row ids there are the daemon's to hand out.
     """
     has_ns_box = "namespace" in _columns(con, "ns_evict_outbox")
+    keeps_holds = "fork_holds_json" in _columns(con, "session_state")
+    holds_ended = {f.session_id for f in cleanup.forks if f.fork_id <= 0}
     with con:
         for s in cleanup.sessions:
             con.execute("DELETE FROM sessions WHERE session_id = ?", (s.session_id,))
-            con.execute("DELETE FROM session_state WHERE session_id = ?", (s.session_id,))
+            if keeps_holds and s.session_id not in holds_ended:
+                # An old file's fork holds outlive their session, as forks do: the row
+                # stays until the daemon moves them into `forks` (and drops it then).
+                con.execute(
+                    "DELETE FROM session_state WHERE session_id = ? "
+                    "AND fork_holds_json IN ('', '[]')",
+                    (s.session_id,),
+                )
+            else:
+                con.execute("DELETE FROM session_state WHERE session_id = ?", (s.session_id,))
         for f in cleanup.forks:
             if f.fork_id > 0:
                 con.execute("DELETE FROM forks WHERE fork_id = ?", (f.fork_id,))

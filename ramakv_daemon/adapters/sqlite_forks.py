@@ -77,6 +77,12 @@ async def migrate_fork_holds(db: aiosqlite.Connection) -> None:
                 "UPDATE session_state SET fork_holds_json = '[]' WHERE session_id = ?",
                 (sid,),
             )
+            # A session ramakv-admin closed kept its row only for these holds.
+            await db.execute(
+                "DELETE FROM session_state WHERE session_id = ? "
+                "AND session_id NOT IN (SELECT session_id FROM sessions)",
+                (sid,),
+            )
         await db.execute(BUMP_FORK_IDS, (next_id,))
         await db.commit()
     except BaseException:
