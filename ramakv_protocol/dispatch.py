@@ -1,0 +1,102 @@
+"""Reading trace messages: parse one, then hand it to the method for its ``kind``.
+
+A follower subclasses :class:`TraceReader` and overrides the ``on_*`` methods it cares
+about; :meth:`TraceReader.read` picks one by kind, so no follower repeats the switch on
+kind strings. Only the kind is checked: a record's fields are the daemon's (see
+ramakv_protocol.conformance for a full check, used by the tests).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Mapping
+from typing import Final, Generic, TypeVar, cast
+
+from ramakv_protocol.records import (
+    BackendRecord,
+    BudgetRecord,
+    DisconnectedMarker,
+    EventRecord,
+    EvictWindowRecord,
+    ReconnectedMarker,
+    SnapshotHeader,
+    SnapshotPart,
+)
+
+T = TypeVar("T")
+
+# The kinds that carry the state a follower mirrors (the others are notices).
+STATE_KINDS: Final = frozenset({"snapshot", "snapshot_sessions", "event"})
+RECORD_KINDS: Final = STATE_KINDS | {"backend", "budget", "evict_window"}
+MARKER_KINDS: Final = frozenset({"disconnected", "reconnected"})
+
+
+def parse(text: str | bytes, loads: Callable[[str | bytes], object] = json.loads) -> object:
+    """A message's JSON value, or None when it is not JSON; ``loads`` may be a faster
+    decoder (it must raise ValueError, as json and orjson do, on bad input)."""
+    try:
+        return loads(text)
+    except ValueError:
+        return None
+
+
+def as_message(value: object) -> dict[str, object] | None:
+    """``value`` when it is a JSON object, else None (a follower skips it)."""
+    return cast(dict[str, object], value) if isinstance(value, dict) else None
+
+
+def seq_of(msg: Mapping[str, object]) -> int | None:
+    """The record's sequence number, when it has one."""
+    seq = msg.get("seq")
+    return seq if isinstance(seq, int) and not isinstance(seq, bool) else None
+
+
+def epoch_of(msg: Mapping[str, object]) -> str | None:
+    """The daemon run the record belongs to, when it says."""
+    epoch = msg.get("epoch")
+    return epoch if isinstance(epoch, str) else None
+
+
+class TraceReader(Generic[T]):
+    """Calls the ``on_<kind>`` method for each message; what is not overridden (and any
+    kind this protocol does not know, such as a client's own markers) goes to ``other``."""
+
+    def read(self, msg: Mapping[str, object]) -> T:
+        """Dispatch one message by its ``kind``."""
+        name = _METHODS.get(str(msg.get("kind")))
+        if name is None:
+            return self.other(msg)
+        method: Callable[[Mapping[str, object]], T] = getattr(self, name)
+        return method(msg)
+
+    def other(self, msg: Mapping[str, object]) -> T:
+        """Every message without its own method (override; the default refuses)."""
+        raise NotImplementedError(f"{type(self).__name__} does not read {msg.get('kind')!r}")
+
+    def on_snapshot(self, msg: SnapshotHeader) -> T:
+        return self.other(msg)
+
+    def on_snapshot_sessions(self, msg: SnapshotPart) -> T:
+        return self.other(msg)
+
+    def on_event(self, msg: EventRecord) -> T:
+        return self.other(msg)
+
+    def on_backend(self, msg: BackendRecord) -> T:
+        return self.other(msg)
+
+    def on_budget(self, msg: BudgetRecord) -> T:
+        return self.other(msg)
+
+    def on_evict_window(self, msg: EvictWindowRecord) -> T:
+        return self.other(msg)
+
+    def on_disconnected(self, msg: DisconnectedMarker) -> T:
+        return self.other(msg)
+
+    def on_reconnected(self, msg: ReconnectedMarker) -> T:
+        return self.other(msg)
+
+
+# kind -> the name of its method (looked up on the instance: subclasses override them).
+_METHODS: Final = {kind: f"on_{kind}" for kind in RECORD_KINDS | MARKER_KINDS}
