@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Mapping
-from typing import Final, Generic, TypeVar, cast
+from typing import Final, Generic, TypeVar, cast, get_args
 
 from ramakv_protocol.records import (
     BackendRecord,
@@ -18,17 +18,20 @@ from ramakv_protocol.records import (
     DisconnectedMarker,
     EventRecord,
     EvictWindowRecord,
+    Kind,
+    MarkerKind,
     ReconnectedMarker,
+    RecordKind,
     SnapshotHeader,
     SnapshotPart,
 )
 
 T = TypeVar("T")
 
+RECORD_KINDS: Final[frozenset[str]] = frozenset(get_args(RecordKind))
+MARKER_KINDS: Final[frozenset[str]] = frozenset(get_args(MarkerKind))
 # The kinds that carry the state a follower mirrors (the others are notices).
-STATE_KINDS: Final = frozenset({"snapshot", "snapshot_sessions", "event"})
-RECORD_KINDS: Final = STATE_KINDS | {"backend", "budget", "evict_window"}
-MARKER_KINDS: Final = frozenset({"disconnected", "reconnected"})
+STATE_KINDS: Final[frozenset[str]] = frozenset({"snapshot", "snapshot_sessions", "event"})
 
 
 def parse(text: str | bytes, loads: Callable[[str | bytes], object] = json.loads) -> object:
@@ -43,6 +46,11 @@ def parse(text: str | bytes, loads: Callable[[str | bytes], object] = json.loads
 def as_message(value: object) -> dict[str, object] | None:
     """``value`` when it is a JSON object, else None (a follower skips it)."""
     return cast(dict[str, object], value) if isinstance(value, dict) else None
+
+
+def is_kind(msg: Mapping[str, object], kind: Kind) -> bool:
+    """Whether ``msg`` is of ``kind`` (a checked name: a typo fails the type check)."""
+    return msg.get("kind") == kind
 
 
 def seq_of(msg: Mapping[str, object]) -> int | None:

@@ -179,6 +179,7 @@ class EvictWindowRecord(TypedDict):
 TraceRecord = (
     SnapshotHeader | SnapshotPart | EventRecord | BackendRecord | BudgetRecord | EvictWindowRecord
 )
+RecordKind = Literal["snapshot", "snapshot_sessions", "event", "backend", "budget", "evict_window"]
 
 # ---- the SDK's own markers, mixed into what its subscription yields ---------------------
 # Why a follower lost the trace; "protocol" (4010) is never retried: the SDK raises instead.
@@ -204,4 +205,6 @@ class ReconnectedMarker(TypedDict):
 
 
 Marker = DisconnectedMarker | ReconnectedMarker
+MarkerKind = Literal["disconnected", "reconnected"]
 TraceMessage = TraceRecord | Marker
+Kind = RecordKind | MarkerKind
