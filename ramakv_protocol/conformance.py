@@ -32,6 +32,7 @@ from ramakv_protocol.records import (
     SnapshotHeader,
     SnapshotPart,
 )
+from ramakv_protocol.replies import REPLY_TYPES
 
 RECORD_TYPES: Final[Mapping[str, type]] = {
     "snapshot": SnapshotHeader,
@@ -43,6 +44,13 @@ RECORD_TYPES: Final[Mapping[str, type]] = {
     "disconnected": DisconnectedMarker,
     "reconnected": ReconnectedMarker,
 }
+
+
+def reply_problems(type_: str, data: object) -> list[str]:
+    """What in an event's reply ``data`` differs from its type in REPLY_TYPES ([] also
+    for an event without a typed reply)."""
+    tp = REPLY_TYPES.get(type_)
+    return [] if tp is None else _check(data, tp, "data")
 
 
 def problems(msg: Mapping[str, object]) -> list[str]:

@@ -6,7 +6,8 @@ The same objects travel in POST /event answers and, copied, in the trace's event
 
 from __future__ import annotations
 
-from typing import Literal, NotRequired, TypedDict
+from collections.abc import Mapping
+from typing import Final, Literal, NotRequired, TypedDict
 
 from ramakv_protocol.records import ForkSummary
 
@@ -164,3 +165,26 @@ class ForkExpireData(TypedDict):
 
     expired: list[ExpiredFork]
     evicted_count: int
+
+
+# The reply type of each event whose ``data`` has a fixed shape (list_namespaces answers
+# the deployments' rows as the daemon describes them: not typed here).
+REPLY_TYPES: Final[Mapping[str, type]] = {
+    "turn_start": TurnStartData,
+    "turn_end": TurnEndData,
+    "snapshot_restore": SnapshotRestoreData,
+    "session_map": SessionMapData,
+    "session_close": SessionCloseData,
+    "session_suspend": SessionSuspendData,
+    "session_fork": SessionForkData,
+    "session_fork_end": SessionForkEndData,
+    "health": HealthData,
+    "list_events": ListEventsData,
+    "list_sessions": ListSessionsData,
+    "chunk_info": ChunkInfoData,
+    "chunk_top": ChunkTopData,
+    "session_chunks": SessionChunksData,
+    "chunk_evict": ChunkEvictData,
+    "backend_query": BackendQueryData,
+    "fork_expire": ForkExpireData,
+}
