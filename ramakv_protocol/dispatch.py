@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Mapping
-from typing import Final, Generic, TypeVar, cast, get_args
+from typing import ClassVar, Final, Generic, TypeVar, cast, get_args
 
 from ramakv_protocol.records import (
     BackendRecord,
@@ -69,13 +69,21 @@ class TraceReader(Generic[T]):
     """Calls the ``on_<kind>`` method for each message; what is not overridden (and any
     kind this protocol does not know, such as a client's own markers) goes to ``other``."""
 
+    # kind -> the class's function for it, looked up once per class (a console applies
+    # thousands of records a second: no attribute lookup by name per message).
+    _readers: ClassVar[dict[str, Callable[..., object]]] = {}
+
+    def __init_subclass__(cls, **kwargs: object) -> None:
+        super().__init_subclass__(**kwargs)
+        cls._readers = {kind: getattr(cls, name) for kind, name in _METHODS.items()}
+
     def read(self, msg: Mapping[str, object]) -> T:
         """Dispatch one message by its ``kind``."""
-        name = _METHODS.get(str(msg.get("kind")))
-        if name is None:
+        kind = msg.get("kind")
+        fn = self._readers.get(kind) if isinstance(kind, str) else None
+        if fn is None:
             return self.other(msg)
-        method: Callable[[Mapping[str, object]], T] = getattr(self, name)
-        return method(msg)
+        return cast(T, fn(self, msg))
 
     def other(self, msg: Mapping[str, object]) -> T:
         """Every message without its own method (override; the default refuses)."""
