@@ -30,8 +30,6 @@ T = TypeVar("T")
 
 RECORD_KINDS: Final[frozenset[str]] = frozenset(get_args(RecordKind))
 MARKER_KINDS: Final[frozenset[str]] = frozenset(get_args(MarkerKind))
-# The kinds that carry the state a follower mirrors (the others are notices).
-STATE_KINDS: Final[frozenset[str]] = frozenset({"snapshot", "snapshot_sessions", "event"})
 
 
 def parse(text: str | bytes, loads: Callable[[str | bytes], object] = json.loads) -> object:
@@ -114,5 +112,6 @@ class TraceReader(Generic[T]):
         return self.other(msg)
 
 
-# kind -> the name of its method (looked up on the instance: subclasses override them).
+# kind -> the name of its method (each class's own functions are read by these names).
 _METHODS: Final = {kind: f"on_{kind}" for kind in RECORD_KINDS | MARKER_KINDS}
+TraceReader._readers = {kind: getattr(TraceReader, name) for kind, name in _METHODS.items()}
