@@ -133,3 +133,15 @@ def test_the_checker_names_what_is_wrong() -> None:
         "data.prefetch_sent: expected <class 'bool'>, got 1"
     ]
     assert reply_problems("some_admin_read", {"anything": 1}) == []
+
+
+def test_evict_window_records_conform() -> None:
+    """The evict window's notices (published only with an Ascend-side window open)."""
+    from ramakv_daemon.evict_window import window_record
+
+    for outcome in ("kept", "missed", "exposed", "repeated"):
+        for key in ("", "kvp-0123"):
+            rec = window_record(key, outcome, ["a", "b"])
+            assert rec is not None
+            assert problems({**rec, "seq": 1, "epoch": "0" * 16}) == [], rec
+    assert window_record("", "measured", ["a"]) is None
