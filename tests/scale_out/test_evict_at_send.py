@@ -44,7 +44,7 @@ async def test_an_eviction_queued_by_a_release_is_dropped_when_the_session_comes
     assert b.event("turn_start", session_id="x")["data"]["prefetch_count"] == 2
 
     async def queued() -> bool:
-        return "x" not in sessions_of(a) and metric(a, "ramakv_evict_backlog") == 1
+        return "x" not in sessions_of(a) and metric(a, "ramakv_evict_outbox") == 1
 
     await until(queued, "node a to release x and queue its chunk's eviction")
 
@@ -58,7 +58,7 @@ async def test_an_eviction_queued_by_a_release_is_dropped_when_the_session_comes
     await fake.heal()
 
     async def dropped() -> bool:
-        return metric(a, "ramakv_evict_backlog") == 0
+        return metric(a, "ramakv_evict_outbox") == 0
 
     await until(dropped, "node a's dispatcher to drop the queued eviction at the send")
     assert X1 not in carried_out and SYS not in carried_out, carried_out

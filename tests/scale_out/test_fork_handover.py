@@ -14,7 +14,7 @@ from test_handover import two_nodes
 def forks_of(d: DaemonProcess) -> dict[int, str]:
     """fork id -> parent, of every fork the node holds (closed parents included)."""
     rows = d.event("list_sessions", limit=1000)["data"]["sessions"]
-    return {f["fork_id"]: f["session_id"] for r in rows for f in r.get("forks", ())}
+    return {f["fork_id"]: r["session_id"] for r in rows for f in r.get("forks", ())}
 
 
 async def test_open_forks_move_with_their_session_and_end_on_the_new_owner(
