@@ -10,6 +10,7 @@ from typing import Any
 
 from ramakv_daemon.core.session import Session
 from ramakv_daemon.namespaces import Namespace, Namespaces
+from ramakv_daemon.ports import StoreError
 
 log = logging.getLogger("ramakv.ownership")
 
@@ -81,12 +82,16 @@ class Ownership:
     async def before(self, type_: str, session_id: str | None) -> None:
         """Take ``session_id`` over when another node owns it (StoreError: nothing done).
 
-        Returns without awaiting when the session is here: the event then applies in the
-        same step (a release relies on it)."""
+        Returns without awaiting when the session is here and the LISTEN connection is up:
+        the event then applies in the same step (a release's own close relies on it)."""
         if not self.shared or not session_id or type_ not in TAKING_EVENTS:
             return
         releasing = self._releasing.get(session_id)
-        if releasing is not None and not self._in_memory(session_id):
+        if self._in_memory(session_id):
+            if releasing is not None or self._listening():
+                return  # a release's own close, or any notification would have come
+            await self._verify(session_id)
+        elif releasing is not None:
             await asyncio.shield(releasing)
         if self.namespaces.owner(session_id) is not None:
             return
@@ -105,6 +110,20 @@ class Ownership:
             len(session.unique_hashes()),
             len(claimed.forks),
         )
+
+    def _listening(self) -> bool:
+        listener = getattr(self.store, "listener", None)
+        return listener is None or bool(listener.connected)
+
+    async def _verify(self, session_id: str) -> None:
+        """While the LISTEN connection is down a takeover of a held session may have gone
+        unheard: ask the database first, so the event acts on the new owner's row (claimed
+        back below) instead of this node's stale copy. With the server away too, the event
+        goes on from memory (a write then answers 503 as any write does)."""
+        try:
+            await self.reconcile({session_id})
+        except StoreError as err:
+            log.info("cannot check the owner of %r (LISTEN down): %s", session_id, err)
 
     # ---- release -----------------------------------------------------------------------
     def _notified(self, session_id: str, _new_owner: str) -> None:
