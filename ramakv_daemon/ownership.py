@@ -26,8 +26,8 @@ TAKING_EVENTS = frozenset(
         "session_fork",
     }
 )
-# The safety net's period when the config names none: a release missed without the LISTEN
-# connection dropping (a failed release) waits at most this long.
+# The safety net's default period (config ownership_check_s): a release missed without the
+# LISTEN connection dropping (one that failed, a lost notification) waits at most this long.
 DEFAULT_CHECK_S = 30.0
 
 Handle = Callable[[dict[str, Any], str | None], Awaitable[tuple[int, dict[str, Any]]]]
@@ -55,10 +55,9 @@ class Ownership:
         self.namespaces = namespaces
         self.handle = handle
         self.shared = hasattr(store, "claim")
-        self.check_s = float(getattr(namespaces.config, "ownership_check_s", DEFAULT_CHECK_S))
+        self.check_s = namespaces.config.ownership_check_s
         self.takeovers = 0
         self.releases = 0
-        self.checks = 0
         # session id -> the release under way (close and fork ends committed): a takeover
         # of that session waits for it, or its commit could delete the row just claimed.
         self._releasing: dict[str, asyncio.Future[None]] = {}
@@ -164,7 +163,6 @@ class Ownership:
         node owns or nobody does; the number released (StoreError: nothing released)."""
         if not self.shared:
             return 0
-        self.checks += 1
         if only is None:
             await self._end_orphan_forks()
         held = self._settled(only)

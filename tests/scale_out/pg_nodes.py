@@ -28,11 +28,19 @@ async def until(condition: Callable[[], Awaitable[bool]], what: str) -> None:
         await asyncio.sleep(0.02)  # polling a condition, not waiting for time
 
 
+def metrics_text(d: DaemonProcess) -> str:
+    with urllib.request.urlopen(d.url + "/metrics", timeout=10) as r:
+        return str(r.read().decode())
+
+
+def metric_types(d: DaemonProcess) -> dict[str, str]:
+    """Metric family name -> its type (counter, gauge, ...), as /metrics declares them."""
+    return {f.name: f.type for f in text_string_to_metric_families(metrics_text(d))}
+
+
 def metric(d: DaemonProcess, name: str) -> float:
     """One unlabelled sample of the node's /metrics, by its full name."""
-    with urllib.request.urlopen(d.url + "/metrics", timeout=10) as r:
-        text = r.read().decode()
-    for family in text_string_to_metric_families(text):
+    for family in text_string_to_metric_families(metrics_text(d)):
         for sample in family.samples:
             if sample.name == name and not sample.labels:
                 return float(sample.value)

@@ -8,7 +8,7 @@ from collections.abc import AsyncIterator, Callable
 
 import pytest
 from fakes.lmcache_server import FakeLMCacheServer
-from pg_nodes import check_refcounts_match_owned, metric, sql, until
+from pg_nodes import check_refcounts_match_owned, metric, metric_types, sql, until
 from support.daemon_proc import DaemonProcess
 from support.postgres import PostgresServer
 from test_handover import sessions_of
@@ -168,6 +168,9 @@ async def test_the_periodic_check_releases_what_no_notification_announced(
     await until(a_released, "node a's periodic check to release")
     assert metric(a, "ramakv_store_reconnects_total") == 0
     assert metric(a, "ramakv_session_releases_total") == 2
+    types = metric_types(a)
+    for name in ("ramakv_store_reconnects", "ramakv_session_takeovers", "ramakv_session_releases"):
+        assert types[name] == "counter", (name, types.get(name))
     await check_released(a, fake, probe)
     # Node b starts with what it owns: the session a let go, its map as a left it.
     b = node(daemon_proc_factory, url, "b")
