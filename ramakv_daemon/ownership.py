@@ -10,7 +10,7 @@ from typing import Any
 
 from ramakv_daemon.core.session import Session
 from ramakv_daemon.namespaces import Namespace, Namespaces
-from ramakv_daemon.ports import StoreError
+from ramakv_daemon.ports import SessionStore, SharedSessionStore, StoreError
 
 log = logging.getLogger("ramakv.ownership")
 
@@ -50,11 +50,12 @@ class Ownership:
     (or, rolled back, the next check looks again).
     """
 
-    def __init__(self, store: object, namespaces: Namespaces, handle: Handle) -> None:
+    def __init__(self, store: SessionStore, namespaces: Namespaces, handle: Handle) -> None:
         self.store = store
         self.namespaces = namespaces
         self.handle = handle
-        self.shared = hasattr(store, "claim")
+        self._shared = store if isinstance(store, SharedSessionStore) else None
+        self.shared = self._shared is not None
         self.check_s = namespaces.config.ownership_check_s
         self.takeovers = 0
         self.releases = 0
@@ -63,16 +64,22 @@ class Ownership:
         self._releasing: dict[str, asyncio.Future[None]] = {}
         self._due: set[str] = set()  # notified, not checked yet
         self._checker: asyncio.Task[None] | None = None
-        if self.shared:
-            store.on_release(self._notified)  # type: ignore[attr-defined]
-            store.on_reconnect(self.reconcile, self.check_s)  # type: ignore[attr-defined]
+        if self._shared is not None:
+            self._shared.on_release(self._notified)
+            self._shared.on_reconnect(self.reconcile, self.check_s)
+
+    @property
+    def shared_store(self) -> SharedSessionStore:
+        """The store as a shared one (only called where ``shared`` is True)."""
+        assert self._shared is not None, "not a shared store"
+        return self._shared
 
     async def fork_id(self, type_: str) -> int | None:
         """On a shared store, a session_fork's id from the store (unique across daemons);
         None where this daemon's own counter is the only one (StoreError: nothing done)."""
         if not self.shared or type_ != "session_fork":
             return None
-        return int(await self.store.take_fork_id())  # type: ignore[attr-defined]
+        return await self.shared_store.take_fork_id()
 
     # ---- takeover ----------------------------------------------------------------------
     def _in_memory(self, session_id: str) -> bool:
@@ -94,10 +101,10 @@ class Ownership:
             await asyncio.shield(releasing)
         if self.namespaces.owner(session_id) is not None:
             return
-        claimed = await self.store.claim(session_id)  # type: ignore[attr-defined]
+        claimed = await self.shared_store.claim(session_id)
         if claimed is None:
             return
-        session: Session = claimed.session
+        session = claimed.session
         if self.namespaces.owner(session_id) is not None:  # an event adopted it meanwhile
             return
         self.namespaces.add(session.namespace).manager.adopt(session, claimed.forks)
@@ -168,8 +175,8 @@ class Ownership:
         held = self._settled(only)
         if not held:
             return 0
-        owners: dict[str, str] = await self.store.owners(list(held))  # type: ignore[attr-defined]
-        node = self.store.node_id  # type: ignore[attr-defined]
+        owners = await self.shared_store.owners(list(held))
+        node = self.shared_store.node_id
         lost = {sid: owners.get(sid) for sid in held if owners.get(sid) != node}
         released = 0
         for sid, owner in lost.items():
@@ -215,28 +222,6 @@ class Ownership:
         log.warning("releasing session %r (%s) failed: %s", session_id, whom, body.get("error"))
         return False
 
-    async def _end_moved_forks(self, key: str, session_id: str, fork_ids: list[int]) -> int:
-        """End here the forks of ``session_id`` whose rows this node no longer owns (the
-        takeover moved them); those still ours stay (an admin close leaves forks)."""
-        owners: dict[int, str] = await self.store.fork_owners_of(fork_ids)  # type: ignore[attr-defined]
-        node = self.store.node_id  # type: ignore[attr-defined]
-        moved = 0
-        for fid in fork_ids:
-            if owners.get(fid) == node:
-                continue
-            payload = {
-                "type": "session_fork_end",
-                "session_id": session_id,
-                "fork_id": fid,
-                "namespace": key,
-            }
-            status, body = await self.handle(payload, None)
-            if status == 200 and body.get("data", {}).get("fork_end"):
-                moved += 1
-            else:
-                log.warning("ending moved fork %d here failed: %s", fid, body.get("error"))
-        return moved
-
     async def _end_orphan_forks(self) -> None:
         """Forks held here whose parent is not (closed, or a release stopped before its
         forks) and whose rows moved to another node: end them here (one query for all)."""
@@ -247,14 +232,14 @@ class Ownership:
             if f.session_id not in ns.manager.sessions and f.session_id not in self._releasing
         ]
         if orphans:
-            owners = await self.store.fork_owners_of([f.fork_id for _, f in orphans])  # type: ignore[attr-defined]
+            owners = await self.shared_store.fork_owners_of([f.fork_id for _, f in orphans])
             for key, f in orphans:
                 await self._end_fork_here(key, f.session_id, f.fork_id, owners)
 
     async def _end_moved_forks(self, key: str, session_id: str, fork_ids: list[int]) -> int:
         """End here the forks of ``session_id`` whose rows this node no longer owns (the
         takeover moved them); those still ours stay (an admin close leaves forks)."""
-        owners: dict[int, str] = await self.store.fork_owners_of(fork_ids)  # type: ignore[attr-defined]
+        owners = await self.shared_store.fork_owners_of(fork_ids)
         ended = [await self._end_fork_here(key, session_id, fid, owners) for fid in fork_ids]
         return sum(ended)
 
@@ -263,7 +248,7 @@ class Ownership:
     ) -> bool:
         """End fork ``fork_id`` as its fork_end would, unless its row is still this node's.
         Its commit deletes no row: the store deletes only forks this node owns."""
-        if owners.get(fork_id) == self.store.node_id:  # type: ignore[attr-defined]
+        if owners.get(fork_id) == self.shared_store.node_id:
             return False
         payload = {
             "type": "session_fork_end",

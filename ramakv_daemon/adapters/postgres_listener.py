@@ -26,8 +26,9 @@ class ReleaseListener:
     A notification sent while the connection was down is lost, so after each reconnect
     ``reconcile`` runs (the daemon asks the database which of its sessions another node
     took or closed), and every ``check_s`` seconds while connected as well: the safety net
-    for a release that failed, or a notification that never came. ``connected`` and
-    ``reconnects`` feed /metrics and the readiness check.
+    for a release that failed, or a notification that never came. ``on_back`` is told of
+    each reconnect first. ``connected`` and ``reconnects`` feed /metrics and the readiness
+    check.
     """
 
     def __init__(
@@ -37,12 +38,14 @@ class ReleaseListener:
         on_release: Callable[[str, str], None],
         reconcile: Callable[[], Awaitable[None]],
         check_s: float = 30.0,
+        on_back: Callable[[], None] | None = None,
     ) -> None:
         self.url = url
         self.node_id = node_id
         self.on_release = on_release
         self.reconcile = reconcile
         self.check_s = check_s
+        self.on_back = on_back
         self.connected = False
         self.reconnects = 0
         self.received = 0
@@ -117,6 +120,8 @@ class ReleaseListener:
             delay = BACKOFF_FIRST_S
             self.reconnects += 1
             log.info("PostgreSQL LISTEN connection back (reconnect %d)", self.reconnects)
+            if self.on_back is not None:
+                self.on_back()
             await self._check("reconnect")
 
     async def _check(self, why: str) -> None:
