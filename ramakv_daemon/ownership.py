@@ -59,6 +59,7 @@ class Ownership:
         self.check_s = namespaces.config.ownership_check_s
         self.takeovers = 0
         self.releases = 0
+        self.release_waits = 0  # takeovers that waited for this node's release to commit
         # session id -> the release under way (close and fork ends committed): a takeover
         # of that session waits for it, or its commit could delete the row just claimed.
         self._releasing: dict[str, asyncio.Future[None]] = {}
@@ -98,6 +99,8 @@ class Ownership:
                 return  # a release's own close, or any notification would have come
             await self._verify(session_id)
         elif releasing is not None:
+            self.release_waits += 1
+            log.info("an event for %r waits for its release to commit first", session_id)
             await asyncio.shield(releasing)
         if self.namespaces.owner(session_id) is not None:
             return
