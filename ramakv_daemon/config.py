@@ -81,6 +81,7 @@ class Config:
     session_store_url: str = _default("session_store_url")
     node_id: str = _default("node_id")
     postgres_pool_size: int = _default("postgres_pool_size")
+    ownership_check_s: float = _default("ownership_check_s")
     deployments: tuple[Deployment, ...] = _default("deployments")
 
     @property

@@ -325,6 +325,13 @@ KEYS: tuple[Key, ...] = (
     ),
     Key("postgres_pool_size", "int", 4, "connections in the PostgreSQL pool (plus one for LISTEN)"),
     Key(
+        "ownership_check_s",
+        "float",
+        30.0,
+        "on a shared store, how often (besides after each LISTEN reconnect) a node asks the "
+        "database which of its sessions were taken or closed elsewhere, and releases them",
+    ),
+    Key(
         "deployments",
         "tables",
         (),
