@@ -2,14 +2,20 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import hashlib
 import json
+import logging
 import os
 import tempfile
 import time
 from pathlib import Path
 from urllib.parse import quote
+
+from ramakv_daemon.log_text import loggable
+
+log = logging.getLogger("ramakv")
 
 MAX_NAME_ID = 120
 
@@ -85,3 +91,38 @@ def _private_dir(directory: Path) -> None:
     except FileExistsError:
         return
     os.chmod(directory, 0o700)  # the umask may have taken bits off, never added: set it
+
+
+class DebugWriter:
+    """Writes a turn's debug file off the event loop; its result is the reply's
+    ``debug_written``. A failure is logged and answered ``debug_written: false``, never an
+    error: the event itself succeeded."""
+
+    def __init__(self, debug_dir: str) -> None:
+        self.debug_dir = debug_dir
+
+    def start(
+        self, session_id: str, turn: int, chunk_hashes: list[str], context: object
+    ) -> asyncio.Future[bool] | None:
+        """Start the write (None when ``context`` asks for no file): the map and turn are
+        taken now, right after the apply."""
+        if not isinstance(context, dict) or not wants_debug_file(context):
+            return None
+        return asyncio.ensure_future(self._write(session_id, turn, chunk_hashes, context))
+
+    async def _write(
+        self, session_id: str, turn: int, chunk_hashes: list[str], context: dict[str, object]
+    ) -> bool:
+        try:
+            path = await asyncio.to_thread(
+                write_debug_file, self.debug_dir, session_id, turn, chunk_hashes, context
+            )
+        except (OSError, ValueError, RecursionError) as err:  # ValueError: not UTF-8
+            log.warning(
+                "debug file write failed for session %s: %s",
+                loggable(session_id),
+                loggable(str(err), 500),
+            )
+            return False
+        log.info("ram-a-kv debug file written path=%s", path)
+        return True

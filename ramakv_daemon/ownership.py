@@ -38,18 +38,23 @@ class Ownership:
     are evicted or demoted), without deleting the row (the store deletes only owned rows).
     """
 
-    def __init__(self, store: object, namespaces: Namespaces, handle: Handle) -> None:
+    def __init__(self, store: object, namespaces: Namespaces) -> None:
         self.store = store
         self.namespaces = namespaces
-        self.handle = handle
+        self.handle: Handle | None = None
         self.shared = hasattr(store, "claim")
         self.takeovers = 0
         self.releases = 0
         self._tasks: set[asyncio.Task[None]] = set()
         self._releasing: set[str] = set()
+
+    def serve(self, handle: Handle) -> None:
+        """Release sessions other nodes take over through ``handle`` (the event pipeline,
+        which itself asks this object before each event: hence a second step)."""
+        self.handle = handle
         if self.shared:
-            store.on_release(self._released)  # type: ignore[attr-defined]
-            store.held_sessions(self._held)  # type: ignore[attr-defined]
+            self.store.on_release(self._released)  # type: ignore[attr-defined]
+            self.store.held_sessions(self._held)  # type: ignore[attr-defined]
 
     def _held(self) -> list[str]:
         return [sid for m in self.namespaces.managers.values() for sid in m.sessions]
@@ -91,7 +96,7 @@ class Ownership:
         key = self.namespaces.owner(session_id)
         if key is None or session_id not in self.namespaces[key].manager.sessions:
             return
-        if session_id in self._releasing:
+        if session_id in self._releasing or self.handle is None:
             return
         self._releasing.add(session_id)
         try:
