@@ -236,13 +236,15 @@ class GroupCommitter:
         if answers and self._commits % PRUNE_EVERY_COMMITS == 0:
             prune = time.time() - self.event_id_ttl_s
         started = time.perf_counter()
-        extra: dict[str, object] = {}
-        if forks:
-            # One counter for the whole store; a value above ids not yet committed is
-            # harmless (those are skipped), one below would let a restart reuse an id.
-            extra = {"forks": forks, "next_fork_id": self.fork_ids.next_id}
         try:
-            await self.store.write(sessions, rows, done, answers, prune, **extra)
+            if forks:
+                # One counter for the whole store; a value above ids not yet committed is
+                # harmless (those are skipped), one below would let a restart reuse an id.
+                await self.store.write(
+                    sessions, rows, done, answers, prune, forks, self.fork_ids.next_id
+                )
+            else:
+                await self.store.write(sessions, rows, done, answers, prune)
         except Exception as err:  # noqa: BLE001 - any failure must undo, not kill the loop
             self._fail(batch, err)
             return

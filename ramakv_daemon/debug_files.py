@@ -11,6 +11,7 @@ import os
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 from urllib.parse import quote
 
 from ramakv_daemon.log_text import loggable
@@ -38,7 +39,7 @@ def debug_path(debug_dir: str, session_id: str, turn: int) -> Path:
     return Path(debug_dir) / f"kvcache_debug_{safe_id(session_id)}_{turn}.json"
 
 
-def wants_debug_file(debug_context: dict | None) -> bool:
+def wants_debug_file(debug_context: dict[str, Any] | None) -> bool:
     """True when the context carries messages or timing."""
     return bool(debug_context) and (
         "messages" in debug_context or "timing" in debug_context  # type: ignore[operator]
@@ -46,7 +47,11 @@ def wants_debug_file(debug_context: dict | None) -> bool:
 
 
 def write_debug_file(
-    debug_dir: str, session_id: str, turn: int, chunk_hashes: list[str], debug_context: dict
+    debug_dir: str,
+    session_id: str,
+    turn: int,
+    chunk_hashes: list[str],
+    debug_context: dict[str, Any],
 ) -> Path:
     """Write the file atomically (a private temp file + rename), mode 0600 in a 0700
     directory; returns its path. Raises OSError."""
@@ -111,7 +116,7 @@ class DebugWriter:
         return asyncio.ensure_future(self._write(session_id, turn, chunk_hashes, context))
 
     async def _write(
-        self, session_id: str, turn: int, chunk_hashes: list[str], context: dict[str, object]
+        self, session_id: str, turn: int, chunk_hashes: list[str], context: dict[str, Any]
     ) -> bool:
         try:
             path = await asyncio.to_thread(

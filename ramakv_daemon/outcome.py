@@ -95,7 +95,9 @@ class Outcome:
     def committed(self) -> None:
         """Durable: its trace record goes out now, in apply order (replies resume later,
         in any order; reads answer from committed state, so none of them can be published
-        carrying an older map than a write already published)."""
+        carrying an older map than a write already published). The record carries the
+        final reply's data, as the stored answer does."""
+        self.seal()
         if self.on_committed is not None:
             self.on_committed(self)
             self.published = True

@@ -12,20 +12,8 @@ from ramakv_daemon.namespaces import Namespaces
 
 log = logging.getLogger("ramakv.ownership")
 
-# Events that act on a session another node may own: they take it over first. Reads
-# (session_map, list_sessions) answer from this node's memory and never move a session.
-TAKING_EVENTS = frozenset(
-    {
-        "turn_start",
-        "turn_end",
-        "snapshot_restore",
-        "session_suspend",
-        "session_close",
-        "session_fork",
-    }
-)
-
-Handle = Callable[[dict[str, Any], str | None], Awaitable[tuple[int, dict[str, Any]]]]
+# The event pipeline's run(payload, None): a release is a session_close without an event_id.
+Handle = Callable[[dict[str, Any], None], Awaitable[tuple[int, dict[str, Any]]]]
 
 
 class Ownership:
@@ -59,16 +47,19 @@ class Ownership:
     def _held(self) -> list[str]:
         return [sid for m in self.namespaces.managers.values() for sid in m.sessions]
 
-    async def fork_id(self, type_: str) -> int | None:
-        """On a shared store, a session_fork's id from the store (unique across daemons);
-        None where this daemon's own counter is the only one (StoreError: nothing done)."""
-        if not self.shared or type_ != "session_fork":
+    async def fork_id(self, wanted: bool) -> int | None:
+        """On a shared store, the id of the fork an event opens (``wanted``: its spec's
+        store_fork_id) from the store (unique across daemons); None where this daemon's
+        own counter is the only one (StoreError: nothing done)."""
+        if not self.shared or not wanted:
             return None
         return int(await self.store.take_fork_id())  # type: ignore[attr-defined]
 
-    async def before(self, type_: str, session_id: str | None) -> None:
-        """Take ``session_id`` over when another node owns it (StoreError: nothing done)."""
-        if not self.shared or not session_id or type_ not in TAKING_EVENTS:
+    async def before(self, takes_over: bool, session_id: str | None) -> None:
+        """Take ``session_id`` over when another node owns it and the event acts on it
+        (``takes_over``: its spec says so; reads such as session_map answer from this
+        node's memory and never move a session). StoreError: nothing done."""
+        if not self.shared or not session_id or not takes_over:
             return
         if self.namespaces.owner(session_id) is not None:
             return

@@ -76,7 +76,7 @@ class Pipeline:
         try:
             handler = self.registry.get(type_)  # validate
             check_required(handler.spec, payload)
-            await self.ownership.before(type_, session_id)  # a shared store's takeover
+            await self.ownership.before(handler.effects.takes_over, session_id)
             ns = self.namespaces[self.namespaces.resolve(payload)]
             o = await self._apply_and_commit(handler, type_, session_id, payload, ns, slot)
         except StoreError as err:
@@ -107,9 +107,10 @@ class Pipeline:
             return Outcome(type_, session_id, change, ns, handler.effects, slot=slot)
         apply = handler.apply
         assert apply is not None  # a handler has one or the other
-        fork_id = await self.ownership.fork_id(type_)  # a shared store's, else None
+        fork_id = await self.ownership.fork_id(handler.effects.store_fork_id)  # shared store
         if fork_id is not None:
-            apply = partial(apply, fork_id=fork_id)
+            # Only a handler whose spec says store_fork_id takes it (no other gets one).
+            apply = partial(apply, fork_id=fork_id)  # type: ignore[call-arg]
         change, delta = await apply_settled(
             handler.effects,
             apply,

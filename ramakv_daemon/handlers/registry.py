@@ -51,6 +51,9 @@ class Effects:
             prefetch) still applies to the live state.
         debug_file: with debug_enabled, its debug_context is written to a debug file
             and the reply says ``debug_written``.
+        takes_over: it acts on its session, which on a shared store another node may
+            own: this node takes it over first (reads answer from this node's memory).
+        store_fork_id: it opens a fork, whose id on a shared store comes from the store.
     """
 
     turn: Turn = Turn.NONE
@@ -58,6 +61,8 @@ class Effects:
     reads: bool = False
     live_effect: bool = False
     debug_file: bool = False
+    takes_over: bool = False
+    store_fork_id: bool = False
 
 
 NO_EFFECTS = Effects()

@@ -11,7 +11,7 @@ from ramakv_daemon.handlers.registry import Effects, HandlerContext, event
     "Close session: release the map's references, delete refcount==0 chunks from every "
     "tier, delete the stored row. Open forks stay held until their fork_end or expiry",
     required=("session_id",),
-    effects=Effects(turn=Turn.LEAVE),
+    effects=Effects(turn=Turn.LEAVE, takes_over=True),
 )
 def session_close(ctx: HandlerContext, payload: dict, now: float) -> Change:
     return ctx.manager.session_close(session_id_of(payload))

@@ -11,7 +11,7 @@ from ramakv_daemon.handlers.registry import Effects, HandlerContext, event
     "Suspend session: keep the stored map for snapshot_restore, release references and "
     "demote refcount==0 chunks out of DDR (kept on disk)",
     required=("session_id",),
-    effects=Effects(turn=Turn.LEAVE),
+    effects=Effects(turn=Turn.LEAVE, takes_over=True),
 )
 def session_suspend(ctx: HandlerContext, payload: dict, now: float) -> Change:
     return ctx.manager.session_suspend(session_id_of(payload), now)

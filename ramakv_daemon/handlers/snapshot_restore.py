@@ -12,7 +12,7 @@ from ramakv_daemon.handlers.registry import Effects, HandlerContext, event
     "register references + prefetch",
     required=("session_id",),
     optional=("source_session_id",),
-    effects=Effects(turn=Turn.FINISH, grows=True),
+    effects=Effects(turn=Turn.FINISH, grows=True, takes_over=True),
 )
 def snapshot_restore(ctx: HandlerContext, payload: dict, now: float) -> Change:
     session_id = session_id_of(payload)
