@@ -24,15 +24,14 @@ class BudgetPolicy:
     def __call__(self, o: Outcome) -> None:
         """Set ``o.prefetch`` (a session back from demotion is prefetched whole) and
         ``o.budget_record`` when a pass demoted sessions; send the demotions."""
-        ns, c = o.ns, o.change
-        o.prefetch = c.prefetch
+        ns = o.ns
         b = ns.budget
         if not b.budget or o.delta is None:  # no budget, or a query (changes nothing)
             return
         m, now, sid = ns.manager, time.time(), o.session_id
         session = m.sessions.get(sid) if sid else None
         back = b.observe(o.effects.turn, sid, session is not None, now)
-        if back and not o.prefetch and session is not None and not session.suspended:
+        if back and not o.change.prefetch and session is not None and not session.suspended:
             o.prefetch = list(session.unique_hashes())
         if not b.due(o.effects.grows, len(m.refcounts), now):  # cheap test first
             return

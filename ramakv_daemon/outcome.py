@@ -6,8 +6,8 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from collections.abc import Callable
-from dataclasses import dataclass, field
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from ramakv_daemon.committer import AnswerRow
@@ -33,7 +33,8 @@ class Outcome:
         delta: the trace delta, taken right after the apply (before any await).
         kept: chunks a keep was asked for because this change referenced them again
             (evicted again if it is rolled back).
-        prefetch: what is sent to the cache after it (the budget may add to it).
+        prefetch: what is sent to the cache after it (set by the budget policy, which may
+            add a demoted session's map; None: the change's own).
         budget_record: the trace record of the budget pass it triggered, if any.
         published: its trace record went out (at its commit, in apply order).
         touched: sessions the record concerns beyond its delta (a fork expiry's parents).
@@ -51,11 +52,11 @@ class Outcome:
     started: float = 0.0
     slot: AnswerSlot | None = None
     delta: Delta | None = None
-    kept: list[str] = field(default_factory=list)
-    prefetch: list[str] = field(default_factory=list)
+    kept: Sequence[str] = ()
+    prefetch: list[str] | None = None
     budget_record: dict[str, Any] | None = None
     published: bool = False
-    touched: list[str] = field(default_factory=list)
+    touched: Sequence[str] = ()
     debug: asyncio.Future[bool] | None = None
     sealed: bool = False
     on_committed: Callable[[Outcome], None] | None = None
@@ -76,7 +77,9 @@ class Outcome:
             return
         self.sealed = True
         debug = self.debug
-        if debug is not None and debug.done() and not debug.cancelled() and debug.result():
+        if debug is None or not debug.done() or debug.cancelled():
+            return  # not written (yet): the reply says debug_written false
+        if debug.exception() is None and debug.result():
             self.change.data["debug_written"] = True
 
     # ---- the group committer's ticket -----------------------------------------------
@@ -104,4 +107,4 @@ class Outcome:
 
     def rolled_back(self) -> None:
         if self.kept:
-            self.ns.dispatcher.rolled_back(self.kept)
+            self.ns.dispatcher.rolled_back(list(self.kept))

@@ -118,7 +118,7 @@ class Pipeline:
             ns.ctx,
             self.namespaces.managers,
             self.committer,
-            partial(self.records.delta, manager=ns.manager),
+            self.records.delta,
             self.clock,
         )
         change.namespace = ns.key

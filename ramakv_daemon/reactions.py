@@ -27,7 +27,7 @@ def warn_forced(o: Outcome) -> None:
 
 def send_prefetch(o: Outcome) -> None:
     """Bring the event's chunks into DDR (after the budget chose them)."""
-    o.ns.dispatcher.prefetch(o.session_id, o.prefetch)
+    o.ns.dispatcher.prefetch(o.session_id, o.change.prefetch if o.prefetch is None else o.prefetch)
 
 
 class Reactions:

@@ -26,12 +26,10 @@ class TraceRecords:
         self.namespaces = namespaces
         self.shared = shared  # every summary built refreshes the snapshot's shared_count
 
-    def delta(self, c: Change, manager: SessionManager | None = None) -> Delta:
+    def delta(self, c: Change) -> Delta:
         """What the event changed, as it stands now: session summaries (protocol 2 sends
-        no maps) and the refcounts; ``manager``: the one that applied it (else the one of
-        ``c.namespace``)."""
-        if manager is None:
-            manager = self.namespaces.managers[c.namespace]
+        no maps) and the refcounts."""
+        manager = self.namespaces.managers[c.namespace]
         counts = manager.refcounts.counts
         delta: Delta = {
             "sessions": {sid: self._summary(manager, sid) for sid in c.prev_sessions},
