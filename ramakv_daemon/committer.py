@@ -13,7 +13,7 @@ from ramakv_daemon.core.change import Change
 from ramakv_daemon.core.fork import Fork, ForkIds
 from ramakv_daemon.core.manager import SessionManager
 from ramakv_daemon.core.session import Session
-from ramakv_daemon.ports import SessionStore, StoreError
+from ramakv_daemon.ports import AnswerRowIn, EvictMode, SessionStore, StoreError
 
 log = logging.getLogger("ramakv.store")
 
@@ -27,8 +27,6 @@ KEEP_WAIT_S = 0.25
 # ahead and the reply says what was done by then.
 READY_WAIT_S = 1.0
 
-AnswerRow = tuple[str, str, float, str]  # (event_id, answer JSON, ts, request digest)
-
 
 class Ticket(Protocol):
     """The submitter's side of one queued change, told what became of it.
@@ -39,7 +37,7 @@ class Ticket(Protocol):
     :meth:`committed` in apply order; or :meth:`rolled_back` when the commit failed.
     """
 
-    def answer(self) -> AnswerRow | None: ...
+    def answer(self) -> AnswerRowIn | None: ...
 
     def evictions_durable(self, row: int) -> None: ...
 
@@ -57,7 +55,7 @@ class _Pending:
     sessions: dict[str, Session | None]
     forks: dict[int, Fork | None]
     done_rows: list[int]
-    answer: AnswerRow | None  # an answer queued alone
+    answer: AnswerRowIn | None  # an answer queued alone
     future: asyncio.Future[None] | None
     ticket: Ticket | None = None
     gate: asyncio.Future[None] | None = None
@@ -129,7 +127,7 @@ class GroupCommitter:
         self._wake.set()
         return fut
 
-    def submit_answer(self, answer: AnswerRow) -> asyncio.Future[None]:
+    def submit_answer(self, answer: AnswerRowIn) -> asyncio.Future[None]:
         """Queue an answer alone (an event that changed nothing); await the commit. A
         failure undoes nothing of its own."""
         fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
@@ -208,9 +206,9 @@ class GroupCommitter:
     async def _commit(self, batch: list[_Pending]) -> None:
         sessions: dict[str, Session | None] = {}
         forks: dict[int, Fork | None] = {}
-        evictions: dict[str, list[tuple[str, str]]] = {}
+        evictions: dict[str, list[tuple[str, EvictMode]]] = {}
         done: list[int] = []
-        answers: list[AnswerRow] = []
+        answers: list[AnswerRowIn] = []
         for p in batch:
             sessions.update(p.sessions)
             forks.update(p.forks)
@@ -218,8 +216,9 @@ class GroupCommitter:
             c = p.change
             if c is not None and (c.evict_delete or c.evict_demote):
                 entries = evictions.setdefault(c.namespace, [])
-                entries.extend((h, "delete") for h in c.evict_delete)
-                entries.extend((h, "demote") for h in c.evict_demote)
+                # Plain pairs: orjson writes them without a call back per entry.
+                entries.extend((h, EvictMode.DELETE) for h in c.evict_delete)
+                entries.extend((h, EvictMode.DEMOTE) for h in c.evict_demote)
             # The answer is read now, as the transaction is built: the reply is final.
             answer = p.answer if p.ticket is None else p.ticket.answer()
             if answer is not None:

@@ -10,11 +10,11 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ramakv_daemon.committer import AnswerRow
 from ramakv_daemon.core.change import Change
 from ramakv_daemon.handlers.registry import Effects
 from ramakv_daemon.idempotency import AnswerSlot
 from ramakv_daemon.namespaces import Namespace
+from ramakv_daemon.ports import AnswerRowIn
 from ramakv_daemon.reads import Delta
 
 
@@ -83,7 +83,7 @@ class Outcome:
             self.change.data["debug_written"] = True
 
     # ---- the group committer's ticket -----------------------------------------------
-    def answer(self) -> AnswerRow | None:
+    def answer(self) -> AnswerRowIn | None:
         """The event_id answer stored with the change: the final reply."""
         slot = self.slot
         if slot is None:
