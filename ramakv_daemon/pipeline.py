@@ -76,7 +76,8 @@ class Pipeline:
         try:
             handler = self.registry.get(type_)  # validate
             check_required(handler.spec, payload)
-            await self.ownership.before(handler.effects.takes_over, session_id)
+            if self.ownership.shared:  # a shared store: take the session over first
+                await self.ownership.before(handler.effects.takes_over, session_id)
             ns = self.namespaces[self.namespaces.resolve(payload)]
             o = await self._apply_and_commit(handler, type_, session_id, payload, ns, slot)
         except StoreError as err:
@@ -107,7 +108,9 @@ class Pipeline:
             return Outcome(type_, session_id, change, ns, handler.effects, slot=slot)
         apply = handler.apply
         assert apply is not None  # a handler has one or the other
-        fork_id = await self.ownership.fork_id(handler.effects.store_fork_id)  # shared store
+        fork_id = None
+        if self.ownership.shared:  # a shared store hands out fork ids
+            fork_id = await self.ownership.fork_id(handler.effects.store_fork_id)
         if fork_id is not None:
             # Only a handler whose spec says store_fork_id takes it (no other gets one).
             apply = partial(apply, fork_id=fork_id)  # type: ignore[call-arg]
@@ -122,7 +125,7 @@ class Pipeline:
             self.clock,
         )
         change.namespace = ns.key
-        o = Outcome(type_, session_id, change, ns, handler.effects, slot=slot, delta=delta)
+        o = Outcome(type_, session_id, change, ns, handler.effects, 0.0, slot, delta)
         if o.delta is None:
             # Taken now, before any await, so it is this event's alone.
             o.delta = self.records.delta(change)
@@ -138,8 +141,7 @@ class Pipeline:
             )
         elif o.debug is not None:
             await o.debug
-        o.seal()
-        return o
+        return o  # its reply is sealed at its commit, else when it is built
 
     def _debug_file(self, o: Outcome) -> asyncio.Future[bool] | None:
         """Start the debug file of a turn: the session's map and turn count right now."""
