@@ -54,11 +54,14 @@ async def apply_settled(
             raise
         await committer.barrier()
         return apply(ctx, payload, clock()), None
+    if isinstance(change, Generator):  # a sliced read: its slices run over several steps
+        return await finish_read(first_step(change))
     if busy and not change.writes:
         await committer.barrier()
         change = apply(ctx, payload, clock())
-    change, read_delta = await finish_read(first_step(change))
-    return change, read_delta
+        if isinstance(change, Generator):
+            return await finish_read(first_step(change))
+    return change, None
 
 
 async def read_committed(
