@@ -63,6 +63,7 @@ async def _one(client: httpx.AsyncClient, url: str, path: str, payload: dict) ->
 def merge(kind: str, answers: Sequence[WorkerAnswer], request: dict) -> tuple[int, dict]:
     """Merge worker answers into (HTTP status, body); any failed worker makes it a 500."""
     good = [a for a in answers if a.ok and a.body is not None]
+    bodies = [a.body for a in good if a.body is not None]
     if kind == "prefetch":
         merged: dict = {
             "status": "prefetch_started",
@@ -73,22 +74,22 @@ def merge(kind: str, answers: Sequence[WorkerAnswer], request: dict) -> tuple[in
     elif kind == "evict":
         merged = {
             "status": "success",
-            "num_evicted": sum(int(a.body.get("num_evicted", 0)) for a in good),
+            "num_evicted": sum(int(b.get("num_evicted", 0)) for b in bodies),
         }
         if "generation" in request or "defer_s" in request:
             # Deferred only if every worker deferred: the daemon then relies on keeps.
-            merged["deferred"] = min((int(a.body.get("deferred", 0)) for a in good), default=0)
-            merged["stale"] = sorted({h for a in good for h in a.body.get("stale", [])})
+            merged["deferred"] = min((int(b.get("deferred", 0)) for b in bodies), default=0)
+            merged["stale"] = sorted({h for b in bodies for h in b.get("stale", [])})
     elif kind == "keep":
         merged = {
             "status": "success",
-            "cancelled": sum(int(a.body.get("cancelled", 0)) for a in good),
-            "late": sorted({h for a in good for h in a.body.get("late", [])}),
+            "cancelled": sum(int(b.get("cancelled", 0)) for b in bodies),
+            "late": sorted({h for b in bodies for h in b.get("late", [])}),
         }
     else:  # query: union of locations per hash, first-seen order
         merged = {}
-        for a in good:
-            for h, locs in a.body.items():
+        for b in bodies:
+            for h, locs in b.items():
                 have = merged.setdefault(h, [])
                 have.extend(x for x in locs if x not in have)
     failed = {a.url: a.error for a in answers if not a.ok}

@@ -130,7 +130,7 @@ def patch_vllm_request_finished() -> bool:
 
     from ascend_ext.connector import wrap_request_finished
 
-    LMCacheConnectorV1Impl.request_finished = wrap_request_finished(  # type: ignore[method-assign]
+    LMCacheConnectorV1Impl.request_finished = wrap_request_finished(
         LMCacheConnectorV1Impl.request_finished
     )
     return True

@@ -202,14 +202,15 @@ class GroupCommitter:
         if answers and self._commits % PRUNE_EVERY_COMMITS == 0:
             prune = time.time() - self.event_id_ttl_s
         started = time.perf_counter()
-        extra = {}
+        counter: int | None = None
         if forks:
             # Every manager shares one counter; a value above ids not yet committed is
             # harmless (those are skipped), one below would let a restart reuse an id.
             counter = next(iter(self.managers.values())).fork_ids.next_id
-            extra = {"forks": forks, "next_fork_id": counter}
         try:
-            await self.store.write(sessions, rows, done, answers, prune, **extra)
+            await self.store.write(
+                sessions, rows, done, answers, prune, forks=forks or None, next_fork_id=counter
+            )
         except Exception as err:  # noqa: BLE001 - any failure must undo, not kill the loop
             self._fail(batch, err)
             return

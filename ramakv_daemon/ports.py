@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Protocol
+from typing import Any, Protocol
 
 from ramakv_daemon.core.fork import Fork
 from ramakv_daemon.core.session import Session
@@ -32,7 +32,7 @@ class BackendResult:
     ok: bool
     status: int = 0
     detail: str = ""
-    body: dict | None = None
+    body: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -111,9 +111,9 @@ class SessionStore(Protocol):
         (row id, namespace, [(hash, mode)]) in commit order."""
         ...
 
-    async def load_event_ids(self, limit: int) -> list[tuple[str, ...]]:
+    async def load_event_ids(self, limit: int) -> list[tuple[str, str, str]]:
         """The newest remembered answers to idempotent events, oldest first:
-        (event_id, response JSON[, digest of the request])."""
+        (event_id, response JSON, digest of the request)."""
         ...
 
     async def write(

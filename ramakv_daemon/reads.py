@@ -72,7 +72,7 @@ def first_step(result: Result) -> Result:
     try:
         next(result)
     except StopIteration as done:
-        return done.value  # type: ignore[no-any-return]
+        return done.value
     return result
 
 

@@ -36,7 +36,7 @@ from ramakv_daemon.metrics import DaemonMetrics
 from ramakv_daemon.namespaces import BackendFactory, Namespace, Namespaces
 from ramakv_daemon.ownership import Ownership
 from ramakv_daemon.ports import Backend, SessionStore, StoreError
-from ramakv_daemon.reads import READ_EVENTS, finish_read, first_step, read_committed
+from ramakv_daemon.reads import READ_EVENTS, Result, finish_read, first_step, read_committed
 from ramakv_daemon.shared_counts import SharedCounts
 from ramakv_daemon.trace import TraceHub, cut
 from ramakv_daemon.trace_protocol import summary
@@ -274,7 +274,8 @@ class EventService:
                 change = await handler.query(ns.ctx, payload, ns.dispatcher.backend)
                 change.namespace = ns.key
             else:
-                apply = handler.apply
+                apply: Callable[..., Result] | None = handler.apply
+                assert apply is not None  # a handler is a query or an apply
                 fork_id = await self.ownership.fork_id(type_)  # a shared store's, else None
                 if fork_id is not None:
                     apply = partial(apply, fork_id=fork_id)
@@ -374,7 +375,7 @@ class EventService:
         resume later, in any order; reads answer from committed state, so none of them
         can be published carrying an older map than a write already published)."""
         event = change.notes.pop("_event", None)
-        if event is not None:
+        if isinstance(event, tuple):
             self._publish(event[0], event[1], True, change)
             change.notes["_published"] = True
 
@@ -530,7 +531,9 @@ class EventService:
             return
         session = self.namespaces.managers[change.namespace].sessions.get(session_id)
         hashes = list(session.chunk_hashes) if session else []
-        turn = int(change.notes.get("turn", 0))  # type: ignore[arg-type]
+        turn = change.notes.get("turn", 0)
+        if not isinstance(turn, int):
+            turn = 0
         try:
             path = await asyncio.to_thread(
                 write_debug_file, self.config.debug_dir, session_id, turn, hashes, ctx
@@ -589,7 +592,9 @@ class EventService:
             except StoreError as err:  # rolled back: the next pass tries again
                 log.error("fork expiry not persisted (will retry): %s", err)
                 continue
-            for row in change.data["expired"]:  # type: ignore[union-attr]
+            expired = change.data["expired"]
+            assert isinstance(expired, list)  # expire_forks' rows
+            for row in expired:
                 log.warning(
                     "fork hold expired: session=%s fork_id=%s age=%.0fs (older than "
                     "fork_hold_ttl_s=%g; its session_fork_end never came)%s",
@@ -599,10 +604,8 @@ class EventService:
                     ttl,
                     f" namespace={ns.key}" if ns.key else "",
                 )
-            total += len(change.data["expired"])  # type: ignore[arg-type]
-            change.notes["_touched"] = sorted(
-                {str(r["session_id"]) for r in change.data["expired"]}  # type: ignore[union-attr]
-            )
+            total += len(expired)
+            change.notes["_touched"] = sorted({str(r["session_id"]) for r in expired})
             self._publish("fork_expire", None, True, change)
             self.metrics.forks_expired.inc(len(change.data["expired"]))  # type: ignore[arg-type]
         return total

@@ -13,6 +13,7 @@ from textual.screen import Screen
 from textual.widgets import Static, TabbedContent, TabPane
 
 from ramakv_console import config_io
+from ramakv_console.app_access import console_app
 from ramakv_console.messages import Config
 from ramakv_console.screens.confirm import ConfirmDialog
 from ramakv_console.widgets.config_form import ConfigForm
@@ -50,10 +51,8 @@ class ConfigScreen(Screen[None]):
     def on_mount(self) -> None:
         self.sub_title = "Config"
         if not self._given:  # the app knows --config and the SDK path
-            self.paths = {
-                "daemon": self.app.daemon_config_path,  # type: ignore[attr-defined]
-                "sdk": self.app.sdk_config_path,
-            }  # type: ignore[attr-defined]
+            app = console_app(self)
+            self.paths = {"daemon": app.daemon_config_path, "sdk": app.sdk_config_path}
         self.action_reload()
 
     def action_reload(self) -> None:

@@ -8,7 +8,7 @@ import logging
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import orjson
 
@@ -19,10 +19,13 @@ from ramakv_daemon.core.fork import Fork
 from ramakv_daemon.core.session import Session
 from ramakv_daemon.ports import StoreError
 
-try:
+if TYPE_CHECKING:  # checked with the `postgres` extra installed
     import asyncpg
-except ImportError:  # the `postgres` extra is not installed
-    asyncpg = None
+else:
+    try:
+        import asyncpg
+    except ImportError:  # the `postgres` extra is not installed
+        asyncpg = None
 
 log = logging.getLogger("ramakv.store")
 
@@ -101,7 +104,7 @@ class PostgresSessionStore:
             )
             async with self._pool.acquire() as con:
                 self.schema_version = await migrate(con)
-        except (*_DB_ERRORS, RuntimeError) as err:
+        except _DB_ERRORS + (RuntimeError,) as err:
             await self._close_pool()
             raise StoreError(f"cannot open session store {self._shown_url()}: {err}") from err
         self.listener = ReleaseListener(
@@ -181,7 +184,7 @@ class PostgresSessionStore:
             pool, self._pool = self._pool, None
             try:
                 await asyncio.wait_for(pool.close(), timeout=5)
-            except (*_DB_ERRORS, Exception):  # noqa: BLE001 - a dead server: just drop it
+            except _DB_ERRORS + (Exception,):  # noqa: BLE001 - a dead server: just drop it
                 pool.terminate()
 
     def _need_pool(self) -> Any:

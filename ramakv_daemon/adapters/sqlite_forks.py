@@ -57,7 +57,7 @@ async def migrate_fork_holds(db: aiosqlite.Connection) -> None:
         "SELECT session_id, fork_holds_json, namespace FROM session_state "
         "WHERE fork_holds_json NOT IN ('', '[]')"
     ) as cur:
-        rows = await cur.fetchall()
+        rows = list(await cur.fetchall())
     if not rows:
         return
     async with db.execute("SELECT value FROM counters WHERE name = 'next_fork_id'") as cur:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import logging
 import sqlite3
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 import orjson
@@ -42,7 +42,7 @@ def outbox_view(con: sqlite3.Connection) -> dict[tuple[str, str], str]:
     return out
 
 
-def _loads(text: str) -> object:
+def _loads(text: str) -> Any:
     """orjson, falling back to json for what only the standard decoder takes (files
     written by other tools may hold lone surrogate escapes or NaN)."""
     try:
@@ -51,7 +51,7 @@ def _loads(text: str) -> object:
         return json.loads(text)
 
 
-def _decode_sessions(rows: Iterable[tuple[Any, ...]]) -> list[Session]:
+def _decode_sessions(rows: Iterable[Sequence[Any]]) -> list[Session]:
     """Stored rows as sessions; rows whose JSON is corrupt are skipped with a warning."""
     out: list[Session] = []
     loads = _loads  # start-up decodes every stored map: the fast decoder pays
