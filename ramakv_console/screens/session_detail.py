@@ -81,7 +81,7 @@ class SessionDetailScreen(SessionActionsMixin):
         )
 
     def _on_revision(self, _revision: int) -> None:
-        changes = self.app.last_changes  # type: ignore[attr-defined]
+        changes = console_app(self).last_changes
         s = self.state.sessions.get(self.session_id)
         if changes.reset or self.session_id in changes.sessions:
             now = (s.turn_count, s.chunk_count, s.state) if s else None
