@@ -25,6 +25,14 @@ class WorkerAnswer:
     error: str = ""
 
 
+@dataclass(frozen=True, slots=True)
+class GoodAnswer:
+    """A worker's successful reply: its JSON object."""
+
+    url: str
+    body: dict
+
+
 def worker_urls_from(host: str, port_start: int, count: int) -> list[str]:
     """Workers listen on port_start + 1 + worker_id; ``RAMAKV_WORKER_URLS`` overrides."""
     env = os.environ.get(ENV_WORKER_URLS, "").strip()
@@ -62,8 +70,7 @@ async def _one(client: httpx.AsyncClient, url: str, path: str, payload: dict) ->
 
 def merge(kind: str, answers: Sequence[WorkerAnswer], request: dict) -> tuple[int, dict]:
     """Merge worker answers into (HTTP status, body); any failed worker makes it a 500."""
-    good = [a for a in answers if a.ok and a.body is not None]
-    bodies = [a.body for a in good if a.body is not None]
+    good = [GoodAnswer(a.url, a.body) for a in answers if a.ok and a.body is not None]
     if kind == "prefetch":
         merged: dict = {
             "status": "prefetch_started",
@@ -74,22 +81,22 @@ def merge(kind: str, answers: Sequence[WorkerAnswer], request: dict) -> tuple[in
     elif kind == "evict":
         merged = {
             "status": "success",
-            "num_evicted": sum(int(b.get("num_evicted", 0)) for b in bodies),
+            "num_evicted": sum(int(a.body.get("num_evicted", 0)) for a in good),
         }
         if "generation" in request or "defer_s" in request:
             # Deferred only if every worker deferred: the daemon then relies on keeps.
-            merged["deferred"] = min((int(b.get("deferred", 0)) for b in bodies), default=0)
-            merged["stale"] = sorted({h for b in bodies for h in b.get("stale", [])})
+            merged["deferred"] = min((int(a.body.get("deferred", 0)) for a in good), default=0)
+            merged["stale"] = sorted({h for a in good for h in a.body.get("stale", [])})
     elif kind == "keep":
         merged = {
             "status": "success",
-            "cancelled": sum(int(b.get("cancelled", 0)) for b in bodies),
-            "late": sorted({h for b in bodies for h in b.get("late", [])}),
+            "cancelled": sum(int(a.body.get("cancelled", 0)) for a in good),
+            "late": sorted({h for a in good for h in a.body.get("late", [])}),
         }
     else:  # query: union of locations per hash, first-seen order
         merged = {}
-        for b in bodies:
-            for h, locs in b.items():
+        for a in good:
+            for h, locs in a.body.items():
                 have = merged.setdefault(h, [])
                 have.extend(x for x in locs if x not in have)
     failed = {a.url: a.error for a in answers if not a.ok}
