@@ -8,7 +8,6 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from ramakv_daemon.idempotency import AnswerSlot
 from ramakv_daemon.namespaces import Namespaces
 
 log = logging.getLogger("ramakv.ownership")
@@ -26,7 +25,7 @@ TAKING_EVENTS = frozenset(
     }
 )
 
-Handle = Callable[[dict[str, Any], AnswerSlot | None], Awaitable[tuple[int, dict[str, Any]]]]
+Handle = Callable[[dict[str, Any], None], Awaitable[tuple[int, dict[str, Any]]]]
 
 
 class Ownership:
