@@ -8,8 +8,8 @@ from collections.abc import Callable
 
 import asyncpg
 from support.daemon_proc import DaemonProcess, trace_snapshot
-from support.pg_nodes import check_refcounts_match_owned, sessions_of, two_nodes, wait_for
 from support.postgres import PostgresServer
+from test_handover import check_refcounts_match_owned, sessions_of, two_nodes, wait_for
 
 from ramakv_daemon.admin_cli import main as admin_main
 

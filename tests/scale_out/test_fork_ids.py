@@ -6,8 +6,8 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 
 from support.daemon_proc import DaemonProcess
-from support.pg_nodes import check_refcounts_match_owned, two_nodes
 from support.postgres import PostgresServer
+from test_handover import check_refcounts_match_owned, two_nodes
 
 FORKS_PER_THREAD = 30  # two threads a node: 60 open forks, under the limit of 64
 

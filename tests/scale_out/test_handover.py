@@ -2,11 +2,38 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 
 from support.daemon_proc import DaemonProcess, trace_snapshot
-from support.pg_nodes import check_refcounts_match_owned, sessions_of, two_nodes, wait_for
 from support.postgres import PostgresServer
+
+from ramakv_daemon.core.manager import recompute_refcounts
+from ramakv_daemon.core.session import Session
+
+
+def wait_for(condition: Callable[[], bool], what: str, timeout: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.02)
+
+
+def sessions_of(d: DaemonProcess) -> set[str]:
+    return {r["session_id"] for r in d.event("list_sessions")["data"]["sessions"]}
+
+
+async def check_refcounts_match_owned(d: DaemonProcess) -> None:
+    snap = await trace_snapshot(d.url)
+    owned = [
+        Session(s["session_id"], tuple(s["chunk_hashes"]), suspended=s["state"] == "suspended")
+        for s in snap["sessions"].values()
+    ]
+    assert snap["refcounts"] == recompute_refcounts(owned)
+
+
+def two_nodes(factory: Callable[..., DaemonProcess], url: str) -> tuple[DaemonProcess, ...]:
+    return tuple(factory(config={"session_store_url": url, "node_id": node}) for node in ("a", "b"))
 
 
 async def test_a_session_moves_to_the_node_its_event_reaches_and_back(

@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 from support.burst import read_acks
 from support.daemon_proc import DaemonProcess
-from support.pg_nodes import check_acked_are_stored, run_burst_until, stored_sessions
 from support.postgres import PostgresServer, start_server
+from test_pg_kill9 import check_acked_are_stored, run_burst_until, stored_sessions
 
 
 @pytest.fixture
