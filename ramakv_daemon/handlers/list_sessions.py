@@ -8,7 +8,7 @@ from ramakv_daemon.core.change import Change
 from ramakv_daemon.core.errors import InvalidEvent
 from ramakv_daemon.core.fork import Fork
 from ramakv_daemon.core.session import Session
-from ramakv_daemon.handlers.registry import HandlerContext, event
+from ramakv_daemon.handlers.registry import READ, HandlerContext, event
 
 MAX_LIMIT = 10000
 SLICE = 2000  # sessions filtered, ids sorted or rows built per loop iteration
@@ -30,6 +30,7 @@ def int_field(payload: dict, name: str, default: int, maximum: int) -> int:
     'listed with state "closed"; every namespace unless the event names one (rows '
     "outside the unnamed default namespace carry 'namespace')",
     optional=("state", "limit", "offset"),
+    effects=READ,
 )
 def list_sessions(ctx: HandlerContext, payload: dict, now: float) -> Generator[None, None, Change]:
     """A sliced read: the sessions are copied at the first step (immutable values: the

@@ -14,11 +14,12 @@ from typing import Any
 import aiohttp
 import pytest
 
+from ramakv_daemon.bootstrap import Daemon
 from ramakv_daemon.config import Config
 from ramakv_daemon.core.manager import recompute_refcounts
-from ramakv_daemon.http.app import SERVICE_KEY, init_app
+from ramakv_daemon.http.app import init_app
+from ramakv_daemon.http.keys import DAEMON_KEY
 from ramakv_daemon.ports import BackendResult, ChunkLocations, EvictMode
-from ramakv_daemon.service import EventService
 from support.trace_wire import parse_metrics
 
 
@@ -56,12 +57,13 @@ class DaemonClient:
         self.client = client
 
     @property
-    def service(self) -> EventService:
-        return self.client.server.app[SERVICE_KEY]
+    def daemon(self) -> Daemon:
+        """The daemon's parts, as the composition root built them."""
+        return self.client.server.app[DAEMON_KEY]
 
     @property
     def config(self) -> Config:
-        return self.service.config
+        return self.daemon.config
 
     async def post(self, body: Any, **kwargs: Any) -> tuple[int, dict[str, Any]]:
         """POST ``body`` (JSON-encoded unless bytes/str); returns (status, decoded answer)."""
@@ -95,14 +97,14 @@ class DaemonClient:
 
     async def settle(self) -> None:
         """Wait for background backend calls."""
-        await self.service.dispatcher.drain()
+        await self.daemon.default.dispatcher.drain()
 
     def refcounts(self) -> dict[str, int]:
-        return self.service.manager.refcounts.as_dict()
+        return self.daemon.default.manager.refcounts.as_dict()
 
     def state(self) -> dict[str, Any]:
         """Everything an event may change: memory (sessions, refcounts, demoted) and disk."""
-        m = self.service.manager
+        m = self.daemon.default.manager
         return {
             "sessions": {sid: s.to_dict() for sid, s in m.sessions.items()},
             "refcounts": m.refcounts.as_dict(),
@@ -117,7 +119,7 @@ class DaemonClient:
 
     def assert_consistent(self) -> None:
         """The invariant: refcounts equal those recomputed from every live map + hold."""
-        m = self.service.manager
+        m = self.daemon.default.manager
         assert m.refcounts.as_dict() == recompute_refcounts(m.sessions.values(), m.forks.values())
 
     @property

@@ -210,10 +210,10 @@ class FakeLMCacheProcess:
         ]
 
 
-def daemon_state(service: Any) -> dict[str, Any]:
+def daemon_state(daemon: Any) -> dict[str, Any]:
     """An in-process daemon's sessions and refcounts, and the rows of its SQLite file."""
-    m = service.manager
-    path = service.config.session_store_path
+    m = daemon.default.manager
+    path = daemon.config.session_store_path
     return {
         "sessions": {sid: s.to_dict() for sid, s in m.sessions.items()},
         "refcounts": m.refcounts.as_dict(),

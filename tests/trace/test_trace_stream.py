@@ -17,7 +17,7 @@ def hashes(prefix: str, n: int) -> list[str]:
 
 async def catch_up(d: DaemonClient, ws: aiohttp.ClientWebSocketResponse, state: dict) -> None:
     """Fold records until ``state`` is at the daemon's current seq (query events add records)."""
-    while state["seq"] < d.service.trace.seq:
+    while state["seq"] < d.daemon.trace.seq:
         apply_record(state, await recv(ws))
 
 
@@ -39,7 +39,7 @@ async def check_state_matches_daemon(d: DaemonClient, state: dict[str, Any]) -> 
         info = (await d.ok("chunk_info", chunk_hashes=every))["chunks"]
         for h in every:
             assert info[h]["refcount"] == state["refcounts"][h], h
-    m = d.service.manager
+    m = d.daemon.default.manager
     assert state["totals"] == {
         "sessions": len(m.sessions),
         "chunks": len(m.refcounts),
@@ -199,7 +199,7 @@ async def test_seq_gap_free_under_500_concurrent_events(daemon: DaemonClient) ->
     seqs = await asyncio.wait_for(asyncio.gather(*readers), 30)
     for got in seqs:
         assert got == list(range(start + 1, start + 501))
-    assert d.service.trace.seq == start + 500
+    assert d.daemon.trace.seq == start + 500
     for ws, st in zip(subs, states, strict=True):
         await check_state_matches_daemon(d, st)
         await catch_up(d, ws, st)
@@ -248,7 +248,7 @@ async def test_since_falls_back_to_snapshot_when_ring_lost_events(
 ) -> None:
     d = await start_daemon(trace_buffer=5)
     await d.turn_end("a", ["x"])
-    since = d.service.trace.seq
+    since = d.daemon.trace.seq
     for i in range(10):  # more than the ring holds
         await d.turn_end("a", ["x", f"y{i}"])
     ws = await d.ws(f"?since={since}")
@@ -264,7 +264,7 @@ async def test_since_falls_back_to_snapshot_when_ring_lost_events(
     await check_state_matches_daemon(d, state)
     await ws.close()
     # Still in the ring: the last 5 are replayed, not a snapshot.
-    now = d.service.trace.seq
+    now = d.daemon.trace.seq
     ws = await d.ws(f"?since={now - 5}")
     replayed = await recv_n(ws, 5)
     assert [r["seq"] for r in replayed] == list(range(now - 4, now + 1))
@@ -338,7 +338,7 @@ async def test_many_subscribers_and_unsubscribe(daemon: DaemonClient) -> None:
     subs = [await d.ws() for _ in range(20)]
     for ws in subs:
         await recv(ws)
-    assert len(d.service.trace.subscribers) == 20
+    assert len(d.daemon.trace.subscribers) == 20
     await d.turn_end("s", ["h"])
     for ws in subs:
         assert (await recv(ws))["type"] == "turn_end"
@@ -348,9 +348,9 @@ async def test_many_subscribers_and_unsubscribe(daemon: DaemonClient) -> None:
     for ws in subs[10:]:
         assert (await recv(ws))["type"] == "health"
     for _ in range(12000):  # hang guard
-        if len(d.service.trace.subscribers) == 10:
+        if len(d.daemon.trace.subscribers) == 10:
             break
         await asyncio.sleep(0.01)
-    assert len(d.service.trace.subscribers) == 10
+    assert len(d.daemon.trace.subscribers) == 10
     for ws in subs[10:]:
         await ws.close()
