@@ -41,9 +41,7 @@ def debug_path(debug_dir: str, session_id: str, turn: int) -> Path:
 
 def wants_debug_file(debug_context: dict[str, Any] | None) -> bool:
     """True when the context carries messages or timing."""
-    return bool(debug_context) and (
-        "messages" in debug_context or "timing" in debug_context  # type: ignore[operator]
-    )
+    return debug_context is not None and ("messages" in debug_context or "timing" in debug_context)
 
 
 def write_debug_file(

@@ -7,7 +7,7 @@ import heapq
 import logging
 import time
 from collections import deque
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 
 from ramakv_daemon.delivery_state import DeliveryState
 from ramakv_daemon.evict_window import EvictWindow
@@ -90,7 +90,7 @@ class BackendDispatcher:
         self._drop_logged = 0.0
 
     # ---- feeding ---------------------------------------------------------------------
-    def load(self, row_id: int, entries: list[tuple[str, str]]) -> None:
+    def load(self, row_id: int, entries: Sequence[tuple[str, str]]) -> None:
         """One stored outbox row left from a previous run (rows in commit order); its
         entries are delivered again if still unreferenced."""
         delete = [h for h, m in entries if m == EvictMode.DELETE.value]

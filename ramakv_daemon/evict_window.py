@@ -179,7 +179,10 @@ class EvictWindow:
         if not supported:
             self.defers = False
         too_late = set(late)
-        saved, missed, lost, retry = [], [], [], []
+        saved: list[str] = []
+        missed: list[str] = []
+        lost: list[str] = []
+        retry: list[str] = []
         answered: list[asyncio.Future[None]] = []
         waiting: set[asyncio.Future[None]] = set()
         for h in hashes:

@@ -21,7 +21,7 @@ from ramakv_daemon.outcome import Outcome
 from ramakv_daemon.ownership import Ownership
 from ramakv_daemon.ports import StoreError
 from ramakv_daemon.reactions import Reactions
-from ramakv_daemon.reads import apply_settled
+from ramakv_daemon.reads import Result, apply_settled
 from ramakv_daemon.trace_records import TraceRecords
 
 log = logging.getLogger("ramakv")
@@ -106,14 +106,15 @@ class Pipeline:
             change = await handler.query(ns.ctx, payload, ns.dispatcher.backend)
             change.namespace = ns.key
             return Outcome(type_, session_id, change, ns, handler.effects, slot=slot)
-        apply = handler.apply
+        # Callable[..., Result]: a handler whose spec says store_fork_id takes fork_id too.
+        apply: Callable[..., Result] | None = handler.apply
         assert apply is not None  # a handler has one or the other
         fork_id = None
         if self.ownership.shared:  # a shared store hands out fork ids
             fork_id = await self.ownership.fork_id(handler.effects.store_fork_id)
         if fork_id is not None:
             # Only a handler whose spec says store_fork_id takes it (no other gets one).
-            apply = partial(apply, fork_id=fork_id)  # type: ignore[call-arg]
+            apply = partial(apply, fork_id=fork_id)
         change, delta = await apply_settled(
             handler.effects,
             apply,

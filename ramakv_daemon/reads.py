@@ -53,7 +53,9 @@ async def apply_settled(
         if not busy:
             raise
         await committer.barrier()
-        return apply(ctx, payload, clock()), None
+        # Only a plain handler refuses here (a sliced read raises in its steps); the rare
+        # retry goes through the slice runner for the types' sake.
+        return await finish_read(first_step(apply(ctx, payload, clock())))
     if isinstance(change, Generator):  # a sliced read: its slices run over several steps
         return await finish_read(first_step(change))
     if busy and not change.writes:
@@ -107,7 +109,7 @@ def first_step(result: Result) -> Result:
     try:
         next(result)
     except StopIteration as done:
-        return done.value  # type: ignore[no-any-return]
+        return done.value
     return result
 
 

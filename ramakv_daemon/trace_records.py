@@ -16,6 +16,7 @@ from ramakv_daemon.shared_counts import SharedCounts
 from ramakv_daemon.trace import TraceHub, cut
 from ramakv_daemon.trace_protocol import summary
 from ramakv_daemon.trace_snapshot import totals
+from ramakv_protocol.records import SessionSummary
 
 
 class TraceRecords:
@@ -43,7 +44,7 @@ class TraceRecords:
             }
         return delta
 
-    def _summary(self, manager: SessionManager, sid: str) -> dict[str, Any] | None:
+    def _summary(self, manager: SessionManager, sid: str) -> SessionSummary | None:
         """A session's trace summary now (None when gone); its shared_count is kept for
         snapshots (see shared_counts)."""
         s = manager.sessions.get(sid)

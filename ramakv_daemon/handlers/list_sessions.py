@@ -79,12 +79,12 @@ def list_sessions(ctx: HandlerContext, payload: dict, now: float) -> Generator[N
     while True:
         batch = list(islice(picked, SLICE))
         for sid in batch:
-            namespace, s, forks = owner[sid]
+            namespace, live, forks = owner[sid]
             row = {
                 "session_id": sid,
                 "state": states[sid],
-                "turn_count": s.turn_count if s else 0,
-                "chunk_count": len(s.chunk_hashes) if s else 0,
+                "turn_count": live.turn_count if live else 0,
+                "chunk_count": len(live.chunk_hashes) if live else 0,
                 "fork_holds": len(forks),
                 "forks": [
                     {
@@ -95,7 +95,7 @@ def list_sessions(ctx: HandlerContext, payload: dict, now: float) -> Generator[N
                     }
                     for f in forks
                 ],
-                "last_event_ts": s.last_event_ts if s else 0.0,
+                "last_event_ts": live.last_event_ts if live else 0.0,
             }
             if namespace:
                 row["namespace"] = namespace

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Generator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -33,7 +33,9 @@ class HandlerContext:
         return self.namespaces or {self.manager.namespace: self.manager}
 
 
-ApplyFn = Callable[[HandlerContext, dict[str, Any], float], Change]
+# A handler returns its change, or (a sliced read) a generator that yields between slices
+# and returns the change (ramakv_daemon.reads runs it).
+ApplyFn = Callable[[HandlerContext, dict[str, Any], float], Change | Generator[None, None, Change]]
 # Read-only handlers that must ask the backend: they get the backend from the service.
 QueryFn = Callable[[HandlerContext, dict[str, Any], Any], Awaitable[Change]]
 

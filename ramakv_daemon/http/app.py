@@ -12,6 +12,7 @@ from typing import Any
 
 import orjson
 from aiohttp import web
+from aiohttp.typedefs import Handler
 from aiohttp.web_protocol import RequestPayloadError
 
 from ramakv_daemon.bootstrap import build
@@ -77,7 +78,7 @@ async def handle_metrics(request: web.Request) -> web.Response:
 
 
 @web.middleware
-async def json_errors(request: web.Request, handler):  # type: ignore[no-untyped-def]
+async def json_errors(request: web.Request, handler: Handler) -> web.StreamResponse:
     """Every error answer is JSON ``{"ok": false, "error": ...}``, never aiohttp's text page
     (405, 404, a body that cannot be read, a bug)."""
     try:
@@ -95,7 +96,7 @@ async def json_errors(request: web.Request, handler):  # type: ignore[no-untyped
 
 
 @web.middleware
-async def auth_middleware(request: web.Request, handler):  # type: ignore[no-untyped-def]
+async def auth_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
     """Require ``Authorization: Bearer <auth_token>`` when a token is configured."""
     token = request.app[CONFIG_KEY].auth_token
     # Header bytes that are not UTF-8 arrive as surrogate escapes: compare them as sent.

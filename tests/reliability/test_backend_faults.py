@@ -9,9 +9,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from fakes.lmcache_server import FakeLMCacheServer
 from support.daemon_app import DaemonClient
 from support.daemon_proc import DaemonProcess, free_port
+from support.lmcache_server import FakeLMCacheServer
 from support.reliability import (
     FakeLMCacheProcess,
     db_model,

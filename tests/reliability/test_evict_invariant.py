@@ -1,6 +1,6 @@
 """The one invariant under faults: a chunk referenced again is never evicted.
 
-A recording stand-in LMCache (tests/fakes/lmcache_server.py) runs on the test's own loop
+A recording stand-in LMCache (tests/support/lmcache_server.py) runs on the test's own loop
 and calls a probe at the very moment it carries out a delete: the probe looks at the
 daemon's memory and at its SQLite file right then. Faults: a hanging cache (every call
 held longer than prefetches can wait), commits failing with "database is locked".
@@ -16,8 +16,8 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from fakes.lmcache_server import FakeLMCacheServer
 from support.daemon_app import DaemonClient
+from support.lmcache_server import FakeLMCacheServer
 from support.reliability import db_model
 
 from ramakv_daemon.adapters.sqlite_store import SqliteSessionStore

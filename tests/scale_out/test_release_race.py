@@ -11,7 +11,7 @@ from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import pytest
-from pg_nodes import HANG_GUARD_S, sql, until
+from support.pg_nodes import HANG_GUARD_S, sql, until
 from support.postgres import PostgresServer
 
 from ramakv_daemon.adapters.backends.noop import NoopBackend

@@ -141,7 +141,7 @@ def rss_kib(pid: int) -> int:
 
 
 class FakeLMCacheProcess:
-    """tests/fakes/lmcache_server.py in its own process, driven over its /_fake/ routes."""
+    """tests/support/lmcache_server.py in its own process, driven over its /_fake/ routes."""
 
     def __init__(
         self, workdir: Path, port: int | None = None, extra_args: list[str] | None = None
@@ -161,7 +161,7 @@ class FakeLMCacheProcess:
             self.proc = subprocess.Popen(
                 [
                     sys.executable,
-                    str(TESTS_DIR / "fakes" / "lmcache_server.py"),
+                    str(TESTS_DIR / "support" / "lmcache_server.py"),
                     "--port",
                     str(self.port),
                     *self.extra_args,

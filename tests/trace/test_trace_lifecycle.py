@@ -7,14 +7,15 @@ import statistics
 import time
 
 import aiohttp
+from support.daemon_app import DaemonClient, StartDaemon
 from support.daemon_proc import DaemonProcess
-from support.opsurface import Daemon, RawWebSocket, StartDaemon, parse_metrics, recv
+from support.trace_wire import RawWebSocket, parse_metrics, recv
 
 # Big records fill socket buffers fast: each turn_end record carries the whole map twice.
 BIG_MAP = 400
 
 
-async def timed_turn_end(d: Daemon, sid: str, i: int) -> float:
+async def timed_turn_end(d: DaemonClient, sid: str, i: int) -> float:
     t0 = time.perf_counter()
     await d.turn_end(sid, [f"{sid}-{i % 2}-{k:04d}-{'x' * 40}" for k in range(BIG_MAP)])
     return time.perf_counter() - t0

@@ -6,7 +6,8 @@ import asyncio
 from typing import Any
 
 import aiohttp
-from support.opsurface import Daemon, StartDaemon, apply_record, recv, recv_n
+from support.daemon_app import DaemonClient, StartDaemon
+from support.trace_wire import apply_record, recv, recv_n
 
 
 def hashes(prefix: str, n: int) -> list[str]:
@@ -14,13 +15,13 @@ def hashes(prefix: str, n: int) -> list[str]:
     return [f"{prefix}{i:03d}" for i in range(n)]
 
 
-async def catch_up(d: Daemon, ws: aiohttp.ClientWebSocketResponse, state: dict) -> None:
+async def catch_up(d: DaemonClient, ws: aiohttp.ClientWebSocketResponse, state: dict) -> None:
     """Fold records until ``state`` is at the daemon's current seq (query events add records)."""
     while state["seq"] < d.daemon.trace.seq:
         apply_record(state, await recv(ws))
 
 
-async def check_state_matches_daemon(d: Daemon, state: dict[str, Any]) -> None:
+async def check_state_matches_daemon(d: DaemonClient, state: dict[str, Any]) -> None:
     """The folded trace equals what list_sessions, session_chunks and chunk_info report.
 
     Protocol 2 sends summaries, not maps: every session's counts, and the refcounts of
@@ -46,7 +47,7 @@ async def check_state_matches_daemon(d: Daemon, state: dict[str, Any]) -> None:
     }
 
 
-async def test_snapshot_then_deltas_reproduce_daemon_state(daemon: Daemon) -> None:
+async def test_snapshot_then_deltas_reproduce_daemon_state(daemon: DaemonClient) -> None:
     d = daemon
     shared = hashes("sys", 3)
     await d.turn_end("pre", [*shared, "pre-a", "pre-b"])
@@ -143,7 +144,7 @@ async def test_snapshot_then_deltas_reproduce_daemon_state(daemon: Daemon) -> No
     await ws2.close()
 
 
-async def test_records_carry_backend_lists(daemon: Daemon) -> None:
+async def test_records_carry_backend_lists(daemon: DaemonClient) -> None:
     d = daemon
     await d.turn_end("s", ["h1", "h2", "h1"])
     ws = await d.ws()
@@ -163,7 +164,7 @@ async def test_records_carry_backend_lists(daemon: Daemon) -> None:
     await ws.close()
 
 
-async def test_seq_gap_free_under_500_concurrent_events(daemon: Daemon) -> None:
+async def test_seq_gap_free_under_500_concurrent_events(daemon: DaemonClient) -> None:
     d = daemon
     subs = [await d.ws(), await d.ws()]
     states: list[dict[str, Any]] = [{} for _ in subs]
@@ -206,7 +207,7 @@ async def test_seq_gap_free_under_500_concurrent_events(daemon: Daemon) -> None:
         await ws.close()
 
 
-async def test_resume_with_since_replays_missed_events(daemon: Daemon) -> None:
+async def test_resume_with_since_replays_missed_events(daemon: DaemonClient) -> None:
     d = daemon
     ws = await d.ws()
     snap = await recv(ws)
@@ -233,7 +234,7 @@ async def test_resume_with_since_replays_missed_events(daemon: Daemon) -> None:
     assert snap["seq"] == 0
 
 
-async def recv_snapshot(d: Daemon, query: str = "") -> dict[str, Any]:
+async def recv_snapshot(d: DaemonClient, query: str = "") -> dict[str, Any]:
     """A fresh snapshot (connect, read the first message, close)."""
     ws = await d.ws(query)
     try:
@@ -288,7 +289,7 @@ async def test_since_falls_back_to_snapshot_when_ring_lost_events(
     assert "since must be an integer" in await resp.text()
 
 
-async def test_session_filter(daemon: Daemon) -> None:
+async def test_session_filter(daemon: DaemonClient) -> None:
     d = daemon
     await d.turn_end("a", ["shared", "a1"])
     await d.turn_end("b", ["shared", "b1"])
@@ -332,7 +333,7 @@ async def test_session_filter(daemon: Daemon) -> None:
         await w.close()
 
 
-async def test_many_subscribers_and_unsubscribe(daemon: Daemon) -> None:
+async def test_many_subscribers_and_unsubscribe(daemon: DaemonClient) -> None:
     d = daemon
     subs = [await d.ws() for _ in range(20)]
     for ws in subs:
