@@ -15,10 +15,11 @@ from ramakv_daemon.ports import SessionStore, StoreError
 log = logging.getLogger("ramakv.store")
 
 PRUNE_EVERY_COMMITS = 1000
-# How long a commit waits for the cache's answer to a keep its changes need (a chunk
-# referenced again while its deferred delete is pending): long enough for a healthy cache,
-# short enough that a hung one barely slows events; past it the commit goes ahead.
-KEEP_WAIT_S = 0.25
+# A hang guard only: a commit waits for the cache's answer to a keep its changes need (a
+# chunk referenced again while its deferred delete may be pending), and the dispatcher
+# resolves that wait at the evict's deadline at the latest (evict_defer_s + 1.5 s; see
+# ramakv_daemon/evict_window.py), so this is never reached unless that timer is lost.
+KEEP_WAIT_S = 90.0
 
 
 @dataclass(slots=True)
@@ -89,7 +90,7 @@ class GroupCommitter:
         gate: asyncio.Future[None] | None = None,
     ) -> asyncio.Future[None]:
         """Queue ``change``'s sessions, evictions and answer; await the commit. The commit
-        first waits (at most KEEP_WAIT_S) for ``gate``: the cache's answer to a keep."""
+        first waits for ``gate``: the cache's answer to a keep, or its deadline."""
         manager = self.managers[change.namespace]
         live = manager.sessions
         sessions = {sid: live.get(sid) for sid in change.prev_sessions}

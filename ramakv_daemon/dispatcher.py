@@ -268,10 +268,18 @@ class BackendDispatcher:
             hits = [h for h in open_ if prev_counts.get(h) == 0 and h in refs]
         if not hits:
             return None
-        gate: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        kept = self.window.referenced(hits, time.monotonic(), gate)
+        loop = asyncio.get_running_loop()
+        gate: asyncio.Future[None] = loop.create_future()
+        now = time.monotonic()
+        window = self.window
+        kept = window.referenced(hits, now, gate)
         if not kept:
             return None
+        # Past the latest deadline of the evicts it guards, none of them can act any more:
+        # the commit goes ahead then even if the cache never answers the keep.
+        deadline = max(window.keeps[h].deadline for h in kept)
+        if deadline != float("inf"):
+            loop.call_later(max(0.0, deadline - now), window.release, gate)
         self._keep_due = 0.0
         self._keep_wake.set()
         return gate, kept
@@ -324,8 +332,11 @@ class BackendDispatcher:
         result = await keep(hashes, generation)
         self._report("keep", len(hashes), result)
         supported = result.ok or result.status not in (404, 405)
-        late = list((result.body or {}).get("late") or []) if result.ok else []
-        if window.kept(hashes, result.ok, supported, late, time.monotonic(), generation):
+        body = result.body or {}
+        late = list(body.get("late") or []) if result.ok else []
+        expires = body.get("expires") is True if result.ok else None
+        now = time.monotonic()
+        if window.kept(hashes, result.ok, supported, late, now, generation, expires):
             # The cache is down or hung: retry, backing off to once a second.
             self._keep_failures += 1
             self._keep_due = time.monotonic() + min(1.0, RECHECK_S * 2**self._keep_failures)
@@ -429,6 +440,7 @@ class BackendDispatcher:
             gen = window.generation()
             if extra:
                 extra["generation"] = gen
+                extra["not_after_ns"] = window.not_after(gen)
             window.wrote(part, gen, time.monotonic())
             return part
 
@@ -441,7 +453,8 @@ class BackendDispatcher:
             result = await self.backend.evict(sent, mode) if sent else BackendResult(True)
         answered_at = time.monotonic()
         deferred = bool(result.ok and result.body and "deferred" in result.body)
-        window.answered(sent, result.ok, deferred, answered_at)
+        expires = bool(deferred and result.body and result.body.get("expires") is True)
+        window.answered(sent, result.ok, deferred, answered_at, expires)
         op = f"evict_{mode.value}"
         # A call that failed before its body went out (connect refused) sent nothing.
         count = len(sent) or len(hashes)
@@ -459,7 +472,11 @@ class BackendDispatcher:
             # An entry replaced while the call was out is a newer intent: it stays queued.
             self._forget_all(
                 [h for h in sent if outbox.get(h) is entries[h]],
-                answered_at + self.defer_s + window.grace() if deferred else None,
+                # Kept stored past the evict's deadline too: a restart before it must
+                # still watch the chunk (its delete may yet act until then).
+                max(answered_at + self.defer_s + window.grace(), window.deadline_from(wrote_at))
+                if deferred
+                else None,
             )
             self._flush_rows()
             self._failures, self._paused_until = 0, 0.0
