@@ -101,6 +101,7 @@ class DeferredEvictions:
                 old = self.pending.get(h)
                 if old is None or generation is None or old.generation <= generation:
                     self.pending[h] = Pending(generation or 0, locations, due, not_after)
+                    self.done.pop(h, None)  # an earlier delete of it is no news any more
                 if defer_s <= 0:
                     out.now.append(h)
                 else:
@@ -124,8 +125,9 @@ class DeferredEvictions:
                     cancelled += 1
                 ran = self.done.get(h)
                 if ran is not None and ran < generation:
+                    # Said again to every later keep (an answer may be lost with its
+                    # connection) until a newer evict of the chunk replaces the entry.
                     late.append(h)
-                    del self.done[h]  # told once; the chunk is gone, a new store is new
                 if self.kept.get(h, -1) < generation:
                     self._remember_kept(h, generation)
         return cancelled, late

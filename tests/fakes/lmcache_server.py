@@ -328,6 +328,7 @@ class FakeLMCacheServer:
                 "pending": sorted(self.deferred.pending),
                 "violations": self.violations,
                 "deleted": self.deleted,
+                "expired": self.deferred.expired,
             }
         )
 

@@ -75,10 +75,9 @@ def test_kill_loop_with_a_deferring_cache_never_evicts_a_referenced_chunk(
         assert wait_for(lambda: not fake.state()["pending"], DEFER_S * 3)
         state = fake.state()
         assert state["deleted"] > 0
-        # Zero unless the cache was slower than the protocol allows (a keep unanswered
-        # for KEEP_WAIT_S: a stand-in slow or hung on a loaded machine); then never
-        # silent: every such delete was reported as exposed.
         violations = state["violations"]
+        if os.environ.get("RAMAKV_EVICT_LOG"):
+            Path(os.environ["RAMAKV_EVICT_LOG"]).write_text(d.log())
         exposed = sum(
             int(n)
             for n in re.findall(
@@ -86,32 +85,21 @@ def test_kill_loop_with_a_deferring_cache_never_evicts_a_referenced_chunk(
                 d.log(),
             )
         )
-        named = set(
-            re.findall(
-                r"'([0-9a-f]{32})'",
-                "\n".join(
-                    line for line in d.log().splitlines() if "referenced again while" in line
-                ),
-            )
-        )
-        unreported = [v for v in violations if v.get("hash") not in named]
-        if os.environ.get("RAMAKV_EVICT_LOG"):
-            Path(os.environ["RAMAKV_EVICT_LOG"]).write_text(d.log())
-        print(f"\nviolations: {len(violations)}, not named in a report: {unreported[:5]}")
-        # Never silent: a report names at most 20 chunks, the rest of its count covers
-        # the unnamed ones.
-        assert len(unreported) <= exposed - len(named), (unreported[:10], exposed)
-        # (So none unless a keep was not answered within KEEP_WAIT_S: a slow or hung
-        # cache, and the commit went ahead without its word.)
         hung = len(re.findall(r"backend keep of \d+ chunks failed", d.log()))
         kept = metric(d.url, "ramakv_evict_window_rereferences_total")
         repeated = metric(d.url, "ramakv_evictions_repeated_total")
+        expired = fake.state()["expired"]
         print(
             f"\nevict kill loop: {KILLS} kills, {state['deleted']} chunks deleted by the "
             f"cache, {len(violations)} while referenced ({exposed} reported exposed, "
-            f"{hung} keep calls failed); "
+            f"{hung} keep calls failed, {expired} deletes dropped at their deadline); "
             f"last run: {kept:.0f} re-references in the window, {repeated:.0f} repeated "
             "deliveries"
         )
+        # Exact with ascend_ext's memory API: a commit re-referencing a chunk waits for
+        # its keep's answer or the evict's deadline, so no delete ever meets a committed
+        # reference, however slow the cache (not merely "each one is reported").
+        assert violations == [], violations[:5]
+        assert exposed == 0
     finally:
         fake.kill()
