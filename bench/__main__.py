@@ -1,7 +1,7 @@
 """`make bench`: every benchmark, side by side, into bench/results/latest.{json,md}.
 
 Usage: python -m bench [--quick] [--only NAME[,NAME]] — names: throughput, recovery, memory,
-sdk, proxy, cache, console, engine, admin_stall, scale_out.
+sdk, proxy, cache, console, engine, admin_stall, scale_out, guard_costs.
 """
 
 from __future__ import annotations
@@ -128,6 +128,15 @@ def _scale_out(quick: bool) -> tuple[dict, str]:
     return res, scale_out.table(res)
 
 
+def _guard_costs(quick: bool) -> tuple[dict, str]:
+    import asyncio
+
+    from bench import guard_costs
+
+    res = asyncio.run(guard_costs.measure(8000 if quick else 16000))
+    return res, guard_costs.table(res)
+
+
 BENCHES: dict[str, Callable[[bool], tuple[dict, str]]] = {
     "throughput": _throughput,
     "recovery": _recovery,
@@ -139,6 +148,7 @@ BENCHES: dict[str, Callable[[bool], tuple[dict, str]]] = {
     "engine": _engine,
     "admin_stall": _admin_stall,
     "scale_out": _scale_out,
+    "guard_costs": _guard_costs,
 }
 
 

@@ -196,6 +196,10 @@ class BackendDispatcher:
         loop = asyncio.get_running_loop()
         self._runner = loop.create_task(self._run(), name="evict-outbox")
         self._keeper = loop.create_task(self._keep_loop(), name="evict-keeps")
+        if self.defer_s > 0:  # its own task: a hung cache must not hold the keeps back
+            probe = loop.create_task(self._probe_keeps(), name="keep-probe")
+            self._tasks.add(probe)
+            probe.add_done_callback(self._tasks.discard)
         self._wake.set()
 
     @property
@@ -314,6 +318,24 @@ class BackendDispatcher:
             except Exception:  # noqa: BLE001 - backends must not raise; retry shortly
                 log.exception("keep delivery failed unexpectedly")
                 self._keep_due = time.monotonic() + RECHECK_S
+
+    async def _probe_keeps(self) -> None:
+        """At start-up, an empty keep: does the cache honour deadlines (ascend_ext's
+        memory API answers "expires": true), or know no keeps (a stock one: 404)? Learned
+        now, not from the first evict's answer, so a reference right after a restart
+        already knows whether waiting for a deadline protects it."""
+        keep = getattr(self.backend, "keep", None)
+        if keep is None:
+            return
+        try:
+            result = await keep([], self.window.generation())
+        except Exception:  # noqa: BLE001 - backends must not raise; learned later then
+            log.exception("keep probe failed unexpectedly")
+            return
+        if result.ok:
+            self.window.expires = (result.body or {}).get("expires") is True
+        elif result.status in (404, 405):
+            self.window.defers = False
 
     async def _send_keeps(self) -> None:
         """Send every keep owed in one call, on the evict pool but its own task; a failed
