@@ -250,7 +250,12 @@ class EvictWindow:
                 continue
             gate = k.gate
             # The referencing change's commit waited for this answer (or the deadline).
-            waited = gate is not None and not gate.cancelled() and (k.protected or not gate.done())
+            # Without a gate (owed for an earlier run's evict, the reference committed
+            # already): every such commit waited too, where the cache honours deadlines.
+            if gate is None:
+                waited = self.expires is True
+            else:
+                waited = not gate.cancelled() and (k.protected or not gate.done())
             if ok and h in too_late:
                 # The delete ran before the keep: if the referencing change was still
                 # waiting for this answer, it ran before the new reference was committed
@@ -259,7 +264,7 @@ class EvictWindow:
             elif ok:
                 saved.append(h)
             elif not supported or now > k.give_up:
-                (missed if k.protected else lost).append(h)
+                (missed if k.protected or (gate is None and waited) else lost).append(h)
             else:
                 retry.append(h)
                 if gate is not None:

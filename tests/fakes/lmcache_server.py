@@ -68,6 +68,7 @@ class FakeLMCacheServer:
         # While set, keep calls are held (received and recorded, not processed) until it
         # is released: a keep slower than the deferral, or one that never gets through.
         self.keep_hold: asyncio.Event | None = None
+        self.keep_delay = 0.0  # every keep answered this late (--keep-delay)
         self.violations: list[dict[str, Any]] = []
         self.deleted = 0
         # hash -> what the cache saw of it, oldest first (evicts, keeps, deletes carried
@@ -198,6 +199,8 @@ class FakeLMCacheServer:
                     raise RequestError("missing required field 'generation'")
                 if self.keep_hold is not None:
                     await self.keep_hold.wait()
+                if self.keep_delay:
+                    await asyncio.sleep(self.keep_delay)
                 cancelled, late = self.deferred.keep(hashes, generation)
                 if self.record_history:
                     gone = set(late)
@@ -403,6 +406,12 @@ def main() -> None:
         help="defer deletes as ascend_ext does (defer_s, generations, /memory/keep)",
     )
     p.add_argument(
+        "--keep-delay",
+        type=float,
+        default=0.0,
+        help="answer every keep this many seconds late (a slow cache)",
+    )
+    p.add_argument(
         "--probe-store",
         default="",
         help="check this daemon store at every delete (GET /_fake/state)",
@@ -412,6 +421,7 @@ def main() -> None:
     async def run() -> None:
         fake = FakeLMCacheServer(args.host, args.port)
         fake.defers = fake.timers = args.defer
+        fake.keep_delay = args.keep_delay
         if args.probe_store:
             fake.record_history = True
             fake.on_delete = store_probe(fake, args.probe_store)

@@ -5,7 +5,8 @@ the wall clock, so it is not deterministic enough for ``make test``; the determi
 parts of the window are tests/reliability/test_evict_invariant.py and
 test_evict_window_bounds.py. On a failure each violation names the chunk's holders in the
 file and what the cache saw of it (evicts, keeps, deletes); ``RAMAKV_EVICT_LOG=path``
-keeps the daemon's log, ``RAMAKV_KILL_SEED`` repeats the kill times.
+keeps the daemon's log, ``RAMAKV_KILL_SEED`` repeats the kill times,
+``RAMAKV_KEEP_DELAY`` sets how late the cache answers keeps (0.6 s).
 """
 
 from __future__ import annotations
@@ -35,6 +36,10 @@ KILLS = int(os.environ.get("RAMAKV_EVICT_KILLS", "3"))
 # killed must meet the next run's keep: docs/reliability.md, "The eviction window"), and
 # shorter than a burst, so deletes are carried out while the load runs.
 DEFER_S = 5.0
+# Every keep is answered this late: longer than the 0.25 s a commit used to wait before
+# going ahead without the answer (then deletes falling due meanwhile hit committed
+# references); the commit now waits for the answer or the evict's deadline.
+KEEP_DELAY_S = float(os.environ.get("RAMAKV_KEEP_DELAY", "0.6"))
 
 
 @pytest.mark.soak
@@ -45,7 +50,8 @@ def test_kill_loop_with_a_deferring_cache_never_evicts_a_referenced_chunk(
     print(f"\nRAMAKV_KILL_SEED={seed}")
     rng = random.Random(seed)
     store = tmp_path / "daemon0" / "sessions.db"
-    fake = FakeLMCacheProcess(tmp_path, extra_args=["--defer", "--probe-store", str(store)]).start()
+    args = ["--defer", "--probe-store", str(store), "--keep-delay", str(KEEP_DELAY_S)]
+    fake = FakeLMCacheProcess(tmp_path, extra_args=args).start()
     try:
         d = daemon_proc_factory(
             config={"lmcache_url": fake.url, "backend_timeout_s": 1.0, "evict_defer_s": DEFER_S},
