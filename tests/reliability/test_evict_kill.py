@@ -59,6 +59,7 @@ def test_kill_loop_with_a_deferring_cache_never_evicts_a_referenced_chunk(
             store=store,
         )
         model: Model = {}
+        acked = 0
         for round_ in range(KILLS):
             gen = run_loadgen(
                 d.url, tmp_path, model, round_, hex_hashes=True, max_events=100_000, duration=30.0
@@ -68,6 +69,7 @@ def test_kill_loop_with_a_deferring_cache_never_evicts_a_referenced_chunk(
             d.kill()
             print(f"\nround {round_}: killed at {time.time():.3f}")
             result = finish(gen, tmp_path, round_)
+            acked += result["acked"]
             assert result["mismatches"] == [], result["mismatches"]
             model = model_from_json(result["model"])
             d.start()
@@ -96,7 +98,8 @@ def test_kill_loop_with_a_deferring_cache_never_evicts_a_referenced_chunk(
         repeated = metric(d.url, "ramakv_evictions_repeated_total")
         expired = fake.state()["expired"]
         print(
-            f"\nevict kill loop: {KILLS} kills, {state['deleted']} chunks deleted by the "
+            f"\nevict kill loop: {KILLS} kills, {acked} events acknowledged, "
+            f"{state['deleted']} chunks deleted by the "
             f"cache, {len(violations)} while referenced ({exposed} reported exposed, "
             f"{hung} keep calls failed, {expired} deletes dropped at their deadline); "
             f"last run: {kept:.0f} re-references in the window, {repeated:.0f} repeated "

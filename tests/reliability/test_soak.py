@@ -87,6 +87,7 @@ def _soak(
     samples: list[tuple[float, int, int]] = []  # (t, start no., rss KiB)
     backlog_max = 0.0
     kills = faults = 0
+    downtimes: list[float] = []
     next_sample = t0
     while gen.poll() is None:
         now = time.monotonic()
@@ -95,6 +96,10 @@ def _soak(
             d.kill()
             time.sleep(0.3)
             d.start()
+            # Every event in flight or sent meanwhile waits out this downtime (the load
+            # generator retries): with two kills in a short soak they exceed 1 % of the
+            # events, so p99 is about the downtime (docs/reliability.md, "Soak").
+            downtimes.append(time.monotonic() - now)
             kills += 1
         if fault_end and now >= fault_end:
             if refused:
@@ -159,7 +164,9 @@ def _soak(
         f"{result['retries']} client retries; {kills} kills, {faults} backend faults, "
         f"outbox max {backlog_max:.0f}; final {len(model)} sessions, {len(refcounts)} chunks; "
         f"RSS first-warm {first[0][2] if first else 0} KiB, calm-phase start {rss_calm} KiB, "
-        f"end {rss_end} KiB\nRSS timeline (restarts reset it): {timeline}"
+        f"end {rss_end} KiB; downtime per kill (kill, 0.3 s, restart until healthy) "
+        f"{', '.join(f'{t * 1000:.0f}' for t in downtimes) or '-'} ms, "
+        f"load average {os.getloadavg()[0]:.1f}\nRSS timeline (restarts reset it): {timeline}"
     )
     # Flat: the calm phase (no kills, steady load) grows by less than 25 % (+8 MiB slack).
     assert rss_end <= rss_calm * 1.25 + 8192, (rss_calm, rss_end, samples)
