@@ -339,7 +339,7 @@ class BackendDispatcher:
 
     async def _send_keeps(self) -> None:
         """Send every keep owed in one call, on the evict pool but its own task; a failed
-        call is retried, backing off, until each keep gives up (then it is exposed)."""
+        call is retried, backing off, until each keep gives up (60 s)."""
         window = self.window
         if not window.keeps or time.monotonic() < self._keep_due:
             return
