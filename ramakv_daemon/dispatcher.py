@@ -88,6 +88,7 @@ class BackendDispatcher:
         self._keep_wake = asyncio.Event()
         self._keep_failures = 0
         self._keeper: asyncio.Task[None] | None = None
+        self._probe: asyncio.Task[None] | None = None
         self._prefetching = 0
         self._drop_logged = 0.0
 
@@ -197,9 +198,7 @@ class BackendDispatcher:
         self._runner = loop.create_task(self._run(), name="evict-outbox")
         self._keeper = loop.create_task(self._keep_loop(), name="evict-keeps")
         if self.defer_s > 0:  # its own task: a hung cache must not hold the keeps back
-            probe = loop.create_task(self._probe_keeps(), name="keep-probe")
-            self._tasks.add(probe)
-            probe.add_done_callback(self._tasks.discard)
+            self._probe = loop.create_task(self._probe_keeps(), name="keep-probe")
         self._wake.set()
 
     @property
@@ -325,17 +324,24 @@ class BackendDispatcher:
         now, not from the first evict's answer, so a reference right after a restart
         already knows whether waiting for a deadline protects it."""
         keep = getattr(self.backend, "keep", None)
-        if keep is None:
-            return
-        try:
-            result = await keep([], self.window.generation())
-        except Exception:  # noqa: BLE001 - backends must not raise; learned later then
-            log.exception("keep probe failed unexpectedly")
-            return
-        if result.ok:
-            self.window.expires = (result.body or {}).get("expires") is True
-        elif result.status in (404, 405):
-            self.window.defers = False
+        window = self.window
+        # Until the cache answers (it may be down or hung at start-up): a reference to a
+        # chunk in the window meanwhile waits for its deadline, not knowing.
+        while keep is not None and not self._closing:
+            if window.expires is not None or window.defers is False:
+                return  # learned meanwhile from another answer
+            try:
+                result = await keep([], window.generation())
+            except Exception:  # noqa: BLE001 - backends must not raise; learned later then
+                log.exception("keep probe failed unexpectedly")
+                return
+            if result.ok:
+                window.expires = (result.body or {}).get("expires") is True
+                return
+            if result.status in (404, 405):
+                window.defers = False
+                return
+            await asyncio.sleep(0.5)
 
     async def _send_keeps(self) -> None:
         """Send every keep owed in one call, on the evict pool but its own task; a failed
@@ -562,6 +568,8 @@ class BackendDispatcher:
         self._closing = True
         self._wake.set()
         self._keep_wake.set()
+        if self._probe is not None:
+            self._probe.cancel()
         if self._keeper is not None:
             try:
                 await asyncio.wait_for(self._keeper, 2)
