@@ -3,11 +3,19 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from pathlib import Path
 from typing import Any, Protocol
 
 from ramakv_console.state import STATUS
+from ramakv_protocol.dispatch import TraceReader
+from ramakv_protocol.records import (
+    DisconnectedMarker,
+    EventRecord,
+    ReconnectedMarker,
+    SnapshotHeader,
+    SnapshotPart,
+)
 from ramakv_sdk.client import AsyncClient
 from ramakv_sdk.config import daemon_url, load_config
 from ramakv_sdk.errors import (
@@ -17,7 +25,6 @@ from ramakv_sdk.errors import (
     TraceUnauthorized,
 )
 
-SLOW_CLOSE_CODE = 4008  # the daemon closed a subscriber that fell behind
 HISTORY = 500  # recent records asked for with a fresh snapshot (the logs start filled)
 REFUSED_RETRY_S = 30.0  # a refused token or protocol: retried slowly (it may be fixed)
 
@@ -62,6 +69,39 @@ def status(connected: bool, detail: str, error: str = "") -> dict[str, Any]:
     return {"kind": STATUS, "connected": connected, "detail": detail, "error": error}
 
 
+class LinkReader(TraceReader[list[dict[str, Any]]]):
+    """What the console gets for each message of the SDK's subscription: the state records
+    as they are, its markers as ``_status`` records (one ``connected`` before the first
+    record after an outage); the daemon's notices (backend, budget, ...) are not shown."""
+
+    def __init__(self) -> None:
+        self.connected = False
+
+    def _up(self) -> list[dict[str, Any]]:
+        if self.connected:
+            return []
+        self.connected = True
+        return [status(True, "connected")]
+
+    def _state(self, msg: SnapshotHeader | SnapshotPart | EventRecord) -> list[dict[str, Any]]:
+        return [*self._up(), dict(msg)]
+
+    on_snapshot = on_snapshot_sessions = on_event = _state
+
+    def on_disconnected(self, msg: DisconnectedMarker) -> list[dict[str, Any]]:
+        self.connected = False
+        code, why = msg["code"], msg["reason"] or "connection lost"
+        detail = f"{why} (code {code})" if code else why
+        return [status(False, detail, msg["error"] or "unreachable")]
+
+    def on_reconnected(self, msg: ReconnectedMarker) -> list[dict[str, Any]]:
+        self.connected = False
+        return self._up()
+
+    def other(self, msg: Mapping[str, object]) -> list[dict[str, Any]]:
+        return self._up()
+
+
 class SdkLink:
     """DaemonLink over ramakv_sdk.client.AsyncClient."""
 
@@ -80,47 +120,26 @@ class SdkLink:
     async def trace(self) -> AsyncIterator[dict[str, Any]]:
         """The SDK's subscription; its markers become ``_status`` records.
 
-        After a slow-subscriber close (4008) the SDK resumes with ``?since=`` (a replay).
-        Any other drop may be a daemon restart, whose sequence numbers start again from 0,
-        so the console subscribes afresh and rebuilds from the new snapshot (with recent
-        history). A refused token (401) or another protocol version is said as such and
-        retried every 30 s, so the banner stays up instead of the console dying.
+        The subscription resumes by itself (ramakv_protocol.resume): the same daemon run
+        replays what was missed, a restarted one sends a fresh snapshot (with recent
+        history), which the console rebuilds from. A refused token (401) or another
+        protocol version ends a subscription: it is said as such and retried every 30 s,
+        so the banner stays up instead of the console dying.
         """
-        connected = False
         while True:
             sub = self.client.subscribe_trace(history=HISTORY)
-            had_data = False
+            reader = LinkReader()
             try:
                 async for rec in sub:
-                    kind = rec.get("kind")
-                    if kind == "disconnected":
-                        connected = False
-                        code = rec.get("code")
-                        why = rec.get("reason") or "connection lost"
-                        yield status(
-                            False,
-                            f"{why} (code {code})" if code else str(why),
-                            str(rec.get("error") or "unreachable"),
-                        )
-                        if had_data and code != SLOW_CLOSE_CODE:
-                            break  # resubscribe for a fresh snapshot (see above)
-                        continue
-                    if kind == "reconnected" or not connected:
-                        connected = True
-                        yield status(True, "connected")
-                    if kind in ("snapshot", "snapshot_sessions", "event"):
-                        had_data = True
-                        yield rec
+                    for out in reader.read(rec):
+                        yield out
             except TraceUnauthorized as err:
-                connected = False
                 yield status(False, err.message, "unauthorized")
                 await asyncio.sleep(REFUSED_RETRY_S)
             except TraceProtocolMismatch as err:
-                connected = False
                 yield status(False, err.message, "protocol")
                 await asyncio.sleep(REFUSED_RETRY_S)
             except RamAKvError as err:
-                connected = False
                 yield status(False, str(err), "refused")
                 await asyncio.sleep(5.0)
             finally:

@@ -9,9 +9,12 @@ from __future__ import annotations
 
 import time
 from collections import deque
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
+
+from ramakv_protocol.dispatch import TraceReader, is_kind
+from ramakv_protocol.records import EventRecord, SnapshotHeader, SnapshotPart, Totals
 
 STATUS = "_status"  # kind of the connection markers mixed into the event history
 
@@ -85,7 +88,7 @@ class ConsoleState:
         self.clock = clock
         self.sessions: dict[str, SessionView] = {}
         self.suspended = 0  # kept as rows change: the header never recounts
-        self.totals: dict[str, int] = {"sessions": 0, "chunks": 0, "references": 0}
+        self.totals: Totals = {"sessions": 0, "chunks": 0, "references": 0}
         # fork id -> {fork_id, session_id, created_ts, chunk_count}: open forks, also those
         # of closed parents (a fork outlives its parent's close).
         self.forks: dict[int, dict[str, Any]] = {}
@@ -176,18 +179,18 @@ class ConsoleState:
         if new.state == "suspended":
             self.suspended += 1
 
-    def apply_snapshot(self, msg: dict[str, Any]) -> Changes:
+    def apply_snapshot(self, msg: SnapshotHeader) -> Changes:
         """A snapshot header: forget every row; its parts follow."""
         self.sessions.clear()
         self.forks.clear()
         self.suspended = 0
-        self.totals = dict(msg.get("totals") or self.totals)
+        self.totals = (msg.get("totals") or self.totals).copy()
         self.seq = int(msg.get("seq") or 0)
         self.node_id = str(msg.get("node_id") or "")
         self.loading = True
         return Changes(reset=True)
 
-    def apply_part(self, msg: dict[str, Any]) -> Changes:
+    def apply_part(self, msg: SnapshotPart) -> Changes:
         """A snapshot_sessions part: its rows (and, filtered, its chunks' refcounts)."""
         changes = Changes()
         for row in msg.get("sessions") or ():
@@ -204,16 +207,18 @@ class ConsoleState:
             self.loading = False
         return changes
 
-    def apply_event(self, rec: dict[str, Any], keep: bool = True) -> Changes:
+    def apply_event(self, rec: EventRecord, keep: bool = True) -> Changes:
         """Apply one event record's delta (and remember it for the logs when ``keep``)."""
-        changes = Changes(events=[rec] if keep else [])
+        logged = cast(dict[str, Any], rec)  # the logs keep records as plain dicts
+        changes = Changes(events=[logged] if keep else [])
         if keep:
-            self.events.append(rec)
+            self.events.append(logged)
         self.event_times.append(time.monotonic())
         if isinstance(rec.get("seq"), int):
             self.seq = rec["seq"]
-        if isinstance(rec.get("totals"), dict):
-            self.totals = rec["totals"]
+        totals = rec.get("totals")
+        if isinstance(totals, dict):
+            self.totals = totals
         delta = rec.get("delta") or {}
         for sid, value in (delta.get("sessions") or {}).items():
             self._put(sid, value, changes)
@@ -228,23 +233,37 @@ class ConsoleState:
         """Apply a batch of trace records in order; only the newest ``keep_last`` events
         of a burst go to the logs (the state takes every one)."""
         batch = list(records)
-        events = sum(1 for r in batch if r.get("kind") == "event")
-        skip = max(0, events - keep_last)
-        total = Changes(dropped_events=skip)
+        events = sum(1 for r in batch if is_kind(r, "event"))
+        applier = BatchApplier(self, max(0, events - keep_last))
         for rec in batch:
-            kind = rec.get("kind")
-            if kind == "snapshot":
-                snap = self.apply_snapshot(rec)  # a snapshot supersedes earlier changes
-                snap.events = total.events
-                snap.dropped_events = total.dropped_events
-                total = snap
-            elif kind == "snapshot_sessions":
-                total.merge(self.apply_part(rec))
-            elif kind == "event":
-                keep = skip <= 0
-                skip -= 1
-                total.merge(self.apply_event(rec, keep))
-            elif kind == STATUS:
-                self.events.append(rec)
-                total.events.append(rec)
-        return total
+            applier.read(rec)
+        return applier.total
+
+
+class BatchApplier(TraceReader[None]):
+    """Applies one batch's records to a ConsoleState by kind, gathering what changed."""
+
+    def __init__(self, state: ConsoleState, skip: int) -> None:
+        self.state = state
+        self.skip = skip  # the oldest events of a burst not kept for the logs
+        self.total = Changes(dropped_events=skip)
+
+    def on_snapshot(self, msg: SnapshotHeader) -> None:
+        snap = self.state.apply_snapshot(msg)  # a snapshot supersedes earlier changes
+        snap.events = self.total.events
+        snap.dropped_events = self.total.dropped_events
+        self.total = snap
+
+    def on_snapshot_sessions(self, msg: SnapshotPart) -> None:
+        self.total.merge(self.state.apply_part(msg))
+
+    def on_event(self, msg: EventRecord) -> None:
+        keep = self.skip <= 0
+        self.skip -= 1
+        self.total.merge(self.state.apply_event(msg, keep))
+
+    def other(self, msg: Mapping[str, object]) -> None:
+        if msg.get("kind") == STATUS:  # the link's own connection markers go to the logs
+            rec = dict(msg)
+            self.state.events.append(rec)
+            self.total.events.append(rec)

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 from ramakv_daemon.core.change import Change
 from ramakv_daemon.core.manager import SessionManager
-from ramakv_daemon.ports import SessionStore, StoreError
+from ramakv_daemon.ports import EvictMode, SessionStore, StoreError
 
 log = logging.getLogger("ramakv.store")
 
@@ -177,7 +177,7 @@ class GroupCommitter:
     async def _commit(self, batch: list[_Pending]) -> None:
         sessions: dict = {}
         forks: dict = {}
-        evictions: dict[str, list[tuple[str, str]]] = {}
+        evictions: dict[str, list[tuple[str, EvictMode]]] = {}
         done: list[int] = []
         answers = []
         for p in batch:
@@ -187,8 +187,9 @@ class GroupCommitter:
             c = p.change
             if c is not None and (c.evict_delete or c.evict_demote):
                 entries = evictions.setdefault(c.namespace, [])
-                entries.extend((h, "delete") for h in c.evict_delete)
-                entries.extend((h, "demote") for h in c.evict_demote)
+                # Plain pairs: orjson writes them without a call back per entry.
+                entries.extend((h, EvictMode.DELETE) for h in c.evict_delete)
+                entries.extend((h, EvictMode.DEMOTE) for h in c.evict_demote)
             if p.event_id is not None:
                 answers.append(p.event_id)
         # One outbox row per namespace for the whole batch; the dispatcher deletes the row

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Protocol
+from typing import Any, NamedTuple, Protocol, runtime_checkable
 
 from ramakv_daemon.core.fork import Fork
 from ramakv_daemon.core.session import Session
@@ -16,6 +17,14 @@ class EvictMode(StrEnum):
 
     DELETE = "delete"  # no live session references it: drop it from every tier
     DEMOTE = "demote"  # its session was suspended: drop it from DDR, keep it on disk
+
+
+_MODES = {m.value: m for m in EvictMode}
+
+
+def mode_of(text: str) -> EvictMode | None:
+    """The mode a stored string names, or None for one this version does not know."""
+    return _MODES.get(text)
 
 
 @dataclass(frozen=True, slots=True)
@@ -32,7 +41,7 @@ class BackendResult:
     ok: bool
     status: int = 0
     detail: str = ""
-    body: dict | None = None
+    body: dict[str, Any] | None = None  # decoded JSON: its shape is the backend's
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,8 +91,84 @@ class Backend(Protocol):
         ...
 
 
+# ---- the session store --------------------------------------------------------------------
 class StoreError(Exception):
     """Persisting a change failed (disk full, read-only database, I/O error)."""
+
+
+class StoreNotFound(StoreError):
+    """The store an operator named does not exist (the admin port never creates one)."""
+
+
+class StoreInUse(StoreError):
+    """A daemon holds the store exclusively: the admin port refuses to change it.
+
+    Attributes:
+        holder: who holds it, as its lock says ("pid 123 (ram-a-kv)").
+    """
+
+    def __init__(self, store: str, holder: str) -> None:
+        self.store, self.holder = store, holder
+        super().__init__(f"{store} is in use by {holder}")
+
+
+class OutboxEntry(NamedTuple):
+    """One acknowledged eviction: the chunk, and how it leaves the cache."""
+
+    chunk_hash: str
+    mode: EvictMode
+
+
+class OutboxRow(NamedTuple):
+    """One committed group of evictions, kept until the backend confirmed every entry.
+
+    Attributes:
+        row_id: increasing in commit order; the committer hands them out.
+        namespace: the namespace the hashes belong to ("" = the default).
+        entries: the evictions, in the order they were decided.
+    """
+
+    row_id: int
+    namespace: str
+    entries: list[OutboxEntry]
+
+
+class AnswerRow(NamedTuple):
+    """An idempotent event's answer, as written: replayed for a retry of its event_id.
+
+    Attributes:
+        event_id: the client's id for the event.
+        response_json: the reply sent, serialised.
+        ts: wall-clock time it was answered (answers older than the window are pruned).
+        request_digest: digest of the request, to refuse a reused id with other content.
+    """
+
+    event_id: str
+    response_json: str
+    ts: float
+    request_digest: str
+
+
+class StoredAnswer(NamedTuple):
+    """An answer as loaded at start-up (its timestamp is only the store's business)."""
+
+    event_id: str
+    response_json: str
+    request_digest: str
+
+
+class LoadedForks(NamedTuple):
+    """Every open fork, oldest first, and the next fork id to hand out (never below one
+    already given, even when that fork has ended)."""
+
+    forks: list[Fork]
+    next_fork_id: int
+
+
+# What write() takes: the named rows above, or plain tuples of the same shape (the commit
+# path builds tuples: a named tuple per eviction would cost it a call back per entry).
+OutboxRowIn = tuple[int, str, Sequence[tuple[str, EvictMode]]]
+AnswerRowIn = tuple[str, str, float, str]
 
 
 class SessionStore(Protocol):
@@ -98,30 +183,52 @@ class SessionStore(Protocol):
         ...
 
     async def load_all(self) -> list[Session]:
-        """Every stored session (corrupt rows are skipped and logged)."""
+        """Every stored session this daemon owns.
+
+        Returns:
+            The sessions; corrupt rows are skipped and logged.
+        Raises:
+            StoreError: the store cannot be read.
+        """
         ...
 
-    async def load_forks(self) -> tuple[list[Fork], int]:
-        """Every open fork, oldest first, and the next fork id to hand out (never below
-        one already given, even when that fork has ended)."""
+    async def load_forks(self) -> LoadedForks:
+        """Every open fork this daemon owns, and the fork id counter.
+
+        Raises:
+            StoreError: the store cannot be read.
+        """
         ...
 
-    async def load_outbox(self) -> list[tuple[int, str, list[tuple[str, str]]]]:
-        """Evictions acknowledged but not yet confirmed by the backend, as stored rows
-        (row id, namespace, [(hash, mode)]) in commit order."""
+    async def load_outbox(self) -> list[OutboxRow]:
+        """Evictions acknowledged but not yet confirmed by the backend.
+
+        Returns:
+            The rows in commit order; corrupt rows and entries of unknown modes are
+            skipped and logged.
+        Raises:
+            StoreError: the store cannot be read.
+        """
         ...
 
-    async def load_event_ids(self, limit: int) -> list[tuple[str, ...]]:
-        """The newest remembered answers to idempotent events, oldest first:
-        (event_id, response JSON[, digest of the request])."""
+    async def load_event_ids(self, limit: int) -> list[StoredAnswer]:
+        """The newest remembered answers to idempotent events.
+
+        Args:
+            limit: how many to return at most.
+        Returns:
+            Those answers, oldest first.
+        Raises:
+            StoreError: the store cannot be read.
+        """
         ...
 
     async def write(
         self,
         sessions: dict[str, Session | None],
-        outbox_add: list[tuple[int, str, list[tuple[str, str]]]] | None = None,
-        outbox_done: list[int] | None = None,
-        event_ids: list[tuple[str, str, float, str]] | None = None,
+        outbox_add: Sequence[OutboxRowIn] | None = None,
+        outbox_done: Sequence[int] | None = None,
+        event_ids: Sequence[AnswerRowIn] | None = None,
         prune_event_ids_before: float | None = None,
         forks: dict[int, Fork | None] | None = None,
         next_fork_id: int | None = None,
@@ -130,10 +237,9 @@ class SessionStore(Protocol):
 
         Args:
             sessions: session id -> new state, or None to delete the session.
-            outbox_add: new outbox rows (row id, namespace, [(hash, mode)]).
+            outbox_add: new outbox rows (OutboxRow, or the same as a plain tuple).
             outbox_done: ids of outbox rows none of whose entries waits any more.
-            event_ids: (event_id, response JSON, timestamp, request digest) answers to
-                remember.
+            event_ids: answers to remember (AnswerRow, or the same as a plain tuple).
             prune_event_ids_before: forget answers older than this timestamp.
             forks: fork id -> open fork, or None when it ended.
             next_fork_id: the counter's new value (stored only if higher).
@@ -142,6 +248,205 @@ class SessionStore(Protocol):
         """
         ...
 
+    def problem(self) -> str | None:
+        """Why this store cannot take writes now (for /readyz), or None when it can."""
+        ...
+
     async def close(self) -> None:
         """Flush and close."""
         ...
+
+
+@dataclass(frozen=True, slots=True)
+class Claimed:
+    """A session taken from another node: its row as that node last committed it."""
+
+    session: Session
+    previous_owner: str
+
+
+# What a daemon does when another node took one of its sessions: (session id, new owner).
+ReleaseCallback = Callable[[str, str], None]
+
+
+@runtime_checkable
+class SharedSessionStore(SessionStore, Protocol):
+    """A store several daemons share (PostgreSQL), each loading and writing only the
+    sessions it owns; an event for a session another node owns takes it over."""
+
+    @property
+    def connected(self) -> bool:
+        """False after a failed write or a lost notification channel, until the next
+        success."""
+        ...
+
+    async def claim(self, session_id: str) -> Claimed | None:
+        """Take a session from the node that owns it, atomically, telling that node.
+
+        Returns:
+            The row as the previous owner committed it; None when it is stored nowhere or
+            this node owns it already.
+        Raises:
+            StoreError: nothing was taken.
+        """
+        ...
+
+    async def take_fork_id(self) -> int:
+        """A fork id no daemon on this store was or will be given.
+
+        Raises:
+            StoreError: none was taken.
+        """
+        ...
+
+    async def owners(self, session_ids: list[str]) -> dict[str, str]:
+        """Session id -> owning node, for the stored ones among ``session_ids``."""
+        ...
+
+    def on_release(self, callback: ReleaseCallback | None) -> None:
+        """Call ``callback(session_id, new_owner)`` when another node takes a session."""
+        ...
+
+    def held_sessions(self, callback: Callable[[], list[str]]) -> None:
+        """Where to find the sessions this node holds in memory (after a lost channel,
+        the store asks which of them another node took meanwhile)."""
+        ...
+
+
+# ---- the operator's part of the port (ramakv-admin) ---------------------------------------
+class PendingEviction(NamedTuple):
+    """An eviction waiting in the outbox, as the operator sees it."""
+
+    namespace: str
+    chunk_hash: str
+    mode: EvictMode
+
+
+@dataclass(frozen=True, slots=True)
+class AdminView:
+    """Everything in a store, whoever owns it.
+
+    Attributes:
+        sessions: every stored session (corrupt rows skipped, as a daemon's load would).
+        forks: every open fork.
+        outbox: every eviction waiting for delivery.
+        owners: sessions per owner node, or None for a store one daemon has to itself.
+        fork_holders: fork id -> the node whose memory holds its references (only there
+            can it end); empty for a store one daemon has to itself.
+    """
+
+    sessions: list[Session]
+    forks: list[Fork]
+    outbox: list[PendingEviction]
+    owners: dict[str, int] | None = None
+    fork_holders: dict[int, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class Cleanup:
+    """An explicit clean-up, decided by the pure core the way the daemon's events would.
+
+    Attributes:
+        sessions: the sessions to close, as they were read (a shared store leaves one
+            that an event reached since).
+        forks: the forks to end too (a namespace purge).
+        evict: namespace -> chunk hash -> mode: the evictions that follow.
+    """
+
+    sessions: list[Session]
+    evict: dict[str, dict[str, EvictMode]]
+    forks: list[Fork] = field(default_factory=list)
+
+
+@dataclass(frozen=True, slots=True)
+class CleanupDone:
+    """What a clean-up changed.
+
+    Attributes:
+        closed: session id -> the owner node told to release it (None when no daemon
+            holds it: the store itself was changed and its evictions queued).
+        left: planned sessions left as they are (an event reached them since, or gone).
+        forks_kept: planned forks not ended: fork id -> the node that holds it.
+    """
+
+    closed: dict[str, str | None]
+    left: list[str] = field(default_factory=list)
+    forks_kept: dict[int, str] = field(default_factory=dict)
+
+
+class StoreAdmin(ABC):
+    """The operator's access to a store: reports and explicit clean-ups, never automatic.
+
+    Opening an admin never creates or migrates a store. A store one daemon has to itself
+    (``shared`` False) is changed only while no daemon holds it; a shared one (several
+    daemons, each owning its rows) is changed beside them, and owners are told.
+    """
+
+    @property
+    @abstractmethod
+    def shown(self) -> str:
+        """The store as named to the operator (a URL without its password)."""
+
+    @property
+    @abstractmethod
+    def shared(self) -> bool:
+        """True when daemons work on the store beside this tool (clean-ups are handed to
+        the owner nodes instead of being refused while they run)."""
+
+    @abstractmethod
+    async def open(self) -> None:
+        """Connect to an existing store.
+
+        Raises:
+            StoreNotFound: there is no store there.
+            StoreError: it cannot be opened.
+        """
+
+    @abstractmethod
+    async def read(self) -> AdminView:
+        """Everything stored, whoever owns it.
+
+        Returns:
+            The view; reading never changes the store.
+        Raises:
+            StoreError: the store cannot be read.
+        """
+
+    @abstractmethod
+    def holder(self) -> str | None:
+        """Who holds the store exclusively now.
+
+        Returns:
+            "pid 123 (ram-a-kv)" while a daemon has it open, None when nobody does (and
+            always None for a shared store).
+        """
+
+    @abstractmethod
+    async def close_sessions(self, cleanup: Cleanup) -> CleanupDone:
+        """Carry out a clean-up in one transaction per store (per session when shared).
+
+        Args:
+            cleanup: the sessions to close, forks to end and evictions to queue.
+        Returns:
+            What was changed.
+        Raises:
+            StoreInUse: a daemon holds the store; nothing was changed.
+            StoreError: nothing was changed.
+        """
+
+    @abstractmethod
+    def vacuum_plan(self) -> str:
+        """What :meth:`vacuum` would do, in one line for a dry run."""
+
+    @abstractmethod
+    async def vacuum(self) -> None:
+        """Give back the space of deleted rows.
+
+        Raises:
+            StoreInUse: a daemon holds the store; nothing was done.
+            StoreError: it failed.
+        """
+
+    @abstractmethod
+    async def close(self) -> None:
+        """Release connections (idempotent)."""

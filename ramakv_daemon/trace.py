@@ -13,6 +13,7 @@ from typing import Any
 import orjson
 
 from ramakv_daemon.trace_protocol import SLOW_CLOSE_CODE, bounded, encode
+from ramakv_protocol.wire import slow_reason
 
 __all__ = ["SLOW_CLOSE_CODE", "Subscriber", "TraceHub", "encode"]
 
@@ -71,10 +72,7 @@ class Subscriber:
             self.queue.put_nowait(message)
             return True
         except asyncio.QueueFull:
-            self.drop(
-                f"subscriber too slow: {self.queue_size} messages queued; "
-                "reconnect with ?since=<last seq>"
-            )
+            self.drop(slow_reason(self.queue_size))
             return False
 
     def drop(self, reason: str) -> None:

@@ -1,28 +1,51 @@
-"""Trace protocol 2: session summaries, per-message size bounds and the close codes."""
+"""The daemon's side of trace protocol 2: encoding, session summaries, the size bounds.
+
+The contract itself (version, close codes, bounds, record types) is ramakv_protocol's;
+its names are imported here so that the daemon's modules keep one import.
+"""
 
 from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, cast
 
 import orjson
 
 from ramakv_daemon.core.fork import Fork
 from ramakv_daemon.core.session import Session
+from ramakv_protocol.records import ForkSummary, SessionState, SessionSummary
+from ramakv_protocol.wire import (
+    MAX_DATA_BYTES,
+    MAX_HISTORY,
+    MAX_MESSAGE_BYTES,
+    PART_BYTES,
+    PROTOCOL,
+    PROTOCOL_CLOSE_CODE,
+    PROTOCOL_REASON,
+    SHUTDOWN_CLOSE_CODE,
+    SHUTDOWN_REASON,
+    SLOW_CLOSE_CODE,
+)
 
-PROTOCOL = 2
-# No trace message is larger than this, whatever the store holds (docs/trace.md).
-MAX_MESSAGE_BYTES = 1 << 20
-# An event's reply ``data`` is copied into its record only up to this size: admin reads
-# (list_sessions, chunk_top, ...) answer pages that the trace has no use for.
-MAX_DATA_BYTES = 16 << 10
-# Snapshot pages are cut at about this size.
-PART_BYTES = 256 << 10
-MAX_HISTORY = 1000
-
-SLOW_CLOSE_CODE = 4008  # "you fell behind": reconnect with ?since=
-PROTOCOL_CLOSE_CODE = 4010  # the client asked for (or assumed) another protocol version
+__all__ = [
+    "MAX_DATA_BYTES",
+    "MAX_HISTORY",
+    "MAX_MESSAGE_BYTES",
+    "PART_BYTES",
+    "PROTOCOL",
+    "PROTOCOL_CLOSE_CODE",
+    "PROTOCOL_REASON",
+    "SHUTDOWN_CLOSE_CODE",
+    "SHUTDOWN_REASON",
+    "SLOW_CLOSE_CODE",
+    "UNKNOWN",
+    "bounded",
+    "encode",
+    "is_resync",
+    "shared_count",
+    "summary",
+]
 
 
 def encode(record: Mapping[str, Any]) -> str:
@@ -66,24 +89,29 @@ UNKNOWN = -1  # pass as ``shared`` to send null: not computed yet (see shared_co
 
 def summary(
     s: Session, counts: Mapping[str, int], forks: Sequence[Fork] = (), shared: int | None = None
-) -> dict[str, Any]:
+) -> SessionSummary:
     """A session as protocol 2 sends it: counts and its open forks' summaries, never the
     map itself. ``shared``: a known shared_count, UNKNOWN for null, None to compute it."""
     if shared is None:
         shared = shared_count(s, counts, forks)
-    out: dict[str, Any] = {
+    out: SessionSummary = {
         "session_id": s.session_id,
-        "state": s.state,
+        "state": cast(SessionState, s.state),
         "turn_count": s.turn_count,
         "chunk_count": len(s.chunk_hashes),
         "shared_count": None if shared == UNKNOWN else shared,
         "fork_holds": len(forks),
-        "forks": [f.summary() for f in forks],
+        "forks": [fork_summary(f) for f in forks],
         "last_event_ts": s.last_event_ts,
     }
     if s.namespace:
         out["namespace"] = s.namespace
     return out
+
+
+def fork_summary(f: Fork) -> ForkSummary:
+    """An open fork as the trace names it (Fork.summary, typed as the protocol's)."""
+    return cast(ForkSummary, f.summary())  # core stays free of the protocol's types
 
 
 def bounded(record: dict[str, Any]) -> str:

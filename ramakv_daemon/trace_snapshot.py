@@ -20,6 +20,7 @@ from ramakv_daemon.trace_protocol import (
     encode,
     summary,
 )
+from ramakv_protocol.records import SnapshotHeader, Totals
 
 # One slice of work between two yields to the event loop.
 SLICE_SECONDS = 0.003
@@ -45,7 +46,7 @@ class FrozenSnapshot:
 
     seq: int
     epoch: str
-    header: dict[str, Any]
+    header: SnapshotHeader
     rows: list[Frozen]
     orphan_forks: list[Fork]  # open forks of closed parents (a fork outlives its parent)
     chunks: list[str]  # with a session filter: the chunks whose refcounts are sent
@@ -53,7 +54,7 @@ class FrozenSnapshot:
     shared: SharedCounts | None = None
 
 
-def totals(managers: Mapping[str, SessionManager]) -> dict[str, int]:
+def totals(managers: Mapping[str, SessionManager]) -> Totals:
     """Sessions, distinct referenced chunks and references over every namespace (O(1))."""
     ms = managers.values()
     return {
@@ -86,7 +87,7 @@ def freeze(
     ``node_id``: on a store shared by several daemons, this daemon's node (the header then
     says which node the snapshot is of); "" leaves it out.
     """
-    header: dict[str, Any] = {
+    header: SnapshotHeader = {
         "kind": "snapshot",
         "protocol": PROTOCOL,
         "seq": seq,
@@ -123,7 +124,8 @@ async def messages(frozen: FrozenSnapshot) -> AsyncIterator[str]:
     """The header, then ``snapshot_sessions`` parts of about PART_BYTES each, the last one
     saying ``"last": true``; the loop gets a turn every SLICE_SECONDS of work."""
     yield encode(frozen.header)
-    base = {"kind": "snapshot_sessions", "seq": frozen.seq, "epoch": frozen.epoch}
+    # A SnapshotPart whose session summaries are spliced in as JSON text (Part.encode).
+    base: dict[str, Any] = {"kind": "snapshot_sessions", "seq": frozen.seq, "epoch": frozen.epoch}
     part = Part()
     index = 0
     deadline = time.perf_counter() + SLICE_SECONDS

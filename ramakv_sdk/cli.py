@@ -7,8 +7,21 @@ import asyncio
 import json
 import sys
 import time
+from collections.abc import Mapping
 from typing import Any, TextIO
 
+from ramakv_protocol.dispatch import MARKER_KINDS, TraceReader, is_kind
+from ramakv_protocol.records import (
+    BackendRecord,
+    BudgetRecord,
+    DisconnectedMarker,
+    EventRecord,
+    EvictWindowRecord,
+    ReconnectedMarker,
+    SnapshotHeader,
+    SnapshotPart,
+)
+from ramakv_protocol.resume import drop_words
 from ramakv_sdk.client import AsyncClient
 from ramakv_sdk.config import DEFAULT_DAEMON_URL, load_config
 from ramakv_sdk.errors import DaemonUnavailable, RamAKvError
@@ -212,45 +225,79 @@ def print_events(data: dict[str, Any], out: TextIO) -> None:
             out.write(f"  {name}  {' '.join(fields)}\n".rstrip() + "\n")
 
 
-def trace_line(msg: dict[str, Any]) -> str:
+class TraceLines(TraceReader[str]):
     """One human-readable line per trace message."""
-    kind = msg.get("kind")
-    if kind == "snapshot":
+
+    def on_snapshot(self, msg: SnapshotHeader) -> str:
         t = msg.get("totals") or {}
         return (
             f"#{msg.get('seq')} snapshot: {t.get('sessions', 0)} sessions, "
             f"{t.get('chunks', 0)} chunks, {t.get('references', 0)} references"
         )
-    if kind == "snapshot_sessions":
+
+    def on_snapshot_sessions(self, msg: SnapshotPart) -> str:
         rows = msg.get("sessions") or []
         return f"#{msg.get('seq')} snapshot part {msg.get('part')}: {len(rows)} sessions" + (
             " (last)" if msg.get("last") else ""
         )
-    if kind == "disconnected":
-        what = {
-            "unreachable": "daemon unreachable",
-            "too_large": "message too large",
-            "slow": "fell behind",
-            "shutdown": "daemon shutting down",
-        }.get(str(msg.get("error")), "connection lost")
+
+    def on_disconnected(self, msg: DisconnectedMarker) -> str:
+        what = drop_words(msg.get("error"))
         reason = msg.get("reason")
         return (
             f"-- {what}: {reason}; retrying with backoff"
             if reason
-            else (f"-- {what}; retrying with backoff")
+            else f"-- {what}; retrying with backoff"
         )
-    if kind == "reconnected":
+
+    def on_reconnected(self, msg: ReconnectedMarker) -> str:
         return f"-- reconnected, resuming after #{msg.get('since')}"
-    ts = time.strftime("%H:%M:%S", time.localtime(msg.get("ts") or 0))
-    head = f"#{msg.get('seq')} {ts} {msg.get('type')} {msg.get('session_id') or '-'}"
-    if not msg.get("ok"):
-        return f"{head} FAILED: {msg.get('error')}"
-    data = msg.get("data") or {}
-    fields = " ".join(f"{k}={v}" for k, v in data.items() if not isinstance(v, list | dict))
-    extra = [
-        f"{name}={len(msg[name])}" for name in ("prefetch", "evict", "demote") if msg.get(name)
-    ]
-    return " ".join(x for x in (head, "ok", fields, *extra) if x)
+
+    def on_backend(self, msg: BackendRecord) -> str:
+        return (
+            f"#{msg.get('seq')} {_clock(msg)} backend {msg.get('op')} of {msg.get('count')} "
+            f"chunks FAILED: status={msg.get('status')} {msg.get('detail')} "
+            f"(backlog {msg.get('backlog')})"
+        )
+
+    def on_budget(self, msg: BudgetRecord) -> str:
+        return (
+            f"#{msg.get('seq')} {_clock(msg)} budget: demoted {len(msg.get('victims') or [])} "
+            f"sessions, {len(msg.get('demote') or [])} chunks "
+            f"({msg.get('usage_before')} -> {msg.get('usage_after')} of {msg.get('budget')})"
+        )
+
+    def on_evict_window(self, msg: EvictWindowRecord) -> str:
+        return (
+            f"#{msg.get('seq')} {_clock(msg)} evict window {msg.get('outcome')}: {msg.get('count')}"
+        )
+
+    def on_event(self, msg: EventRecord) -> str:
+        return self.other(msg)
+
+    def other(self, msg: Mapping[str, Any]) -> str:
+        """An event record (and anything else, read as one)."""
+        head = f"#{msg.get('seq')} {_clock(msg)} {msg.get('type')} {msg.get('session_id') or '-'}"
+        if not msg.get("ok"):
+            return f"{head} FAILED: {msg.get('error')}"
+        data = msg.get("data") or {}
+        fields = " ".join(f"{k}={v}" for k, v in data.items() if not isinstance(v, list | dict))
+        extra = [
+            f"{name}={len(msg[name])}" for name in ("prefetch", "evict", "demote") if msg.get(name)
+        ]
+        return " ".join(x for x in (head, "ok", fields, *extra) if x)
+
+
+def _clock(msg: Mapping[str, Any]) -> str:
+    return time.strftime("%H:%M:%S", time.localtime(msg.get("ts") or 0))
+
+
+_LINES = TraceLines()
+
+
+def trace_line(msg: dict[str, Any]) -> str:
+    """One human-readable line per trace message."""
+    return _LINES.read(msg)
 
 
 async def follow(client: AsyncClient, args: argparse.Namespace, out: TextIO) -> int:
@@ -260,11 +307,11 @@ async def follow(client: AsyncClient, args: argparse.Namespace, out: TextIO) -> 
             if args.json:
                 out.write(json.dumps(msg) + "\n")
             else:
-                target = sys.stderr if msg.get("kind") in ("disconnected", "reconnected") else out
+                target = sys.stderr if msg.get("kind") in MARKER_KINDS else out
                 target.write(trace_line(msg) + "\n")
                 target.flush()
             out.flush()
-            if msg.get("kind") == "event":
+            if is_kind(msg, "event"):
                 seen += 1
                 if args.count is not None and seen >= args.count:
                     break

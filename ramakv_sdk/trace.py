@@ -1,45 +1,42 @@
-"""The trace subscription: the daemon's websocket messages, resumed across drops."""
+"""The trace subscription: the daemon's websocket messages, resumed across drops.
+
+The networking is here; what to do after a drop (backoff, ``?since=``, what each close
+code means) is ramakv_protocol.resume's, shared with every other Python follower.
+"""
 
 from __future__ import annotations
 
 import asyncio
 import json
-import random
 from collections.abc import Callable
 from typing import Any
 
 import aiohttp
 import orjson
 
+from ramakv_protocol.dispatch import as_message, parse
+from ramakv_protocol.records import DisconnectedMarker, DropError, ReconnectedMarker
+from ramakv_protocol.resume import Backoff, Resume, close_meaning
+from ramakv_protocol.wire import CLIENT_MAX_MESSAGE_BYTES, PROTOCOL
 from ramakv_sdk._closing import AsyncClosing
 from ramakv_sdk.errors import RamAKvError, TraceProtocolMismatch, TraceUnauthorized
 
-TRACE_PROTOCOL = 2  # the version this SDK speaks (docs/trace.md)
+TRACE_PROTOCOL = PROTOCOL  # the version this SDK speaks (docs/trace.md)
 # The daemon never sends a message over 1 MiB (protocol 2); accepting 4 MiB leaves room.
-MAX_MESSAGE_BYTES = 4 << 20
-SLOW_CLOSE_CODE = 4008  # the daemon's "you fell behind; reconnect with ?since="
-PROTOCOL_CLOSE_CODE = 4010  # the daemon's "wrong protocol version"
-TOO_LARGE_CODE = 1009  # aiohttp: a message over max_msg_size
+MAX_MESSAGE_BYTES = CLIENT_MAX_MESSAGE_BYTES
 _FATAL_HANDSHAKE = {400, 404}
 _UNAUTHORIZED = {401, 403}
 
 
-def _decode(text: str) -> Any:
-    try:
-        return orjson.loads(text)
-    except orjson.JSONDecodeError:
-        return json.loads(text)
+def _decode(text: str) -> object:
+    """orjson first; what it refuses (integers over 64 bits) the standard decoder reads."""
+    value = parse(text, orjson.loads)
+    return parse(text, json.loads) if value is None else value
 
 
-def classify(code: int | None) -> str:
+def classify(code: int | None) -> DropError:
     """What a close code means for a follower: one word for the ``error`` of a marker."""
-    if code == SLOW_CLOSE_CODE:
-        return "slow"
-    if code == TOO_LARGE_CODE:
-        return "too_large"
-    if code == 1001:
-        return "shutdown"
-    return "dropped"
+    return close_meaning(code).error
 
 
 class TraceSubscription(AsyncClosing):
@@ -63,7 +60,9 @@ class TraceSubscription(AsyncClosing):
 
     The backoff doubles from 0.1 s up to ``max_backoff`` (each delay drawn between half
     and all of it) and is reset only once a message has arrived: a daemon that accepts the
-    handshake and closes at once is not retried 20 times a second.
+    handshake and closes at once is not retried 20 times a second. ``history=N`` goes with
+    every connect: the daemon sends those recent records only before a fresh snapshot, so
+    a log starts filled after a restart too. (The policy: ramakv_protocol.resume.)
 
     Iteration ends only by ``aclose()`` (or ``break``); a refused handshake raises instead
     of retrying forever: :class:`TraceUnauthorized` (401/403),
@@ -84,47 +83,61 @@ class TraceSubscription(AsyncClosing):
     ) -> None:
         self._session_factory = session_factory
         self.url = base_url.rstrip("/") + "/trace"
-        self.session = session
-        self.last_seq = since
-        self.epoch: str | None = None
-        self.max_backoff = max_backoff
+        self.resume = Resume(since, session, history, Backoff(cap=max_backoff))
         self.heartbeat = heartbeat
         self.connected = False
-        self.reconnects = 0
         self._ws: aiohttp.ClientWebSocketResponse | None = None
         self._closed = False
-        self._outage_reported = False
-        self._ever_connected = False
-        self.history = history
         self.max_msg_size = max_msg_size
-        self._attempt = 0  # failed tries since data last flowed
+
+    # The place and the outage counts are the resume policy's; read here for callers.
+    @property
+    def last_seq(self) -> int | None:
+        return self.resume.last_seq
+
+    @property
+    def epoch(self) -> str | None:
+        return self.resume.epoch
+
+    @property
+    def session(self) -> str | None:
+        return self.resume.session
+
+    @property
+    def history(self) -> int:
+        return self.resume.history
+
+    @property
+    def max_backoff(self) -> float:
+        return self.resume.backoff.cap
+
+    @property
+    def reconnects(self) -> int:
+        return self.resume.reconnects
+
+    @property
+    def _attempt(self) -> int:
+        """Failed tries since data last flowed."""
+        return self.resume.backoff.failures
 
     def _params(self) -> dict[str, str]:
-        params: dict[str, str] = {"protocol": str(TRACE_PROTOCOL)}
-        if self.history and self.last_seq is None:
-            params["history"] = str(self.history)
-        if self.last_seq is not None:
-            params["since"] = str(self.last_seq)
-            if self.epoch is not None:
-                params["epoch"] = self.epoch
-        if self.session is not None:
-            params["session"] = self.session
-        return params
+        return self.resume.query()
 
     def backoff(self) -> float:
         """The next delay: doubling per failed try, capped, with jitter."""
-        base = min(self.max_backoff, 0.1 * 2 ** min(self._attempt, 20))
-        return base * random.uniform(0.5, 1.0)
+        return self.resume.delay()
 
-    async def _connect(self) -> dict[str, Any] | None:
+    async def _connect(self) -> DisconnectedMarker | ReconnectedMarker | None:
         """Connect (retrying); a marker to yield first, or None when nothing needs saying."""
         while not self._closed:
-            if self._attempt:
-                await asyncio.sleep(self.backoff())
+            delay = self.resume.delay()
+            if delay:
+                await asyncio.sleep(delay)
+            error: DropError
             try:
                 ws = await self._session_factory().ws_connect(
                     self.url,
-                    params=self._params(),
+                    params=self.resume.query(),
                     heartbeat=self.heartbeat,
                     timeout=aiohttp.ClientWSTimeout(ws_close=2.0),
                     max_msg_size=self.max_msg_size,
@@ -148,26 +161,10 @@ class TraceSubscription(AsyncClosing):
             else:
                 self._ws = ws
                 self.connected = True
-                if self._outage_reported:
-                    self._outage_reported = False
-                    self.reconnects += 1
-                    return {
-                        "kind": "reconnected",
-                        "since": self.last_seq,
-                        "attempts": self._attempt + 1,
-                    }
-                self._ever_connected = True
-                return None
-            self._attempt += 1
-            if not self._outage_reported:
-                self._outage_reported = True
-                return {
-                    "kind": "disconnected",
-                    "code": None,
-                    "error": error,
-                    "reason": reason,
-                    "last_seq": self.last_seq,
-                }
+                return self.resume.connected()
+            marker = self.resume.connect_failed(error, reason)
+            if marker is not None:
+                return marker
         return None
 
     def __aiter__(self) -> TraceSubscription:
@@ -178,28 +175,26 @@ class TraceSubscription(AsyncClosing):
             if self._ws is None:
                 marker = await self._connect()
                 if marker is not None:
-                    return marker
+                    return dict(marker)
                 continue
             msg = await self._ws.receive()
             if msg.type == aiohttp.WSMsgType.TEXT:
                 try:
-                    data = _decode(msg.data)
+                    value = _decode(msg.data)
                 except ValueError:
                     continue
-                self._attempt = 0  # data flows: the next outage starts from a short delay
-                if isinstance(data, dict):
-                    if isinstance(data.get("seq"), int):
-                        self.last_seq = data["seq"]
-                    if isinstance(data.get("epoch"), str):
-                        self.epoch = data["epoch"]
-                    return data
+                self.resume.backoff.reset()  # data flows: the next outage starts short
+                record = as_message(value)
+                if record is not None:
+                    self.resume.received(record)
+                    return record
                 continue
             if msg.type in (aiohttp.WSMsgType.PING, aiohttp.WSMsgType.PONG):
                 continue
-            return await self._dropped(msg)
+            return dict(await self._dropped(msg))
         raise StopAsyncIteration
 
-    async def _dropped(self, msg: aiohttp.WSMessage) -> dict[str, Any]:
+    async def _dropped(self, msg: aiohttp.WSMessage) -> DisconnectedMarker:
         ws = self._ws
         assert ws is not None
         code = ws.close_code
@@ -213,30 +208,19 @@ class TraceSubscription(AsyncClosing):
         self.connected = False
         if self._closed:
             raise StopAsyncIteration
-        if code == PROTOCOL_CLOSE_CODE:
+        meaning = close_meaning(code)
+        if not meaning.retry:
             raise TraceProtocolMismatch(
                 f"trace protocol mismatch with {self.url}: {reason} (this SDK speaks "
                 f"protocol {TRACE_PROTOCOL})",
                 status=None,
             )
-        error = classify(code)
-        if error == "too_large":
+        if meaning.error == "too_large":
             reason = (
                 f"a trace message was larger than this client's limit of "
                 f"{self.max_msg_size} bytes ({reason})"
             )
-        self._attempt += 1
-        self._outage_reported = True
-        marker = {
-            "kind": "disconnected",
-            "code": code,
-            "error": error,
-            "reason": reason,
-            "last_seq": self.last_seq,
-        }
-        if code != SLOW_CLOSE_CODE and self.epoch is None:
-            self.last_seq = None  # maybe a restart we could not detect: ask for a snapshot
-        return marker
+        return self.resume.dropped(code, reason)
 
     async def aclose(self) -> None:
         """Stop: close the websocket; iteration then ends."""

@@ -96,6 +96,15 @@ ADMIN_DELETE_SESSION = (
     "DELETE FROM sessions WHERE session_id = $1 AND last_event_ts = $2 RETURNING owner"
 )
 SELECT_FORK_OWNERS = "SELECT fork_id, owner FROM forks"
+# ramakv-admin reads every node's rows.
+SELECT_ALL_SESSIONS = (
+    "SELECT session_id, map_json, turn_count, suspended, last_event_ts, namespace, owner "
+    "FROM sessions"
+)
+SELECT_ALL_FORKS = (
+    "SELECT fork_id, session_id, namespace, hashes_json, created_ts FROM forks ORDER BY fork_id"
+)
+SELECT_ALL_OUTBOX = "SELECT namespace, entries_json FROM evict_log"
 # The store's tables; plain VACUUM takes no lock that stops the daemons' reads and writes.
 VACUUM_TABLES = "VACUUM (ANALYZE) sessions, forks, counters, evict_log, event_ids"
 NOTIFY_RELEASE = "SELECT pg_notify($1, $2)"

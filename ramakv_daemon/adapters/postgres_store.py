@@ -5,19 +5,31 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections import Counter
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import orjson
 
 from ramakv_daemon.adapters import postgres_sql as sql
 from ramakv_daemon.adapters.postgres_listener import ReleaseListener
-from ramakv_daemon.adapters.store_rows import _decode_sessions, _loads, decode_fork
+from ramakv_daemon.adapters.store_rows import (
+    decode_fork,
+    decode_outbox_row,
+    decode_sessions,
+    dump_entries,
+)
 from ramakv_daemon.core.fork import Fork
 from ramakv_daemon.core.session import Session
-from ramakv_daemon.ports import StoreError
+from ramakv_daemon.ports import (  # Claimed, ReleaseCallback: re-exported
+    AnswerRowIn,
+    Claimed,
+    LoadedForks,
+    OutboxRow,
+    OutboxRowIn,
+    ReleaseCallback,
+    StoredAnswer,
+    StoreError,
+)
 
 try:
     import asyncpg
@@ -26,24 +38,14 @@ except ImportError:  # the `postgres` extra is not installed
 
 log = logging.getLogger("ramakv.store")
 
-OutboxRow = tuple[int, str, list[tuple[str, str]]]
-# What a daemon does when another node took one of its sessions: (session id, new owner).
-ReleaseCallback = Callable[[str, str], None]
-_DB_ERRORS: tuple[type[BaseException], ...] = (OSError, asyncio.TimeoutError)
+DB_ERRORS: tuple[type[BaseException], ...] = (OSError, asyncio.TimeoutError)
 if asyncpg is not None:
-    _DB_ERRORS += (asyncpg.PostgresError, asyncpg.InterfaceError)
+    DB_ERRORS += (asyncpg.PostgresError, asyncpg.InterfaceError)
+OPEN_ERRORS: tuple[type[BaseException], ...] = (*DB_ERRORS, RuntimeError)  # or a bad migration
 
 
 class ForkIdTaken(RuntimeError):
     """Another node handed out the same fork id first."""
-
-
-@dataclass(frozen=True, slots=True)
-class Claimed:
-    """A session taken from another node: its row as that node last committed it."""
-
-    session: Session
-    previous_owner: str
 
 
 def _dumps(value: object) -> str:
@@ -101,15 +103,15 @@ class PostgresSessionStore:
             )
             async with self._pool.acquire() as con:
                 self.schema_version = await migrate(con)
-        except (*_DB_ERRORS, RuntimeError) as err:
+        except OPEN_ERRORS as err:
             await self._close_pool()
-            raise StoreError(f"cannot open session store {self._shown_url()}: {err}") from err
+            raise StoreError(f"cannot open session store {self.shown_url()}: {err}") from err
         self.listener = ReleaseListener(
             self.url, self.node_id, self._released, self._back_after_reconnect
         )
         await self.listener.start()
 
-    def _shown_url(self) -> str:
+    def shown_url(self) -> str:
         """The URL without its password (never logged)."""
         head, at, tail = self.url.rpartition("@")
         if not at:
@@ -144,7 +146,7 @@ class PostgresSessionStore:
 
     async def owners(self, session_ids: list[str]) -> dict[str, str]:
         """session id -> owning node, for the stored ones among ``session_ids``."""
-        rows = await self._fetch(
+        rows = await self.fetch(
             "SELECT session_id, owner FROM sessions WHERE session_id = ANY($1::text[])",
             session_ids,
         )
@@ -181,135 +183,85 @@ class PostgresSessionStore:
             pool, self._pool = self._pool, None
             try:
                 await asyncio.wait_for(pool.close(), timeout=5)
-            except (*_DB_ERRORS, Exception):  # noqa: BLE001 - a dead server: just drop it
+            except Exception:  # noqa: BLE001 - a dead server (or any error): just drop it
                 pool.terminate()
 
-    def _need_pool(self) -> Any:
+    def need_pool(self) -> Any:
+        """The connection pool (for the admin adapter's transactions).
+
+        Raises:
+            StoreError: the store is not open.
+        """
         if self._pool is None:
             raise StoreError("session store is not open")
         return self._pool
 
-    async def _fetch(self, query: str, *args: object) -> list[Any]:
+    async def fetch(self, query: str, *args: object) -> list[Any]:
+        """The rows of one query on a pooled connection.
+
+        Raises:
+            StoreError: the database cannot be read.
+        """
         try:
-            return list(await self._need_pool().fetch(query, *args))
-        except _DB_ERRORS as err:
+            return list(await self.need_pool().fetch(query, *args))
+        except DB_ERRORS as err:
             raise StoreError(f"cannot read session store: {err}") from err
 
     # ---- loading ---------------------------------------------------------------------
     async def load_all(self) -> list[Session]:
         """The sessions this node owns (corrupt rows are skipped and logged)."""
-        rows = await self._fetch(sql.SELECT_OWNED, self.node_id)
-        return _decode_sessions(tuple(r) for r in rows)
+        rows = await self.fetch(sql.SELECT_OWNED, self.node_id)
+        return decode_sessions(tuple(r) for r in rows)
 
-    async def load_forks(self) -> tuple[list[Fork], int]:
+    async def load_forks(self) -> LoadedForks:
         """This node's open forks, oldest first, and the next fork id (above any node's)."""
-        rows = await self._fetch(sql.SELECT_FORKS, self.node_id)
-        next_id = int((await self._fetch(sql.NEXT_FORK_ID))[0][0])
+        rows = await self.fetch(sql.SELECT_FORKS, self.node_id)
+        next_id = int((await self.fetch(sql.NEXT_FORK_ID))[0][0])
         forks: list[Fork] = []
         for row in rows:
             fork = decode_fork(*row)
             if fork is not None:
                 forks.append(fork)
-        return forks, next_id
+        return LoadedForks(forks, next_id)
 
     async def load_outbox(self) -> list[OutboxRow]:
         """This node's acknowledged, unconfirmed evictions, in commit order."""
-        out: list[OutboxRow] = []
-        for row_id, ns, entries in await self._fetch(sql.SELECT_OUTBOX, self.node_id):
-            try:
-                out.append((int(row_id), ns, [(str(h), str(m)) for h, m in _loads(entries)]))
-            except (ValueError, TypeError) as err:
-                log.warning("skipping corrupt outbox row %s: %s", row_id, err)
-        return out
+        rows = await self.fetch(sql.SELECT_OUTBOX, self.node_id)
+        return [row for r in rows if (row := decode_outbox_row(*r)) is not None]
 
-    async def load_event_ids(self, limit: int) -> list[tuple[str, str, str]]:
-        """The newest ``limit`` remembered answers, oldest first: (event_id, response
-        JSON, request digest)."""
-        rows = await self._fetch(sql.SELECT_ANSWERS, limit)
-        return [(e, r, d) for e, r, d in reversed(rows)]
-
-    async def admin_view(self) -> tuple[list[Session], list[Fork], Counter, Counter]:
-        """For ramakv-admin: every node's sessions and forks, waiting evictions by
-        (namespace, mode), and sessions by owner node."""
-        rows = await self._fetch(
-            "SELECT session_id, map_json, turn_count, suspended, last_event_ts, namespace, "
-            "owner FROM sessions"
-        )
-        owners = Counter(r["owner"] for r in rows)
-        sessions = _decode_sessions(tuple(r)[:6] for r in rows)
-        forks = [
-            Fork(
-                int(r["fork_id"]),
-                r["session_id"],
-                tuple(_loads(r["hashes_json"])),
-                float(r["created_ts"]),
-                r["namespace"],
-            )
-            for r in await self._fetch(
-                "SELECT fork_id, session_id, namespace, hashes_json, created_ts FROM forks "
-                "ORDER BY fork_id"
-            )
-        ]
-        outbox: Counter = Counter()
-        for r in await self._fetch("SELECT namespace, entries_json FROM evict_log"):
-            for _h, mode in _loads(r["entries_json"]):
-                outbox[(r["namespace"], mode)] += 1
-        return sessions, forks, outbox, owners
-
-    async def fork_owners(self) -> dict[int, str]:
-        """For ramakv-admin: fork id -> the node that holds it."""
-        return {int(r[0]): str(r[1]) for r in await self._fetch(sql.SELECT_FORK_OWNERS)}
-
-    async def admin_close(self, session_id: str, last_event_ts: float) -> str | None:
-        """For ramakv-admin: delete the session's row if no event reached it since the plan
-        (same ``last_event_ts``) and tell its owner at commit, which then releases it as a
-        session_close would (its chunks drop there and are evicted or demoted). The owner
-        told, or None when the row moved on or is gone (nothing changed)."""
-        try:
-            async with self._need_pool().acquire() as con, con.transaction():
-                owner = await con.fetchval(sql.ADMIN_DELETE_SESSION, session_id, last_event_ts)
-                if owner is not None:
-                    await self._notify(con, [(session_id, str(owner))])
-        except _DB_ERRORS as err:
-            raise StoreError(f"cannot close session {session_id!r}: {err}") from err
-        return None if owner is None else str(owner)
-
-    async def vacuum(self) -> None:
-        """For ramakv-admin: VACUUM (ANALYZE) the store's tables, beside running daemons."""
-        try:
-            async with self._need_pool().acquire() as con:
-                await con.execute(sql.VACUUM_TABLES)
-        except _DB_ERRORS as err:
-            raise StoreError(f"cannot vacuum: {err}") from err
+    async def load_event_ids(self, limit: int) -> list[StoredAnswer]:
+        """The newest ``limit`` remembered answers, oldest first."""
+        rows = await self.fetch(sql.SELECT_ANSWERS, limit)
+        return [StoredAnswer(e, r, d) for e, r, d in reversed(rows)]
 
     async def claim(self, session_id: str) -> Claimed | None:
         """Take ``session_id`` from the node that owns it, atomically (row lock), telling
         that node at commit; None when it is stored nowhere or this node owns it already."""
         try:
-            async with self._need_pool().acquire() as con, con.transaction():
+            async with self.need_pool().acquire() as con, con.transaction():
                 row = await con.fetchrow(sql.CLAIM_SESSION, session_id, self.node_id)
                 if row is None or row["previous_owner"] == self.node_id:
                     return None
-                await self._notify(con, [(session_id, row["previous_owner"])])
-        except _DB_ERRORS as err:
+                await self.notify(con, [(session_id, row["previous_owner"])])
+        except DB_ERRORS as err:
             self._failed(err)
             raise StoreError(f"cannot take over session {session_id!r}: {err}") from err
         self.last_error = ""
-        sessions = _decode_sessions([tuple(row)[:6]])
+        sessions = decode_sessions([tuple(row)[:6]])
         return Claimed(sessions[0], row["previous_owner"]) if sessions else None
 
     async def take_fork_id(self) -> int:
         """A fork id no daemon on this database was or will be given (atomic on the
         counter row); skipped, never reused, if the fork's commit then fails."""
         try:
-            value = await self._need_pool().fetchval(sql.TAKE_FORK_ID)
-        except _DB_ERRORS as err:
+            value = await self.need_pool().fetchval(sql.TAKE_FORK_ID)
+        except DB_ERRORS as err:
             self._failed(err)
             raise StoreError(f"cannot take a fork id: {err}") from err
         self.last_error = ""
         return int(value)
 
-    async def _notify(self, con: Any, taken: Sequence[tuple[str, str]]) -> None:
+    async def notify(self, con: Any, taken: Sequence[tuple[str, str]]) -> None:
         """Tell each previous owner (delivered when the transaction commits)."""
         for session_id, owner in taken:
             payload = _dumps({"session_id": session_id, "from": owner, "to": self.node_id})
@@ -319,16 +271,16 @@ class PostgresSessionStore:
     async def write(
         self,
         sessions: dict[str, Session | None],
-        outbox_add: list[OutboxRow] | None = None,
-        outbox_done: list[int] | None = None,
-        event_ids: list[tuple[str, str, float, str]] | None = None,
+        outbox_add: Sequence[OutboxRowIn] | None = None,
+        outbox_done: Sequence[int] | None = None,
+        event_ids: Sequence[AnswerRowIn] | None = None,
         prune_event_ids_before: float | None = None,
         forks: dict[int, Fork | None] | None = None,
         next_fork_id: int | None = None,
     ) -> None:
         """One transaction, committed (WAL flushed) before it returns; sessions another
         node owns are taken over (that node is told), deletes touch only owned rows."""
-        pool = self._need_pool()
+        pool = self.need_pool()
         try:
             async with pool.acquire() as con, con.transaction():
                 await self._write_in(
@@ -343,7 +295,7 @@ class PostgresSessionStore:
                 )
         except ForkIdTaken as err:  # the database is fine: only this commit fails
             raise StoreError(f"persistence failed: {err}") from err
-        except _DB_ERRORS as err:
+        except DB_ERRORS as err:
             self._failed(err)
             raise StoreError(f"persistence failed: {err}") from err
         self.last_error = ""
@@ -358,9 +310,9 @@ class PostgresSessionStore:
         self,
         con: Any,
         sessions: dict[str, Session | None],
-        outbox_add: list[OutboxRow],
-        outbox_done: list[int],
-        event_ids: list[tuple[str, str, float, str]],
+        outbox_add: Sequence[OutboxRowIn],
+        outbox_done: Sequence[int],
+        event_ids: Sequence[AnswerRowIn],
         prune_before: float | None,
         forks: dict[int, Fork | None],
         next_fork_id: int | None,
@@ -378,7 +330,7 @@ class PostgresSessionStore:
                 [s.last_event_ts for s in upserts],
                 node,
             )
-            await self._notify(con, [(r["session_id"], r["owner"]) for r in taken])
+            await self.notify(con, [(r["session_id"], r["owner"]) for r in taken])
         deletes = [sid for sid, s in sessions.items() if s is None]
         if deletes:
             await con.execute(sql.DELETE_SESSIONS, deletes, node)
@@ -404,11 +356,12 @@ class PostgresSessionStore:
             await con.execute(sql.BUMP_FORK_IDS, next_fork_id)
         if outbox_add:
             await con.executemany(
-                sql.INSERT_OUTBOX, [(node, i, ns, _dumps(entries)) for i, ns, entries in outbox_add]
+                sql.INSERT_OUTBOX,
+                [(node, i, ns, dump_entries(entries)) for i, ns, entries in outbox_add],
             )
         if outbox_done:
             await con.execute(sql.DELETE_OUTBOX, node, outbox_done)
         if event_ids:
-            await con.executemany(sql.UPSERT_ANSWER, [(*e, "")[:4] for e in event_ids])
+            await con.executemany(sql.UPSERT_ANSWER, event_ids)
         if prune_before is not None:
             await con.execute(sql.PRUNE_ANSWERS, prune_before)

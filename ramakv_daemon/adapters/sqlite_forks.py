@@ -7,10 +7,10 @@ import logging
 import time
 
 import aiosqlite
-import orjson
 
 from ramakv_daemon.adapters.store_rows import decode_fork
 from ramakv_daemon.core.fork import Fork
+from ramakv_daemon.ports import LoadedForks
 
 log = logging.getLogger("ramakv.store")
 
@@ -18,26 +18,24 @@ UPSERT_FORK = (
     "INSERT OR REPLACE INTO forks (fork_id, session_id, namespace, hashes_json, created_ts) "
     "VALUES (?, ?, ?, ?, ?)"
 )
+SELECT_FORKS = (
+    "SELECT fork_id, session_id, namespace, hashes_json, created_ts FROM forks ORDER BY fork_id"
+)
+# Holds of a file written before fork ids (moved into `forks` by the daemon's open()).
+SELECT_LEGACY_HOLDS = (
+    "SELECT session_id, fork_holds_json, {namespace}, last_event_ts FROM session_state "
+    "WHERE fork_holds_json NOT IN ('', '[]')"
+)
 BUMP_FORK_IDS = (
     "INSERT INTO counters (name, value) VALUES ('next_fork_id', ?) ON CONFLICT(name) "
     "DO UPDATE SET value = max(value, excluded.value)"
 )
 
 
-def _loads(text: str) -> object:
-    """orjson, falling back to json for what only the standard decoder takes."""
-    try:
-        return orjson.loads(text)
-    except orjson.JSONDecodeError:
-        return json.loads(text)
-
-
-async def load_forks(db: aiosqlite.Connection) -> tuple[list[Fork], int]:
+async def load_forks(db: aiosqlite.Connection) -> LoadedForks:
     """Every open fork, oldest first, and the next fork id to hand out."""
     forks: list[Fork] = []
-    async with db.execute(
-        "SELECT fork_id, session_id, namespace, hashes_json, created_ts FROM forks ORDER BY fork_id"
-    ) as cur:
+    async with db.execute(SELECT_FORKS) as cur:
         rows = await cur.fetchall()
     async with db.execute("SELECT value FROM counters WHERE name = 'next_fork_id'") as cur:
         counter = await cur.fetchone()
@@ -47,17 +45,14 @@ async def load_forks(db: aiosqlite.Connection) -> tuple[list[Fork], int]:
         fork = decode_fork(*row)
         if fork is not None:
             forks.append(fork)
-    return forks, next_id
+    return LoadedForks(forks, next_id)
 
 
 async def migrate_fork_holds(db: aiosqlite.Connection) -> None:
     """Move holds of files written before fork ids (session_state.fork_holds_json) into
     `forks`: fresh ids, created now (a full fork_hold_ttl_s: their real age is unknown)."""
-    async with db.execute(
-        "SELECT session_id, fork_holds_json, namespace FROM session_state "
-        "WHERE fork_holds_json NOT IN ('', '[]')"
-    ) as cur:
-        rows = await cur.fetchall()
+    async with db.execute(SELECT_LEGACY_HOLDS.format(namespace="namespace")) as cur:
+        rows = list(await cur.fetchall())
     if not rows:
         return
     async with db.execute("SELECT value FROM counters WHERE name = 'next_fork_id'") as cur:
@@ -67,7 +62,7 @@ async def migrate_fork_holds(db: aiosqlite.Connection) -> None:
     next_id = max(int(found[0]) if found else 1, int(top[0]) + 1 if top else 1)
     now, moved = time.time(), 0
     try:
-        for sid, holds_json, ns in rows:
+        for sid, holds_json, ns, _ts in rows:
             try:
                 holds = json.loads(holds_json)
                 holds = [[str(h) for h in hold] for hold in holds]
@@ -80,6 +75,12 @@ async def migrate_fork_holds(db: aiosqlite.Connection) -> None:
                 moved += 1
             await db.execute(
                 "UPDATE session_state SET fork_holds_json = '[]' WHERE session_id = ?",
+                (sid,),
+            )
+            # A session ramakv-admin closed kept its row only for these holds.
+            await db.execute(
+                "DELETE FROM session_state WHERE session_id = ? "
+                "AND session_id NOT IN (SELECT session_id FROM sessions)",
                 (sid,),
             )
         await db.execute(BUMP_FORK_IDS, (next_id,))

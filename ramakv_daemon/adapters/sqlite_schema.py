@@ -87,3 +87,10 @@ UPSERT_STATE = (
     "suspended=excluded.suspended, last_event_ts=excluded.last_event_ts, "
     "namespace=excluded.namespace"
 )
+
+# Every stored session with its state; {namespace} is ``st.namespace``, or ``''`` for a
+# file the daemon has not migrated yet (ramakv-admin reads those without changing them).
+SELECT_SESSIONS = (
+    "SELECT s.session_id, s.map_json, s.turn_count, st.suspended, st.last_event_ts, "
+    "{namespace} FROM sessions s LEFT JOIN session_state st ON st.session_id = s.session_id"
+)

@@ -5,10 +5,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import gc
-import json
 import logging
 import os
 import sqlite3
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -18,17 +18,31 @@ import orjson
 
 from ramakv_daemon.adapters import sqlite_forks, store_files
 from ramakv_daemon.adapters.sqlite_forks import BUMP_FORK_IDS, UPSERT_FORK
-from ramakv_daemon.adapters.sqlite_schema import MIGRATIONS, SCHEMA, UPSERT_SESSION, UPSERT_STATE
+from ramakv_daemon.adapters.sqlite_schema import (
+    MIGRATIONS,
+    SCHEMA,
+    SELECT_SESSIONS,
+    UPSERT_SESSION,
+    UPSERT_STATE,
+)
 from ramakv_daemon.adapters.store_lock import StoreLock, StoreLocked
-from ramakv_daemon.adapters.store_rows import (  # noqa: F401 - re-exported for tools
-    _decode_sessions,
-    _fold_legacy_outbox,
-    _loads,
-    outbox_view,
+from ramakv_daemon.adapters.store_rows import (
+    decode_outbox_row,
+    decode_sessions,
+    dump_entries,
+    fold_legacy_outbox,
+    outbox_view,  # noqa: F401 - re-exported for tests reading a file's outbox
 )
 from ramakv_daemon.core.fork import Fork
 from ramakv_daemon.core.session import Session
-from ramakv_daemon.ports import StoreError
+from ramakv_daemon.ports import (
+    AnswerRowIn,
+    LoadedForks,
+    OutboxRow,
+    OutboxRowIn,
+    StoredAnswer,
+    StoreError,
+)
 
 log = logging.getLogger("ramakv.store")
 
@@ -52,9 +66,6 @@ def _is_busy(err: BaseException | None) -> bool:
         and isinstance(code, int)
         and (code & 0xFF in (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED))
     )
-
-
-OutboxRow = tuple[int, str, list[tuple[str, str]]]  # (row id, namespace, [(hash, mode)])
 
 
 _LOAD_BATCH = 256  # sessions per fetch at start-up
@@ -206,12 +217,6 @@ class SqliteSessionStore:
     async def _in_thread(self, fn, *args):  # type: ignore[no-untyped-def]
         return await asyncio.get_running_loop().run_in_executor(self._thread, fn, *args)
 
-    async def pragma_on_writer(self, pragma: str) -> None:
-        """Run ``PRAGMA <pragma>`` on the write connection (operators, fault tests)."""
-        if self._writer is None:
-            raise StoreError("session store is not open")
-        await self._on_writer(self._writer.execute, f"PRAGMA {pragma}")
-
     @property
     def db(self) -> aiosqlite.Connection:
         if self._db is None:
@@ -221,11 +226,7 @@ class SqliteSessionStore:
     async def load_all(self) -> list[Session]:
         """Every stored session; rows whose JSON is corrupt are skipped with a warning."""
         out: list[Session] = []
-        query = (
-            "SELECT s.session_id, s.map_json, s.turn_count, st.suspended, "
-            "st.last_event_ts, st.namespace FROM sessions s "
-            "LEFT JOIN session_state st ON st.session_id = s.session_id"
-        )
+        query = SELECT_SESSIONS.format(namespace="st.namespace")
         # The collector has to scan each new tuple of hashes once (the scan is what untracks
         # a tuple of strings). Left to its thresholds it also re-scans the sessions already
         # loaded, from its older generations, as the load piles up allocations; collecting
@@ -239,7 +240,7 @@ class SqliteSessionStore:
                 # hashes) is freed before the next one arrives and its memory reused,
                 # instead of the whole table's text being faulted in at once.
                 while rows := await cur.fetchmany(_LOAD_BATCH):
-                    out.extend(_decode_sessions(rows))
+                    out.extend(decode_sessions(rows))
                     gc.collect(0)
         except sqlite3.Error as err:
             raise StoreError(f"cannot read session store {self.path}: {err}") from err
@@ -248,7 +249,7 @@ class SqliteSessionStore:
                 gc.enable()
         return out
 
-    async def load_forks(self) -> tuple[list[Fork], int]:
+    async def load_forks(self) -> LoadedForks:
         """Every open fork, oldest first, and the next fork id to hand out."""
         try:
             return await sqlite_forks.load_forks(self.db)
@@ -259,24 +260,17 @@ class SqliteSessionStore:
         """Evictions acknowledged but not yet confirmed, as rows in commit order."""
         try:
             assert self._writer is not None
-            await self._on_writer(_fold_legacy_outbox, self._writer)
+            await self._on_writer(fold_legacy_outbox, self._writer)
             async with self.db.execute(
                 "SELECT id, namespace, entries_json FROM evict_log ORDER BY id"
             ) as cur:
                 rows = await cur.fetchall()
         except (sqlite3.Error, AssertionError) as err:
             raise StoreError(f"cannot read evict outbox: {err}") from err
-        out: list[OutboxRow] = []
-        for row_id, ns, entries in rows:
-            try:
-                out.append((row_id, ns, [(str(h), str(m)) for h, m in json.loads(entries)]))
-            except (ValueError, TypeError) as err:
-                log.warning("skipping corrupt outbox row %s: %s", row_id, err)
-        return out
+        return [row for r in rows if (row := decode_outbox_row(*r)) is not None]
 
-    async def load_event_ids(self, limit: int) -> list[tuple[str, str, str]]:
-        """The newest ``limit`` remembered answers, oldest first:
-        (event_id, response_json, request digest)."""
+    async def load_event_ids(self, limit: int) -> list[StoredAnswer]:
+        """The newest ``limit`` remembered answers, oldest first."""
         try:
             async with self.db.execute(
                 "SELECT event_id, response_json, request_digest FROM event_ids "
@@ -286,14 +280,14 @@ class SqliteSessionStore:
                 rows = await cur.fetchall()
         except sqlite3.Error as err:
             raise StoreError(f"cannot read event ids: {err}") from err
-        return [(e, r, d) for e, r, d in reversed(rows)]
+        return [StoredAnswer(e, r, d) for e, r, d in reversed(list(rows))]
 
     async def write(
         self,
         sessions: dict[str, Session | None],
-        outbox_add: list[OutboxRow] | None = None,
-        outbox_done: list[int] | None = None,
-        event_ids: list[tuple[str, str, float, str]] | None = None,
+        outbox_add: Sequence[OutboxRowIn] | None = None,
+        outbox_done: Sequence[int] | None = None,
+        event_ids: Sequence[AnswerRowIn] | None = None,
         prune_event_ids_before: float | None = None,
         forks: dict[int, Fork | None] | None = None,
         next_fork_id: int | None = None,
@@ -458,9 +452,9 @@ class SqliteSessionStore:
     def _write_sync(
         self,
         sessions: dict[str, Session | None],
-        outbox_add: list[OutboxRow],
-        outbox_done: list[int],
-        event_ids: list[tuple[str, str, float, str]],
+        outbox_add: Sequence[OutboxRowIn],
+        outbox_done: Sequence[int],
+        event_ids: Sequence[AnswerRowIn],
         prune_before: float | None,
         forks: dict[int, Fork | None],
         next_fork_id: int | None,
@@ -508,7 +502,7 @@ class SqliteSessionStore:
             if outbox_add:
                 db.executemany(
                     "INSERT INTO evict_log (id, namespace, entries_json) VALUES (?, ?, ?)",
-                    [(i, ns, dumps(entries)) for i, ns, entries in outbox_add],
+                    [(i, ns, dump_entries(entries)) for i, ns, entries in outbox_add],
                 )
             if outbox_done:
                 db.executemany("DELETE FROM evict_log WHERE id = ?", [(i,) for i in outbox_done])
@@ -516,7 +510,7 @@ class SqliteSessionStore:
                 db.executemany(
                     "INSERT OR REPLACE INTO event_ids (event_id, response_json, ts, "
                     "request_digest) VALUES (?, ?, ?, ?)",
-                    [(*e, "")[:4] for e in event_ids],  # 3-tuples from older callers
+                    event_ids,
                 )
             if prune_before is not None:
                 db.execute("DELETE FROM event_ids WHERE ts < ?", (prune_before,))

@@ -5,13 +5,14 @@ from __future__ import annotations
 import json
 import logging
 import sqlite3
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 import orjson
 
 from ramakv_daemon.core.fork import Fork
 from ramakv_daemon.core.session import Session
+from ramakv_daemon.ports import OutboxEntry, OutboxRow, PendingEviction, mode_of
 
 log = logging.getLogger("ramakv.store")
 
@@ -42,7 +43,50 @@ def outbox_view(con: sqlite3.Connection) -> dict[tuple[str, str], str]:
     return out
 
 
-def _loads(text: str) -> object:
+def pending_evictions(con: sqlite3.Connection) -> list[PendingEviction]:
+    """:func:`outbox_view` as rows, in (namespace, hash) order; unknown modes left out."""
+    out: list[PendingEviction] = []
+    for (ns, h), m in sorted(outbox_view(con).items()):
+        mode = mode_of(m)
+        if mode is not None:
+            out.append(PendingEviction(ns, h, mode))
+    return out
+
+
+def _pair(value: object) -> tuple[str, str]:
+    if isinstance(value, OutboxEntry):  # orjson writes no tuple subclass by itself
+        return (value.chunk_hash, value.mode.value)
+    raise TypeError(f"not an outbox entry: {value!r}")
+
+
+def dump_entries(entries: Iterable[tuple[str, str]]) -> str:
+    """An outbox row's entries as stored: ``[[hash, mode], ...]``."""
+    listed = entries if isinstance(entries, list) else list(entries)
+    return orjson.dumps(listed, default=_pair).decode()
+
+
+def decode_outbox_row(row_id: Any, ns: str | None, entries_json: str) -> OutboxRow | None:
+    """A stored evict_log row; None (logged) when its JSON is not a list of pairs. An entry
+    of an unknown mode is left out (logged): the rest of its row still waits."""
+    try:
+        loaded = loads_json(entries_json)
+        if not isinstance(loaded, list):
+            raise TypeError("entries_json is not a list of [hash, mode] pairs")
+        pairs = [(str(h), str(m)) for h, m in loaded]
+    except (ValueError, TypeError) as err:
+        log.warning("skipping corrupt outbox row %s: %s", row_id, err)
+        return None
+    entries: list[OutboxEntry] = []
+    for h, m in pairs:
+        mode = mode_of(m)
+        if mode is None:
+            log.warning("outbox row %s: skipping %s of unknown mode %r", row_id, h, m)
+        else:
+            entries.append(OutboxEntry(h, mode))
+    return OutboxRow(int(row_id), ns or "", entries)
+
+
+def loads_json(text: str) -> object:
     """orjson, falling back to json for what only the standard decoder takes (files
     written by other tools may hold lone surrogate escapes or NaN)."""
     try:
@@ -51,13 +95,13 @@ def _loads(text: str) -> object:
         return json.loads(text)
 
 
-def _decode_sessions(rows: Iterable[tuple[Any, ...]]) -> list[Session]:
+def decode_sessions(rows: Iterable[Sequence[Any]]) -> list[Session]:
     """Stored rows as sessions; rows whose JSON is corrupt are skipped with a warning."""
     out: list[Session] = []
-    loads = _loads  # start-up decodes every stored map: the fast decoder pays
+    decode = loads_json  # start-up decodes every stored map: the fast decoder pays
     for sid, map_json, turn_count, suspended, ts, ns in rows:
         try:
-            hashes = loads(map_json)
+            hashes = decode(map_json)
             if not isinstance(hashes, list):
                 raise ValueError("map_json is not a list of strings")
             chunk_hashes = tuple(hashes)
@@ -81,7 +125,7 @@ def _decode_sessions(rows: Iterable[tuple[Any, ...]]) -> list[Session]:
     return out
 
 
-def _fold_legacy_outbox(con: sqlite3.Connection) -> None:
+def fold_legacy_outbox(con: sqlite3.Connection) -> None:
     """Move per-chunk outbox rows (written by ramakv-admin) into evict_log, atomically."""
     legacy: dict[str, list[tuple[str, str]]] = {}
     for h, m in con.execute("SELECT chunk_hash, mode FROM evict_outbox"):
@@ -109,7 +153,7 @@ def decode_fork(fid: Any, sid: str, ns: str | None, hashes_json: str, ts: Any) -
     """A stored fork row as a Fork; None (logged) when its hashes are not a list of strings,
     so one damaged row never stops a start-up."""
     try:
-        hashes = _loads(hashes_json)
+        hashes = loads_json(hashes_json)
         if not isinstance(hashes, list):
             raise ValueError("hashes_json is not a list of strings")
         held = tuple(hashes)

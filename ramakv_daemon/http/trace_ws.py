@@ -10,12 +10,15 @@ from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING
 
 import orjson
-from aiohttp import WSCloseCode, WSMsgType, web
+from aiohttp import WSMsgType, web
 
 from ramakv_daemon.trace_protocol import (
     MAX_HISTORY,
     PROTOCOL,
     PROTOCOL_CLOSE_CODE,
+    PROTOCOL_REASON,
+    SHUTDOWN_CLOSE_CODE,
+    SHUTDOWN_REASON,
     SLOW_CLOSE_CODE,
     is_resync,
 )
@@ -78,11 +81,7 @@ async def trace_handler(request: web.Request) -> web.StreamResponse:
     if protocol != str(PROTOCOL):
         said = f"protocol {protocol}" if protocol else "no protocol (trace protocol 1)"
         FAILURES.warn(peer, f"refused: asked for {said}")
-        await ws.close(
-            code=PROTOCOL_CLOSE_CODE,
-            message=f"trace protocol {PROTOCOL} required (?protocol={PROTOCOL}); "
-            f"upgrade the client".encode(),
-        )
+        await ws.close(code=PROTOCOL_CLOSE_CODE, message=PROTOCOL_REASON.encode())
         return ws
     hub = service.trace
     namespaces = service.namespaces
@@ -120,11 +119,8 @@ async def trace_handler(request: web.Request) -> web.StreamResponse:
                 break
             message = getter.result()
             if message is None:
-                code = (
-                    WSCloseCode.GOING_AWAY
-                    if sub.close_reason == "daemon shutting down"
-                    else SLOW_CLOSE_CODE
-                )
+                shutdown = sub.close_reason == SHUTDOWN_REASON
+                code = SHUTDOWN_CLOSE_CODE if shutdown else SLOW_CLOSE_CODE
                 await ws.close(code=code, message=(sub.close_reason or "").encode()[:120])
                 break
             if skip_to and orjson.loads(message).get("seq", 0) <= skip_to:

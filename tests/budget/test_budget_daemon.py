@@ -6,6 +6,8 @@ import asyncio
 
 from support.ns_rig import Rig, config, ident
 
+from ramakv_protocol.conformance import problems
+
 CPU = "LocalCPUBackend"
 
 
@@ -132,6 +134,7 @@ async def test_budget_trace_record_marks_demote(tmp_path, two_fakes) -> None:
         assert len(rec) == 1 and rec[0]["victims"] == ["a"] and rec[0]["demote"] == ["0001"]
         assert rec[0]["usage_before"] == 2 and rec[0]["usage_after"] == 1
         assert rec[0]["namespace"] == r.svc.namespaces.default
+        assert problems(rec[0]) == []  # the shape ramakv_protocol.records says
         await r.settle()
 
 

@@ -6,6 +6,7 @@ import asyncio
 from typing import Any
 
 from support.daemon_app import DaemonClient
+from support.reliability import set_query_only
 
 from ramakv_daemon.adapters.sqlite_store import SqliteSessionStore
 
@@ -112,14 +113,6 @@ async def test_failing_writes_roll_back(start_daemon, make_config) -> None:  # t
     assert sans_ts(d2.state()) == after
 
 
-async def set_query_only(store: SqliteSessionStore, on: bool) -> None:
-    """Make SQLite refuse writes on every connection the store writes through."""
-    pragma = f"query_only={int(on)}"
-    await store.db.execute(f"PRAGMA {pragma}")
-    if hasattr(store, "pragma_on_writer"):  # writes on their own connection
-        await store.pragma_on_writer(pragma)
-
-
 async def test_read_only_database(start_daemon, make_config) -> None:  # type: ignore[no-untyped-def]
     """A real SQLite refusal (query_only, since root ignores file modes): same promises."""
     config = make_config()
@@ -127,7 +120,7 @@ async def test_read_only_database(start_daemon, make_config) -> None:  # type: i
     d = await start_daemon(config, store=store)
     await seed(d)
     before = sans_ts(d.state())
-    await store.pragma_on_writer("query_only=1")
+    await set_query_only(store, True)
 
     for payload in WRITES[:3]:
         status, body = await d.post(payload)
@@ -137,6 +130,6 @@ async def test_read_only_database(start_daemon, make_config) -> None:  # type: i
         assert sans_ts(d.state()) == before
     await assert_reads_work(d)
 
-    await store.pragma_on_writer("query_only=0")
+    await set_query_only(store, False)
     assert (await d.turn_end("s1", ["e"]))["map_updated"] is True
     d.assert_consistent()

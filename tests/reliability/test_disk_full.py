@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 from support.daemon_app import DaemonClient
 from support.daemon_proc import run_to_exit, write_config
-from support.reliability import daemon_state
+from support.reliability import daemon_state, set_query_only
 
 from ramakv_daemon.adapters.sqlite_store import SqliteSessionStore
 
@@ -152,22 +152,14 @@ async def test_disk_full_on_a_tiny_tmpfs(
     assert "big" not in rows
 
 
-async def pragma(store: Any, text: str) -> None:
-    """PRAGMA on the connection the store writes through."""
-    if hasattr(store, "pragma_on_writer"):
-        await store.pragma_on_writer(text)
-    else:
-        await store.db.execute(f"PRAGMA {text}")
-
-
 async def test_read_only_database(start_daemon: Any) -> None:
     d = await start_daemon()
     await seed(d)
     store = d.service.store
-    await pragma(store, "query_only=1")  # SQLite refuses every write: SQLITE_READONLY
+    await set_query_only(store, True)  # SQLite refuses every write: SQLITE_READONLY
     await assert_writes_refused(d, "readonly database")
     await assert_reads_work(d)
-    await pragma(store, "query_only=0")
+    await set_query_only(store, False)
     await d.turn_end("s1", ["sys", "a", "b", "d"])
     assert (await d.ok("session_map", session_id="s1"))["chunk_hashes"][-1] == "d"
     d.assert_consistent()

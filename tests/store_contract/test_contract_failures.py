@@ -7,7 +7,7 @@ from support.store_adapters import StoreHome
 
 from ramakv_daemon.core.fork import Fork
 from ramakv_daemon.core.session import Session
-from ramakv_daemon.ports import SessionStore, StoreError
+from ramakv_daemon.ports import EvictMode, SessionStore, StoreError
 
 BEFORE = Session("kept", ("a",), 1)
 
@@ -16,7 +16,7 @@ async def _everything_then_a_duplicate_row(store: SessionStore) -> None:
     """One write touching every table, failing at its end on a duplicate outbox row id."""
     await store.write(
         {"kept": Session("kept", ("changed",), 9), "new": Session("new", ("n",)), "gone": None},
-        outbox_add=[(2, "", [("z", "delete")]), (1, "", [("dup", "delete")])],
+        outbox_add=[(2, "", [("z", EvictMode.DELETE)]), (1, "", [("dup", EvictMode.DELETE)])],
         outbox_done=[1],
         event_ids=[("e-new", "{}", 9.0, "")],
         prune_event_ids_before=100.0,
@@ -30,7 +30,7 @@ async def test_a_failed_write_changes_nothing(home: StoreHome) -> None:
     fork = Fork(1, "kept", ("a",), 1.0)
     await store.write(
         {"kept": BEFORE, "gone": Session("gone", ("g",))},
-        outbox_add=[(1, "", [("a", "delete")])],
+        outbox_add=[(1, "", [("a", EvictMode.DELETE)])],
         event_ids=[("e-old", '{"ok": true}', 1.0, "dig")],
         forks={1: fork},
         next_fork_id=2,

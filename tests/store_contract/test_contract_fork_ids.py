@@ -8,16 +8,18 @@ import pytest
 from support.store_adapters import StoreHome
 
 from ramakv_daemon.core.fork import Fork
-from ramakv_daemon.ports import SessionStore
+from ramakv_daemon.ports import SharedSessionStore
 
 
-async def _sharing(home: StoreHome) -> tuple[SessionStore, SessionStore]:
+async def _sharing(home: StoreHome) -> tuple[SharedSessionStore, SharedSessionStore]:
     """Two stores on one home, as two daemons on one database; skips where a store cannot
     be shared (an embedded SQLite file is one daemon's: the store lock says so)."""
     first = await home.opened()
-    if not hasattr(first, "take_fork_id"):
+    if not isinstance(first, SharedSessionStore):
         pytest.skip(f"{home.adapter} is one daemon's store: its own counter is the only one")
-    return first, await home.opened()
+    second = await home.opened()
+    assert isinstance(second, SharedSessionStore)
+    return first, second
 
 
 async def test_daemons_taking_fork_ids_at_once_never_get_the_same(home: StoreHome) -> None:

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 from support.store_adapters import StoreHome
 
-from ramakv_daemon.ports import SessionStore
+from ramakv_daemon.ports import EvictMode, SessionStore
 
 
 async def test_outbox_rows_round_trip_in_commit_order(home: StoreHome) -> None:
     store = await home.opened()
-    await store.write({}, outbox_add=[(2, "", [("a", "delete"), ("b", "demote")])])
-    await store.write({}, outbox_add=[(5, "ns", [("c", "delete")]), (3, "", [])])
+    await store.write({}, outbox_add=[(2, "", [("a", EvictMode.DELETE), ("b", EvictMode.DEMOTE)])])
+    await store.write({}, outbox_add=[(5, "ns", [("c", EvictMode.DELETE)]), (3, "", [])])
     expected = [
         (2, "", [("a", "delete"), ("b", "demote")]),
         (3, "", []),
@@ -22,13 +22,15 @@ async def test_outbox_rows_round_trip_in_commit_order(home: StoreHome) -> None:
 
 
 async def test_done_rows_leave_the_outbox(store: SessionStore) -> None:
-    await store.write({}, outbox_add=[(1, "", [("a", "delete")]), (2, "", [("b", "delete")])])
+    await store.write(
+        {}, outbox_add=[(1, "", [("a", EvictMode.DELETE)]), (2, "", [("b", EvictMode.DELETE)])]
+    )
     await store.write({}, outbox_done=[1, 99])  # an unknown id is harmless
     assert await store.load_outbox() == [(2, "", [("b", "delete")])]
 
 
 async def test_a_row_added_and_done_in_one_write_is_gone(store: SessionStore) -> None:
-    await store.write({}, outbox_add=[(1, "", [("a", "delete")])], outbox_done=[1])
+    await store.write({}, outbox_add=[(1, "", [("a", EvictMode.DELETE)])], outbox_done=[1])
     assert await store.load_outbox() == []
 
 

@@ -99,3 +99,10 @@ async def test_a_store_opened_twice_keeps_what_it_had(home: StoreHome) -> None:
     second = await home.opened()
     await second.close()
     assert await (await home.opened()).load_all() == [Session("s", ("a",), 1)]
+
+
+async def test_an_open_store_takes_writes_and_a_closed_one_says_why_not(home: StoreHome) -> None:
+    store = await home.opened()
+    assert store.problem() is None
+    await store.close()
+    assert store.problem() == "session store is not open"

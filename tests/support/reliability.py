@@ -1,10 +1,9 @@
-"""Reliability-test helpers: read the SQLite file directly, check invariants, run processes."""
+"""Reliability-test helpers: read stores as ramakv-admin does, check invariants, run processes."""
 
 from __future__ import annotations
 
 import asyncio
 import json
-import sqlite3
 import subprocess
 import sys
 import time
@@ -12,6 +11,8 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
+from ramakv_daemon.adapters.sqlite_admin import read_file
+from ramakv_daemon.adapters.sqlite_store import SqliteSessionStore
 from ramakv_daemon.core.manager import recompute_refcounts
 from ramakv_daemon.core.session import Session
 from support.daemon_proc import REPO_ROOT, free_port, trace_snapshot
@@ -21,33 +22,35 @@ TESTS_DIR = REPO_ROOT / "tests"
 
 
 def db_model(path: Path | str) -> Model:
-    """Every stored session and open fork (sessions, session_state and forks tables), read
-    with plain sqlite3; a closed session with open forks is a ``closed`` entry."""
-    con = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=10)
-    try:
-        rows = con.execute(
-            "SELECT s.session_id, s.map_json, s.turn_count, st.suspended "
-            "FROM sessions s LEFT JOIN session_state st ON st.session_id = s.session_id"
-        ).fetchall()
-        forks = con.execute("SELECT session_id, hashes_json FROM forks ORDER BY fork_id").fetchall()
-    finally:
-        con.close()
-    out = {sid: SessionModel(json.loads(m), int(tc), bool(susp)) for sid, m, tc, susp in rows}
-    for sid, hashes in forks:
-        s = out.setdefault(sid, SessionModel(closed=True))
-        s.fork_holds.append(json.loads(hashes))
+    """Every stored session and open fork of a SQLite file, read as ramakv-admin reads it
+    (read-only, beside a running daemon); a closed session with open forks is a
+    ``closed`` entry."""
+    view = read_file(path)
+    out = {
+        s.session_id: SessionModel(list(s.chunk_hashes), s.turn_count, s.suspended)
+        for s in view.sessions
+    }
+    for f in sorted(view.forks, key=lambda f: f.fork_id):
+        s = out.setdefault(f.session_id, SessionModel(closed=True))
+        s.fork_holds.append(list(f.hashes))
     return out
 
 
 def db_outbox(path: Path | str) -> dict[str, str]:
     """The default namespace's stored evictions (every outbox format): hash -> mode."""
-    from ramakv_daemon.adapters.sqlite_store import outbox_view
+    return {e.chunk_hash: e.mode.value for e in read_file(path).outbox if e.namespace == ""}
 
-    con = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=10)
-    try:
-        return {h: m for (ns, h), m in outbox_view(con).items() if ns == ""}
-    finally:
-        con.close()
+
+async def set_query_only(store: SqliteSessionStore, on: bool) -> None:
+    """Make SQLite refuse writes (SQLITE_READONLY) on every connection of an open store,
+    or take them again: ``PRAGMA query_only`` on its read connection, and on its write
+    connection from the writer thread, between two commits (the store's internals: a
+    fault only a test injects)."""
+    pragma = f"PRAGMA query_only={int(on)}"
+    await store.db.execute(pragma)
+    writer = store._writer  # the connection commits go through
+    assert writer is not None, "the store is not open"
+    await store._on_writer(writer.execute, pragma)
 
 
 def as_sessions(model: Model) -> list[Session]:
