@@ -107,10 +107,14 @@ class FakeLMCacheServer:
         self._runner = self._site = None
 
     async def refuse(self) -> None:
-        """Close the listening port: clients get connection refused."""
+        """Close the listening port and drop open connections, as a cache that went down
+        does: clients get connection refused (a kept-alive connection does not live on)."""
         if self._site is not None:
             await self._site.stop()
             self._site = None
+        server = self._runner.server if self._runner is not None else None
+        for conn in list(server.connections if server is not None else []):
+            conn.force_close()
 
     async def accept(self) -> None:
         """Listen again on the same port."""
