@@ -176,7 +176,6 @@ def main() -> None:
         # A partial run updates its sections and keeps the others' last figures.
         previous = json.loads((RESULTS / "latest.json").read_text())
     results: dict[str, Any] = {
-        **previous,
         "machine": {
             "cpus": os.cpu_count(),
             "python": platform.python_version(),
@@ -186,17 +185,23 @@ def main() -> None:
         "quick": args.quick,
         "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
     }
+    # A partial run keeps the full run's header (machine, start) and the other sections;
+    # each section carries its own start and load average.
+    results = {**results, **previous}
     sections = []
     texts: dict[str, str] = dict(previous.get("_texts", {})) or _md_sections(previous)
     for name in names:
         t0 = time.perf_counter()
         print(f"== {name} ...", flush=True)
+        started, load = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), os.getloadavg()
         res, text = BENCHES[name](args.quick)
         res["wall_s"] = round(time.perf_counter() - t0, 1)
+        res["started"], res["loadavg_start"] = started, load
         results[name] = res
         texts[name] = text
         print(text, flush=True)
-    results["machine"]["loadavg_end"] = os.getloadavg()
+    if not previous:
+        results["machine"]["loadavg_end"] = os.getloadavg()
     results["_texts"] = texts
     sections = [f"## {name}\n\n{texts[name]}\n" for name in BENCHES if name in texts]
     RESULTS.mkdir(exist_ok=True)
