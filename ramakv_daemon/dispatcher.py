@@ -282,7 +282,7 @@ class BackendDispatcher:
         # the commit goes ahead then even if the cache never answers the keep.
         deadline = max(window.keeps[h].deadline for h in kept)
         if deadline != float("inf"):
-            loop.call_later(max(0.0, deadline - now), window.release, gate)
+            loop.call_later(max(0.0, deadline - now), window.release, gate, now)
         self._keep_due = 0.0
         self._keep_wake.set()
         return gate, kept

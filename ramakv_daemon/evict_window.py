@@ -90,6 +90,8 @@ class EvictWindow:
         # Whether the cache honours not_after_ns (its answers carry "expires": true).
         self.expires: bool | None = None
         self._gen = 0
+        self._released = 0  # commits released at a deadline since the last log line
+        self._released_wait = 0.0
         self._pruned_at = 0.0
 
     def grace(self) -> float:
@@ -195,15 +197,34 @@ class EvictWindow:
             self.report("rereferenced", keep, since)
         return keep
 
-    def release(self, gate: asyncio.Future[None]) -> None:
+    def release(self, gate: asyncio.Future[None], since: float = 0.0) -> None:
         """``gate``'s deadline has passed (every evict it guards can no longer act): let
-        its commit go ahead; the keeps stay owed (retried) and report when answered."""
+        its commit go ahead; the keeps stay owed (retried) and report when answered.
+        ``since``: when the commit began to wait (monotonic), for the log."""
+        if gate.done():
+            return  # answered in time
         capped = self.expires is True
         for k in self.keeps.values():
             if k.gate is gate:
                 k.protected = capped
-        if not gate.done():
-            gate.set_result(None)
+        gate.set_result(None)
+        # A commit that waited this long held every event behind it: say so (one line
+        # a second at most, counting the commits released in it).
+        now = time.monotonic()
+        self._released += 1
+        self._released_wait = max(self._released_wait, now - since if since else 0.0)
+        if self._released == 1:
+            gate.get_loop().call_later(1.0, self._log_released)
+
+    def _log_released(self) -> None:
+        log.warning(
+            "%d commits waited for the cache's answer to a keep until the evicts' "
+            "deadline (longest %.2f s; the cache %s deadlines)",
+            self._released,
+            self._released_wait,
+            "honours" if self.expires is True else "is not known to honour",
+        )
+        self._released, self._released_wait = 0, 0.0
 
     def owe(self, hashes: Iterable[str], now: float) -> bool:
         """Keeps for chunks an earlier run may have had evicted with a delete still
