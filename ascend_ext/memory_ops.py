@@ -216,7 +216,8 @@ class MemoryOps:
 
     # -- prefetch ---------------------------------------------------------------------------
     def prefetch(self, hashes: Sequence[str], lookup_id: str) -> Future:
-        """Start loading chunks disk -> DDR in the background; returns at once."""
+        """Start loading chunks into DDR (from disk, or a tier beyond such as LMCache's shared
+        remote one) in the background; returns at once."""
         keys = [(h, self.key_for(h)) for h in hashes]
         state = {
             "lookup_id": lookup_id,
@@ -254,7 +255,9 @@ class MemoryOps:
                     state["already_ddr"] += 1
                     continue
                 if disk is None or not disk.contains(key, pin=False):
-                    state["missing"] += 1
+                    # On no local tier: a tier beyond (LMCache's shared remote one, written
+                    # by another node's engine) may have it.
+                    state["loaded" if self._load_from_beyond(key) else "missing"] += 1
                     continue
                 if cpu is not None and not self._ddr_has_room(cpu, disk, key):
                     # The disk load allocates with busy_loop=True and would spin until DDR
@@ -276,6 +279,17 @@ class MemoryOps:
             state["error"] = f"{type(exc).__name__}: {exc}"
         state["ms"] = round((time.perf_counter() - started) * 1000, 2)
         log.info("prefetch %s %s", state["lookup_id"], state)
+
+    def _load_from_beyond(self, key: Any) -> bool:
+        """Load ``key`` into DDR from a tier other than DDR and disk; True when one had it."""
+        for name, backend in self.sm.storage_backends.items():
+            if name in (CPU, DISK) or not backend.contains(key, pin=False):
+                continue
+            obj = self.sm.get(key, location=name)  # 0.5.6 writes a remote hit into DDR
+            if obj is not None:
+                obj.ref_count_down()  # the caller's reference, as for a disk load
+                return True
+        return False
 
     @staticmethod
     def _ddr_has_room(cpu: Any, disk: Any, key: Any) -> bool:

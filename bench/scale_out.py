@@ -1,5 +1,6 @@
 """PostgreSQL vs SQLite store: turn_end throughput and p99 side by side in one run, and
-handover latency between two daemons on one database (docs/scale-out.md).
+handover latency between two daemons on one database, and the cost of the periodic
+ownership check by the number of sessions a node holds (docs/scale-out.md).
 
 Run: ``python -m bench.scale_out [--seconds S] [--handovers N]``. Starts its own throw-away
 PostgreSQL cluster (tests/support/postgres.py) on loopback.
@@ -69,8 +70,10 @@ async def _handovers(a_port: int, b_port: int, n: int) -> list[float]:
             async with http.post(f"http://127.0.0.1:{port}/event", json=body) as r:
                 return await r.json()
 
-        async with http.ws_connect(f"http://127.0.0.1:{a_port}/trace") as ws:
-            await ws.receive_json(timeout=30)  # the snapshot
+        async with http.ws_connect(f"http://127.0.0.1:{a_port}/trace?protocol=2") as ws:
+            await ws.receive_json(timeout=30)  # the header
+            while not (await ws.receive_json(timeout=30)).get("last"):
+                pass  # the snapshot's parts
             for i in range(n):
                 sid = f"handover-{i}"
                 hashes = ["sys", f"{sid}-1", f"{sid}-2"]
@@ -111,6 +114,43 @@ def handover(server: PostgresServer, n: int) -> dict:
     }
 
 
+def ownership_check(server: PostgresServer, sizes: tuple[int, ...]) -> list[dict]:
+    """The periodic ownership check's query (who owns each held session) for a node holding
+    ``n`` sessions: median of 5, and its share of the default period."""
+    from ramakv_daemon.adapters.postgres_store import PostgresSessionStore
+    from ramakv_daemon.core.session import Session
+    from ramakv_daemon.ownership import DEFAULT_CHECK_S
+
+    async def measure() -> list[dict]:
+        store = PostgresSessionStore(server.create_database(), "a")
+        await store.open()
+        out = []
+        try:
+            held = 0
+            for n in sizes:
+                await store.write(
+                    {
+                        f"s{i}": Session(f"s{i}", tuple(f"{i:x}{j}" for j in range(8)))
+                        for i in range(held, n)
+                    }
+                )
+                held = n
+                ids = [f"s{i}" for i in range(n)]
+                times = []
+                for _ in range(5):
+                    t0 = time.perf_counter()
+                    owners = await store.owners(ids)
+                    times.append(time.perf_counter() - t0)
+                assert len(owners) == n
+                ms = statistics.median(times) * 1000
+                out.append({"sessions": n, "ms": ms, "period_share": ms / (DEFAULT_CHECK_S * 1000)})
+        finally:
+            await store.close()
+        return out
+
+    return asyncio.run(measure())
+
+
 def run(seconds: float = 5.0, rounds: int = 2, handovers: int = 200) -> dict:
     server = _server()
     if server is None:
@@ -119,6 +159,7 @@ def run(seconds: float = 5.0, rounds: int = 2, handovers: int = 200) -> dict:
         return {
             "turn_end": throughput(server, seconds, rounds),
             "handover": handover(server, handovers),
+            "ownership_check": ownership_check(server, (1_000, 10_000, 50_000)),
         }
     finally:
         server.destroy()
@@ -140,6 +181,11 @@ def table(res: dict) -> str:
         f"Handover (turn_start on node b -> node a's session_close in its trace), "
         f"{h['handovers']} sessions: p50 {h['p50_ms']:.2f} ms, p99 {h['p99_ms']:.2f} ms."
     )
+    for c in res.get("ownership_check", ()):
+        lines.append(
+            f"Ownership check of {c['sessions']} held sessions: {c['ms']:.1f} ms "
+            f"({c['period_share'] * 100:.3f} % of the default 30 s period)."
+        )
     return "\n".join(lines)
 
 

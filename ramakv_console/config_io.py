@@ -131,6 +131,12 @@ DAEMON_FIELDS: tuple[FieldSpec, ...] = (
         "this daemon's node: the owner of its sessions on a shared store",
     ),
     FieldSpec("postgres_pool_size", "int", 4, "PostgreSQL pool connections (plus one for LISTEN)"),
+    FieldSpec(
+        "ownership_check_s",
+        "float",
+        30.0,
+        "how often a node checks which of its sessions were taken or closed elsewhere",
+    ),
 )
 # Keys the form does not edit but every save keeps as they are: [[deployments]] tables
 # (edit them in the file; docs/namespaces.md).

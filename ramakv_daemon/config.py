@@ -74,6 +74,7 @@ class Config:
     session_store_url: str = ""
     node_id: str = field(default_factory=socket.gethostname)
     postgres_pool_size: int = 4
+    ownership_check_s: float = 30.0  # ownership checked this often too, not only on reconnect
     ready_max_evict_backlog: int = 100_000  # /readyz fails above this outbox; 0 = no bound
 
     @property

@@ -103,19 +103,22 @@ class DaemonMetrics:
             "1 while the shared (PostgreSQL) store answers, 0 while changes get 503",
             registry=r,
         )
-        self.store_reconnects = Gauge(
+        # Counters (exposed as *_total): the ownership side counts, each scrape adds what
+        # it counted since the last one (store_status).
+        self.store_reconnects = Counter(
             "ramakv_store_reconnects",
             "Times the store's LISTEN connection came back",
             registry=r,
         )
-        self.takeovers = Gauge(
+        self.takeovers = Counter(
             "ramakv_session_takeovers", "Sessions this node took from another node", registry=r
         )
-        self.releases = Gauge(
+        self.releases = Counter(
             "ramakv_session_releases",
-            "Sessions this node released to another node",
+            "Sessions this node released: another node took them, or they were closed there",
             registry=r,
         )
+        self._store_counted: dict[str, int] = {}
         self.commit_latency = Histogram(
             "ramakv_sqlite_commit_seconds",
             "SQLite group-commit latency",
@@ -240,8 +243,15 @@ class DaemonMetrics:
         return generate_latest(self.registry)
 
     def store_status(self, status: dict[str, object]) -> None:
-        """The store's gauges (SQLite: always connected, no handovers)."""
+        """The store's gauge and counters (SQLite: always connected, no handovers)."""
         self.store_connected.set(1 if status["connected"] else 0)
-        self.store_reconnects.set(float(status["reconnects"]))  # type: ignore[arg-type]
-        self.takeovers.set(float(status["takeovers"]))  # type: ignore[arg-type]
-        self.releases.set(float(status["releases"]))  # type: ignore[arg-type]
+        for key, counter in (
+            ("reconnects", self.store_reconnects),
+            ("takeovers", self.takeovers),
+            ("releases", self.releases),
+        ):
+            total = int(status[key])  # type: ignore[call-overload]
+            seen = self._store_counted.get(key, 0)
+            if total > seen:  # the counts only grow; a counter only goes up
+                counter.inc(total - seen)
+                self._store_counted[key] = total

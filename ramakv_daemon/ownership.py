@@ -1,5 +1,5 @@
-"""Session ownership across nodes on a shared store: take over on an event, release on a
-takeover by another node (docs/scale-out.md)."""
+"""Session ownership across nodes on a shared store: take over on an event, release what
+the database says another node took or closed (docs/scale-out.md)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,9 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from ramakv_daemon.namespaces import Namespaces
+from ramakv_daemon.core.session import Session
+from ramakv_daemon.namespaces import Namespace, Namespaces
+from ramakv_daemon.ports import SessionStore, SharedSessionStore, StoreError
 
 log = logging.getLogger("ramakv.ownership")
 
@@ -24,6 +26,9 @@ TAKING_EVENTS = frozenset(
         "session_fork",
     }
 )
+# The safety net's default period (config ownership_check_s): a release missed without the
+# LISTEN connection dropping (one that failed, a lost notification) waits at most this long.
+DEFAULT_CHECK_S = 30.0
 
 Handle = Callable[[dict[str, Any], str | None], Awaitable[tuple[int, dict[str, Any]]]]
 
@@ -32,88 +37,233 @@ class Ownership:
     """This node's side of the handover protocol; a no-op on a store without owners.
 
     Takeover: an event for a session not in memory claims it in the database (row lock;
-    the store notifies the old owner at commit) and adopts its map before the event
-    applies, so turn_start prefetches it. Release: told by the store that another node
-    took a session, this node closes it as a session_close would (its chunks drop here and
-    are evicted or demoted), without deleting the row (the store deletes only owned rows).
+    the store notifies the old owner at commit) with its open forks, and adopts both before
+    the event applies, so turn_start prefetches the map and the forks' holds move along.
+
+    Release: the database decides, never a notification alone. A notification (another
+    node took or closed a session of ours), a LISTEN reconnect (notifications sent while it
+    was down are lost) and a periodic check each ask the store who owns the sessions this
+    node holds; one owned elsewhere or gone is closed here as a session_close would close
+    it (its chunks drop here and are evicted or demoted), and its forks whose rows moved
+    with it are ended here. A session an event touched since the question was asked, or
+    one with a change still in doubt, is left alone: that change's commit takes it back
+    (or, rolled back, the next check looks again).
     """
 
-    def __init__(self, store: object, namespaces: Namespaces, handle: Handle) -> None:
+    def __init__(self, store: SessionStore, namespaces: Namespaces, handle: Handle) -> None:
         self.store = store
         self.namespaces = namespaces
         self.handle = handle
-        self.shared = hasattr(store, "claim")
+        self._shared = store if isinstance(store, SharedSessionStore) else None
+        self.shared = self._shared is not None
+        self.check_s = namespaces.config.ownership_check_s
         self.takeovers = 0
         self.releases = 0
-        self._tasks: set[asyncio.Task[None]] = set()
-        self._releasing: set[str] = set()
-        if self.shared:
-            store.on_release(self._released)  # type: ignore[attr-defined]
-            store.held_sessions(self._held)  # type: ignore[attr-defined]
+        self.release_waits = 0  # takeovers that waited for this node's release to commit
+        # session id -> the release under way (close and fork ends committed): a takeover
+        # of that session waits for it, or its commit could delete the row just claimed.
+        self._releasing: dict[str, asyncio.Future[None]] = {}
+        self._due: set[str] = set()  # notified, not checked yet
+        self._checker: asyncio.Task[None] | None = None
+        if self._shared is not None:
+            self._shared.on_release(self._notified)
+            self._shared.on_reconnect(self.reconcile, self.check_s)
 
-    def _held(self) -> list[str]:
-        return [sid for m in self.namespaces.managers.values() for sid in m.sessions]
+    @property
+    def shared_store(self) -> SharedSessionStore:
+        """The store as a shared one (only called where ``shared`` is True)."""
+        assert self._shared is not None, "not a shared store"
+        return self._shared
 
     async def fork_id(self, type_: str) -> int | None:
         """On a shared store, a session_fork's id from the store (unique across daemons);
         None where this daemon's own counter is the only one (StoreError: nothing done)."""
         if not self.shared or type_ != "session_fork":
             return None
-        return int(await self.store.take_fork_id())  # type: ignore[attr-defined]
+        return await self.shared_store.take_fork_id()
+
+    # ---- takeover ----------------------------------------------------------------------
+    def _in_memory(self, session_id: str) -> bool:
+        return any(session_id in m.sessions for m in self.namespaces.managers.values())
 
     async def before(self, type_: str, session_id: str | None) -> None:
-        """Take ``session_id`` over when another node owns it (StoreError: nothing done)."""
+        """Take ``session_id`` over when another node owns it (StoreError: nothing done).
+
+        Returns without awaiting when the session is here and the LISTEN connection is up:
+        the event then applies in the same step (a release's own close relies on it)."""
         if not self.shared or not session_id or type_ not in TAKING_EVENTS:
             return
+        releasing = self._releasing.get(session_id)
+        if self._in_memory(session_id):
+            if releasing is not None or self._listening():
+                return  # a release's own close, or any notification would have come
+            await self._verify(session_id)
+        elif releasing is not None:
+            self.release_waits += 1
+            log.info("an event for %r waits for its release to commit first", session_id)
+            await asyncio.shield(releasing)
         if self.namespaces.owner(session_id) is not None:
             return
-        claimed = await self.store.claim(session_id)  # type: ignore[attr-defined]
+        claimed = await self.shared_store.claim(session_id)
         if claimed is None:
             return
         session = claimed.session
         if self.namespaces.owner(session_id) is not None:  # an event adopted it meanwhile
             return
-        self.namespaces.add(session.namespace).manager.adopt(session)
+        self.namespaces.add(session.namespace).manager.adopt(session, claimed.forks)
         self.takeovers += 1
         log.info(
-            "took over session %r from node %r (%d chunks)",
+            "took over session %r from node %r (%d chunks, %d open forks)",
             session_id,
             claimed.previous_owner,
             len(session.unique_hashes()),
+            len(claimed.forks),
         )
 
-    def _released(self, session_id: str, new_owner: str) -> None:
-        task = asyncio.get_running_loop().create_task(self._release(session_id, new_owner))
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
+    def _listening(self) -> bool:
+        listener = getattr(self.store, "listener", None)
+        return listener is None or bool(listener.connected)
 
-    async def _release(self, session_id: str, new_owner: str) -> None:
-        key = self.namespaces.owner(session_id)
-        if key is None or session_id not in self.namespaces[key].manager.sessions:
-            return
-        if session_id in self._releasing:
-            return
-        self._releasing.add(session_id)
+    async def _verify(self, session_id: str) -> None:
+        """While the LISTEN connection is down a takeover of a held session may have gone
+        unheard: ask the database first, so the event acts on the new owner's row (claimed
+        back below) instead of this node's stale copy. With the server away too, the event
+        goes on from memory (a write then answers 503 as any write does)."""
         try:
+            await self.reconcile({session_id})
+        except StoreError as err:
+            log.info("cannot check the owner of %r (LISTEN down): %s", session_id, err)
+
+    # ---- release -----------------------------------------------------------------------
+    def _notified(self, session_id: str, _new_owner: str) -> None:
+        """The store heard that another node took (or an admin closed) ``session_id``: check
+        it against the database soon (notifications arriving meanwhile join the check)."""
+        self._due.add(session_id)
+        if self._checker is None or self._checker.done():
+            self._checker = asyncio.get_running_loop().create_task(
+                self._check_due(), name="ownership-check"
+            )
+
+    async def _check_due(self) -> None:
+        while self._due:
+            due, self._due = self._due, set()
+            try:
+                await self.reconcile(due)
+            except Exception as err:  # noqa: BLE001 - the periodic check tries again
+                log.warning("checking %d notified sessions failed: %s", len(due), err)
+
+    @staticmethod
+    def _in_doubt(ns: Namespace) -> set[str]:
+        """Sessions of ``ns`` an applied change not yet committed (or rolled back) moved."""
+        return {sid for c in ns.dispatcher.committer.uncommitted(ns.key) for sid in c.prev_sessions}
+
+    def _settled(self, only: set[str] | None) -> dict[str, Session]:
+        """Sessions held here (those of ``only`` when given) with no change in doubt, as
+        they are now: a later event replaces the object, which the release then sees."""
+        out: dict[str, Session] = {}
+        for ns in self.namespaces:
+            doubt = self._in_doubt(ns)
+            sessions = ns.manager.sessions
+            ids = sessions if only is None else [sid for sid in only if sid in sessions]
+            out.update((sid, sessions[sid]) for sid in ids if sid not in doubt)
+        return out
+
+    async def reconcile(self, only: set[str] | None = None) -> int:
+        """Release every held session (of ``only`` when given) the database says another
+        node owns or nobody does; the number released (StoreError: nothing released)."""
+        if not self.shared:
+            return 0
+        if only is None:
+            await self._end_orphan_forks()
+        held = self._settled(only)
+        if not held:
+            return 0
+        owners = await self.shared_store.owners(list(held))
+        node = self.shared_store.node_id
+        lost = {sid: owners.get(sid) for sid in held if owners.get(sid) != node}
+        released = 0
+        for sid, owner in lost.items():
+            if await self._release(sid, held[sid], owner):
+                released += 1
+        return released
+
+    async def _release(self, session_id: str, seen: Session, new_owner: str | None) -> bool:
+        """Close ``session_id`` here if it is still the object ``seen`` (no event since the
+        database was asked) and nothing about it is in doubt; then end its forks whose rows
+        moved to the new owner with it. True when released."""
+        if session_id in self._releasing:
+            return False
+        key = self.namespaces.owner(session_id)
+        if key is None:
+            return False
+        ns = self.namespaces[key]
+        if ns.manager.sessions.get(session_id) is not seen or session_id in self._in_doubt(ns):
+            return False
+        forks = [f.fork_id for f in ns.manager.forks.of(session_id)]
+        done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._releasing[session_id] = done
+        try:
+            # No await between the check above and the close's apply: handle() applies in
+            # its first step (before() returns at once for a session held here).
             payload = {"type": "session_close", "session_id": session_id, "namespace": key}
             status, body = await self.handle(payload, None)
+            moved = await self._end_moved_forks(ns.key, session_id, forks) if forks else 0
         finally:
-            self._releasing.discard(session_id)
+            del self._releasing[session_id]
+            done.set_result(None)
+        whom = f"node {new_owner!r} took it over" if new_owner else "its row was deleted"
         if status == 200 and body.get("ok"):
             self.releases += 1
             log.info(
-                "released session %r: node %r took it over (%s chunks evicted)",
+                "released session %r: %s (%s chunks evicted, %d forks moved with it)",
                 session_id,
-                new_owner,
+                whom,
                 body.get("data", {}).get("evicted_count"),
+                moved,
             )
-        else:
-            log.warning(
-                "releasing session %r taken by node %r failed: %s",
-                session_id,
-                new_owner,
-                body.get("error"),
-            )
+            return True
+        log.warning("releasing session %r (%s) failed: %s", session_id, whom, body.get("error"))
+        return False
+
+    async def _end_orphan_forks(self) -> None:
+        """Forks held here whose parent is not (closed, or a release stopped before its
+        forks) and whose rows moved to another node: end them here (one query for all)."""
+        orphans = [
+            (ns.key, f)
+            for ns in self.namespaces
+            for f in ns.manager.forks.values()
+            if f.session_id not in ns.manager.sessions and f.session_id not in self._releasing
+        ]
+        if orphans:
+            owners = await self.shared_store.fork_owners_of([f.fork_id for _, f in orphans])
+            for key, f in orphans:
+                await self._end_fork_here(key, f.session_id, f.fork_id, owners)
+
+    async def _end_moved_forks(self, key: str, session_id: str, fork_ids: list[int]) -> int:
+        """End here the forks of ``session_id`` whose rows this node no longer owns (the
+        takeover moved them); those still ours stay (an admin close leaves forks)."""
+        owners = await self.shared_store.fork_owners_of(fork_ids)
+        ended = [await self._end_fork_here(key, session_id, fid, owners) for fid in fork_ids]
+        return sum(ended)
+
+    async def _end_fork_here(
+        self, key: str, session_id: str, fork_id: int, owners: dict[int, str]
+    ) -> bool:
+        """End fork ``fork_id`` as its fork_end would, unless its row is still this node's.
+        Its commit deletes no row: the store deletes only forks this node owns."""
+        if owners.get(fork_id) == self.shared_store.node_id:
+            return False
+        payload = {
+            "type": "session_fork_end",
+            "session_id": session_id,
+            "fork_id": fork_id,
+            "namespace": key,
+        }
+        status, body = await self.handle(payload, None)
+        if status == 200 and body.get("data", {}).get("fork_end"):
+            return True
+        log.warning("ending fork %d (moved off this node) failed: %s", fork_id, body.get("error"))
+        return False
 
     def status(self) -> dict[str, object]:
         """For /metrics: whether the store is reachable, and the handover counters."""
@@ -128,6 +278,6 @@ class Ownership:
         }
 
     async def close(self) -> None:
-        for task in list(self._tasks):
-            task.cancel()
-        self._tasks.clear()
+        if self._checker is not None:
+            self._checker.cancel()
+            self._checker = None

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any, NamedTuple, Protocol, runtime_checkable
@@ -259,10 +259,12 @@ class SessionStore(Protocol):
 
 @dataclass(frozen=True, slots=True)
 class Claimed:
-    """A session taken from another node: its row as that node last committed it."""
+    """A session taken from another node: its row as that node last committed it, and its
+    open forks, moved with it (docs/scale-out.md)."""
 
     session: Session
     previous_owner: str
+    forks: tuple[Fork, ...] = ()
 
 
 # What a daemon does when another node took one of its sessions: (session id, new owner).
@@ -273,6 +275,8 @@ ReleaseCallback = Callable[[str, str], None]
 class SharedSessionStore(SessionStore, Protocol):
     """A store several daemons share (PostgreSQL), each loading and writing only the
     sessions it owns; an event for a session another node owns takes it over."""
+
+    node_id: str  # this daemon's node: the owner it writes
 
     @property
     def connected(self) -> bool:
@@ -307,9 +311,14 @@ class SharedSessionStore(SessionStore, Protocol):
         """Call ``callback(session_id, new_owner)`` when another node takes a session."""
         ...
 
-    def held_sessions(self, callback: Callable[[], list[str]]) -> None:
-        """Where to find the sessions this node holds in memory (after a lost channel,
-        the store asks which of them another node took meanwhile)."""
+    def on_reconnect(self, callback: Callable[[], Awaitable[object]], every_s: float) -> None:
+        """Run ``callback`` (the daemon's ownership check) after each reconnect of the
+        notification channel, whose notifications sent meanwhile are lost, and every
+        ``every_s`` seconds while it is up."""
+        ...
+
+    async def fork_owners_of(self, fork_ids: list[int]) -> dict[int, str]:
+        """Fork id -> holding node, for the stored ones among ``fork_ids``."""
         ...
 
 

@@ -1,5 +1,6 @@
 """LISTEN for takeovers of this node's sessions on a dedicated connection, reconnecting
-with backoff when PostgreSQL goes away."""
+with backoff when PostgreSQL goes away; the ownership check after each reconnect and
+periodically."""
 
 from __future__ import annotations
 
@@ -23,8 +24,11 @@ class ReleaseListener:
     """Calls ``on_release(session_id, new_owner)`` for every takeover from ``node_id``.
 
     A notification sent while the connection was down is lost, so after each reconnect
-    ``after_reconnect`` runs (the store asks the database which held sessions another node
-    took). ``connected`` and ``reconnects`` feed /metrics and the readiness check.
+    ``reconcile`` runs (the daemon asks the database which of its sessions another node
+    took or closed), and every ``check_s`` seconds while connected as well: the safety net
+    for a release that failed, or a notification that never came. ``on_back`` is told of
+    each reconnect first. ``connected`` and ``reconnects`` feed /metrics and the readiness
+    check.
     """
 
     def __init__(
@@ -32,12 +36,16 @@ class ReleaseListener:
         url: str,
         node_id: str,
         on_release: Callable[[str, str], None],
-        after_reconnect: Callable[[], Awaitable[None]],
+        reconcile: Callable[[], Awaitable[None]],
+        check_s: float = 30.0,
+        on_back: Callable[[], None] | None = None,
     ) -> None:
         self.url = url
         self.node_id = node_id
         self.on_release = on_release
-        self.after_reconnect = after_reconnect
+        self.reconcile = reconcile
+        self.check_s = check_s
+        self.on_back = on_back
         self.connected = False
         self.reconnects = 0
         self.received = 0
@@ -61,7 +69,9 @@ class ReleaseListener:
     async def _connect(self) -> None:
         import asyncpg
 
-        con = await asyncpg.connect(self.url, timeout=5)
+        # Named apart from the pool's connections: an operator (or a test) can find it.
+        name = f"ram-a-kv {self.node_id} listen"[:63]
+        con = await asyncpg.connect(self.url, timeout=5, server_settings={"application_name": name})
         con.add_termination_listener(self._terminated)
         await con.add_listener(RELEASE_CHANNEL, self._notified)
         self._con = con
@@ -86,7 +96,11 @@ class ReleaseListener:
     async def _keep_connected(self) -> None:
         delay = BACKOFF_FIRST_S
         while not self._stopping:
-            await self._lost.wait()
+            try:
+                await asyncio.wait_for(self._lost.wait(), self.check_s)
+            except TimeoutError:
+                await self._check("periodic check")
+                continue
             if self._stopping:
                 return
             self.connected = False
@@ -106,10 +120,15 @@ class ReleaseListener:
             delay = BACKOFF_FIRST_S
             self.reconnects += 1
             log.info("PostgreSQL LISTEN connection back (reconnect %d)", self.reconnects)
-            try:
-                await self.after_reconnect()
-            except Exception as err:  # noqa: BLE001 - the next reconnect tries again
-                log.warning("reconciling ownership after reconnect failed: %s", err)
+            if self.on_back is not None:
+                self.on_back()
+            await self._check("reconnect")
+
+    async def _check(self, why: str) -> None:
+        try:
+            await self.reconcile()
+        except Exception as err:  # noqa: BLE001 - the next check tries again
+            log.warning("ownership check (%s) failed: %s", why, err)
 
     async def stop(self) -> None:
         self._stopping = True

@@ -54,7 +54,15 @@ UPSERT_FORK = (
     "hashes_json = excluded.hashes_json, created_ts = excluded.created_ts "
     "WHERE forks.owner = excluded.owner RETURNING fork_id"
 )  # no row back: another node holds that id (its counter ran ahead of ours)
-DELETE_FORKS = "DELETE FROM forks WHERE fork_id = ANY($1::bigint[])"
+# A node ends only forks it holds: one a takeover moved to another node stays there.
+DELETE_FORKS = "DELETE FROM forks WHERE fork_id = ANY($1::bigint[]) AND owner = $2"
+# A claim's forks move with their session (same transaction as CLAIM_SESSION): the open
+# forks of the session the previous owner held, re-owned by the claiming node.
+CLAIM_FORKS = (
+    "UPDATE forks SET owner = $2 WHERE session_id = $1 AND owner = $3 "
+    "RETURNING fork_id, session_id, namespace, hashes_json, created_ts"
+)
+SELECT_FORK_OWNERS_OF = "SELECT fork_id, owner FROM forks WHERE fork_id = ANY($1::bigint[])"
 SELECT_FORKS = (
     "SELECT fork_id, session_id, namespace, hashes_json, created_ts FROM forks "
     "WHERE owner = $1 ORDER BY fork_id"

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 import orjson
@@ -107,7 +107,12 @@ class PostgresSessionStore:
             await self._close_pool()
             raise StoreError(f"cannot open session store {self.shown_url()}: {err}") from err
         self.listener = ReleaseListener(
-            self.url, self.node_id, self._released, self._back_after_reconnect
+            self.url,
+            self.node_id,
+            self._released,
+            self._check_ownership,
+            self._reconcile_every_s,
+            self._back,
         )
         await self.listener.start()
 
@@ -127,22 +132,21 @@ class PostgresSessionStore:
         if self._on_release is not None:
             self._on_release(session_id, new_owner)
 
-    def held_sessions(self, callback: Callable[[], list[str]]) -> None:
-        """Where the listener finds the sessions this node holds in memory: after a
-        reconnect (notifications sent meanwhile are lost) it asks the database which of
-        them another node took, and releases those."""
-        self._held = callback
+    def on_reconnect(self, callback: Callable[[], Awaitable[object]], every_s: float) -> None:
+        """Run ``callback`` after each LISTEN reconnect (notifications sent meanwhile are
+        lost) and every ``every_s`` seconds while connected: the daemon's ownership check."""
+        self._reconcile, self._reconcile_every_s = callback, every_s
 
-    _held: Callable[[], list[str]] | None = None
+    _reconcile: Callable[[], Awaitable[object]] | None = None
+    _reconcile_every_s = 30.0
 
-    async def _back_after_reconnect(self) -> None:
-        """The server answers again: release what other nodes took meanwhile."""
+    def _back(self) -> None:
+        """The server answers the LISTEN connection again."""
         self.last_error = ""
-        if self._held is None:
-            return
-        for session_id, owner in (await self.owners(self._held())).items():
-            if owner != self.node_id:
-                self._released(session_id, owner)
+
+    async def _check_ownership(self) -> None:
+        if self._reconcile is not None:
+            await self._reconcile()
 
     async def owners(self, session_ids: list[str]) -> dict[str, str]:
         """session id -> owning node, for the stored ones among ``session_ids``."""
@@ -151,6 +155,11 @@ class PostgresSessionStore:
             session_ids,
         )
         return {r["session_id"]: r["owner"] for r in rows}
+
+    async def fork_owners_of(self, fork_ids: list[int]) -> dict[int, str]:
+        """fork id -> holding node, for the stored ones among ``fork_ids``."""
+        rows = await self.fetch(sql.SELECT_FORK_OWNERS_OF, fork_ids)
+        return {int(r[0]): str(r[1]) for r in rows}
 
     @property
     def connected(self) -> bool:
@@ -242,13 +251,17 @@ class PostgresSessionStore:
                 row = await con.fetchrow(sql.CLAIM_SESSION, session_id, self.node_id)
                 if row is None or row["previous_owner"] == self.node_id:
                     return None
+                fork_rows = await con.fetch(
+                    sql.CLAIM_FORKS, session_id, self.node_id, row["previous_owner"]
+                )
                 await self.notify(con, [(session_id, row["previous_owner"])])
         except DB_ERRORS as err:
             self._failed(err)
             raise StoreError(f"cannot take over session {session_id!r}: {err}") from err
         self.last_error = ""
         sessions = decode_sessions([tuple(row)[:6]])
-        return Claimed(sessions[0], row["previous_owner"]) if sessions else None
+        forks = tuple(f for f in (decode_fork(*r) for r in fork_rows) if f is not None)
+        return Claimed(sessions[0], row["previous_owner"], forks) if sessions else None
 
     async def take_fork_id(self) -> int:
         """A fork id no daemon on this database was or will be given (atomic on the
@@ -351,7 +364,7 @@ class PostgresSessionStore:
                 raise ForkIdTaken(f"fork id {f.fork_id} is held by another node")
         ended = [fid for fid, f in forks.items() if f is None]
         if ended:
-            await con.execute(sql.DELETE_FORKS, ended)
+            await con.execute(sql.DELETE_FORKS, ended, node)
         if next_fork_id is not None:
             await con.execute(sql.BUMP_FORK_IDS, next_fork_id)
         if outbox_add:

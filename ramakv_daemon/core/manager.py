@@ -287,21 +287,31 @@ class SessionManager:
             change.notes["open_forks"] = open_forks
         return change
 
-    def adopt(self, session: Session) -> Change:
-        """Take in a session another node owned (its row as that node committed it): its
-        map is referenced here from now on, as a suspended one is parked.
+    def adopt(self, session: Session, forks: Iterable[Fork] = ()) -> Change:
+        """Take in a session another node owned (its row as that node committed it) and its
+        open forks, moved with it: the map is referenced here from now on (a suspended one
+        is parked), and each fork's hold too.
 
         Raises:
-            IllegalTransition: the session is already here (nothing changed).
+            IllegalTransition: the session or one of the forks is already here (nothing
+                changed).
         """
+        moved = tuple(forks)
         if session.session_id in self.sessions:
             raise IllegalTransition(f"session {session.session_id!r} is already on this node")
+        for fork in moved:
+            if fork.fork_id in self.forks:
+                raise IllegalTransition(f"fork id {fork.fork_id} is already open on this node")
         change = Change()
         self._put(change, session)
         if session.suspended:
             self._park(change, session.unique_hashes(), +1)
         else:
             self._reference(change, session.unique_hashes())
+        for fork in moved:
+            self._put_fork(change, fork)
+            self._reference(change, fork.hashes)
+            self.fork_ids.seen(fork.fork_id)
         change.data = {"adopted": True, "chunk_count": len(session.unique_hashes())}
         return change
 

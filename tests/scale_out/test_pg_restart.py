@@ -75,7 +75,8 @@ def test_postgres_down_changes_503_reads_go_on_and_it_comes_back(
     wait_for(lambda: get(d.url + "/readyz")[0] == 200, "/readyz to pass again")
     metrics = get(d.url + "/metrics")[1]
     assert "ramakv_store_connected 1.0" in metrics
-    assert "ramakv_store_reconnects 0.0" not in metrics  # the LISTEN connection came back
+    assert "ramakv_store_reconnects_total 0.0" not in metrics  # the LISTEN connection came back
+    assert "ramakv_store_reconnects_total" in metrics
 
 
 async def test_a_postgres_crash_mid_load_loses_nothing_acknowledged(

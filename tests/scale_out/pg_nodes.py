@@ -1,0 +1,83 @@
+"""Helpers of the scale-out tests: two nodes on one database, each node's state checked
+against what it owns, its /metrics read, the database asked directly."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import urllib.request
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import asyncpg
+from prometheus_client.parser import text_string_to_metric_families
+from support.daemon_proc import DaemonProcess, trace_snapshot
+
+from ramakv_daemon.core.fork import Fork
+from ramakv_daemon.core.manager import recompute_refcounts
+from ramakv_daemon.core.session import Session
+
+HANG_GUARD_S = 120.0  # a generous overall limit on each wait (loaded 2-core CI)
+
+
+async def until(condition: Callable[[], Awaitable[bool]], what: str) -> None:
+    """Poll ``condition`` until it holds (fails after HANG_GUARD_S)."""
+    deadline = time.monotonic() + HANG_GUARD_S
+    while not await condition():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        await asyncio.sleep(0.02)  # polling a condition, not waiting for time
+
+
+def metrics_text(d: DaemonProcess) -> str:
+    with urllib.request.urlopen(d.url + "/metrics", timeout=10) as r:
+        return str(r.read().decode())
+
+
+def metric_types(d: DaemonProcess) -> dict[str, str]:
+    """Metric family name -> its type (counter, gauge, ...), as /metrics declares them."""
+    return {f.name: f.type for f in text_string_to_metric_families(metrics_text(d))}
+
+
+def metric(d: DaemonProcess, name: str) -> float:
+    """One unlabelled sample of the node's /metrics, by its full name."""
+    for family in text_string_to_metric_families(metrics_text(d)):
+        for sample in family.samples:
+            if sample.name == name and not sample.labels:
+                return float(sample.value)
+    raise AssertionError(f"no metric {name} in /metrics")
+
+
+async def held(d: DaemonProcess) -> tuple[list[Session], list[Fork], dict[str, int]]:
+    """The node's sessions (open ones), open forks and refcounts, from its trace snapshot."""
+    snap = await trace_snapshot(d.url)
+    sessions = [
+        Session(sid, tuple(s["chunk_hashes"]), suspended=s["state"] == "suspended")
+        for sid, s in snap["sessions"].items()
+        if s["state"] != "closed"
+    ]
+    forks = [
+        Fork(int(f["fork_id"]), f["session_id"], tuple(f["chunk_hashes"]), 0.0)
+        for f in snap["forks"].values()
+    ]
+    return sessions, forks, dict(snap["refcounts"])
+
+
+async def check_refcounts_match_owned(d: DaemonProcess) -> tuple[list[Session], list[Fork]]:
+    """The node's refcounts equal those recomputed from the sessions and forks it holds,
+    and its totals (/metrics) too: a reference a released session left behind, on a chunk
+    nothing held here lists, shows there."""
+    sessions, forks, refcounts = await held(d)
+    expected = recompute_refcounts(sessions, forks)
+    assert refcounts == expected
+    assert metric(d, "ramakv_chunk_references") == sum(expected.values())
+    assert metric(d, "ramakv_chunks_referenced") == len(expected)
+    return sessions, forks
+
+
+async def sql(url: str, query: str, *args: Any) -> list[Any]:
+    """One statement on the shared database, as an operator's psql would run it."""
+    con = await asyncpg.connect(url)
+    try:
+        return list(await con.fetch(query, *args))
+    finally:
+        await con.close()
