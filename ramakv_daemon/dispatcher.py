@@ -482,7 +482,10 @@ class BackendDispatcher:
         answered_at = time.monotonic()
         deferred = bool(result.ok and result.body and "deferred" in result.body)
         expires = bool(deferred and result.body and result.body.get("expires") is True)
-        window.answered(sent, result.ok, deferred, answered_at, expires)
+        # A 4xx or a 503 (no engine there) says nothing was done; a 500 may be partial
+        # (some workers acted), a timeout may still be acted on.
+        refused = not result.ok and (400 <= result.status < 500 or result.status == 503)
+        window.answered(sent, result.ok, deferred, answered_at, expires, refused)
         op = f"evict_{mode.value}"
         # A call that failed before its body went out (connect refused) sent nothing.
         count = len(sent) or len(hashes)

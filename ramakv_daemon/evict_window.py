@@ -142,11 +142,18 @@ class EvictWindow:
                     self._lost([h])  # committed without the cache's word or a deadline
 
     def answered(
-        self, hashes: list[str], ok: bool, deferred: bool, at: float, expires: bool = False
+        self,
+        hashes: list[str],
+        ok: bool,
+        deferred: bool,
+        at: float,
+        expires: bool = False,
+        refused: bool = False,
     ) -> None:
         """Its answer came: a deferring cache acts at the defer's end, an inline one has
         acted; a failed call may still be acted on later (until its deadline, by a cache
-        that honours deadlines)."""
+        that honours deadlines) unless it was ``refused`` (an answer saying it did
+        nothing: a 4xx, a 503)."""
         if ok and self.defer_s > 0:
             self.defers = deferred
             if deferred:
@@ -157,6 +164,9 @@ class EvictWindow:
             if w is None:
                 continue
             w.answered = True
+            if refused:
+                del self.open[h]
+                continue
             if not ok:
                 w.until = at + max(self.defer_s, FAILED_HORIZON_S)
             elif deferred:
