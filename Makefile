@@ -57,6 +57,7 @@ postgres:
 test: $(VENV)/.engine postgres
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/mypy
 	PYTHON=$(PY) bash tests/test_integration.sh
 	@$(MAKE) --no-print-directory ts-test
 	$(PY) -m pytest -q
@@ -66,9 +67,11 @@ ts-test:
 	  PYTHON=$(abspath $(PY)) bash clients/typescript/run-tests.sh; \
 	else echo "SKIP: TypeScript client tests (node not found)"; fi
 
+# mypy takes its packages and its strict modules from pyproject's [tool.mypy].
 lint: $(VENV)/.test
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/mypy
 
 $(VENV)/.bench: $(VENV)/.engine
 	$(PIP) install -q -e ".[test,lmcache,engine,postgres,bench]"
@@ -87,4 +90,4 @@ demo: $(VENV)/.engine
 	$(PY) -m ascend_ext.demo
 
 clean:
-	rm -rf $(VENV) .pytest_cache .hypothesis .ramakv-daemon.log
+	rm -rf $(VENV) .pytest_cache .hypothesis .mypy_cache .ramakv-daemon.log

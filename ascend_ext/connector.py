@@ -9,6 +9,7 @@ from typing import Any
 
 from ascend_ext import hash_metrics as metrics
 from ascend_ext.hashing import to_hex
+from ascend_ext.patch_mark import is_patched, mark_patched
 
 log = logging.getLogger("ascend_ext.connector")
 
@@ -94,7 +95,7 @@ def token_database_of(impl: Any) -> Any:
 
 def wrap_request_finished(orig: RequestFinished) -> RequestFinished:
     """Wrap a connector impl's request_finished so its result carries chunk_hashes."""
-    if getattr(orig, "__ramakv_wrapped__", False):
+    if is_patched(orig):
         return orig
 
     @functools.wraps(orig)
@@ -105,7 +106,7 @@ def wrap_request_finished(orig: RequestFinished) -> RequestFinished:
         params = add_chunk_hashes(client, token_database_of(self), request, params)
         return delay_free, params
 
-    request_finished.__ramakv_wrapped__ = True  # type: ignore[attr-defined]
+    mark_patched(request_finished)
     return request_finished
 
 

@@ -25,6 +25,14 @@ class WorkerAnswer:
     error: str = ""
 
 
+@dataclass(frozen=True, slots=True)
+class GoodAnswer:
+    """A worker's successful reply: its JSON object."""
+
+    url: str
+    body: dict
+
+
 def worker_urls_from(host: str, port_start: int, count: int) -> list[str]:
     """Workers listen on port_start + 1 + worker_id; ``RAMAKV_WORKER_URLS`` overrides."""
     env = os.environ.get(ENV_WORKER_URLS, "").strip()
@@ -62,7 +70,7 @@ async def _one(client: httpx.AsyncClient, url: str, path: str, payload: dict) ->
 
 def merge(kind: str, answers: Sequence[WorkerAnswer], request: dict) -> tuple[int, dict]:
     """Merge worker answers into (HTTP status, body); any failed worker makes it a 500."""
-    good = [a for a in answers if a.ok and a.body is not None]
+    good = [GoodAnswer(a.url, a.body) for a in answers if a.ok and a.body is not None]
     if kind == "prefetch":
         merged: dict = {
             "status": "prefetch_started",

@@ -10,6 +10,7 @@ import threading
 from typing import Any
 
 from ascend_ext import hashing, lmcache_fixes
+from ascend_ext.patch_mark import is_patched, mark_patched
 
 log = logging.getLogger("ascend_ext.install")
 
@@ -66,7 +67,7 @@ def register_blake3() -> bool:
     from lmcache.v1 import token_database as tdb
 
     base = tdb.TokenDatabase
-    if getattr(base._get_vllm_hash_func, "__ramakv_wrapped__", False):
+    if is_patched(base._get_vllm_hash_func):
         return True
     orig_get = base._get_vllm_hash_func
 
@@ -78,7 +79,7 @@ def register_blake3() -> bool:
             return hashing.lmcache_hash_func
         return orig_get(self, hash_algorithm)
 
-    _get_vllm_hash_func.__ramakv_wrapped__ = True  # type: ignore[attr-defined]
+    mark_patched(_get_vllm_hash_func)
     base._get_vllm_hash_func = _get_vllm_hash_func
 
     chunked = tdb.ChunkedTokenDatabase
@@ -104,7 +105,7 @@ def patch_lookup_client_factory() -> bool:
     from ascend_ext.lookup_client import RamAKVAsyncLookupClient, unwrap_lookup_client
 
     orig = LookupClientFactory.create_lookup_client
-    if getattr(orig, "__ramakv_wrapped__", False):
+    if is_patched(orig):
         return True
 
     @functools.wraps(orig)
@@ -115,7 +116,7 @@ def patch_lookup_client_factory() -> bool:
             RamAKVAsyncLookupClient.from_existing(client, metadata)
         return client
 
-    create_lookup_client.__ramakv_wrapped__ = True  # type: ignore[attr-defined]
+    mark_patched(create_lookup_client)
     LookupClientFactory.create_lookup_client = staticmethod(create_lookup_client)
     return True
 
@@ -130,7 +131,7 @@ def patch_vllm_request_finished() -> bool:
 
     from ascend_ext.connector import wrap_request_finished
 
-    LMCacheConnectorV1Impl.request_finished = wrap_request_finished(  # type: ignore[method-assign]
+    LMCacheConnectorV1Impl.request_finished = wrap_request_finished(
         LMCacheConnectorV1Impl.request_finished
     )
     return True

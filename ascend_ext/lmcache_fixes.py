@@ -7,6 +7,8 @@ import logging
 from importlib import metadata
 from typing import Any
 
+from ascend_ext.patch_mark import is_patched, mark_patched
+
 log = logging.getLogger("ascend_ext.install")
 
 #: lmcache releases whose async-loading retrieve leaves its LOADING event registered, so the
@@ -38,7 +40,7 @@ def patch_cpu_kv_connector() -> bool:
     if torch_device_type in _LMCACHE_DEVICES:
         return False
     orig = gc.CreateGPUConnector
-    if getattr(orig, "__ramakv_wrapped__", False):
+    if is_patched(orig):
         return True
 
     @functools.wraps(orig)
@@ -64,7 +66,7 @@ def patch_cpu_kv_connector() -> bool:
         )
         return connector
 
-    create_gpu_connector.__ramakv_wrapped__ = True  # type: ignore[attr-defined]
+    mark_patched(create_gpu_connector)
     gc.CreateGPUConnector = create_gpu_connector
     return True
 
@@ -84,7 +86,7 @@ def patch_async_double_release() -> bool:
     from lmcache.v1.event_manager import EventStatus, EventType
 
     orig = LMCacheEngine._async_process_tokens_internal
-    if getattr(orig, "__ramakv_wrapped__", False):
+    if is_patched(orig):
         return True
 
     @functools.wraps(orig)
@@ -103,7 +105,7 @@ def patch_async_double_release() -> bool:
             events.pop_event(EventType.LOADING, req_id)
         return result
 
-    _async_process_tokens_internal.__ramakv_wrapped__ = True  # type: ignore[attr-defined]
+    mark_patched(_async_process_tokens_internal)
     LMCacheEngine._async_process_tokens_internal = _async_process_tokens_internal
     return True
 
@@ -132,7 +134,7 @@ def patch_async_disk_pin_leak() -> bool:
 
     orig_contains = LocalDiskBackend.batched_async_contains
     orig_get = LocalDiskBackend.batched_get_non_blocking
-    if getattr(orig_get, "__ramakv_wrapped__", False):
+    if is_patched(orig_get):
         return True
     pinned: OrderedDict[tuple[int, str], list[Any]] = OrderedDict()
     lock = threading.Lock()
@@ -174,8 +176,8 @@ def patch_async_disk_pin_leak() -> bool:
             elif held:
                 log.warning("ascend_ext: disk lock busy; %d lookup pins kept", len(held))
 
-    batched_async_contains.__ramakv_wrapped__ = True  # type: ignore[attr-defined]
-    batched_get_non_blocking.__ramakv_wrapped__ = True  # type: ignore[attr-defined]
+    mark_patched(batched_async_contains)
+    mark_patched(batched_get_non_blocking)
     LocalDiskBackend.batched_async_contains = batched_async_contains
     LocalDiskBackend.batched_get_non_blocking = batched_get_non_blocking
     return True
@@ -195,7 +197,7 @@ def patch_disk_remove_size() -> bool:
     from lmcache.v1.storage_backend.local_disk_backend import LocalDiskBackend
 
     orig = LocalDiskBackend.remove
-    if getattr(orig, "__ramakv_wrapped__", False):
+    if is_patched(orig):
         return True
 
     @functools.wraps(orig)
@@ -208,6 +210,6 @@ def patch_disk_remove_size() -> bool:
                 self.current_cache_size = max(0.0, self.current_cache_size - meta.size)
         return removed
 
-    remove.__ramakv_wrapped__ = True  # type: ignore[attr-defined]
+    mark_patched(remove)
     LocalDiskBackend.remove = remove
     return True

@@ -94,7 +94,7 @@ class RamAKVAsyncLookupClient(LMCacheAsyncLookupClient):
         hashes: list[int] = []
         offsets: list[int] = []
         for start, end, hash_val in self.token_database.process_tokens(token_ids, make_key=False):
-            hashes.append(hash_val)  # type: ignore[arg-type]
+            hashes.append(hash_val)
             offsets.append(end - start)
 
         self._hash_cache.put(lookup_id, [to_hex(h) for h in hashes])
@@ -142,8 +142,8 @@ class RamAKVAsyncLookupClient(LMCacheAsyncLookupClient):
             )
             return
         for s in self.push_sockets:
-            s.close(linger=0)  # type: ignore[arg-type]
-        self.pull_socket.close(linger=0)  # type: ignore[arg-type]
+            s.close(linger=0)
+        self.pull_socket.close(linger=0)
         if self.ctx is not getattr(zmq.Context, "_instance", None):
             self.ctx.term()
         with self.lock:
@@ -165,7 +165,7 @@ def _scheduler_socket_path(metadata: Any) -> str | None:
 
 def _poke(ctx: Any, path: str, msg: Any) -> None:
     """Send one message to an ipc PULL socket from a short-lived PUSH socket."""
-    sock = get_zmq_socket(ctx, path, "ipc", zmq.PUSH, "connect")  # type: ignore[attr-defined]
+    sock = get_zmq_socket(ctx, path, "ipc", zmq.PUSH, "connect")
     try:
         sock.send(msgspec.msgpack.encode(msg))
     finally:

@@ -104,6 +104,7 @@ async def _handle(kind: str, request: Request) -> JSONResponse:
         return await _forward(kind, target, body)
     try:
         if kind == "prefetch":
+            assert lookup_id is not None  # parsed, or made up, for every prefetch
             target.prefetch(hashes, lookup_id)
             return JSONResponse(
                 {"status": "prefetch_started", "lookup_id": lookup_id, "num_chunks": len(hashes)}
@@ -197,12 +198,12 @@ def install() -> None:
     original_build = api_server._build_app
     original_init = api_server.InternalAPIServer.__init__
 
-    def build_app():  # type: ignore[no-untyped-def]
+    def build_app() -> Any:  # lmcache's FastAPI app (lmcache is untyped)
         app = original_build()
         app.include_router(router)
         return app
 
-    def init(self, lmcache_manager):  # type: ignore[no-untyped-def]
+    def init(self: Any, lmcache_manager: Any) -> None:
         original_init(self, lmcache_manager)
         if not getattr(self, "enable", False):
             return

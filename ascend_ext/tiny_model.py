@@ -11,6 +11,10 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # tokenizers comes with the engine extra, imported when a model is built
+    from tokenizers import Tokenizer
 
 VOCAB_SIZE = 2048
 SPECIAL = ["<unk>", "<s>", "</s>"]
@@ -35,7 +39,7 @@ Numbers like 0 1 2 3 4 5 6 7 8 9 10 42 100 256 1024 4096 appear in configs and l
 """
 
 
-def _train_tokenizer() -> object:
+def _train_tokenizer() -> Tokenizer:
     """A byte-level BPE trained on _CORPUS (deterministic: same input, same merges)."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
@@ -82,8 +86,8 @@ def build(model_dir: str | Path, max_len: int = 4096) -> Path:
         return path
     path.mkdir(parents=True, exist_ok=True)
     tok = _train_tokenizer()
-    tok.save(str(path / "tokenizer.json"))  # type: ignore[attr-defined]
-    vocab = tok.get_vocab_size()  # type: ignore[attr-defined]
+    tok.save(str(path / "tokenizer.json"))
+    vocab = tok.get_vocab_size()
     (path / "tokenizer_config.json").write_text(
         json.dumps(
             {

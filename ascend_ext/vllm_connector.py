@@ -31,5 +31,5 @@ except ImportError:  # pragma: no cover - not installable here
     pass
 else:
 
-    class RamAKVAscendConnectorV1(LMCacheAscendConnectorV1Dynamic):  # type: ignore[misc,valid-type]
+    class RamAKVAscendConnectorV1(LMCacheAscendConnectorV1Dynamic):
         """LMCache-Ascend's connector with ascend_ext installed."""

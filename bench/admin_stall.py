@@ -14,10 +14,10 @@ from typing import Any
 
 from ramakv_daemon.adapters.backends.noop import NoopBackend
 from ramakv_daemon.adapters.sqlite_store import SqliteSessionStore
+from ramakv_daemon.bootstrap import build
 from ramakv_daemon.config import Config
 from ramakv_daemon.core.session import Session
 from ramakv_daemon.handlers.list_sessions import list_sessions
-from ramakv_daemon.service import EventService
 
 
 async def _max_stall(work: Any) -> tuple[float, float]:
@@ -46,14 +46,14 @@ async def _max_stall(work: Any) -> tuple[float, float]:
 async def measure(sessions: int = 20000, refs: int = 100) -> dict[str, Any]:
     with tempfile.TemporaryDirectory() as tmp:
         path = str(Path(tmp) / "s.db")
-        svc = EventService(
+        svc = build(
             Config(session_store_path=path, noop_backend=True),
             SqliteSessionStore(path),
             NoopBackend(),
         )
         await svc.start()
         shared = [f"{i:016x}" for i in range(refs // 2)]
-        svc.manager.load(
+        svc.default.manager.load(
             [
                 Session(
                     f"s{i}", tuple(shared + [f"{i:08x}{k:08x}" for k in range(refs - len(shared))])
@@ -64,18 +64,20 @@ async def measure(sessions: int = 20000, refs: int = 100) -> dict[str, Any]:
         target = [shared[0]]
 
         async def chunk_info_one_piece() -> None:  # what chunk_info did: holders_of at once
-            svc.manager.holders_of(target)
+            svc.default.manager.holders_of(target)
 
         async def chunk_info_sliced() -> None:
-            status, body = await svc.handle({"type": "chunk_info", "chunk_hashes": target})
+            status, body = await svc.service.handle({"type": "chunk_info", "chunk_hashes": target})
             assert status == 200 and len(body["data"]["chunks"][target[0]]["holders"]) == sessions
 
         async def list_sessions_one_piece() -> None:  # the same work, no yield in between
-            for _ in list_sessions(svc.ctx, {"offset": sessions - 1000}, 0.0):
+            for _ in list_sessions(svc.default.ctx, {"offset": sessions - 1000}, 0.0):
                 pass
 
         async def list_sessions_sliced() -> None:
-            status, body = await svc.handle({"type": "list_sessions", "offset": sessions - 1000})
+            status, body = await svc.service.handle(
+                {"type": "list_sessions", "offset": sessions - 1000}
+            )
             assert status == 200 and len(body["data"]["sessions"]) == 1000
 
         out: dict[str, Any] = {"sessions": sessions, "references": sessions * refs}

@@ -15,8 +15,8 @@ import orjson
 from bench.throughput import turn_end_body
 from ramakv_daemon.adapters.backends.noop import NoopBackend
 from ramakv_daemon.adapters.sqlite_store import SqliteSessionStore
+from ramakv_daemon.bootstrap import build
 from ramakv_daemon.config import Config
-from ramakv_daemon.service import EventService
 
 CONCURRENCY = 32
 
@@ -25,7 +25,7 @@ async def _cpu_per_event(events: int, with_ids: bool) -> float:
     """Process CPU per turn_end (µs) after a warm-up, for one fresh service."""
     with tempfile.TemporaryDirectory(prefix="ramakv-guard-") as tmp:
         cfg = Config(session_store_path=f"{tmp}/s.db", noop_backend=True)
-        svc = EventService(cfg, SqliteSessionStore(cfg.session_store_path), NoopBackend())
+        svc = build(cfg, SqliteSessionStore(cfg.session_store_path), NoopBackend())
         await svc.start()
         payloads = []
         for k in range(events // CONCURRENCY):
@@ -38,7 +38,9 @@ async def _cpu_per_event(events: int, with_ids: bool) -> float:
 
         async def run(part: list[dict]) -> None:
             for i in range(0, len(part), CONCURRENCY):
-                await asyncio.gather(*(svc.handle(dict(p)) for p in part[i : i + CONCURRENCY]))
+                await asyncio.gather(
+                    *(svc.service.handle(dict(p)) for p in part[i : i + CONCURRENCY])
+                )
 
         await run(payloads[:warm])
         t0 = time.process_time()

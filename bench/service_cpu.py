@@ -15,8 +15,8 @@ import orjson
 from bench.throughput import turn_end_body
 from ramakv_daemon.adapters.backends.noop import NoopBackend
 from ramakv_daemon.adapters.sqlite_store import SqliteSessionStore
+from ramakv_daemon.bootstrap import build
 from ramakv_daemon.config import Config
-from ramakv_daemon.service import EventService
 
 CONCURRENCY = 32  # events in flight at once, as the throughput benchmark's connections
 
@@ -27,7 +27,7 @@ async def measure(events: int = 20000, profile: bool = False) -> dict:
     warm = 100 * CONCURRENCY
     with tempfile.TemporaryDirectory(prefix="ramakv-cpu-") as tmp:
         cfg = Config(session_store_path=f"{tmp}/s.db", noop_backend=True)
-        svc = EventService(
+        svc = build(
             cfg,
             SqliteSessionStore(cfg.session_store_path, cfg.sqlite_synchronous),
             NoopBackend(),
@@ -40,7 +40,7 @@ async def measure(events: int = 20000, profile: bool = False) -> dict:
         ]
 
         async def burst(part: list[bytes]) -> None:
-            await asyncio.gather(*(svc.handle(orjson.loads(b)) for b in part))
+            await asyncio.gather(*(svc.service.handle(orjson.loads(b)) for b in part))
 
         for i in range(0, warm, CONCURRENCY):
             await burst(bodies[i : i + CONCURRENCY])

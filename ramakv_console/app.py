@@ -14,6 +14,7 @@ from textual.app import App, SystemCommand
 from textual.binding import Binding
 from textual.reactive import reactive
 from textual.screen import Screen
+from textual.widgets import Select
 
 from ramakv_console import config_io
 from ramakv_console.daemon_link import DaemonLink, LinkDown, open_link, token_for
@@ -209,7 +210,7 @@ class ConsoleApp(App[None]):
         await self.switch_mode("fire")
         screen = self.screen
         if isinstance(screen, FireEventScreen):
-            form_type = screen.query_one("#event-type").value  # type: ignore[attr-defined]
+            form_type = screen.query_one("#event-type", Select).value
             kind = form_type if isinstance(form_type, str) else "turn_end"
             await screen.choose(kind, session_id=session_id)
             screen.focus_first_field()

@@ -5,12 +5,15 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any, Protocol
 
 from ramakv_daemon.core.change import Change
+from ramakv_daemon.core.fork import Fork, ForkIds
 from ramakv_daemon.core.manager import SessionManager
-from ramakv_daemon.ports import EvictMode, SessionStore, StoreError
+from ramakv_daemon.core.session import Session
+from ramakv_daemon.ports import AnswerRowIn, EvictMode, SessionStore, StoreError
 
 log = logging.getLogger("ramakv.store")
 
@@ -20,6 +23,28 @@ PRUNE_EVERY_COMMITS = 1000
 # resolves that wait at the evict's deadline at the latest (evict_defer_s + 1.5 s; see
 # ramakv_daemon/evict_window.py), so this is never reached unless that timer is lost.
 KEEP_WAIT_S = 90.0
+# How long a commit waits for work that completes its reply (a turn_end's debug file):
+# the answer stored with the change is then the reply sent. Past it the commit goes
+# ahead and the reply says what was done by then.
+READY_WAIT_S = 1.0
+
+
+class Ticket(Protocol):
+    """The submitter's side of one queued change, told what became of it.
+
+    The committer calls, in this order for each committed change: :meth:`answer` as the
+    transaction is built (the event_id answer to store with it, from the final reply),
+    :meth:`evictions_durable` (when it has evictions) before any waiter resumes, then
+    :meth:`committed` in apply order; or :meth:`rolled_back` when the commit failed.
+    """
+
+    def answer(self) -> AnswerRowIn | None: ...
+
+    def evictions_durable(self, row: int) -> None: ...
+
+    def committed(self) -> None: ...
+
+    def rolled_back(self) -> None: ...
 
 
 @dataclass(slots=True)
@@ -27,12 +52,15 @@ class _Pending:
     """One queued write: an applied change (with its future) or an outbox clean-up."""
 
     change: Change | None
-    sessions: dict
-    forks: dict
+    manager: SessionManager | None
+    sessions: dict[str, Session | None]
+    forks: dict[int, Fork | None]
     done_rows: list[int]
-    event_id: tuple[str, str, float, str] | None  # (id, answer JSON, ts, request digest)
+    answer: AnswerRowIn | None  # an answer queued alone
     future: asyncio.Future[None] | None
+    ticket: Ticket | None = None
     gate: asyncio.Future[None] | None = None
+    ready: asyncio.Future[Any] | None = None
 
 
 class GroupCommitter:
@@ -47,27 +75,21 @@ class GroupCommitter:
     def __init__(
         self,
         store: SessionStore,
-        managers: Mapping[str, SessionManager] | SessionManager,
+        fork_ids: ForkIds,
         on_commit: Callable[[float, int], None] | None = None,
         event_id_ttl_s: float = 3600.0,
-        on_evictions: Callable[[Change, int], None] | None = None,
-        on_committed: Callable[[Change], None] | None = None,
-        on_rolled_back: Callable[[Change], None] | None = None,
     ) -> None:
-        """``on_evictions(change, outbox_row)`` hands each committed change's evictions
-        to delivery before any waiter resumes: all of a row's entries are registered at
-        once, so delivering some cannot retire the row while others are still unseen."""
+        """``fork_ids``: the store-wide fork id counter (stored with every commit that
+        writes forks); ``on_commit(seconds, batch size)``: after each commit (metrics).
+
+        What each change's submitter does at its commit or rollback is its
+        :class:`Ticket`: every committed change's evictions are handed to delivery before
+        any waiter resumes (all of a row's entries are registered at once, so delivering
+        some cannot retire the row while others are still unseen), and the trace records
+        are published there, in apply order."""
         self.store = store
-        # namespace -> manager; the service's live dict, so namespaces added later are seen.
-        if isinstance(managers, SessionManager):
-            managers = {managers.namespace: managers}
-        self.managers: Mapping[str, SessionManager] = managers
+        self.fork_ids = fork_ids
         self.on_commit = on_commit
-        self.on_evictions = on_evictions
-        # Called for each committed change in apply order before any waiter resumes (the
-        # trace publishes there, so records come out in apply order).
-        self.on_committed = on_committed
-        self.on_rolled_back = on_rolled_back
         self.event_id_ttl_s = event_id_ttl_s
         self._pending: list[_Pending] = []
         self._wake = asyncio.Event()
@@ -86,26 +108,31 @@ class GroupCommitter:
     def submit(
         self,
         change: Change,
-        event_id: tuple[str, str, float, str] | None = None,
+        manager: SessionManager,
+        ticket: Ticket | None = None,
         gate: asyncio.Future[None] | None = None,
+        ready: asyncio.Future[Any] | None = None,
     ) -> asyncio.Future[None]:
-        """Queue ``change``'s sessions, evictions and answer; await the commit. The commit
-        first waits for ``gate``: the cache's answer to a keep, or its deadline."""
-        manager = self.managers[change.namespace]
+        """Queue ``change`` (applied by ``manager``): its sessions, forks, evictions and
+        its ticket's answer; await the commit. The commit first waits for ``gate``, the
+        cache's answer to a keep or its evict's deadline, and (at most
+        READY_WAIT_S) for ``ready``, what completes the reply."""
         live = manager.sessions
         sessions = {sid: live.get(sid) for sid in change.prev_sessions}
         forks = {fid: manager.forks.get(fid) for fid in change.prev_forks}
         fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self._pending.append(_Pending(change, sessions, forks, [], event_id, fut, gate))
+        self._pending.append(
+            _Pending(change, manager, sessions, forks, [], None, fut, ticket, gate, ready)
+        )
         self._last = fut
         self._wake.set()
         return fut
 
-    def submit_answer(self, answer: tuple[str, str, float, str]) -> asyncio.Future[None]:
-        """Queue an answer alone (an event that changed nothing, or a reply completed after
-        its change's commit); await the commit. A failure undoes nothing of its own."""
+    def submit_answer(self, answer: AnswerRowIn) -> asyncio.Future[None]:
+        """Queue an answer alone (an event that changed nothing); await the commit. A
+        failure undoes nothing of its own."""
         fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self._pending.append(_Pending(None, {}, {}, [], answer, fut))
+        self._pending.append(_Pending(None, None, {}, {}, [], answer, fut))
         self._last = fut
         self._wake.set()
         return fut
@@ -151,7 +178,7 @@ class GroupCommitter:
     def forget_rows(self, row_ids: list[int]) -> None:
         """Queue the deletion of outbox rows none of whose entries waits; nobody waits."""
         if row_ids:
-            self._pending.append(_Pending(None, {}, {}, list(row_ids), None, None))
+            self._pending.append(_Pending(None, None, {}, {}, list(row_ids), None, None))
             self._wake.set()
 
     async def _run(self) -> None:
@@ -165,6 +192,9 @@ class GroupCommitter:
             batch, self._pending = self._pending, []
             self._inflight = batch
             try:
+                ready = [p.ready for p in batch if p.ready is not None and not p.ready.done()]
+                if ready:
+                    await asyncio.wait(ready, timeout=READY_WAIT_S)
                 gates = [p.gate for p in batch if p.gate is not None and not p.gate.done()]
                 if gates:
                     _, late = await asyncio.wait(gates, timeout=KEEP_WAIT_S)
@@ -175,11 +205,11 @@ class GroupCommitter:
                 self._inflight = []
 
     async def _commit(self, batch: list[_Pending]) -> None:
-        sessions: dict = {}
-        forks: dict = {}
+        sessions: dict[str, Session | None] = {}
+        forks: dict[int, Fork | None] = {}
         evictions: dict[str, list[tuple[str, EvictMode]]] = {}
         done: list[int] = []
-        answers = []
+        answers: list[AnswerRowIn] = []
         for p in batch:
             sessions.update(p.sessions)
             forks.update(p.forks)
@@ -190,8 +220,10 @@ class GroupCommitter:
                 # Plain pairs: orjson writes them without a call back per entry.
                 entries.extend((h, EvictMode.DELETE) for h in c.evict_delete)
                 entries.extend((h, EvictMode.DEMOTE) for h in c.evict_demote)
-            if p.event_id is not None:
-                answers.append(p.event_id)
+            # The answer is read now, as the transaction is built: the reply is final.
+            answer = p.answer if p.ticket is None else p.ticket.answer()
+            if answer is not None:
+                answers.append(answer)
         # One outbox row per namespace for the whole batch; the dispatcher deletes the row
         # once none of its entries waits any more.
         row_of: dict[str, int] = {}
@@ -204,29 +236,29 @@ class GroupCommitter:
         if answers and self._commits % PRUNE_EVERY_COMMITS == 0:
             prune = time.time() - self.event_id_ttl_s
         started = time.perf_counter()
-        extra = {}
-        if forks:
-            # Every manager shares one counter; a value above ids not yet committed is
-            # harmless (those are skipped), one below would let a restart reuse an id.
-            counter = next(iter(self.managers.values())).fork_ids.next_id
-            extra = {"forks": forks, "next_fork_id": counter}
         try:
-            await self.store.write(sessions, rows, done, answers, prune, **extra)
+            if forks:
+                # One counter for the whole store; a value above ids not yet committed is
+                # harmless (those are skipped), one below would let a restart reuse an id.
+                await self.store.write(
+                    sessions, rows, done, answers, prune, forks, self.fork_ids.next_id
+                )
+            else:
+                await self.store.write(sessions, rows, done, answers, prune)
         except Exception as err:  # noqa: BLE001 - any failure must undo, not kill the loop
             self._fail(batch, err)
             return
         self.last_error = None
         if self.on_commit is not None:
             self.on_commit(time.perf_counter() - started, len(batch))
-        if self.on_evictions is not None:
-            for p in batch:
-                c = p.change
-                if c is not None and (c.evict_delete or c.evict_demote):
-                    self.on_evictions(c, row_of[c.namespace])
-        if self.on_committed is not None:
-            for p in batch:
-                if p.change is not None:
-                    self.on_committed(p.change)
+        tickets = [p for p in batch if p.ticket is not None and p.change is not None]
+        for p in tickets:
+            c = p.change
+            if c is not None and p.ticket is not None and (c.evict_delete or c.evict_demote):
+                p.ticket.evictions_durable(row_of[c.namespace])
+        for p in tickets:
+            if p.ticket is not None:
+                p.ticket.committed()
         for p in batch:
             if p.future is not None and not p.future.done():
                 p.future.set_result(None)
@@ -235,12 +267,11 @@ class GroupCommitter:
         failed = batch + self._pending
         self._pending = []
         for p in reversed(failed):
-            if p.change is not None:
-                self.managers[p.change.namespace].undo(p.change)
-        if self.on_rolled_back is not None:
-            for p in failed:
-                if p.change is not None:
-                    self.on_rolled_back(p.change)
+            if p.change is not None and p.manager is not None:
+                p.manager.undo(p.change)
+        for p in failed:
+            if p.ticket is not None:
+                p.ticket.rolled_back()
         error = err if isinstance(err, StoreError) else StoreError(f"persistence failed: {err}")
         self.last_error = str(error)
         log.error("commit of %d writes failed, state rolled back: %s", len(failed), error)

@@ -2,14 +2,21 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import hashlib
 import json
+import logging
 import os
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 from urllib.parse import quote
+
+from ramakv_daemon.log_text import loggable
+
+log = logging.getLogger("ramakv")
 
 MAX_NAME_ID = 120
 
@@ -32,15 +39,17 @@ def debug_path(debug_dir: str, session_id: str, turn: int) -> Path:
     return Path(debug_dir) / f"kvcache_debug_{safe_id(session_id)}_{turn}.json"
 
 
-def wants_debug_file(debug_context: dict | None) -> bool:
+def wants_debug_file(debug_context: dict[str, Any] | None) -> bool:
     """True when the context carries messages or timing."""
-    return bool(debug_context) and (
-        "messages" in debug_context or "timing" in debug_context  # type: ignore[operator]
-    )
+    return debug_context is not None and ("messages" in debug_context or "timing" in debug_context)
 
 
 def write_debug_file(
-    debug_dir: str, session_id: str, turn: int, chunk_hashes: list[str], debug_context: dict
+    debug_dir: str,
+    session_id: str,
+    turn: int,
+    chunk_hashes: list[str],
+    debug_context: dict[str, Any],
 ) -> Path:
     """Write the file atomically (a private temp file + rename), mode 0600 in a 0700
     directory; returns its path. Raises OSError."""
@@ -85,3 +94,38 @@ def _private_dir(directory: Path) -> None:
     except FileExistsError:
         return
     os.chmod(directory, 0o700)  # the umask may have taken bits off, never added: set it
+
+
+class DebugWriter:
+    """Writes a turn's debug file off the event loop; its result is the reply's
+    ``debug_written``. A failure is logged and answered ``debug_written: false``, never an
+    error: the event itself succeeded."""
+
+    def __init__(self, debug_dir: str) -> None:
+        self.debug_dir = debug_dir
+
+    def start(
+        self, session_id: str, turn: int, chunk_hashes: list[str], context: object
+    ) -> asyncio.Future[bool] | None:
+        """Start the write (None when ``context`` asks for no file): the map and turn are
+        taken now, right after the apply."""
+        if not isinstance(context, dict) or not wants_debug_file(context):
+            return None
+        return asyncio.ensure_future(self._write(session_id, turn, chunk_hashes, context))
+
+    async def _write(
+        self, session_id: str, turn: int, chunk_hashes: list[str], context: dict[str, Any]
+    ) -> bool:
+        try:
+            path = await asyncio.to_thread(
+                write_debug_file, self.debug_dir, session_id, turn, chunk_hashes, context
+            )
+        except (OSError, ValueError, RecursionError) as err:  # ValueError: not UTF-8
+            log.warning(
+                "debug file write failed for session %s: %s",
+                loggable(session_id),
+                loggable(str(err), 500),
+            )
+            return False
+        log.info("ram-a-kv debug file written path=%s", path)
+        return True

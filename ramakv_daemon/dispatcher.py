@@ -7,10 +7,9 @@ import heapq
 import logging
 import time
 from collections import deque
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 
-from ramakv_daemon.committer import GroupCommitter
-from ramakv_daemon.core.manager import SessionManager
+from ramakv_daemon.delivery_state import DeliveryState
 from ramakv_daemon.evict_window import EvictWindow
 from ramakv_daemon.ports import Backend, BackendResult, EvictMode
 
@@ -42,8 +41,7 @@ class BackendDispatcher:
     def __init__(
         self,
         backend: Backend,
-        manager: SessionManager,
-        committer: GroupCommitter,
+        state: DeliveryState,
         on_result: Callable[[str, int, BackendResult], None] | None = None,
         on_failure: Callable[[str, int, BackendResult, int], None] | None = None,
         base_backoff_s: float = 0.5,
@@ -53,8 +51,8 @@ class BackendDispatcher:
     ) -> None:
         self.namespace = namespace  # one dispatcher per namespace, with its own backend
         self.backend = backend
-        self.manager = manager
-        self.committer = committer
+        # The namespace's live references and the commits in doubt (delivery_state).
+        self.state = state
         self.on_result = on_result
         self.on_failure = on_failure
         self.base_backoff_s = base_backoff_s
@@ -93,7 +91,7 @@ class BackendDispatcher:
         self._drop_logged = 0.0
 
     # ---- feeding ---------------------------------------------------------------------
-    def load(self, row_id: int, entries: list[tuple[str, str]]) -> None:
+    def load(self, row_id: int, entries: Sequence[tuple[str, str]]) -> None:
         """One stored outbox row left from a previous run (rows in commit order); its
         entries are delivered again if still unreferenced."""
         delete = [h for h, m in entries if m == EvictMode.DELETE.value]
@@ -118,7 +116,7 @@ class BackendDispatcher:
 
     def _flush_rows(self) -> None:
         if self._rows_done:
-            self.committer.forget_rows(self._rows_done)
+            self.state.forget_rows(self._rows_done)
             self._rows_done = []
 
     def evictions_committed(self, delete: list[str], demote: list[str], row: int = 0) -> None:
@@ -264,7 +262,7 @@ class BackendDispatcher:
         open_ = self.window.open
         if not open_:
             return None
-        refs = self.manager.refcounts.counts
+        refs = self.state.references()
         if len(prev_counts) <= len(open_):
             hits = [h for h, n in prev_counts.items() if n == 0 and h in open_ and h in refs]
         else:
@@ -291,7 +289,7 @@ class BackendDispatcher:
         """The change that got these chunks kept was rolled back: those unreferenced now
         were kept in the cache for nothing, so evict them again (best effort: no stored
         row; a crash before it leaves them to the cache's own LRU)."""
-        refs, parked = self.manager.refcounts.counts, self.manager.parked
+        refs, parked = self.state.references(), self.state.parked()
         free = [h for h in kept if h not in refs]
         if free:
             self.evictions_committed(
@@ -424,10 +422,10 @@ class BackendDispatcher:
         """
         outbox = self.outbox
         part = [h for h in batch if (e := outbox.get(h)) is not None and e[0] is mode]
-        refs = self.manager.refcounts.counts
+        refs = self.state.references()
         # Only a committed release is deliverable: a chunk an uncommitted change moved may
         # end up referenced (that change commits) or back where it was (it is rolled back).
-        doubt = self.committer.touched(self.manager.namespace, part)
+        doubt = self.state.in_doubt(part)
         again = [h for h in part if h in refs and h not in doubt]
         if again:
             repeat = self._repeat

@@ -272,7 +272,10 @@ class EvictWindow:
         elif ok and expires is not None:
             self.expires = expires
         too_late = set(late)
-        saved, missed, lost, retry = [], [], [], []
+        saved: list[str] = []
+        missed: list[str] = []
+        lost: list[str] = []
+        retry: list[str] = []
         answered: list[asyncio.Future[None]] = []
         waiting: set[asyncio.Future[None]] = set()
         for h in hashes:

@@ -5,18 +5,17 @@ from __future__ import annotations
 
 import asyncio
 import json
-import logging
 import time
 from collections import OrderedDict
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
 import orjson
 from blake3 import blake3
 
+from ramakv_daemon.log_text import utf8
 from ramakv_daemon.ports import StoreError
-
-log = logging.getLogger("ramakv")
 
 
 class TooDeep(ValueError):
@@ -64,7 +63,7 @@ class Remembered:
 @dataclass(slots=True)
 class AnswerSlot:
     """One idempotent event in progress: its id, its request's digest, and the answer text
-    committed with its change (None while nothing was)."""
+    committed with its change (None while nothing was: then it is committed alone)."""
 
     event_id: str
     digest: str
@@ -100,27 +99,72 @@ class AnswerWriter(Protocol):
     def submit_answer(self, answer: tuple[str, str, float, str]) -> asyncio.Future[None]: ...
 
 
-async def keep_final(
-    committer: AnswerWriter, slot: AnswerSlot, body: dict[str, Any]
-) -> tuple[int, dict[str, Any]]:
-    """Make the reply about to be sent the durable answer to its event_id; returns the
-    (status, body) to send.
+Reply = tuple[int, dict[str, Any]]
+Run = Callable[[dict[str, Any], AnswerSlot | None], Awaitable[Reply]]
 
-    Usually it went into the change's own commit. It did not when the event changed
-    nothing (closing an unknown session, a read): then it is committed now, so a retry
-    after a restart gets it rather than applying again. And the debug file, written after
-    the commit, may have changed it (``debug_written``): then it is stored again.
+
+class EventIds:
+    """The event_id protocol: a retry gets the first answer back, an id reused for another
+    request is refused, and the answer of an applied event is durable before it is sent.
+
+    The answer is always the final reply: the pipeline stores it with the event's change
+    (read as the commit is written, after everything that completes the reply); an event
+    that changed nothing has it stored alone here, last, so a retry after a restart gets
+    it rather than applying again.
     """
-    final = json.dumps(body)
-    if slot.stored == final:
-        return 200, body
-    try:
-        await committer.submit_answer((slot.event_id, final, time.time(), slot.digest))
-    except StoreError as err:
-        if slot.stored is None:  # nothing changed and nothing is kept: a retry applies
+
+    def __init__(self, answers: AnswerCache, writer: AnswerWriter, run: Run) -> None:
+        self.answers = answers
+        self.writer = writer
+        self.run = run
+
+    async def handle(self, payload: dict[str, Any]) -> Reply:
+        """An event with an ``event_id``: the first answer, or apply it and keep its answer."""
+        event_id = payload["event_id"]
+        if not isinstance(event_id, str) or not 0 < len(event_id) <= 200 or not utf8(event_id):
+            return 200, {
+                "ok": False,
+                "type": payload.get("type"),
+                "error": "event_id must be a non-empty string of at most 200 characters "
+                "(valid Unicode)",
+            }
+        try:
+            digest = request_digest(payload)
+        except TooDeep as err:
+            return 200, {"ok": False, "type": payload.get("type"), "error": str(err)}
+        known = self.answers.get(event_id)
+        if known is not None:
+            if not known.matches(digest):
+                return 200, reused(event_id, payload.get("type"))
+            return 200, known.body
+        inflight = self.answers.inflight.get(event_id)
+        if inflight is not None:
+            if inflight[0] != digest:
+                return 200, reused(event_id, payload.get("type"))
+            return await asyncio.shield(inflight[1])
+        fut: asyncio.Future[Reply] = asyncio.get_running_loop().create_future()
+        self.answers.inflight[event_id] = (digest, fut)
+        try:
+            slot = AnswerSlot(event_id, digest)
+            status, body = await self.run(payload, slot)
+            if status == 200 and body.get("ok") and slot.stored is None:
+                status, body = await self._keep_alone(slot, body)
+            if status == 200:
+                self.answers.remember(event_id, body, digest)
+            fut.set_result((status, body))
+            return status, body
+        finally:
+            self.answers.inflight.pop(event_id, None)
+            if not fut.done():
+                fut.cancel()
+
+    async def _keep_alone(self, slot: AnswerSlot, body: dict[str, Any]) -> Reply:
+        """The answer of an event that changed nothing (closing an unknown session, a
+        read), committed alone; when that fails nothing is kept and a retry applies."""
+        try:
+            await self.writer.submit_answer(
+                (slot.event_id, json.dumps(body), time.time(), slot.digest)
+            )
+        except StoreError as err:
             return 503, {"ok": False, "type": body.get("type"), "error": str(err)}
-        log.warning(
-            "event %r: the stored answer keeps debug_written=false: %s", slot.event_id[:200], err
-        )
-        return 200, json.loads(slot.stored)
-    return 200, body
+        return 200, body

@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 from ramakv_daemon.adapters.backends.noop import NoopBackend
@@ -15,6 +16,7 @@ from ramakv_daemon.core.errors import IllegalTransition, InvalidEvent
 from ramakv_daemon.core.events import Limits
 from ramakv_daemon.core.fork import ForkIds
 from ramakv_daemon.core.manager import SessionManager
+from ramakv_daemon.delivery_state import NamespaceState
 from ramakv_daemon.deployments import DEFAULT_NAMESPACE, Deployment, default_namespace
 from ramakv_daemon.dispatcher import BackendDispatcher
 from ramakv_daemon.handlers import HandlerContext, Registry
@@ -82,20 +84,24 @@ class Namespaces:
         config: Config,
         registry: Registry,
         limits: Limits,
-        committer_of: Callable[[], GroupCommitter],
+        committer: GroupCommitter,
+        fork_ids: ForkIds,
         default_backend: Backend,
         backend_factory: BackendFactory,
         on_result: Callable[..., None] | None,
         on_failure: Callable[..., None] | None,
         on_window: Callable[[str, str, list[str], float], None] | None = None,
     ) -> None:
-        """``on_window(namespace, outcome, hashes, seconds)``: the eviction window's
-        reports (see :class:`ramakv_daemon.evict_window.EvictWindow`)."""
+        """``committer``: every namespace's changes commit through it, and their
+        dispatchers ask it what is still in doubt; ``fork_ids``: the store-wide fork id
+        counter (the committer stores it); ``on_window(namespace, outcome, hashes,
+        seconds)``: the eviction window's reports (see
+        :class:`ramakv_daemon.evict_window.EvictWindow`)."""
         self.on_window = on_window
         self.config = config
         self.registry = registry
         self.limits = limits
-        self._committer_of = committer_of
+        self.committer = committer
         self.default_backend = default_backend
         self.backend_factory = backend_factory
         self.on_result = on_result
@@ -108,7 +114,7 @@ class Namespaces:
             self.aliases[d.key] = d.key
         self.by_key: dict[str, Namespace] = {}
         self.managers: dict[str, SessionManager] = {}
-        self.fork_ids = ForkIds()  # one counter for the whole store: fork ids are unique
+        self.fork_ids = fork_ids  # one counter for the whole store: fork ids are unique
 
     def __iter__(self) -> Iterator[Namespace]:
         return iter(self.by_key.values())
@@ -182,19 +188,12 @@ class Namespaces:
                 )
         dispatcher = BackendDispatcher(
             backend,
-            manager,
-            self._committer_of(),
+            NamespaceState(manager, self.committer),
             self.on_result,
             self.on_failure,
             namespace=key,
             defer_s=cfg.evict_defer_s,
-            on_window=None
-            if self.on_window is None
-            else (
-                lambda outcome, hashes, seconds, key=key: self.on_window(  # type: ignore[misc]
-                    key, outcome, hashes, seconds
-                )
-            ),
+            on_window=None if self.on_window is None else partial(self.on_window, key),
         )
         ns = Namespace(
             key,

@@ -14,23 +14,13 @@ from ramakv_daemon.ports import SessionStore, SharedSessionStore, StoreError
 
 log = logging.getLogger("ramakv.ownership")
 
-# Events that act on a session another node may own: they take it over first. Reads
-# (session_map, list_sessions) answer from this node's memory and never move a session.
-TAKING_EVENTS = frozenset(
-    {
-        "turn_start",
-        "turn_end",
-        "snapshot_restore",
-        "session_suspend",
-        "session_close",
-        "session_fork",
-    }
-)
 # The safety net's default period (config ownership_check_s): a release missed without the
 # LISTEN connection dropping (one that failed, a lost notification) waits at most this long.
 DEFAULT_CHECK_S = 30.0
 
-Handle = Callable[[dict[str, Any], str | None], Awaitable[tuple[int, dict[str, Any]]]]
+# The event pipeline's run(payload, None): a release is a session_close (or a fork_end)
+# without an event_id.
+Handle = Callable[[dict[str, Any], None], Awaitable[tuple[int, dict[str, Any]]]]
 
 
 class Ownership:
@@ -50,10 +40,10 @@ class Ownership:
     (or, rolled back, the next check looks again).
     """
 
-    def __init__(self, store: SessionStore, namespaces: Namespaces, handle: Handle) -> None:
+    def __init__(self, store: SessionStore, namespaces: Namespaces) -> None:
         self.store = store
         self.namespaces = namespaces
-        self.handle = handle
+        self.handle: Handle | None = None
         self._shared = store if isinstance(store, SharedSessionStore) else None
         self.shared = self._shared is not None
         self.check_s = namespaces.config.ownership_check_s
@@ -65,6 +55,11 @@ class Ownership:
         self._releasing: dict[str, asyncio.Future[None]] = {}
         self._due: set[str] = set()  # notified, not checked yet
         self._checker: asyncio.Task[None] | None = None
+
+    def serve(self, handle: Handle) -> None:
+        """Release sessions through ``handle`` (the event pipeline, which itself asks this
+        object before each event: hence a second step of the composition root)."""
+        self.handle = handle
         if self._shared is not None:
             self._shared.on_release(self._notified)
             self._shared.on_reconnect(self.reconcile, self.check_s)
@@ -75,10 +70,11 @@ class Ownership:
         assert self._shared is not None, "not a shared store"
         return self._shared
 
-    async def fork_id(self, type_: str) -> int | None:
-        """On a shared store, a session_fork's id from the store (unique across daemons);
-        None where this daemon's own counter is the only one (StoreError: nothing done)."""
-        if not self.shared or type_ != "session_fork":
+    async def fork_id(self, wanted: bool) -> int | None:
+        """On a shared store, the id of the fork an event opens (``wanted``: its spec's
+        store_fork_id) from the store (unique across daemons); None where this daemon's
+        own counter is the only one (StoreError: nothing done)."""
+        if not self.shared or not wanted:
             return None
         return await self.shared_store.take_fork_id()
 
@@ -86,12 +82,14 @@ class Ownership:
     def _in_memory(self, session_id: str) -> bool:
         return any(session_id in m.sessions for m in self.namespaces.managers.values())
 
-    async def before(self, type_: str, session_id: str | None) -> None:
-        """Take ``session_id`` over when another node owns it (StoreError: nothing done).
+    async def before(self, takes_over: bool, session_id: str | None) -> None:
+        """Take ``session_id`` over when another node owns it and the event acts on it
+        (``takes_over``: its spec says so; reads such as session_map answer from this
+        node's memory and never move a session). StoreError: nothing done.
 
         Returns without awaiting when the session is here and the LISTEN connection is up:
         the event then applies in the same step (a release's own close relies on it)."""
-        if not self.shared or not session_id or type_ not in TAKING_EVENTS:
+        if not self.shared or not session_id or not takes_over:
             return
         releasing = self._releasing.get(session_id)
         if self._in_memory(session_id):
@@ -152,10 +150,10 @@ class Ownership:
             except Exception as err:  # noqa: BLE001 - the periodic check tries again
                 log.warning("checking %d notified sessions failed: %s", len(due), err)
 
-    @staticmethod
-    def _in_doubt(ns: Namespace) -> set[str]:
+    def _in_doubt(self, ns: Namespace) -> set[str]:
         """Sessions of ``ns`` an applied change not yet committed (or rolled back) moved."""
-        return {sid for c in ns.dispatcher.committer.uncommitted(ns.key) for sid in c.prev_sessions}
+        pending = self.namespaces.committer.uncommitted(ns.key)
+        return {sid for c in pending for sid in c.prev_sessions}
 
     def _settled(self, only: set[str] | None) -> dict[str, Session]:
         """Sessions held here (those of ``only`` when given) with no change in doubt, as
@@ -206,6 +204,7 @@ class Ownership:
             # No await between the check above and the close's apply: handle() applies in
             # its first step (before() returns at once for a session held here).
             payload = {"type": "session_close", "session_id": session_id, "namespace": key}
+            assert self.handle is not None  # serve() ran at build
             status, body = await self.handle(payload, None)
             moved = await self._end_moved_forks(ns.key, session_id, forks) if forks else 0
         finally:
@@ -259,6 +258,7 @@ class Ownership:
             "fork_id": fork_id,
             "namespace": key,
         }
+        assert self.handle is not None  # serve() ran at build
         status, body = await self.handle(payload, None)
         if status == 200 and body.get("data", {}).get("fork_end"):
             return True

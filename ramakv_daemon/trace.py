@@ -91,7 +91,9 @@ class TraceHub:
         buffer_size: int = 10000,
         queue_size: int = 1000,
         buffer_bytes: int = 64 * 1024 * 1024,
+        on_drop: Callable[[], None] | None = None,
     ) -> None:
+        """``on_drop()``: a subscriber was dropped for falling behind (metrics)."""
         # seq restarts at 0 with the process; the epoch tells a client that its ?since=
         # belongs to an earlier run (then it gets a fresh snapshot, never a wrong replay).
         self.epoch = secrets.token_hex(8)
@@ -108,7 +110,7 @@ class TraceHub:
         self.ring_bytes = 0
         self.subscribers: set[Subscriber] = set()
         self.dropped_total = 0
-        self.on_drop: Callable[[], None] | None = None
+        self.on_drop = on_drop
 
     def publish(self, record: dict[str, Any]) -> int:
         """Number ``record``, keep it for replay and offer it to every subscriber."""

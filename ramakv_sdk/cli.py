@@ -333,11 +333,11 @@ async def run(args: argparse.Namespace, out: TextIO) -> int:
             data = await c.list_sessions(args.state, args.limit, args.offset)
             dump(data, out) if args.json else print_sessions(dict(data), out)
         elif cmd == "map":
-            data = await c.session_map(args.session_id)
+            chunk_map = await c.session_map(args.session_id)
             if args.json:
-                dump(data, out)
+                dump(chunk_map, out)
             else:
-                out.writelines(h + "\n" for h in data["chunk_hashes"])
+                out.writelines(h + "\n" for h in chunk_map["chunk_hashes"])
         elif cmd == "trace":
             return await follow(c, args, out)
         elif cmd == "health":

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from typing import Any
+from typing import Any, cast
 
 _STR_ONLY = frozenset({str})
 
@@ -23,7 +23,7 @@ def hash_list(hashes: Iterable[str | int]) -> list[str]:
         raise TypeError("chunk hashes must be a list of strings, not one string")
     out = list(hashes)
     if set(map(type, out)) <= _STR_ONLY:  # the usual case, checked in C: a copy is enough
-        return out
+        return cast(list[str], out)  # every item's type was just seen to be str
     return [hex_hash(h) for h in out]
 
 

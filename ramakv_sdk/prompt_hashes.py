@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Iterable, Mapping
-from typing import Any
+from typing import Any, TypeGuard
 
 import aiohttp
 
@@ -50,7 +50,7 @@ def is_streamed(body: bytes) -> bool:
     return isinstance(obj, dict) and obj.get("stream") is True
 
 
-def _ids(value: Any) -> bool:
+def _ids(value: Any) -> TypeGuard[list[int]]:
     return isinstance(value, list) and bool(value) and all(type(t) is int for t in value)
 
 

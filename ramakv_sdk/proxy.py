@@ -192,7 +192,7 @@ async def _relay(
                     params = None  # hashing the tokenised prompt gave the engine's hashes wrong
         else:
             params = from_json_body(b"".join(kept or ()), encoding)
-            if tokenized is not None and events.has_chunk_hashes(params):
+            if tokenized is not None and params is not None and events.has_chunk_hashes(params):
                 request.app[TOKENIZE_CHECK].compare(
                     await tokenized,
                     params,

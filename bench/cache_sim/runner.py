@@ -22,10 +22,10 @@ from bench.cache_sim.workload import (
     Event,
     Trace,
 )
+from ramakv_daemon.bootstrap import Daemon, build
 from ramakv_daemon.config import Config
 from ramakv_daemon.core.fork import Fork
 from ramakv_daemon.core.session import Session
-from ramakv_daemon.service import EventService
 
 # hints and daemon events go before the engine's lookup at the same instant
 _DAEMON, _LOOKUP, _STORE = 0, 1, 2
@@ -175,7 +175,7 @@ async def replay(
     ttfts: list[float] = []
     oracle = 0.0
     heap: list[tuple[float, int, int, str, Any]] = []
-    svc: EventService | None = None
+    svc: Daemon | None = None
     backend: SimBackend | None = None
     if policy.steered:
         backend = SimBackend(store, policy, clock, lead_s)
@@ -187,7 +187,7 @@ async def replay(
             ddr_budget_chunks=budget,
             budget_check_interval_s=0.0,
         )
-        svc = EventService(config, MemoryStore(), backend)
+        svc = build(config, MemoryStore(), backend)
         await svc.start()
     seq = len(trace.events)
 
@@ -233,13 +233,13 @@ async def replay(
                 finish(req)
             continue
         assert svc is not None
-        status, body = await svc.handle(_payload(kind, e))
+        status, body = await svc.service.handle(_payload(kind, e))
         res.daemon_events += 1
         if not body.get("ok"):
             res.daemon_errors += 1
             if res.daemon_errors <= 3:
                 logging.getLogger("cache_sim").warning("daemon refused %s: %s", kind, body)
-        await svc.dispatcher.drain()
+        await svc.default.dispatcher.drain()
     if svc is not None:
         await svc.stop()
     res.ttft_mean_ms = statistics.fmean(ttfts) * 1000 if ttfts else 0.0

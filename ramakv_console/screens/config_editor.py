@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 from rich.markup import escape
 from textual import work
@@ -17,6 +17,9 @@ from ramakv_console.messages import Config
 from ramakv_console.screens.confirm import ConfirmDialog
 from ramakv_console.widgets.config_form import ConfigForm
 from ramakv_console.widgets.key_bar import KeyBar
+
+if TYPE_CHECKING:
+    from ramakv_console.app import ConsoleApp
 
 
 class ConfigScreen(Screen[None]):
@@ -50,10 +53,8 @@ class ConfigScreen(Screen[None]):
     def on_mount(self) -> None:
         self.sub_title = "Config"
         if not self._given:  # the app knows --config and the SDK path
-            self.paths = {
-                "daemon": self.app.daemon_config_path,  # type: ignore[attr-defined]
-                "sdk": self.app.sdk_config_path,
-            }  # type: ignore[attr-defined]
+            app = cast("ConsoleApp", self.app)
+            self.paths = {"daemon": app.daemon_config_path, "sdk": app.sdk_config_path}
         self.action_reload()
 
     def action_reload(self) -> None:

@@ -9,6 +9,7 @@ from textual.binding import Binding
 from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.screen import ModalScreen
 from textual.widgets import Button, Label, Static
+from textual.widgets.button import ButtonVariant
 
 
 class ConfirmDialog(ModalScreen[str | None]):
@@ -17,7 +18,11 @@ class ConfirmDialog(ModalScreen[str | None]):
     BINDINGS = [Binding("escape", "dismiss_none", "Cancel")]
 
     def __init__(
-        self, title: str, lines: list[str], buttons: list[tuple[str, str, str]], **kwargs: Any
+        self,
+        title: str,
+        lines: list[str],
+        buttons: list[tuple[str, str, ButtonVariant]],
+        **kwargs: Any,
     ) -> None:
         """``buttons`` is a list of (id, label, variant)."""
         super().__init__(**kwargs)
@@ -32,7 +37,7 @@ class ConfirmDialog(ModalScreen[str | None]):
                 yield Static("\n".join(self.lines) or "(nothing)", markup=False)
             with Horizontal(id="dialog-buttons"):
                 for bid, label, variant in self.buttons:
-                    yield Button(label, id=bid, variant=variant)  # type: ignore[arg-type]
+                    yield Button(label, id=bid, variant=variant)
 
     def on_mount(self) -> None:
         self.query(Button).last().focus()

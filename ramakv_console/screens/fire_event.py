@@ -12,6 +12,7 @@ from textual.containers import Horizontal, Vertical
 from textual.screen import Screen
 from textual.widgets import Button, Input, Label, Select, Static, Switch, TextArea
 
+from ramakv_console.app_access import console_app
 from ramakv_console.widgets.connection_banner import ConnectionBanner
 from ramakv_console.widgets.event_form import EventForm
 from ramakv_console.widgets.key_bar import KeyBar
@@ -51,7 +52,7 @@ class FireEventScreen(Screen[None]):
     def _fill_types(self, catalogue: dict[str, Any]) -> None:
         select = self.query_one("#event-type", Select)
         current = select.value
-        admin = self.app.admin_events  # type: ignore[attr-defined]
+        admin = console_app(self).admin_events
         # The nine contract events first, then the admin ones (labelled).
         names = sorted(catalogue, key=lambda n: (n in admin, n))
         select.set_options((f"{n} (admin)" if n in admin else n, n) for n in names)
@@ -64,7 +65,7 @@ class FireEventScreen(Screen[None]):
         """Select ``event_type`` and prefill fields (used by 'e' on a session)."""
         self.prefill = values
         select = self.query_one("#event-type", Select)
-        if event_type in self.app.catalogue:  # type: ignore[attr-defined]
+        if event_type in console_app(self).catalogue:
             if select.value == event_type:
                 await self._load(event_type)
             else:
@@ -96,7 +97,7 @@ class FireEventScreen(Screen[None]):
             self.query_one("#event-type", Select).focus()
 
     async def _load(self, event_type: str) -> None:
-        spec = self.app.catalogue.get(event_type, {})  # type: ignore[attr-defined]
+        spec = console_app(self).catalogue.get(event_type, {})
         self.query_one("#event-description", Static).update(
             f"[b]{event_type}[/b]: {spec.get('description', '')}"
         )
@@ -130,7 +131,7 @@ class FireEventScreen(Screen[None]):
         """POST the event and show the envelope verbatim."""
         answer = self.query_one("#answer", Static)
         answer.update(f"sending {json.dumps(event)} …")
-        envelope = await self.app.send_event(event)  # type: ignore[attr-defined]
+        envelope = await console_app(self).send_event(event)
         answer.set_classes("answer-ok" if envelope.get("ok") else "answer-failed")
         answer.update(
             "request:\n"
@@ -140,4 +141,4 @@ class FireEventScreen(Screen[None]):
         )
 
     def action_reload(self) -> None:
-        self.app.load_catalogue()  # type: ignore[attr-defined]
+        console_app(self).load_catalogue()

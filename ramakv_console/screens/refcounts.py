@@ -11,7 +11,9 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.screen import Screen
 from textual.widgets import Input, Label
+from textual.widgets.button import ButtonVariant
 
+from ramakv_console.app_access import console_app
 from ramakv_console.messages import Chunks
 from ramakv_console.screens.confirm import ConfirmDialog
 from ramakv_console.widgets.connection_banner import ConnectionBanner
@@ -108,7 +110,7 @@ class RefcountsScreen(Screen[None]):
 
     def _on_revision(self, _revision: int) -> None:
         if self.is_current:
-            self.table.apply_refcounts(self.app.last_changes.chunks)  # type: ignore[attr-defined]
+            self.table.apply_refcounts(console_app(self).last_changes.chunks)
 
     def _status(self) -> None:
         t = self.table
@@ -166,13 +168,13 @@ class RefcountsScreen(Screen[None]):
     @work(exclusive=True, group="evict")
     async def evict_flow(self, hashes: list[str]) -> None:
         """Dry run, show the plan, confirm; force needs a second confirmation."""
-        send = self.app.send_event  # type: ignore[attr-defined]
+        send = console_app(self).send_event
         dry = await send({"type": "chunk_evict", "chunk_hashes": hashes, "dry_run": True})
         if not dry.get("ok"):
             self.notify(f"chunk_evict dry run failed: {dry.get('error')}", severity="error")
             return
         evicted, refused = evict_plan(dry.get("data") or {})
-        buttons = [("cancel", "Cancel", "default")]
+        buttons: list[tuple[str, str, ButtonVariant]] = [("cancel", "Cancel", "default")]
         if evicted:
             buttons.insert(0, ("evict", f"Evict {len(evicted)}", "warning"))
         if refused:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from textual.binding import Binding
 from textual.screen import Screen
 
+from ramakv_console.app_access import console_app
 from ramakv_console.messages import Sessions
 from ramakv_console.screens.confirm import ConfirmDialog
 
@@ -52,4 +53,4 @@ class SessionActionsMixin(Screen[None]):
 
     async def action_fire_for_session(self) -> None:
         sid = self.selected_session()
-        await self.app.open_fire(session_id=sid)  # type: ignore[attr-defined]
+        await console_app(self).open_fire(session_id=sid)

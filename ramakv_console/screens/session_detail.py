@@ -8,6 +8,7 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.widgets import Label, Static
 
+from ramakv_console.app_access import console_app
 from ramakv_console.screens.session_actions import SESSION_BINDINGS, SessionActionsMixin
 from ramakv_console.state import ConsoleState
 from ramakv_console.widgets.chunk_map_table import ChunkMapTable
@@ -29,7 +30,7 @@ class SessionDetailScreen(SessionActionsMixin):
     @property
     def state(self) -> ConsoleState:
         """The app's mirror of daemon state."""
-        return self.app.state  # type: ignore[attr-defined,no-any-return]
+        return console_app(self).state
 
     def compose(self) -> ComposeResult:
         yield Static("", id="detail-summary")
@@ -80,7 +81,7 @@ class SessionDetailScreen(SessionActionsMixin):
         )
 
     def _on_revision(self, _revision: int) -> None:
-        changes = self.app.last_changes  # type: ignore[attr-defined]
+        changes = console_app(self).last_changes
         s = self.state.sessions.get(self.session_id)
         if changes.reset or self.session_id in changes.sessions:
             now = (s.turn_count, s.chunk_count, s.state) if s else None

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.widgets import Input, Label
 
+from ramakv_console.app_access import console_app
 from ramakv_console.screens.session_actions import SESSION_BINDINGS, SessionActionsMixin
 from ramakv_console.widgets.connection_banner import ConnectionBanner
 from ramakv_console.widgets.key_bar import KeyBar
@@ -24,8 +27,8 @@ class SessionsScreen(SessionActionsMixin):
         Binding("escape", "clear_filter", "Clear filter", show=False),
     ]
 
-    def __init__(self, **kwargs: object) -> None:
-        super().__init__(**kwargs)  # type: ignore[arg-type]
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
         self._stale = False
         self._status_text = ""
 
@@ -52,7 +55,7 @@ class SessionsScreen(SessionActionsMixin):
         if not self.is_current:  # another view is showing: catch up when it comes back
             self._stale = True
             return
-        self.table.apply(self.app.last_changes)  # type: ignore[attr-defined]
+        self.table.apply(console_app(self).last_changes)
         self._status()
 
     def on_screen_resume(self) -> None:
@@ -64,9 +67,9 @@ class SessionsScreen(SessionActionsMixin):
 
     def _status(self) -> None:
         t = self.table
-        total = len(self.app.state.sessions)  # type: ignore[attr-defined]
+        total = len(console_app(self).state.sessions)
         parts = [f"showing {t.row_count} of {total}", f"sort: {t.sort_key}"]
-        if self.app.state.loading:  # type: ignore[attr-defined]
+        if console_app(self).state.loading:
             parts.append("loading…")
         if t.filter_text:
             parts.append(f"filter: '{t.filter_text}' (esc clears)")

@@ -7,6 +7,7 @@ from textual.binding import Binding
 from textual.screen import Screen
 from textual.widgets import Input, Label
 
+from ramakv_console.app_access import console_app
 from ramakv_console.widgets.connection_banner import ConnectionBanner
 from ramakv_console.widgets.key_bar import KeyBar
 from ramakv_console.widgets.stats_header import StatsHeader
@@ -39,7 +40,7 @@ class TraceScreen(Screen[None]):
 
     def on_mount(self) -> None:
         self.sub_title = "Trace"
-        self.log_widget.show(self.app.state.events)  # type: ignore[attr-defined]
+        self.log_widget.show(console_app(self).state.events)
         self.watch(self.app, "revision", self._on_revision, init=False)
         self._status()
         self.log_widget.focus()
@@ -48,7 +49,7 @@ class TraceScreen(Screen[None]):
         if not self.is_current:  # redrawn from the history when it shows again
             self._stale = True
             return
-        changes = self.app.last_changes  # type: ignore[attr-defined]
+        changes = console_app(self).last_changes
         if changes.dropped_events and not self.log_widget.paused:
             self.log_widget.note(f"… {changes.dropped_events} events of a burst not shown")
         self.log_widget.add(changes.events)
@@ -71,7 +72,7 @@ class TraceScreen(Screen[None]):
         self.query_one("#trace-status", Label).update(" · ".join(parts))
 
     def _redraw(self) -> None:
-        self.log_widget.show(self.app.state.events)  # type: ignore[attr-defined]
+        self.log_widget.show(console_app(self).state.events)
         self._status()
 
     def on_input_changed(self, event: Input.Changed) -> None:

@@ -7,6 +7,8 @@ from typing import Any
 from rich.text import Text
 from textual.widgets import DataTable
 
+from ramakv_console.app_access import console_app
+
 PAGE = 500
 
 
@@ -42,7 +44,7 @@ class ChunkMapTable(DataTable[Any]):
 
     async def load(self) -> None:
         """Fetch the whole map, page by page, and redraw."""
-        send = self.app.send_event  # type: ignore[attr-defined]
+        send = console_app(self).send_event
         rows: list[dict[str, Any]] = []
         while True:
             env = await send(

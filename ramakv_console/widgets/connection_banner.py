@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from textual.widgets import Static
 
+from ramakv_console.app_access import console_app
+
 
 class ConnectionBanner(Static):
     """Hidden while connected; says what went wrong and what happens next otherwise."""
@@ -13,10 +15,10 @@ class ConnectionBanner(Static):
         self.watch(self.app, "connection", self._show)
 
     def _show(self, _value: object = None) -> None:
-        connected, detail = self.app.connection  # type: ignore[attr-defined]
-        error = self.app.connection_error  # type: ignore[attr-defined]
+        connected, detail = console_app(self).connection
+        error = console_app(self).connection_error
         self.display = not connected
-        url = self.app.url  # type: ignore[attr-defined]
+        url = console_app(self).url
         detail = detail or "connecting"
         if error == "unauthorized":
             text = (

@@ -40,7 +40,10 @@ class KeyBar(Static):
     DEFAULT_CSS = "KeyBar { height: 1; dock: bottom; background: $panel; }"
 
     def on_mount(self) -> None:
-        self.watch(self.screen, "focused", lambda _w: self.call_after_refresh(self.redraw))
+        self.watch(self.screen, "focused", self._focus_moved)
+        self.call_after_refresh(self.redraw)
+
+    def _focus_moved(self, _focused: object) -> None:
         self.call_after_refresh(self.redraw)
 
     def on_resize(self) -> None:

@@ -6,6 +6,8 @@ from typing import Any
 
 from textual.widgets import DataTable
 
+from ramakv_console.app_access import console_app
+
 MARK = "●"
 PAGE = 200
 
@@ -37,7 +39,7 @@ class RefcountTable(DataTable[Any]):
 
     async def load(self) -> None:
         """Ask the daemon for the current page (chunk_top with the find text as prefix)."""
-        send = self.app.send_event  # type: ignore[attr-defined]
+        send = console_app(self).send_event
         event: dict[str, Any] = {"type": "chunk_top", "limit": PAGE, "offset": self.page_offset}
         if self.find_text:
             event["prefix"] = self.find_text

@@ -19,6 +19,7 @@ from textual.geometry import Region, Size
 from textual.scroll_view import ScrollView
 from textual.strip import Strip
 
+from ramakv_console.app_access import console_app
 from ramakv_console.messages import Sessions
 from ramakv_console.state import Changes, ConsoleState, SessionView
 
@@ -76,7 +77,7 @@ class SessionTable(ScrollView, can_focus=True):
     @property
     def state(self) -> ConsoleState:
         """The app's mirror of daemon state."""
-        return self.app.state  # type: ignore[attr-defined,no-any-return]
+        return console_app(self).state
 
     # ---- DataTable-like surface (tests and screens use it) -----------------------------
     @property

@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from rich.markup import escape
 from rich.text import Text
 from textual.widget import Widget
+
+from ramakv_console.app_access import console_app
 
 
 class StatsHeader(Widget):
@@ -17,8 +21,8 @@ class StatsHeader(Widget):
 
     DEFAULT_CSS = "StatsHeader { height: 1; }"
 
-    def __init__(self, **kwargs: object) -> None:
-        super().__init__(**kwargs)  # type: ignore[arg-type]
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
         self._text = ""
 
     def on_mount(self) -> None:
@@ -28,7 +32,7 @@ class StatsHeader(Widget):
     def line(self) -> str:
         """The header's markup, most important first: at 80 columns the session count
         and the seq still show."""
-        state = self.app.state  # type: ignore[attr-defined]
+        state = console_app(self).state
         suspended = state.suspended
         total = len(state.sessions)
         # On a store shared by several daemons: which node's sessions these are.
@@ -38,7 +42,7 @@ class StatsHeader(Widget):
             f"[b]seq[/b] {state.seq}  {node}[b]chunks[/b] {state.chunk_total()}  "
             f"[b]references[/b] {state.references()}  "
             f"[b]events/s[/b] {state.events_per_second():.1f}  "
-            f"[dim]{self.app.url}[/dim]"  # type: ignore[attr-defined]
+            f"[dim]{console_app(self).url}[/dim]"
         )
 
     def _refresh_counts(self, _revision: int | None = None) -> None:

@@ -82,8 +82,10 @@ class ReleaseListener:
         self.connected = False
         self._lost.set()
 
-    def _notified(self, _con: Any, _pid: int, _channel: str, payload: str) -> None:
+    def _notified(self, _con: Any, _pid: int, _channel: str, payload: object) -> None:
         try:
+            if not isinstance(payload, str):  # asyncpg sends text; its stubs say object
+                raise TypeError(f"payload is a {type(payload).__name__}, not text")
             msg = orjson.loads(payload)
             session_id, old, new = str(msg["session_id"]), str(msg["from"]), str(msg["to"])
         except (ValueError, KeyError, TypeError) as err:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable, Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import orjson
 
@@ -31,10 +31,13 @@ from ramakv_daemon.ports import (  # Claimed, ReleaseCallback: re-exported
     StoreError,
 )
 
-try:
+if TYPE_CHECKING:  # checked with the `postgres` extra installed
     import asyncpg
-except ImportError:  # the `postgres` extra is not installed
-    asyncpg = None
+else:
+    try:
+        import asyncpg
+    except ImportError:  # the `postgres` extra is not installed
+        asyncpg = None
 
 log = logging.getLogger("ramakv.store")
 

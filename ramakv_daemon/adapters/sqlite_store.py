@@ -8,10 +8,10 @@ import gc
 import logging
 import os
 import sqlite3
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import aiosqlite
 import orjson
@@ -43,6 +43,8 @@ from ramakv_daemon.ports import (
     StoredAnswer,
     StoreError,
 )
+
+T = TypeVar("T")
 
 log = logging.getLogger("ramakv.store")
 
@@ -194,7 +196,7 @@ class SqliteSessionStore:
             conn.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
         return conn
 
-    async def _on_writer(self, fn, *args):  # type: ignore[no-untyped-def]
+    async def _on_writer(self, fn: Callable[..., T], *args: Any) -> T:
         """Run ``fn(*args)`` on the write connection off the loop, waiting for locks.
 
         For start-up and operator work, never the hot path: on the writer thread (so never
@@ -202,7 +204,7 @@ class SqliteSessionStore:
         """
         return await self._in_thread(self._waiting_for_locks, fn, args)
 
-    def _waiting_for_locks(self, fn, args: tuple[Any, ...]):  # type: ignore[no-untyped-def]
+    def _waiting_for_locks(self, fn: Callable[..., T], args: tuple[Any, ...]) -> T:
         """``fn(*args)`` with the busy timeout on (runs on the writer thread)."""
         db = self._writer
         assert db is not None
@@ -214,7 +216,7 @@ class SqliteSessionStore:
         finally:
             db.execute("PRAGMA busy_timeout=0")
 
-    async def _in_thread(self, fn, *args):  # type: ignore[no-untyped-def]
+    async def _in_thread(self, fn: Callable[..., T], *args: Any) -> T:
         return await asyncio.get_running_loop().run_in_executor(self._thread, fn, *args)
 
     @property

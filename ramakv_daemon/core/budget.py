@@ -5,12 +5,20 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from enum import Enum
 
 from ramakv_daemon.core.retention import Candidate, retention_order
 from ramakv_daemon.core.session import Session
 
-# Events that can bring chunks into DDR (a new map, a restore, a session coming back).
-GROWS = frozenset({"turn_end", "turn_start", "snapshot_restore", "session_fork"})
+
+class Turn(Enum):
+    """What an event means for its session's turn in flight, as the budget sees it (each
+    event's spec declares it, with whether the event can bring chunks into DDR)."""
+
+    NONE = "none"  # no bearing on the turn (reads, forks, admin events)
+    START = "start"  # a turn begins: the session is pinned in DDR and back from demotion
+    FINISH = "finish"  # the turn's map arrives (turn_end, a restore): unpinned and back
+    LEAVE = "leave"  # the session stops using DDR (suspend, close): unpinned
 
 
 @dataclass(frozen=True, slots=True)
@@ -194,31 +202,32 @@ class BudgetState:
     demoted: set[str] = field(default_factory=set)
     in_flight: dict[str, float] = field(default_factory=dict)
 
-    def observe(self, type_: str, session_id: str | None, exists: bool, now: float) -> bool:
-        """Track one successful event; True when the session comes back from demotion."""
+    def observe(self, turn: Turn, session_id: str | None, exists: bool, now: float) -> bool:
+        """Track one successful event (``turn``: what its spec says it means for the
+        session's turn); True when the session comes back from demotion."""
         if session_id is None:
             return False
         back = False
-        if type_ == "turn_start" and exists:
+        if turn is Turn.START and exists:
             self.in_flight[session_id] = now
             back = session_id in self.demoted
             self.demoted.discard(session_id)
-        elif type_ in ("turn_end", "snapshot_restore"):
+        elif turn is Turn.FINISH:
             self.in_flight.pop(session_id, None)
             back = session_id in self.demoted
             self.demoted.discard(session_id)
-        elif type_ in ("session_suspend", "session_close"):
+        elif turn is Turn.LEAVE:
             self.in_flight.pop(session_id, None)
         if not exists:
             self.demoted.discard(session_id)
             self.in_flight.pop(session_id, None)
         return back
 
-    def due(self, type_: str, referenced: int, now: float) -> bool:
-        """Whether to run a pass after ``type_``: only events that can bring chunks into
-        DDR, only when more chunks are referenced than the budget, at most every
-        ``check_interval_s``."""
-        if not self.budget or referenced <= self.budget or type_ not in GROWS:
+    def due(self, grows: bool, referenced: int, now: float) -> bool:
+        """Whether to run a pass after an event: only one that can bring chunks into DDR
+        (``grows``, from its spec), only when more chunks are referenced than the budget,
+        at most every ``check_interval_s``."""
+        if not self.budget or referenced <= self.budget or not grows:
             return False
         if now - self.last_check < self.check_interval_s:
             return False

@@ -9,6 +9,45 @@ from ramakv_daemon.core.session import Session
 
 
 @dataclass(slots=True)
+class Facts:
+    """Facts about an applied event that the trace record carries as ``notes`` (never in
+    the reply's ``data``); None or False = not a fact of this event.
+
+    Attributes:
+        turn: the session's turn count after a turn_end.
+        forced: a chunk_evict with force dropped references.
+        source_session_id: a snapshot_restore from another session's map.
+        evicted_count: chunks evicted, where the reply does not say it.
+        open_forks: forks still held after a session_close.
+        fork_depth: the session's open forks after a session_fork.
+    """
+
+    turn: int | None = None
+    forced: bool = False
+    source_session_id: str | None = None
+    evicted_count: int | None = None
+    open_forks: int | None = None
+    fork_depth: int | None = None
+
+    def as_notes(self) -> dict[str, object]:
+        """The trace record's ``notes`` object: the facts that are set."""
+        notes: dict[str, object] = {}
+        if self.turn is not None:
+            notes["turn"] = self.turn
+        if self.forced:
+            notes["forced"] = True
+        if self.source_session_id is not None:
+            notes["source_session_id"] = self.source_session_id
+        if self.evicted_count is not None:
+            notes["evicted_count"] = self.evicted_count
+        if self.open_forks is not None:
+            notes["open_forks"] = self.open_forks
+        if self.fork_depth is not None:
+            notes["fork_depth"] = self.fork_depth
+        return notes
+
+
+@dataclass(slots=True)
 class Change:
     """Everything the service needs to carry out one applied event.
 
@@ -22,7 +61,8 @@ class Change:
         prefetch: hashes to bring into DDR, in reuse order.
         evict_delete: hashes no live session references: drop from every tier.
         evict_demote: hashes released by a suspend: drop from DDR, keep on disk.
-        notes: extra facts for the trace and logs (never in ``data``).
+        facts: extra facts for the trace and logs (never in ``data``).
+        debug_context: a turn_end's debug context, for its debug file (never traced).
         namespace: the namespace whose manager produced the change (set by the service).
     """
 
@@ -35,10 +75,22 @@ class Change:
     prefetch: list[str] = field(default_factory=list)
     evict_delete: list[str] = field(default_factory=list)
     evict_demote: list[str] = field(default_factory=list)
-    notes: dict[str, object] = field(default_factory=dict)
+    facts: Facts = field(default_factory=Facts)
+    debug_context: dict[str, object] | None = None
     namespace: str = ""
 
     @property
     def evicted_count(self) -> int:
         """Chunks evicted by this event, both kinds."""
         return len(self.evict_delete) + len(self.evict_demote)
+
+    @property
+    def writes(self) -> bool:
+        """True when the change must go through the store: state to persist or evictions
+        to keep in the outbox."""
+        return self.durable or bool(self.evict_delete) or bool(self.evict_demote)
+
+    @property
+    def notes(self) -> dict[str, object]:
+        """The facts as the trace record's ``notes`` object."""
+        return self.facts.as_notes()

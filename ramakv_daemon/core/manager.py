@@ -220,7 +220,7 @@ class SessionManager:
             "map_updated": True,
             "debug_written": False,
         }
-        change.notes["turn"] = new.turn_count
+        change.facts.turn = new.turn_count
         return change
 
     def snapshot_restore(
@@ -237,8 +237,8 @@ class SessionManager:
         change.prefetch = order
         change.data = {"prefetch_sent": bool(order), "prefetch_count": len(order)}
         if source_session_id and source_session_id != session_id:
-            change.notes["source_session_id"] = source_session_id
-        change.notes["evicted_count"] = change.evicted_count
+            change.facts.source_session_id = source_session_id
+        change.facts.evicted_count = change.evicted_count
         return change
 
     def session_map(self, session_id: str) -> Change:
@@ -284,7 +284,7 @@ class SessionManager:
         change.data = {"evicted_count": change.evicted_count, "closed": True}
         open_forks = self.forks.count(session_id)
         if open_forks:
-            change.notes["open_forks"] = open_forks
+            change.facts.open_forks = open_forks
         return change
 
     def adopt(self, session: Session, forks: Iterable[Fork] = ()) -> Change:
@@ -344,7 +344,7 @@ class SessionManager:
         self._put_fork(change, fork)
         self._put(change, session.evolve(last_event_ts=now))
         change.data = {"forked": True, "fork_id": fork.fork_id}
-        change.notes["fork_depth"] = open_forks + 1
+        change.facts.fork_depth = open_forks + 1
         return change
 
     def session_fork_end(
@@ -369,7 +369,7 @@ class SessionManager:
             fork = found
         change = self._end_fork(fork, now)
         change.data = {"fork_end": True, "fork_id": fork.fork_id}
-        change.notes["evicted_count"] = change.evicted_count
+        change.facts.evicted_count = change.evicted_count
         return change
 
     def _end_fork(self, fork: Fork, now: float | None) -> Change:

@@ -2,12 +2,19 @@
 
 from __future__ import annotations
 
-from collections import _count_elements  # type: ignore[attr-defined]
-from collections.abc import Collection, Iterable
+import collections
+from collections.abc import Callable, Collection, Iterable
 from itertools import chain
+from typing import cast
 
 from ramakv_daemon.core.fork import Fork
 from ramakv_daemon.core.session import Session
+
+# Counter.update's counting loop (C in CPython; typeshed does not list this private helper):
+# it counts into any dict, here the one _table_for picked.
+_count_elements: Callable[[dict[str, int], Iterable[str]], None] = vars(collections)[
+    "_count_elements"
+]
 
 # References from which the count's table takes the hash-storing layout (see _table_for).
 _GENERAL_LAYOUT_FROM = 1 << 17
@@ -57,4 +64,4 @@ def _table_for(references: int) -> dict[str, int]:
         return {}
     d: dict[object, int] = {0: 0}
     del d[0]
-    return d  # type: ignore[return-value]
+    return cast(dict[str, int], d)  # empty: only str keys will go in

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from typing import Any
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,9 +41,9 @@ class Session:
         """Every hash this session holds a reference on through its map (one per hash)."""
         return set() if self.suspended else set(self.chunk_hashes)
 
-    def evolve(self, **changes: object) -> Session:
-        """A copy with ``changes`` applied."""
-        return replace(self, **changes)  # type: ignore[arg-type]
+    def evolve(self, **changes: Any) -> Session:
+        """A copy with ``changes`` applied (field name -> new value)."""
+        return replace(self, **changes)
 
     def to_dict(self) -> dict[str, object]:
         """The JSON shape used by the trace stream and admin events (the manager adds the

@@ -22,5 +22,5 @@ def chunk_evict(ctx: HandlerContext, payload: dict, now: float) -> Change:
         raise InvalidEvent("'chunk_hashes' must not be empty")
     change = ctx.manager.chunk_evict(hashes, force=force, dry_run=dry_run, now=now)
     if force and change.data["released"] and not dry_run:
-        change.notes["forced"] = True
+        change.facts.forced = True
     return change

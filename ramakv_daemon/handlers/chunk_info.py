@@ -4,7 +4,7 @@ from collections.abc import Generator
 
 from ramakv_daemon.core.change import Change
 from ramakv_daemon.core.events import chunk_hashes_of
-from ramakv_daemon.handlers.registry import HandlerContext, event
+from ramakv_daemon.handlers.registry import READ, HandlerContext, event
 
 # Sessions scanned per slice: ~1-2 ms at 100 references each; other events run in between.
 SLICE = 500
@@ -14,6 +14,7 @@ SLICE = 500
     "chunk_info",
     "Admin: refcount and holding sessions of each chunk (refcount 0 = not referenced)",
     required=("chunk_hashes",),
+    effects=READ,
 )
 def chunk_info(ctx: HandlerContext, payload: dict, now: float) -> Generator[None, None, Change]:
     """A sliced read: the snapshot is taken before the first yield (sessions are

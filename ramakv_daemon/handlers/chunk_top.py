@@ -24,7 +24,7 @@ class _Worse(str):
 
     __slots__ = ()
 
-    def __lt__(self, other: str) -> bool:  # type: ignore[override]
+    def __lt__(self, other: str) -> bool:
         return str.__gt__(self, other)
 
 

@@ -1,7 +1,7 @@
 """list_events: the nine contract events apart from the admin ones, read from the registry."""
 
 from ramakv_daemon.core.change import Change
-from ramakv_daemon.handlers.registry import HandlerContext, event
+from ramakv_daemon.handlers.registry import READ, HandlerContext, event
 
 # The seeds' contract, as the original's clients count it: data.events holds these alone.
 CONTRACT_EVENTS = frozenset(
@@ -23,6 +23,7 @@ CONTRACT_EVENTS = frozenset(
     "list_events",
     "List every event type with its description and fields: the nine contract events "
     "under 'events', every other (admin) event under 'admin_events'",
+    effects=READ,
 )
 def list_events(ctx: HandlerContext, payload: dict, now: float) -> Change:
     specs = ctx.registry.specs()

@@ -1,13 +1,14 @@
 """list_namespaces (admin): every namespace with its deployment, sessions, chunks, budget."""
 
 from ramakv_daemon.core.change import Change
-from ramakv_daemon.handlers.registry import HandlerContext, event
+from ramakv_daemon.handlers.registry import READ, HandlerContext, event
 
 
 @event(
     "list_namespaces",
     "Admin: list namespaces (namespace, deployment, configured, steered, default, backend, "
     "sessions by state, chunks, ddr_budget_chunks, demoted_sessions, evict_backlog)",
+    effects=READ,
 )
 def list_namespaces(ctx: HandlerContext, payload: dict, now: float) -> Change:
     if ctx.namespace_info is not None:

@@ -8,7 +8,7 @@ from ramakv_daemon.core.change import Change
 from ramakv_daemon.core.errors import InvalidEvent
 from ramakv_daemon.core.fork import Fork
 from ramakv_daemon.core.session import Session
-from ramakv_daemon.handlers.registry import HandlerContext, event
+from ramakv_daemon.handlers.registry import READ, HandlerContext, event
 
 MAX_LIMIT = 10000
 SLICE = 2000  # sessions filtered, ids sorted or rows built per loop iteration
@@ -30,6 +30,7 @@ def int_field(payload: dict, name: str, default: int, maximum: int) -> int:
     'listed with state "closed"; every namespace unless the event names one (rows '
     "outside the unnamed default namespace carry 'namespace')",
     optional=("state", "limit", "offset"),
+    effects=READ,
 )
 def list_sessions(ctx: HandlerContext, payload: dict, now: float) -> Generator[None, None, Change]:
     """A sliced read: the sessions are copied at the first step (immutable values: the
@@ -78,12 +79,12 @@ def list_sessions(ctx: HandlerContext, payload: dict, now: float) -> Generator[N
     while True:
         batch = list(islice(picked, SLICE))
         for sid in batch:
-            namespace, s, forks = owner[sid]
+            namespace, live, forks = owner[sid]
             row = {
                 "session_id": sid,
                 "state": states[sid],
-                "turn_count": s.turn_count if s else 0,
-                "chunk_count": len(s.chunk_hashes) if s else 0,
+                "turn_count": live.turn_count if live else 0,
+                "chunk_count": len(live.chunk_hashes) if live else 0,
                 "fork_holds": len(forks),
                 "forks": [
                     {
@@ -94,7 +95,7 @@ def list_sessions(ctx: HandlerContext, payload: dict, now: float) -> Generator[N
                     }
                     for f in forks
                 ],
-                "last_event_ts": s.last_event_ts if s else 0.0,
+                "last_event_ts": live.last_event_ts if live else 0.0,
             }
             if namespace:
                 row["namespace"] = namespace

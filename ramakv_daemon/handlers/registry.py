@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Generator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from ramakv_daemon.core.budget import Turn
 from ramakv_daemon.core.change import Change
 from ramakv_daemon.core.errors import UnknownEventType
 from ramakv_daemon.core.events import EventSpec, Limits
@@ -32,18 +33,53 @@ class HandlerContext:
         return self.namespaces or {self.manager.namespace: self.manager}
 
 
-ApplyFn = Callable[[HandlerContext, dict[str, Any], float], Change]
+# A handler returns its change, or (a sliced read) a generator that yields between slices
+# and returns the change (ramakv_daemon.reads runs it).
+ApplyFn = Callable[[HandlerContext, dict[str, Any], float], Change | Generator[None, None, Change]]
 # Read-only handlers that must ask the backend: they get the backend from the service.
 QueryFn = Callable[[HandlerContext, dict[str, Any], Any], Awaitable[Change]]
 
 
 @dataclass(frozen=True, slots=True)
+class Effects:
+    """What follows a successful event beyond its reply, as its handler declares it (the
+    pipeline and its reactions read this; no rule names an event anywhere else).
+
+    Attributes:
+        turn: its bearing on the session's turn in flight (the DDR budget's pins).
+        grows: it can bring chunks into DDR, so a budget pass may follow it.
+        reads: it only reads: while commits are in doubt it answers from committed state.
+        live_effect: a read whose advisory effect (turn_start's last_event_ts and
+            prefetch) still applies to the live state.
+        debug_file: with debug_enabled, its debug_context is written to a debug file
+            and the reply says ``debug_written``.
+        takes_over: it acts on its session, which on a shared store another node may
+            own: this node takes it over first (reads answer from this node's memory).
+        store_fork_id: it opens a fork, whose id on a shared store comes from the store.
+    """
+
+    turn: Turn = Turn.NONE
+    grows: bool = False
+    reads: bool = False
+    live_effect: bool = False
+    debug_file: bool = False
+    takes_over: bool = False
+    store_fork_id: bool = False
+
+
+NO_EFFECTS = Effects()
+READ = Effects(reads=True)
+
+
+@dataclass(frozen=True, slots=True)
 class Handler:
-    """One event: its spec and the pure function that applies it (or an async query)."""
+    """One event: its spec, the pure function that applies it (or an async query), and
+    what follows it."""
 
     spec: EventSpec
     apply: ApplyFn | None = None
     query: QueryFn | None = None
+    effects: Effects = NO_EFFECTS
 
 
 class Registry:
@@ -76,12 +112,17 @@ DEFAULT_REGISTRY = Registry()
 
 
 def event(
-    name: str, description: str, required: tuple[str, ...] = (), optional: tuple[str, ...] = ()
+    name: str,
+    description: str,
+    required: tuple[str, ...] = (),
+    optional: tuple[str, ...] = (),
+    effects: Effects = NO_EFFECTS,
 ) -> Callable[[ApplyFn], ApplyFn]:
     """Register the decorated pure function as the handler of event ``name``."""
 
     def wrap(fn: ApplyFn) -> ApplyFn:
-        DEFAULT_REGISTRY.register(Handler(EventSpec(name, description, required, optional), fn))
+        spec = EventSpec(name, description, required, optional)
+        DEFAULT_REGISTRY.register(Handler(spec, fn, effects=effects))
         return fn
 
     return wrap

@@ -1,8 +1,9 @@
 """session_close: release the session's map, delete zeros, drop the row (forks stay)."""
 
+from ramakv_daemon.core.budget import Turn
 from ramakv_daemon.core.change import Change
 from ramakv_daemon.core.events import session_id_of
-from ramakv_daemon.handlers.registry import HandlerContext, event
+from ramakv_daemon.handlers.registry import Effects, HandlerContext, event
 
 
 @event(
@@ -10,6 +11,7 @@ from ramakv_daemon.handlers.registry import HandlerContext, event
     "Close session: release the map's references, delete refcount==0 chunks from every "
     "tier, delete the stored row. Open forks stay held until their fork_end or expiry",
     required=("session_id",),
+    effects=Effects(turn=Turn.LEAVE, takes_over=True),
 )
 def session_close(ctx: HandlerContext, payload: dict, now: float) -> Change:
     return ctx.manager.session_close(session_id_of(payload))

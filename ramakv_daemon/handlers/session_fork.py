@@ -2,7 +2,7 @@
 
 from ramakv_daemon.core.change import Change
 from ramakv_daemon.core.events import session_id_of
-from ramakv_daemon.handlers.registry import HandlerContext, event
+from ramakv_daemon.handlers.registry import Effects, HandlerContext, event
 
 
 @event(
@@ -11,6 +11,7 @@ from ramakv_daemon.handlers.registry import HandlerContext, event
     "parent's turn_end or close cannot evict what the fork still uses; answers its fork_id. "
     "The hold lasts until its session_fork_end or fork_hold_ttl_s",
     required=("session_id",),
+    effects=Effects(grows=True, takes_over=True, store_fork_id=True),
 )
 def session_fork(
     ctx: HandlerContext, payload: dict, now: float, fork_id: int | None = None

@@ -1,8 +1,9 @@
 """snapshot_restore: re-reference a stored map (own or a source session's) and prefetch it."""
 
+from ramakv_daemon.core.budget import Turn
 from ramakv_daemon.core.change import Change
 from ramakv_daemon.core.events import optional_session_id, session_id_of
-from ramakv_daemon.handlers.registry import HandlerContext, event
+from ramakv_daemon.handlers.registry import Effects, HandlerContext, event
 
 
 @event(
@@ -11,6 +12,7 @@ from ramakv_daemon.handlers.registry import HandlerContext, event
     "register references + prefetch",
     required=("session_id",),
     optional=("source_session_id",),
+    effects=Effects(turn=Turn.FINISH, grows=True, takes_over=True),
 )
 def snapshot_restore(ctx: HandlerContext, payload: dict, now: float) -> Change:
     session_id = session_id_of(payload)

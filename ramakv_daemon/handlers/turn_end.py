@@ -1,5 +1,6 @@
 """turn_end: replace the session's map with the engine's, evicting chunks dropped to 0."""
 
+from ramakv_daemon.core.budget import Turn
 from ramakv_daemon.core.change import Change
 from ramakv_daemon.core.errors import InvalidEvent, MissingField
 from ramakv_daemon.core.events import (
@@ -9,7 +10,7 @@ from ramakv_daemon.core.events import (
     object_of,
     session_id_of,
 )
-from ramakv_daemon.handlers.registry import HandlerContext, event
+from ramakv_daemon.handlers.registry import Effects, HandlerContext, event
 
 
 @event(
@@ -17,6 +18,7 @@ from ramakv_daemon.handlers.registry import HandlerContext, event
     "Post-inference safe eviction + update: decrement refcount, evict only when refcount == 0",
     required=("session_id", "kv_transfer_params"),
     optional=("debug_context",),
+    effects=Effects(turn=Turn.FINISH, grows=True, debug_file=True, takes_over=True),
 )
 def turn_end(ctx: HandlerContext, payload: dict, now: float) -> Change:
     session_id = session_id_of(payload)
@@ -35,5 +37,5 @@ def turn_end(ctx: HandlerContext, payload: dict, now: float) -> Change:
         check_depth(debug_context, MAX_DEBUG_DEPTH, "debug_context")
     change = ctx.manager.turn_end(session_id, hashes, now)
     if debug_context is not None:
-        change.notes["debug_context"] = debug_context
+        change.debug_context = debug_context
     return change

@@ -7,50 +7,23 @@ import json
 import logging
 import time
 from collections.abc import AsyncIterator, Callable
+from functools import partial
 from typing import Any
 
 import orjson
 from aiohttp import web
+from aiohttp.typedefs import Handler
 from aiohttp.web_protocol import RequestPayloadError
 
-from ramakv_daemon.adapters.backends.noop import NoopBackend
-from ramakv_daemon.adapters.sqlite_store import SqliteSessionStore
+from ramakv_daemon.bootstrap import build
 from ramakv_daemon.config import Config
+from ramakv_daemon.gauges import refresh_gauges
+from ramakv_daemon.http.keys import CONFIG_KEY, DAEMON_KEY
 from ramakv_daemon.http.probes import healthz, readyz
 from ramakv_daemon.http.trace_ws import FAILURES, trace_handler
 from ramakv_daemon.ports import Backend, SessionStore
-from ramakv_daemon.service import EventService
 
 log = logging.getLogger("ramakv")
-
-CONFIG_KEY = web.AppKey("config", Config)
-SERVICE_KEY = web.AppKey("service", EventService)
-
-
-def make_backend(config: Config) -> Backend:
-    """The noop backend, or LMCache's memory API at lmcache_url."""
-    if config.noop_backend:
-        return NoopBackend()
-    from ramakv_daemon.adapters.backends.lmcache import LMCacheBackend
-
-    return LMCacheBackend(
-        config.lmcache_url,
-        timeout=config.backend_timeout_s,
-        delete_locations=config.evict_locations or None,
-    )
-
-
-def make_store(config: Config) -> SessionStore:
-    """PostgreSQL when session_store_url is set, else the SQLite file."""
-    if config.session_store_url:
-        from ramakv_daemon.adapters.postgres_store import PostgresSessionStore
-
-        return PostgresSessionStore(
-            config.session_store_url, config.node_id, config.postgres_pool_size
-        )
-    return SqliteSessionStore(
-        config.session_store_path, config.sqlite_synchronous, config.sqlite_commit_thread
-    )
 
 
 def _json(status: int, body: dict, headers: Any = None) -> web.Response:
@@ -74,7 +47,7 @@ def _decode(raw: bytes) -> object:
 
 async def handle_event(request: web.Request) -> web.Response:
     """POST /event: one JSON object carrying ``type``."""
-    service = request.app[SERVICE_KEY]
+    service = request.app[DAEMON_KEY].service
     limit = request.app[CONFIG_KEY].max_body_bytes
     if request.content_length is not None and request.content_length > limit:
         return _json(413, {"ok": False, "error": f"request body larger than {limit} bytes"})
@@ -99,13 +72,13 @@ async def handle_event(request: web.Request) -> web.Response:
 
 async def handle_metrics(request: web.Request) -> web.Response:
     """GET /metrics: Prometheus text format."""
-    service = request.app[SERVICE_KEY]
-    body = service.metrics.render(service.refresh_gauges)
+    d = request.app[DAEMON_KEY]
+    body = d.metrics.render(partial(refresh_gauges, d.metrics, d.namespaces, d.trace, d.ownership))
     return web.Response(body=body, headers={"Content-Type": "text/plain; version=0.0.4"})
 
 
 @web.middleware
-async def json_errors(request: web.Request, handler):  # type: ignore[no-untyped-def]
+async def json_errors(request: web.Request, handler: Handler) -> web.StreamResponse:
     """Every error answer is JSON ``{"ok": false, "error": ...}``, never aiohttp's text page
     (405, 404, a body that cannot be read, a bug)."""
     try:
@@ -123,7 +96,7 @@ async def json_errors(request: web.Request, handler):  # type: ignore[no-untyped
 
 
 @web.middleware
-async def auth_middleware(request: web.Request, handler):  # type: ignore[no-untyped-def]
+async def auth_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
     """Require ``Authorization: Bearer <auth_token>`` when a token is configured."""
     token = request.app[CONFIG_KEY].auth_token
     # Header bytes that are not UTF-8 arrive as surrogate escapes: compare them as sent.
@@ -141,28 +114,26 @@ def init_app(
     backend: Backend | None = None,
     clock: Callable[[], float] = time.time,
 ) -> web.Application:
-    """Build the daemon's application; the service starts and stops with it. ``clock`` is
-    the wall clock of events and fork expiry (tests inject one)."""
+    """Build the daemon's application: the daemon comes from the composition root
+    (:func:`ramakv_daemon.bootstrap.build`) and starts and stops with the app. ``clock``
+    is the wall clock of events and fork expiry (tests inject one)."""
     # Without a token the middleware would only add a call to every request.
     app = web.Application(
         client_max_size=config.max_body_bytes,
         middlewares=[json_errors, auth_middleware] if config.auth_token else [json_errors],
     )
     app[CONFIG_KEY] = config
-    service = EventService(
-        config,
-        store or make_store(config),
-        backend or make_backend(config),
-        clock=clock,
-    )
-    app[SERVICE_KEY] = service
+    daemon = build(config, store, backend, clock=clock)
+    app[DAEMON_KEY] = daemon
 
-    async def service_ctx(app: web.Application) -> AsyncIterator[None]:
-        await service.start()
+    async def daemon_ctx(app: web.Application) -> AsyncIterator[None]:
+        await daemon.start()
         yield
-        await service.stop()
+        await daemon.stop()
 
-    app.cleanup_ctx.append(service_ctx)
+    app.cleanup_ctx.append(daemon_ctx)
+    # Subscribers first, at shutdown (before aiohttp waits for open handlers): their
+    # websocket handlers then end at once; stop() later finds them closed.
     app.on_shutdown.append(_close_subscribers)
     app.router.add_post("/event", handle_event)
     app.router.add_get("/trace", trace_handler)
@@ -177,4 +148,4 @@ async def _close_subscribers(app: web.Application) -> None:
         "ram-a-kv daemon shutting down: closing trace subscribers, then committing what "
         "is queued and delivering evictions (at most a few seconds)"
     )
-    app[SERVICE_KEY].trace.close_all("daemon shutting down")
+    app[DAEMON_KEY].close_subscribers()

@@ -8,8 +8,9 @@ from typing import Any
 
 from aiohttp import web
 
+from ramakv_daemon.bootstrap import Daemon
+from ramakv_daemon.http.keys import DAEMON_KEY
 from ramakv_daemon.ports import Backend
-from ramakv_daemon.service import EventService
 from ramakv_sdk.version import package_version
 
 # Valid hex for the memory API, yet no engine writes it (a negative hash has a non-zero
@@ -27,44 +28,42 @@ async def healthz(request: web.Request) -> web.Response:
     return _answer(200, {"ok": True, "status": "alive", "version": package_version()})
 
 
-async def readiness(service: EventService) -> dict[str, dict[str, Any]]:
+async def readiness(daemon: Daemon) -> dict[str, dict[str, Any]]:
     """Every check by name: {"ok": bool, "detail": str}."""
-    checks: dict[str, dict[str, Any]] = {"store": _store_check(service)}
+    checks: dict[str, dict[str, Any]] = {"store": _store_check(daemon)}
     probes: dict[str, Backend] = {}
-    for ns in service.namespaces:
+    for ns in daemon.namespaces:
         if ns.delivers and ns.steered:
             name = "backend" if not ns.key else f"backend:{ns.label}"
             if all(b is not ns.dispatcher.backend for b in probes.values()):
                 probes[name] = ns.dispatcher.backend
-    results = await asyncio.gather(*(_backend_check(b, service) for b in probes.values()))
+    results = await asyncio.gather(*(_backend_check(b, daemon) for b in probes.values()))
     checks.update(zip(probes, results, strict=True))
-    checks["outbox"] = _outbox_check(service)
+    checks["outbox"] = _outbox_check(daemon)
     return checks
 
 
 async def readyz(request: web.Request) -> web.Response:
     """Ready: 200 when every check passes, else 503; the body names each check."""
-    from ramakv_daemon.http.app import SERVICE_KEY
-
-    checks = await readiness(request.app[SERVICE_KEY])
+    checks = await readiness(request.app[DAEMON_KEY])
     ok = all(c["ok"] for c in checks.values())
     return _answer(200 if ok else 503, {"ok": ok, "checks": checks})
 
 
-def _store_check(service: EventService) -> dict[str, Any]:
-    problem = getattr(service.store, "problem", None)
+def _store_check(daemon: Daemon) -> dict[str, Any]:
+    problem = getattr(daemon.store, "problem", None)
     why = problem() if problem is not None else None
-    if why is None and service.committer.last_error is not None:
-        why = f"the last commit failed: {service.committer.last_error}"
+    if why is None and daemon.committer.last_error is not None:
+        why = f"the last commit failed: {daemon.committer.last_error}"
     if why is not None:
         return {"ok": False, "detail": why}
     return {"ok": True, "detail": "writable (the last commit succeeded)"}
 
 
-async def _backend_check(backend: Backend, service: EventService) -> dict[str, Any]:
+async def _backend_check(backend: Backend, daemon: Daemon) -> dict[str, Any]:
     if backend.name == "noop":
         return {"ok": True, "detail": "noop backend (nothing is steered)"}
-    limit = min(BACKEND_PROBE_S, service.config.backend_timeout_s)
+    limit = min(BACKEND_PROBE_S, daemon.config.backend_timeout_s)
     try:
         result, _ = await asyncio.wait_for(backend.query([PROBE_HASH]), limit)
     except TimeoutError:
@@ -74,9 +73,9 @@ async def _backend_check(backend: Backend, service: EventService) -> dict[str, A
     return {"ok": True, "detail": f"answers queries ({backend.name})"}
 
 
-def _outbox_check(service: EventService) -> dict[str, Any]:
-    backlog = sum(ns.dispatcher.backlog for ns in service.namespaces)
-    bound = service.config.ready_max_evict_backlog
+def _outbox_check(daemon: Daemon) -> dict[str, Any]:
+    backlog = sum(ns.dispatcher.backlog for ns in daemon.namespaces)
+    bound = daemon.config.ready_max_evict_backlog
     if bound and backlog > bound:
         return {"ok": False, "detail": f"{backlog} evictions wait for delivery (> {bound})"}
     return {

@@ -7,11 +7,12 @@ import asyncio
 import logging
 from collections import OrderedDict
 from collections.abc import AsyncIterator
-from typing import TYPE_CHECKING
 
 import orjson
 from aiohttp import WSMsgType, web
 
+from ramakv_daemon.bootstrap import Daemon
+from ramakv_daemon.http.keys import DAEMON_KEY
 from ramakv_daemon.trace_protocol import (
     MAX_HISTORY,
     PROTOCOL,
@@ -23,9 +24,6 @@ from ramakv_daemon.trace_protocol import (
     is_resync,
 )
 from ramakv_daemon.trace_snapshot import freeze, held_chunks, messages
-
-if TYPE_CHECKING:
-    from ramakv_daemon.service import EventService
 
 log = logging.getLogger("ramakv.trace")
 
@@ -68,9 +66,7 @@ async def trace_handler(request: web.Request) -> web.StreamResponse:
     """Stream the trace; ``protocol=2`` is required, ``since=SEQ&epoch=E`` resumes,
     ``session=ID`` filters, ``history=N`` sends up to N recent records before a snapshot.
     """
-    from ramakv_daemon.http.app import SERVICE_KEY
-
-    service = request.app[SERVICE_KEY]
+    daemon = request.app[DAEMON_KEY]
     since = _int(request, "since")
     history = min(max(_int(request, "history") or 0, 0), MAX_HISTORY)
     session = request.query.get("session") or None
@@ -83,12 +79,12 @@ async def trace_handler(request: web.Request) -> web.StreamResponse:
         FAILURES.warn(peer, f"refused: asked for {said}")
         await ws.close(code=PROTOCOL_CLOSE_CODE, message=PROTOCOL_REASON.encode())
         return ws
-    hub = service.trace
-    namespaces = service.namespaces
+    hub = daemon.trace
+    namespaces = daemon.namespaces
 
     def chunks_of(sid: str) -> set[str]:
         owner = namespaces.owner(sid)
-        m = namespaces.managers[owner] if owner is not None else service.manager
+        m = namespaces.managers[owner] if owner is not None else daemon.default.manager
         return held_chunks(m.sessions.get(sid), m.forks.of(sid))
 
     # Subscribing and freezing the first messages happen with no await in between, so no
@@ -101,7 +97,7 @@ async def trace_handler(request: web.Request) -> web.StreamResponse:
     try:
         if replay is None:
             recent = hub.recent(history, sub) if history else []
-            snapshot = _snapshot(service, session)
+            snapshot = _snapshot(daemon, session)
             header = await snapshot.__anext__()  # frozen here: its first step never awaits
             for text in recent:
                 await ws.send_str(text)
@@ -110,7 +106,7 @@ async def trace_handler(request: web.Request) -> web.StreamResponse:
                 await ws.send_str(text)
             skip_to = 0
         else:
-            skip_to = await _send_all(ws, service, session, replay)
+            skip_to = await _send_all(ws, daemon, session, replay)
         while True:
             getter = asyncio.create_task(sub.queue.get())
             done, _ = await asyncio.wait({getter, reader}, return_when=asyncio.FIRST_COMPLETED)
@@ -125,7 +121,7 @@ async def trace_handler(request: web.Request) -> web.StreamResponse:
                 break
             if skip_to and orjson.loads(message).get("seq", 0) <= skip_to:
                 continue  # already in the snapshot sent after a resync record
-            skip_to = await _send_all(ws, service, session, [message])
+            skip_to = await _send_all(ws, daemon, session, [message])
     except (ConnectionError, asyncio.CancelledError):
         pass
     except Exception as err:  # a client gone mid-send: one line, never a traceback per try
@@ -138,26 +134,26 @@ async def trace_handler(request: web.Request) -> web.StreamResponse:
     return ws
 
 
-async def _snapshot(service: EventService, session: str | None) -> AsyncIterator[str]:
+async def _snapshot(daemon: Daemon, session: str | None) -> AsyncIterator[str]:
     """A fresh snapshot's messages (frozen at the first step, encoded in slices)."""
-    ns = service.namespaces
-    hub = service.trace
+    ns = daemon.namespaces
+    hub = daemon.trace
     frozen = freeze(
         ns.managers,
-        service.manager,
+        daemon.default.manager,
         hub.seq,
         hub.epoch,
         session,
         ns.owner(session) if session is not None else None,
-        service.shared,
-        service.config.node_id if service.ownership.shared else "",
+        daemon.shared,
+        daemon.config.node_id if daemon.ownership.shared else "",
     )
     async for text in messages(frozen):
         yield text
 
 
 async def _send_all(
-    ws: web.WebSocketResponse, service: EventService, session: str | None, texts: list[str]
+    ws: web.WebSocketResponse, daemon: Daemon, session: str | None, texts: list[str]
 ) -> int:
     """Send ``texts``; after a resync record send a fresh snapshot and return its seq (the
     queued records up to it are then skipped), else 0."""
@@ -167,8 +163,8 @@ async def _send_all(
             continue
         await ws.send_str(text)
         if is_resync(text):
-            skip_to = service.trace.seq
-            async for part in _snapshot(service, session):
+            skip_to = daemon.trace.seq
+            async for part in _snapshot(daemon, session):
                 await ws.send_str(part)
     return skip_to
 

@@ -6,10 +6,11 @@ import logging
 from typing import Any
 
 import pytest
-from support.opsurface import Daemon, StartDaemon, recv
+from support.daemon_app import DaemonClient, StartDaemon
+from support.trace_wire import recv
 
 
-async def seed(d: Daemon) -> None:
+async def seed(d: DaemonClient) -> None:
     """a, b share sys; c forks (hold on c1) then moves on; s is suspended."""
     await d.turn_end("a", ["sys", "a1", "a2"])
     await d.turn_end("b", ["sys", "b1"])
@@ -20,7 +21,7 @@ async def seed(d: Daemon) -> None:
     await d.ok("session_suspend", session_id="s")
 
 
-async def view(d: Daemon, hashes: list[str]) -> tuple[Any, Any, Any]:
+async def view(d: DaemonClient, hashes: list[str]) -> tuple[Any, Any, Any]:
     """Everything an operator can see: list_sessions, each session_map, chunk_info."""
     rows = await d.ok("list_sessions")
     for r in rows["sessions"]:  # a fork's age moves with the clock; the rest must not
@@ -37,7 +38,7 @@ async def view(d: Daemon, hashes: list[str]) -> tuple[Any, Any, Any]:
 ALL = ["sys", "a1", "a2", "b1", "c1", "c2", "s1", "nope"]
 
 
-async def test_admin_events_are_listed(daemon: Daemon) -> None:
+async def test_admin_events_are_listed(daemon: DaemonClient) -> None:
     events = (await daemon.ok("list_events"))["admin_events"]
     assert events["list_sessions"]["optional"] == ["state", "limit", "offset"]
     assert events["chunk_info"]["required"] == ["chunk_hashes"]
@@ -48,7 +49,7 @@ async def test_admin_events_are_listed(daemon: Daemon) -> None:
         assert events[name]["description"].startswith("Admin:")
 
 
-async def test_list_sessions_rows_filter_and_paging(daemon: Daemon) -> None:
+async def test_list_sessions_rows_filter_and_paging(daemon: DaemonClient) -> None:
     d = daemon
     assert await d.ok("list_sessions") == {"total": 0, "sessions": []}
     await seed(d)
@@ -93,11 +94,11 @@ async def test_list_sessions_rows_filter_and_paging(daemon: Daemon) -> None:
         ({"offset": -3}, "'offset' must be an integer from 0 to 2147483648"),
     ],
 )
-async def test_list_sessions_errors(daemon: Daemon, fields: dict, error: str) -> None:
+async def test_list_sessions_errors(daemon: DaemonClient, fields: dict, error: str) -> None:
     assert await daemon.err("list_sessions", **fields) == error
 
 
-async def test_chunk_info_refcounts_and_holders(daemon: Daemon) -> None:
+async def test_chunk_info_refcounts_and_holders(daemon: DaemonClient) -> None:
     d = daemon
     await seed(d)
     info = (await d.ok("chunk_info", chunk_hashes=ALL + ["sys"]))["chunks"]
@@ -127,7 +128,9 @@ async def test_chunk_info_refcounts_and_holders(daemon: Daemon) -> None:
         ),
     ],
 )
-async def test_chunk_hashes_errors(daemon: Daemon, type_: str, fields: dict, error: str) -> None:
+async def test_chunk_hashes_errors(
+    daemon: DaemonClient, type_: str, fields: dict, error: str
+) -> None:
     d = daemon
     await d.turn_end("a", ["sys"])
     before = await view(d, ["sys"])
@@ -147,7 +150,9 @@ async def test_chunk_hashes_errors(daemon: Daemon, type_: str, fields: dict, err
         ({"chunk_hashes": ["sys"], "force": 0}, "'force' must be true or false"),
     ],
 )
-async def test_chunk_evict_errors_change_nothing(daemon: Daemon, fields: dict, error: str) -> None:
+async def test_chunk_evict_errors_change_nothing(
+    daemon: DaemonClient, fields: dict, error: str
+) -> None:
     d = daemon
     await seed(d)
     before = await view(d, ALL)
@@ -161,7 +166,7 @@ async def test_chunk_evict_errors_change_nothing(daemon: Daemon, fields: dict, e
     await ws.close()
 
 
-async def test_chunk_evict_without_force_refuses_referenced(daemon: Daemon) -> None:
+async def test_chunk_evict_without_force_refuses_referenced(daemon: DaemonClient) -> None:
     d = daemon
     await seed(d)
     before = await view(d, ALL)
@@ -179,7 +184,7 @@ async def test_chunk_evict_without_force_refuses_referenced(daemon: Daemon) -> N
 
 
 @pytest.mark.parametrize("force", [False, True])
-async def test_dry_run_changes_nothing(daemon: Daemon, force: bool) -> None:
+async def test_dry_run_changes_nothing(daemon: DaemonClient, force: bool) -> None:
     d = daemon
     await seed(d)
     before = await view(d, ALL)
@@ -256,7 +261,7 @@ async def test_force_drops_references_and_says_so(
     await ws.close()
 
 
-async def test_backend_query_with_noop_backend(daemon: Daemon) -> None:
+async def test_backend_query_with_noop_backend(daemon: DaemonClient) -> None:
     d = daemon
     await d.turn_end("a", ["sys", "a1"])
     data = await d.ok("backend_query", chunk_hashes=["sys", "nope"])

@@ -16,7 +16,8 @@ from support.ns_rig import Rig, ident
 
 from ramakv_daemon.admin_cli import main
 from ramakv_daemon.core.identity import namespace_of
-from ramakv_daemon.http.app import SERVICE_KEY, init_app
+from ramakv_daemon.http.app import init_app
+from ramakv_daemon.http.keys import DAEMON_KEY
 
 NS_A = namespace_of(ident())
 NS_OLD = namespace_of(ident(model_id="old/model"))
@@ -201,7 +202,7 @@ async def test_running_daemon_read_only_or_through_its_events(tmp_path, two_fake
         assert sorted(
             line.split()[1] for line in text.splitlines() if line.startswith("close ")
         ) == ["gone", "parked"]
-        svc = server.app[SERVICE_KEY]
+        svc = server.app[DAEMON_KEY]
         left = {sid for m in svc.namespaces.managers.values() for sid in m.sessions}
         assert left == {"fresh", "stale", "plain"}
     finally:

@@ -1,19 +1,12 @@
-"""Shared set-up for ascend_ext tests: no lmcache telemetry, CPU engines in fresh dirs."""
+"""ascend_ext fixtures: a real CPU LMCacheEngine with the blake3 token database (chunk hashes)."""
 
 from __future__ import annotations
 
-import os
+import uuid
+from collections.abc import Callable, Iterator
+from typing import Any
 
-# lmcache phones home on import unless told not to; tests never talk to the internet.
-os.environ.setdefault("LMCACHE_TRACK_USAGE", "false")
-
-
-# --- chunk-hash tests (issue 7): a real CPU LMCacheEngine with the blake3 token database ---
-import uuid  # noqa: E402
-from collections.abc import Callable, Iterator  # noqa: E402
-from typing import Any  # noqa: E402
-
-import pytest  # noqa: E402
+import pytest
 
 KV_SHAPE = (2, 2, 16, 2, 8)  # layers, k/v, chunk tokens, heads, head size: tiny real tensors
 

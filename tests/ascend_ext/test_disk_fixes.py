@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 
 import pytest
-from memapi_helpers import cpu_engine, tokens
+from support.memapi_rig import cpu_engine, tokens
 
 pytestmark = pytest.mark.lmcache
 pytest.importorskip("lmcache")

@@ -10,7 +10,7 @@ pytest.importorskip("lmcache")
 pytestmark = pytest.mark.lmcache
 
 import httpx  # noqa: E402
-from memapi_helpers import cpu_engine, serve, tokens, wait_prefetch  # noqa: E402
+from support.memapi_rig import cpu_engine, serve, tokens, wait_prefetch  # noqa: E402
 
 from ascend_ext.devserver import create_app  # noqa: E402
 

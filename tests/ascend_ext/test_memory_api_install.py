@@ -10,7 +10,8 @@ pytest.importorskip("lmcache")
 pytestmark = pytest.mark.lmcache
 
 import httpx  # noqa: E402
-from memapi_helpers import cpu_engine, free_port, serve, tokens  # noqa: E402
+from support.daemon_proc import free_port  # noqa: E402
+from support.memapi_rig import cpu_engine, serve, tokens  # noqa: E402
 
 
 def test_worker_internal_api_server_serves_memory_routes(tmp_path):

@@ -10,7 +10,7 @@ pytest.importorskip("lmcache")
 pytestmark = pytest.mark.lmcache
 
 import httpx  # noqa: E402
-from memapi_helpers import devserver, tokens  # noqa: E402
+from support.memapi_rig import devserver, tokens  # noqa: E402
 
 from ascend_ext.hashing import chain_hashes_hex  # noqa: E402
 

@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-import sys
 import time
-from pathlib import Path
 
 import pytest
 
@@ -13,9 +11,7 @@ pytest.importorskip("lmcache")
 pytestmark = pytest.mark.lmcache
 
 import httpx  # noqa: E402
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "ascend_ext"))
-from memapi_helpers import cpu_engine, serve, tokens  # noqa: E402
+from support.memapi_rig import cpu_engine, serve, tokens  # noqa: E402
 
 from ascend_ext.devserver import create_app  # noqa: E402
 from ramakv_daemon.adapters.backends.lmcache import LMCacheBackend  # noqa: E402

@@ -1,11 +1,9 @@
-"""The daemon's EventService steering a real CPU LMCache through LMCacheBackend."""
+"""The daemon (built by bootstrap) steering a real CPU LMCache through LMCacheBackend."""
 
 from __future__ import annotations
 
 import asyncio
-import sys
 import time
-from pathlib import Path
 
 import pytest
 
@@ -13,15 +11,13 @@ pytest.importorskip("lmcache")
 pytestmark = pytest.mark.lmcache
 
 import httpx  # noqa: E402
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "ascend_ext"))
-from memapi_helpers import cpu_engine, serve, tokens  # noqa: E402
+from support.memapi_rig import cpu_engine, serve, tokens  # noqa: E402
 
 from ascend_ext.devserver import create_app  # noqa: E402
 from ramakv_daemon.adapters.backends.lmcache import LMCacheBackend  # noqa: E402
 from ramakv_daemon.adapters.sqlite_store import SqliteSessionStore  # noqa: E402
+from ramakv_daemon.bootstrap import build  # noqa: E402
 from ramakv_daemon.config import Config  # noqa: E402
-from ramakv_daemon.service import EventService  # noqa: E402
 
 CPU, DISK = "LocalCPUBackend", "LocalDiskBackend"
 
@@ -31,9 +27,7 @@ async def rig(tmp_path):
     """(service, devserver url) with a real engine behind the daemon's LMCacheBackend."""
     with cpu_engine(tmp_path / "disk", ddr_mb=4) as engine, serve(create_app(engine)) as url:
         db = str(tmp_path / "s.db")
-        svc = EventService(
-            Config(session_store_path=db), SqliteSessionStore(db), LMCacheBackend(url)
-        )
+        svc = build(Config(session_store_path=db), SqliteSessionStore(db), LMCacheBackend(url))
         await svc.start()
         try:
             yield svc, url
@@ -62,9 +56,9 @@ async def _where(url, hashes, want=None, timeout=120.0):
 
 
 async def _event(svc, **body):
-    status, answer = await svc.handle(body)
+    status, answer = await svc.service.handle(body)
     assert status == 200 and answer["ok"], answer
-    await svc.dispatcher.drain()
+    await svc.default.dispatcher.drain()
     return answer["data"]
 
 

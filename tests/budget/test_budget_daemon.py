@@ -43,7 +43,7 @@ async def test_over_budget_demotes_the_longest_idle_private_chunks(tmp_path, two
         ns = r.svc.namespaces[r.svc.namespaces.default]
         assert ns.budget.demoted == {"s1"}
         # The refcounts are untouched: demotion is not eviction.
-        assert r.svc.manager.refcounts.as_dict() == {
+        assert r.svc.default.manager.refcounts.as_dict() == {
             "0001": 2,
             "0002": 1,
             "0003": 1,

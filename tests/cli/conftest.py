@@ -1,4 +1,4 @@
-"""Fixtures for the CLI suite: a real daemon process and a runner for the `ramakv` script."""
+"""Fixtures for the CLI suite: runners for ``ramakv`` in-process and as the installed script."""
 
 from __future__ import annotations
 
@@ -12,14 +12,7 @@ from pathlib import Path
 
 import pytest
 
-# site-packages holds an unrelated top-level `tests` package: import helpers as `support.*`.
-TESTS_DIR = str(Path(__file__).resolve().parents[1])
-if TESTS_DIR not in sys.path:
-    sys.path.insert(0, TESTS_DIR)
-
-from support.daemon_proc import daemon_proc, daemon_proc_factory  # noqa: E402,F401
-
-from ramakv_sdk.cli import main  # noqa: E402
+from ramakv_sdk.cli import main
 
 RAMAKV = str(Path(sys.executable).with_name("ramakv"))
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from conftest import FIXED_NOW, FakeLink, until
+from support.console_rig import FIXED_NOW, FakeLink, until
 from textual.widgets import Input, Select
 
 from ramakv_console.app import ConsoleApp

@@ -6,9 +6,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from conftest import until
+from support.console_rig import until
 from support.daemon_proc import DaemonProcess
-from support.postgres import PostgresServer, postgres_server  # noqa: F401
+from support.postgres import PostgresServer
 
 from ramakv_console.widgets.stats_header import StatsHeader
 

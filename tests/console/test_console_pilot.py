@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from conftest import until
+from support.console_rig import until
 from textual.widgets import Input, Switch, TextArea
 
 from ramakv_console.messages import Chunks, Config, Daemon, Sessions

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from conftest import FIXED_NOW, FakeLink, until
+from support.console_rig import FIXED_NOW, FakeLink, until
 
 from ramakv_console.widgets.session_table import SessionTable
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from conftest import until
+from support.console_rig import until
 
 from ramakv_console.widgets.chunk_map_table import ChunkMapTable
 from ramakv_console.widgets.event_form import EventForm

@@ -195,11 +195,11 @@ async def test_bearer_token_required_when_configured(start_daemon, make_config) 
     for headers in ({}, {"Authorization": "Bearer wrong"}, {"Authorization": "s3cret"}):
         status, body = await d.post({"type": "health"}, headers=headers)
         assert status == 401 and body["ok"] is False and "data" not in body
-    assert d.service.manager.sessions == {}
+    assert d.daemon.default.manager.sessions == {}
     status, body = await d.post(
         {"type": "turn_end", "session_id": "s", "kv_transfer_params": {"chunk_hashes": ["a"]}},
         headers={"Authorization": "Bearer wrong"},
     )
-    assert status == 401 and d.service.manager.sessions == {}
+    assert status == 401 and d.daemon.default.manager.sessions == {}
     status, body = await d.post({"type": "health"}, headers={"Authorization": "Bearer s3cret"})
     assert status == 200 and body["ok"] is True

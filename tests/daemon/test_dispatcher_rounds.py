@@ -6,6 +6,7 @@ import asyncio
 from collections.abc import Sequence
 
 from ramakv_daemon.core.manager import SessionManager
+from ramakv_daemon.delivery_state import NamespaceState
 from ramakv_daemon.dispatcher import BackendDispatcher
 from ramakv_daemon.ports import BackendResult, ChunkLocations, EvictMode
 
@@ -54,7 +55,7 @@ class GatedBackend:
 
 async def test_a_chunk_referenced_during_an_earlier_batch_is_not_evicted() -> None:
     manager, backend, committer = SessionManager(), GatedBackend(), IdleCommitter()
-    d = BackendDispatcher(backend, manager, committer)  # type: ignore[arg-type]
+    d = BackendDispatcher(backend, NamespaceState(manager, committer))
     d.evictions_committed(["a"], ["b"], row=1)
     round_ = asyncio.create_task(d._deliver_due())
     await backend.called.wait()  # DELETE [a] is out
@@ -67,7 +68,7 @@ async def test_a_chunk_referenced_during_an_earlier_batch_is_not_evicted() -> No
 
 async def test_an_intent_replaced_during_an_earlier_batch_is_delivered_as_the_new_one() -> None:
     manager, backend, committer = SessionManager(), GatedBackend(), IdleCommitter()
-    d = BackendDispatcher(backend, manager, committer)  # type: ignore[arg-type]
+    d = BackendDispatcher(backend, NamespaceState(manager, committer))
     d.evictions_committed(["a"], ["b"], row=1)  # b: demote
     round_ = asyncio.create_task(d._deliver_due())
     await backend.called.wait()  # DELETE [a] is out

@@ -113,10 +113,10 @@ async def test_turn_end_without_a_list_is_refused_and_changes_nothing(
         assert error == "missing required field 'kv_transfer_params.chunk_hashes'"
         assert (await daemon.ok("session_map", session_id="s1"))["chunk_hashes"] == ["a", "b"]
         assert daemon.refcounts() == before
-    assert daemon.service.manager.sessions["s1"].turn_count == 1  # no turn counted
+    assert daemon.daemon.default.manager.sessions["s1"].turn_count == 1  # no turn counted
     # Nor does a refused turn_end create a session.
     await daemon.err("turn_end", session_id="new", kv_transfer_params={})
-    assert "new" not in daemon.service.manager.sessions
+    assert "new" not in daemon.daemon.default.manager.sessions
 
 
 async def test_turn_end_empty_list_clears_map(daemon: DaemonClient) -> None:
@@ -248,7 +248,7 @@ async def test_list_events_reads_the_registry(daemon: DaemonClient) -> None:
     for spec in admin.values():  # the same spec shape
         assert set(spec) == {"description", "required", "optional"}, spec
     # Every listed event is served (none is a stale copy), and nothing else is.
-    registry = daemon.service.registry
+    registry = daemon.daemon.registry
     assert set(events) | set(admin) == {s.name for s in registry.specs()}
     assert not set(events) & set(admin)
     for name in [*events, *admin]:

@@ -26,7 +26,7 @@ class Clock:
 
 
 def consistent(d: DaemonClient) -> None:
-    m = d.service.manager
+    m = d.daemon.default.manager
     assert d.refcounts() == recompute_refcounts(m.sessions.values(), m.forks.values())
 
 
@@ -39,7 +39,7 @@ async def test_fork_ids_never_repeat_across_restarts(start_daemon, make_config) 
     await d.ok("session_fork_end", session_id="p", fork_id=2)  # the newest one has ended
     await d.close()
     d2 = await start_daemon(config)
-    assert [f.fork_id for f in d2.service.manager.forks.values()] == [1]
+    assert [f.fork_id for f in d2.daemon.default.manager.forks.values()] == [1]
     assert (await d2.ok("session_fork", session_id="p"))["fork_id"] == 3
     await d2.close()
     d3 = await start_daemon(config)
@@ -105,7 +105,7 @@ async def test_expiry_on_an_injected_clock(
     backend = RecordingBackend()
     config = make_config(fork_hold_ttl_s=3600.0)
     d = await start_daemon(config, backend=backend, clock=clock)
-    service = d.service
+    daemon = d.daemon
     await d.turn_end("p", ["sys", "a"])
     old = (await d.ok("session_fork", session_id="p"))["fork_id"]
     clock.now += 1800
@@ -114,13 +114,13 @@ async def test_expiry_on_an_injected_clock(
     await d.ok("session_close", session_id="p")
     rows = (await d.ok("list_sessions"))["sessions"]
     assert [(f["fork_id"], f["age_s"]) for f in rows[0]["forks"]] == [(old, 1800.0), (young, 0.0)]
-    seq = service.trace.seq
+    seq = daemon.trace.seq
 
     clock.now += 1799
-    assert await service.expire_forks() == 0  # the old one is 3599 s old: not yet
+    assert await daemon.fork_expiry.expire_forks() == 0  # the old one is 3599 s old: not yet
     clock.now += 1
     with caplog.at_level(logging.WARNING, logger="ramakv"):
-        assert await service.expire_forks() == 1
+        assert await daemon.fork_expiry.expire_forks() == 1
     warning = [r.getMessage() for r in caplog.records if "fork hold expired" in r.getMessage()]
     assert warning == [
         f"fork hold expired: session=p fork_id={old} age=3600s (older than "
@@ -129,7 +129,7 @@ async def test_expiry_on_an_injected_clock(
     await d.settle()
     assert backend.of("delete")[-1:] == ["a"]  # released as a fork_end would: zeros go
     assert d.refcounts() == {"sys": 1, "b": 1}
-    records = [json.loads(r) for r in service.trace.replay(seq) or []]
+    records = [json.loads(r) for r in daemon.trace.replay(seq) or []]
     expired = [r for r in records if r.get("type") == "fork_expire"]
     assert len(expired) == 1
     assert expired[0]["data"]["expired"] == [{"fork_id": old, "session_id": "p", "age_s": 3600.0}]
@@ -139,22 +139,22 @@ async def test_expiry_on_an_injected_clock(
     assert "_touched" not in expired[0]
     # A follower of p alone (/trace?session=p) gets it too: the parent is closed, so only
     # the expiry names it.
-    only_p = service.trace.subscribe("p")
-    only_q = service.trace.subscribe("q")
+    only_p = daemon.trace.subscribe("p")
+    only_q = daemon.trace.subscribe("q")
     try:
-        mine = [json.loads(r)["type"] for r in service.trace.replay(seq, only_p) or []]
+        mine = [json.loads(r)["type"] for r in daemon.trace.replay(seq, only_p) or []]
         assert "fork_expire" in mine
-        assert service.trace.replay(seq, only_q) == []
+        assert daemon.trace.replay(seq, only_q) == []
     finally:
-        service.trace.unsubscribe(only_p)
-        service.trace.unsubscribe(only_q)
+        daemon.trace.unsubscribe(only_p)
+        daemon.trace.unsubscribe(only_q)
     metrics = await (await d.client.get("/metrics")).text()
     assert "ramakv_open_forks 1.0" in metrics
     assert "ramakv_fork_holds_expired_total 1.0" in metrics
     # Durable: a restart does not bring it back.
     await d.close()
     d2 = await start_daemon(config, clock=clock)
-    assert [f.fork_id for f in d2.service.manager.forks.values()] == [young]
+    assert [f.fork_id for f in d2.daemon.default.manager.forks.values()] == [young]
     consistent(d2)
 
 
@@ -172,7 +172,7 @@ async def test_holds_that_expired_while_stopped_go_at_start(
     clock.now += 61
     with caplog.at_level(logging.WARNING, logger="ramakv"):
         d2 = await start_daemon(config, clock=clock)
-    assert len(d2.service.manager.forks) == 0
+    assert len(d2.daemon.default.manager.forks) == 0
     assert d2.refcounts() == {"a": 1}
     assert any("fork hold expired: session=p fork_id=1" in r.getMessage() for r in caplog.records)
 
@@ -183,8 +183,8 @@ async def test_a_ttl_of_zero_never_expires(start_daemon, make_config) -> None:  
     await d.turn_end("p", ["a"])
     await d.ok("session_fork", session_id="p")
     clock.now += 10 * 365 * 86400
-    assert await d.service.expire_forks() == 0
-    assert len(d.service.manager.forks) == 1
+    assert await d.daemon.fork_expiry.expire_forks() == 0
+    assert len(d.daemon.default.manager.forks) == 1
 
 
 async def test_the_open_fork_limit_answers_a_clear_error(start_daemon, make_config) -> None:  # type: ignore[no-untyped-def]
@@ -198,7 +198,7 @@ async def test_the_open_fork_limit_answers_a_clear_error(start_daemon, make_conf
         "session 'p' has 2 open forks, the limit (max_forks_per_session = 2); end one "
         "with session_fork_end first"
     )
-    assert d.refcounts() == before and len(d.service.manager.forks) == 2
+    assert d.refcounts() == before and len(d.daemon.default.manager.forks) == 2
     await d.ok("session_fork_end", session_id="p")
     assert (await d.ok("session_fork", session_id="p"))["fork_id"] == 3  # a refusal takes none
 
@@ -229,7 +229,7 @@ async def test_a_store_with_holds_from_before_fork_ids_opens(
     con.close()
     clock = Clock()
     d = await start_daemon(make_config(session_store_path=str(db)), clock=clock)
-    m = d.service.manager
+    m = d.daemon.default.manager
     # Fresh ids in the old order; created at the migration (their real age is unknown).
     assert [(f.fork_id, f.session_id, f.hashes) for f in m.forks.values()] == [
         (1, "p", ("a", "b")),

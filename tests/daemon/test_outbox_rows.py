@@ -36,8 +36,8 @@ def rows(path: str) -> list[tuple[int, str]]:
 
 async def settle(d: Any) -> None:
     for _ in range(3):
-        await d.service.dispatcher.drain()
-        await d.service.committer.barrier()
+        await d.daemon.default.dispatcher.drain()
+        await d.daemon.committer.barrier()
         await asyncio.sleep(0.01)
 
 
@@ -91,7 +91,7 @@ async def test_re_evicted_hash_moves_to_the_newer_row(start_daemon: Any, make_co
     await settle(d)
     await d.ok("session_close", session_id="b")  # row 2: x again
     backend.refuse = set()
-    d.service.dispatcher.poke()
+    d.daemon.default.dispatcher.poke()
     await settle(d)
     assert backend.of("delete").count("x") == 1
     assert rows(cfg.session_store_path) == []

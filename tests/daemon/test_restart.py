@@ -13,7 +13,7 @@ from ramakv_daemon.core.manager import recompute_refcounts
 
 
 def full_state(d: DaemonClient) -> dict[str, Any]:
-    m = d.service.manager
+    m = d.daemon.default.manager
     return {
         "sessions": {
             sid: (s.chunk_hashes, s.turn_count, s.suspended) for sid, s in m.sessions.items()
@@ -56,8 +56,8 @@ async def test_restart_restores_everything(start_daemon, make_config) -> None:  
         "session_id": "sleepy",
         "chunk_hashes": ["sys", "s1", "s2"],
     }
-    assert d2.service.manager.sessions["active"].turn_count == 2
-    assert d2.service.manager.sessions["forked"].turn_count == 2
+    assert d2.daemon.default.manager.sessions["active"].turn_count == 2
+    assert d2.daemon.default.manager.sessions["forked"].turn_count == 2
     # The restored fork holds still work, newest first.
     await d2.ok("session_fork_end", session_id="forked")
     assert d2.refcounts()["f3"] == 1
@@ -74,7 +74,7 @@ async def test_restart_restores_everything(start_daemon, make_config) -> None:  
 
     d3 = await start_daemon(config)
     assert full_state(d3) == after
-    assert d3.service.manager.sessions["sleepy"].suspended is False
+    assert d3.daemon.default.manager.sessions["sleepy"].suspended is False
 
 
 async def test_suspended_survives_restart_and_close_deletes(
@@ -89,7 +89,7 @@ async def test_suspended_survives_restart_and_close_deletes(
 
     backend = RecordingBackend()
     d2 = await start_daemon(config, backend=backend)
-    assert d2.service.manager.sessions["s"].suspended is True
+    assert d2.daemon.default.manager.sessions["s"].suspended is True
     assert d2.refcounts() == {}
     assert await d2.ok("turn_start", session_id="s") == {
         "prefetch_sent": False,
@@ -101,7 +101,7 @@ async def test_suspended_survives_restart_and_close_deletes(
     await d2.close()
 
     d3 = await start_daemon(config)
-    assert d3.service.manager.sessions == {}
+    assert d3.daemon.default.manager.sessions == {}
 
 
 async def test_original_schema_database_loads(
@@ -131,7 +131,7 @@ async def test_original_schema_database_loads(
 
     config = make_config(session_store_path=str(db))
     d = await start_daemon(config)
-    m = d.service.manager
+    m = d.daemon.default.manager
     assert set(m.sessions) == {"old-1", "old-2", "old-3"}  # corrupt rows skipped
     assert m.sessions["old-1"].turn_count == 7
     assert m.sessions["old-1"].suspended is False and len(m.forks) == 0
@@ -158,7 +158,7 @@ async def test_original_schema_database_loads(
     assert json.loads(row[0]) == ["sys", "h4"] and row[1] == 3
 
     d2 = await start_daemon(config)
-    m2 = d2.service.manager
+    m2 = d2.daemon.default.manager
     assert d2.refcounts() == recompute_refcounts(m2.sessions.values(), m2.forks.values())
     assert d2.refcounts()["h4"] == 1
 

@@ -121,7 +121,7 @@ async def test_suspend_keeps_map_restore_brings_it_back(
         "prefetch_count": 3,
     }
     assert d.refcounts() == {"a": 1, "b": 1, "shared": 2}
-    assert d.service.manager.sessions["s1"].suspended is False
+    assert d.daemon.default.manager.sessions["s1"].suspended is False
     d.assert_consistent()
 
 
@@ -134,7 +134,7 @@ async def test_turn_end_on_suspended_session_reactivates(daemon: DaemonClient) -
         "map_updated": True,
         "debug_written": False,
     }
-    assert daemon.service.manager.sessions["s1"].suspended is False
+    assert daemon.daemon.default.manager.sessions["s1"].suspended is False
     assert daemon.refcounts() == {"b": 1, "c": 1}
     daemon.assert_consistent()
 
@@ -145,7 +145,7 @@ async def test_refused_turn_end_on_suspended_session_leaves_it_suspended(
     await daemon.turn_end("s1", ["a"])
     await daemon.ok("session_suspend", session_id="s1")
     await daemon.err("turn_end", session_id="s1", kv_transfer_params={})
-    assert daemon.service.manager.sessions["s1"].suspended is True
+    assert daemon.daemon.default.manager.sessions["s1"].suspended is True
     assert daemon.refcounts() == {}
     daemon.assert_consistent()
 
@@ -190,7 +190,7 @@ async def test_fork_end_releases_snapshot_not_current_map(
 
 
 async def test_forks_nest_newest_first(daemon: DaemonClient) -> None:
-    m = daemon.service.manager
+    m = daemon.daemon.default.manager
     await daemon.turn_end("p", ["a", "b"])
     await daemon.ok("session_fork", session_id="p")  # holds (a, b)
     await daemon.turn_end("p", ["b", "c"])
@@ -269,4 +269,4 @@ async def test_resumed_suspended_session_deletes_abandoned_chunks(
     # a and b left every map and nobody references them: they must go from every tier,
     # as session_close of the suspended session would have done.
     assert sorted(backend.of("delete")) == ["a", "b"]
-    assert d.service.manager.parked == {}
+    assert d.daemon.default.manager.parked == {}

@@ -89,7 +89,7 @@ async def test_every_message_and_reply_conforms(start_daemon: Any, make_config: 
     await ok("session_close", session_id="b")
     await d.err("no_such_event")
     clock.now += 61
-    assert await d.service.expire_forks() == 1  # pre's fork: a fork_expire record
+    assert await d.daemon.fork_expiry.expire_forks() == 1  # pre's fork: a fork_expire record
 
     seen: list[dict[str, Any]] = []
     await read_until(

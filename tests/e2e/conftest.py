@@ -12,14 +12,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-
-# site-packages holds an unrelated top-level `tests` package: import helpers as `support.*`.
-TESTS_DIR = str(Path(__file__).resolve().parents[1])
-if TESTS_DIR not in sys.path:
-    sys.path.insert(0, TESTS_DIR)
-os.environ.setdefault("LMCACHE_TRACK_USAGE", "false")
-
-from support.daemon_proc import REPO_ROOT, DaemonProcess, free_port  # noqa: E402
+from support.daemon_proc import REPO_ROOT, DaemonProcess, free_port
 
 
 def _get(url: str, timeout: float = 1.0) -> int:

@@ -18,13 +18,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-
-TESTS_DIR = str(Path(__file__).resolve().parents[1])
-if TESTS_DIR not in sys.path:
-    sys.path.insert(0, TESTS_DIR)
-os.environ.setdefault("LMCACHE_TRACK_USAGE", "false")
-
-from support.daemon_proc import DaemonProcess, free_port  # noqa: E402
+from support.daemon_proc import DaemonProcess, free_port
 
 if sys.platform != "linux" or platform.machine() != "x86_64":
     pytest.skip(
@@ -33,7 +27,7 @@ if sys.platform != "linux" or platform.machine() != "x86_64":
         allow_module_level=True,
     )
 
-from engine_helpers import start_engine  # noqa: E402
+from support.engine_rig import start_engine  # noqa: E402
 
 from ascend_ext.tiny_engine import EngineProcess  # noqa: E402
 
@@ -49,7 +43,7 @@ def engine(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EngineProcess]:
 
 
 @pytest.fixture(scope="module")
-def daemon(
+def steering_daemon(
     tmp_path_factory: pytest.TempPathFactory, engine: EngineProcess
 ) -> Iterator[DaemonProcess]:
     """The real daemon steering the engine's LMCache through its memory API."""
@@ -115,9 +109,13 @@ class ProxyProcess:
 
 @pytest.fixture(scope="module")
 def proxy(
-    tmp_path_factory: pytest.TempPathFactory, engine: EngineProcess, daemon: DaemonProcess
+    tmp_path_factory: pytest.TempPathFactory,
+    engine: EngineProcess,
+    steering_daemon: DaemonProcess,
 ) -> Iterator[ProxyProcess]:
-    p = ProxyProcess(engine.url, daemon.url, tmp_path_factory.mktemp("proxy") / "proxy.log")
+    p = ProxyProcess(
+        engine.url, steering_daemon.url, tmp_path_factory.mktemp("proxy") / "proxy.log"
+    )
     try:
         yield p
     finally:

@@ -13,7 +13,7 @@ from collections.abc import Iterator
 
 import httpx
 import pytest
-from engine_helpers import HTTP_TIMEOUT_S, start_engine, text
+from support.engine_rig import HTTP_TIMEOUT_S, start_engine, text
 
 from ascend_ext.lmcache_fixes import DOUBLE_RELEASE_VERSIONS, lmcache_version
 

@@ -15,7 +15,8 @@ from pathlib import Path
 
 import httpx
 import pytest
-from engine_helpers import (
+from support.daemon_proc import free_port
+from support.engine_rig import (
     CHUNK,
     CPU,
     DISK,
@@ -32,7 +33,6 @@ from engine_helpers import (
     wait_map,
     wait_where,
 )
-from support.daemon_proc import free_port
 
 from ascend_ext.hashing import chain_hashes_hex
 
@@ -81,7 +81,7 @@ def test_repeated_ddr_hits_do_not_crash(engine) -> None:
     assert engine.alive()
 
 
-def test_streamed_chat_through_the_proxy_sets_the_map(engine, daemon, proxy) -> None:
+def test_streamed_chat_through_the_proxy_sets_the_map(engine, steering_daemon, proxy) -> None:
     messages = [
         {"role": "system", "content": text("streamed system", 400)},
         {"role": "user", "content": text("streamed user", 300)},
@@ -108,10 +108,10 @@ def test_streamed_chat_through_the_proxy_sets_the_map(engine, daemon, proxy) -> 
     assert b"kv_transfer_params" not in raw  # vLLM 0.32 streams none; the proxy adds none
     engine_own = kv(chat(engine.url, messages))["chunk_hashes"]  # same prompt, not streamed
     assert len(engine_own) >= 2
-    assert wait_map(daemon, "streamer", engine_own) == engine_own
+    assert wait_map(steering_daemon, "streamer", engine_own) == engine_own
 
 
-def test_suspend_restore_then_the_next_turn_is_fully_cached(engine, daemon, proxy) -> None:
+def test_suspend_restore_then_the_next_turn_is_fully_cached(engine, steering_daemon, proxy) -> None:
     messages = [{"role": "system", "content": text("suspended agent", 700)}]
     hdr = {"X-Session-Id": "sleeper"}
     answer = post(
@@ -120,12 +120,12 @@ def test_suspend_restore_then_the_next_turn_is_fully_cached(engine, daemon, prox
         headers=hdr,
     )
     hashes = kv(answer)["chunk_hashes"]
-    assert len(hashes) >= 2 and wait_map(daemon, "sleeper", hashes) == hashes
+    assert len(hashes) >= 2 and wait_map(steering_daemon, "sleeper", hashes) == hashes
     assert wait_where(engine.memory_url, hashes, [CPU, DISK]) == {h: [CPU, DISK] for h in hashes}
 
-    assert ok(daemon, "session_suspend", session_id="sleeper")["suspended"]
+    assert ok(steering_daemon, "session_suspend", session_id="sleeper")["suspended"]
     assert wait_where(engine.memory_url, hashes, [DISK]) == {h: [DISK] for h in hashes}
-    data = ok(daemon, "snapshot_restore", session_id="sleeper")
+    data = ok(steering_daemon, "snapshot_restore", session_id="sleeper")
     assert data["prefetch_sent"] and data["prefetch_count"] == len(hashes)
     assert wait_where(engine.memory_url, hashes, [CPU, DISK]) == {h: [CPU, DISK] for h in hashes}
 
@@ -138,7 +138,9 @@ def test_suspend_restore_then_the_next_turn_is_fully_cached(engine, daemon, prox
     assert cached_tokens(again) == len(hashes) * CHUNK
 
 
-def test_close_keeps_a_shared_system_prompt_and_deletes_the_rest(engine, daemon, proxy) -> None:
+def test_close_keeps_a_shared_system_prompt_and_deletes_the_rest(
+    engine, steering_daemon, proxy
+) -> None:
     system = {"role": "system", "content": text("shared system prompt", 600)}
 
     def turn(sid: str, user: str) -> list[str]:
@@ -151,7 +153,7 @@ def test_close_keeps_a_shared_system_prompt_and_deletes_the_rest(engine, daemon,
         hashes = kv(post(proxy.url + "/v1/chat/completions", body, headers={"X-Session-Id": sid}))[
             "chunk_hashes"
         ]
-        assert wait_map(daemon, sid, hashes) == hashes
+        assert wait_map(steering_daemon, sid, hashes) == hashes
         return hashes
 
     a, b = turn("closer-a", "first agent task"), turn("closer-b", "second agent task")
@@ -160,7 +162,7 @@ def test_close_keeps_a_shared_system_prompt_and_deletes_the_rest(engine, daemon,
     assert len(shared) >= 2 and len(own) >= 2  # the system prompt fills whole chunks
     assert wait_where(engine.memory_url, a, [CPU, DISK]) == {h: [CPU, DISK] for h in a}
 
-    ok(daemon, "session_close", session_id="closer-a")
+    ok(steering_daemon, "session_close", session_id="closer-a")
     assert wait_where(engine.memory_url, own, []) == {h: [] for h in own}
     assert query(engine.memory_url, shared) == {h: [CPU, DISK] for h in shared}
     assert query(engine.memory_url, b) == {h: [CPU, DISK] for h in b}
@@ -286,18 +288,18 @@ def _answers(url: str) -> bool:
         return False
 
 
-def test_the_demo_conversation_moves_the_maps(engine, daemon, proxy) -> None:
+def test_the_demo_conversation_moves_the_maps(engine, steering_daemon, proxy) -> None:
     """make demo's scripted agents (ascend_ext.demo.converse) on this stack."""
     from ascend_ext.demo import converse
 
     said: list[str] = []
-    chats = converse(proxy.url, daemon.url, rounds=1, say=said.append)
+    chats = converse(proxy.url, steering_daemon.url, rounds=1, say=said.append)
     assert len(said) == 6
     alpha = kv(chat(engine.url, chats["agent-alpha"][:-2]))["chunk_hashes"]
-    assert wait_map(daemon, "agent-alpha", alpha) == alpha
-    beta = daemon.event("session_map", session_id="agent-beta")["data"]["chunk_hashes"]
+    assert wait_map(steering_daemon, "agent-alpha", alpha) == alpha
+    beta = steering_daemon.event("session_map", session_id="agent-beta")["data"]["chunk_hashes"]
     assert wait_where(engine.memory_url, beta, [CPU, DISK]) == {h: [CPU, DISK] for h in beta}
-    assert not daemon.event("session_map", session_id="agent-gamma")["ok"]  # closed
+    assert not steering_daemon.event("session_map", session_id="agent-gamma")["ok"]  # closed
 
 
 def test_the_engine_log_has_no_fault(engine) -> None:

@@ -7,7 +7,8 @@ import platform
 from collections.abc import Sequence
 
 from prometheus_client.parser import text_string_to_metric_families
-from support.opsurface import Daemon, StartDaemon, recv
+from support.daemon_app import DaemonClient, StartDaemon
+from support.trace_wire import recv
 
 from ramakv_daemon.adapters.backends.noop import NoopBackend
 from ramakv_daemon.ports import BackendResult, EvictMode
@@ -23,7 +24,7 @@ def val(m: Metrics, name: str, **labels: str) -> float:
     return m.get((name, tuple(sorted(labels.items()))), 0.0)
 
 
-async def wait_for(d: Daemon, name: str, at_least: float, **labels: str) -> Metrics:
+async def wait_for(d: DaemonClient, name: str, at_least: float, **labels: str) -> Metrics:
     """Poll /metrics until a sample reaches ``at_least`` (backend calls are asynchronous)."""
     m: Metrics = {}
     for _ in range(12000):  # hang guard: backend calls are asynchronous
@@ -34,7 +35,7 @@ async def wait_for(d: Daemon, name: str, at_least: float, **labels: str) -> Metr
     raise AssertionError(f"{name}{labels} stayed at {val(m, name, **labels)} < {at_least}")
 
 
-async def test_metrics_parse_and_families(daemon: Daemon) -> None:
+async def test_metrics_parse_and_families(daemon: DaemonClient) -> None:
     d = daemon
     await d.ok("health")
     text = await d.metrics_text()
@@ -58,7 +59,7 @@ async def test_metrics_parse_and_families(daemon: Daemon) -> None:
         assert families[name].documentation
 
 
-async def test_counters_move_as_events_are_sent(daemon: Daemon) -> None:
+async def test_counters_move_as_events_are_sent(daemon: DaemonClient) -> None:
     d = daemon
     m0 = await d.metrics()
     await d.turn_end("a", ["sys", "a1", "a2"])
@@ -103,7 +104,7 @@ async def test_counters_move_as_events_are_sent(daemon: Daemon) -> None:
     assert val(await d.metrics(), "ramakv_trace_subscribers") == 0
 
 
-async def test_evictions_counted(daemon: Daemon) -> None:
+async def test_evictions_counted(daemon: DaemonClient) -> None:
     d = daemon
     await d.turn_end("a", ["x", "y"])
     await d.ok("session_close", session_id="a")
@@ -133,7 +134,7 @@ async def test_backend_errors_counted(start_daemon: StartDaemon) -> None:
     assert val(m, "ramakv_events_total", type="turn_start", outcome="ok") == 1
 
 
-async def test_no_session_id_label_and_bounded_cardinality(daemon: Daemon) -> None:
+async def test_no_session_id_label_and_bounded_cardinality(daemon: DaemonClient) -> None:
     d = daemon
     for i in range(30):
         await d.turn_end(f"session-{i}", [f"h{i}", "shared"])
@@ -153,7 +154,7 @@ async def test_no_session_id_label_and_bounded_cardinality(daemon: Daemon) -> No
     assert val(m, "ramakv_events_total", type="unknown", outcome="error") == 31
 
 
-async def test_build_info_process_metrics_and_no_created_series(daemon: Daemon) -> None:
+async def test_build_info_process_metrics_and_no_created_series(daemon: DaemonClient) -> None:
     from ramakv_sdk.version import package_version
 
     await daemon.turn_end("s", ["h1"])

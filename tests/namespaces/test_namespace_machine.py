@@ -17,6 +17,7 @@ from ramakv_daemon.adapters.backends.noop import NoopBackend
 from ramakv_daemon.committer import GroupCommitter
 from ramakv_daemon.core.errors import RamAKvError
 from ramakv_daemon.core.events import Limits
+from ramakv_daemon.core.fork import ForkIds
 from ramakv_daemon.core.identity import namespace_of
 from ramakv_daemon.core.manager import recompute_parked, recompute_refcounts
 from ramakv_daemon.handlers import DEFAULT_REGISTRY
@@ -33,18 +34,18 @@ def build(tmp) -> Namespaces:
     cfg = config(
         tmp, [{"name": "qwen", **ident()}, {"name": "other", **ident(model_id="other/model")}]
     )
-    holder: dict = {}
+    fork_ids = ForkIds()
     spaces = Namespaces(
         cfg,
         DEFAULT_REGISTRY,
         Limits(),
-        lambda: holder["c"],
+        GroupCommitter(None, fork_ids),  # type: ignore[arg-type]
+        fork_ids,
         NoopBackend(),
         lambda url, loc: NoopBackend(),
         None,
         None,
     )
-    holder["c"] = GroupCommitter(None, spaces.managers)  # type: ignore[arg-type]
     spaces.setup()
     return spaces
 

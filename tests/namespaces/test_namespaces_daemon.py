@@ -53,8 +53,8 @@ async def test_same_hash_in_two_namespaces_is_two_chunks(tmp_path, two_fakes) ->
         await r.ev("turn_start", session_id="b1")  # no namespace: the session's own
         await r.settle()
         assert prefetched(fb) == ["0a01", "0a03"] and prefetched(fa) == []
-        assert r.svc.manager is mgr[""]  # several deployments: the default stays unnamed
-        assert r.svc.manager.refcounts.as_dict() == {}
+        assert r.svc.default.manager is mgr[""]  # several deployments: the default stays unnamed
+        assert r.svc.default.manager.refcounts.as_dict() == {}
 
 
 async def test_session_in_another_namespace_is_an_error_naming_both(tmp_path, two_fakes) -> None:
@@ -95,7 +95,7 @@ async def test_single_deployment_is_the_default_and_nine_events_keep_shape(
         evict_locations=["LocalCPUBackend", "LocalDiskBackend"],
     )
     async with Rig(cfg) as r:
-        assert r.svc.namespaces.default == NS_A and r.svc.manager.namespace == NS_A
+        assert r.svc.namespaces.default == NS_A and r.svc.default.manager.namespace == NS_A
         assert await r.turn_end("s", ["0a01", "0a02"]) == {
             "evicted_count": 0,
             "map_updated": True,
@@ -114,7 +114,7 @@ async def test_single_deployment_is_the_default_and_nine_events_keep_shape(
         assert [{k: b[k] for k in ("chunk_hashes", "locations")} for b in fa.calls("evict")] == [
             {"chunk_hashes": ["0a01"], "locations": ["LocalCPUBackend", "LocalDiskBackend"]}
         ]
-        assert r.svc.manager.sessions["s"].namespace == NS_A
+        assert r.svc.default.manager.sessions["s"].namespace == NS_A
 
 
 async def test_unresolved_deployment_records_but_steers_nothing(

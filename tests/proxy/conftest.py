@@ -1,23 +1,14 @@
-"""Fixtures for the proxy suite: a real daemon, the stand-in engine, an in-process proxy."""
+"""Fixtures for the proxy suite: the stand-in engine and an in-process proxy."""
 
 from __future__ import annotations
 
-import sys
 from collections.abc import AsyncIterator, Awaitable, Callable
-from pathlib import Path
 
 import pytest
 from aiohttp import web
+from support.openai_engine import CHUNK_TOKENS, StandInEngine
 
-# site-packages holds an unrelated top-level `tests` package: import helpers as `support.*`.
-TESTS_DIR = str(Path(__file__).resolve().parents[1])
-if TESTS_DIR not in sys.path:
-    sys.path.insert(0, TESTS_DIR)
-
-from support.daemon_proc import daemon_proc, daemon_proc_factory  # noqa: E402,F401
-from support.openai_engine import CHUNK_TOKENS, StandInEngine  # noqa: E402
-
-from ramakv_sdk.proxy import ProxySettings, make_app  # noqa: E402
+from ramakv_sdk.proxy import ProxySettings, make_app
 
 
 class RunningProxy:

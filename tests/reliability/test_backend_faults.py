@@ -9,9 +9,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from fakes.lmcache_server import FakeLMCacheServer
 from support.daemon_app import DaemonClient
 from support.daemon_proc import DaemonProcess, free_port
+from support.lmcache_server import FakeLMCacheServer
 from support.reliability import (
     FakeLMCacheProcess,
     db_model,
@@ -33,7 +33,7 @@ async def lm_daemon(
     """An in-process daemon on the LMCache backend at ``url``, short timeout and backoff."""
     cfg = make_config(noop_backend=False, lmcache_url=url, backend_timeout_s=BACKEND_TIMEOUT)
     d = await start_daemon(cfg)
-    d.service.dispatcher.base_backoff_s = 0.05
+    d.daemon.default.dispatcher.base_backoff_s = 0.05
     return d
 
 
@@ -109,7 +109,7 @@ async def test_fault_keeps_events_fast_and_evictions_queued_until_recovery(
     await timed_ok(d, "session_map", session_id="s1")
 
     # The failure is visible: metrics, the trace, the outbox table.
-    errors = d.service.metrics.backend_errors
+    errors = d.daemon.metrics.backend_errors
     await eventually(lambda: errors.labels("evict_delete")._value.get() >= 1)
     assert await metric_value(d, "ramakv_backend_errors_total", op="evict_delete") >= 1
     assert await metric_value(d, "ramakv_evict_outbox") == 2
@@ -123,14 +123,14 @@ async def test_fault_keeps_events_fast_and_evictions_queued_until_recovery(
     assert "a" in fake_lmcache.tiers  # nothing evicted yet
 
     await fake_lmcache.heal()
-    d.service.dispatcher.poke()
-    await eventually(lambda: d.service.dispatcher.backlog == 0)
+    d.daemon.default.dispatcher.poke()
+    await eventually(lambda: d.daemon.default.dispatcher.backlog == 0)
     assert "a" not in fake_lmcache.tiers and "b" not in fake_lmcache.tiers
     assert "c" in fake_lmcache.tiers
     await eventually(lambda: not db_outbox(d.config.session_store_path))
     assert await metric_value(d, "ramakv_evict_outbox") == 0
     prefetches = fake_lmcache.calls("prefetch")
-    d.service.dispatcher.poke()
+    d.daemon.default.dispatcher.poke()
     await asyncio.sleep(0.3)
     assert fake_lmcache.calls("prefetch") == prefetches  # best effort: never retried
     d.assert_consistent()
@@ -155,8 +155,8 @@ async def test_rereferenced_chunk_is_dropped_from_the_outbox_never_evicted(
     await d.turn_end("s2", ["a0"])  # a0 is wanted again before the retry
     await d.ok("snapshot_restore", session_id="t")  # so is c0
     await fake_lmcache.heal()
-    d.service.dispatcher.poke()
-    await eventually(lambda: d.service.dispatcher.backlog == 0)
+    d.daemon.default.dispatcher.poke()
+    await eventually(lambda: d.daemon.default.dispatcher.backlog == 0)
     # b0 may have been tried again (and refused) before the heal; a0 and c0 never.
     assert set(evicted_since(fake_lmcache, mark)) == {"b0"}
     assert "a0" in fake_lmcache.tiers and "c0" in fake_lmcache.tiers
@@ -176,9 +176,9 @@ async def test_prefetch_is_not_retried(
     await d.turn_end("s1", ["d1", "d2"])
     await fake_lmcache.refuse()
     await timed_ok(d, "turn_start", session_id="s1")
-    await eventually(lambda: d.service.metrics.backend_errors.labels("prefetch")._value.get() == 1)
+    await eventually(lambda: d.daemon.metrics.backend_errors.labels("prefetch")._value.get() == 1)
     await fake_lmcache.heal()
-    d.service.dispatcher.poke()
+    d.daemon.default.dispatcher.poke()
     await asyncio.sleep(0.5)
     assert fake_lmcache.calls("prefetch") == []
     assert await metric_value(d, "ramakv_backend_calls_total", op="prefetch") == 1
@@ -234,7 +234,7 @@ async def test_an_outage_backs_off_the_backend_not_each_chunk(
     # A failing backend pauses every eviction of it for the backoff: many turns' evictions
     # wait together and one batch probes, instead of each chunk retrying on its own clock.
     d = await lm_daemon(start_daemon, make_config, fake_lmcache.url)
-    d.service.dispatcher.base_backoff_s = 0.2
+    d.daemon.default.dispatcher.base_backoff_s = 0.2
     await fake_lmcache.set_failure("503")
     for turn in range(40):
         # Every turn drops the previous turn's two chunks: 78 evictions, 39 commits.
@@ -245,10 +245,10 @@ async def test_an_outage_backs_off_the_backend_not_each_chunk(
             kv_transfer_params={"chunk_hashes": [f"{turn:04x}a", f"{turn:04x}b"]},
         )
         await asyncio.sleep(0.01)
-    assert d.service.dispatcher.backlog == 78
+    assert d.daemon.default.dispatcher.backlog == 78
     # ~0.5 s of turns against probes at 0, 0.2, 0.6 s (doubling): a handful of calls.
     assert 1 <= len(fake_lmcache.calls("evict")) <= 4
     await fake_lmcache.heal()  # no poke: the next probe after the backoff drains it all
-    await eventually(lambda: d.service.dispatcher.backlog == 0, timeout=5)
+    await eventually(lambda: d.daemon.default.dispatcher.backlog == 0, timeout=5)
     await eventually(lambda: not db_outbox(d.config.session_store_path))
     d.assert_consistent()

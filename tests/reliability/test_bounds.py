@@ -20,7 +20,7 @@ def test_ring_is_bounded_in_bytes_oldest_first() -> None:
 
 async def test_rejected_requests_do_not_bloat_the_ring(start_daemon: Any, make_config: Any) -> None:
     d = await start_daemon(make_config(max_body_bytes=4 * 1024 * 1024))
-    trace = d.service.trace
+    trace = d.daemon.trace
     before = trace.ring_bytes
     huge = "s" * (2 * 1024 * 1024)
     for kind in ("turn_end", "x" * (1024 * 1024)):
@@ -41,7 +41,7 @@ async def test_sliced_admin_reads_answer_one_consistent_moment(
     import asyncio
 
     d = await start_daemon()
-    m = d.service.manager
+    m = d.daemon.default.manager
     from ramakv_daemon.core.session import Session
 
     m.load([Session(f"s{i:05d}", ("shared", f"own{i}")) for i in range(6000)])

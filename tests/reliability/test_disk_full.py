@@ -3,48 +3,19 @@
 from __future__ import annotations
 
 import asyncio
-import errno
-import os
-import subprocess
 from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import pytest
 from support.daemon_app import DaemonClient
 from support.daemon_proc import run_to_exit, write_config
+from support.disk_full import fill, tmpfs
 from support.reliability import daemon_state, set_query_only
 
 from ramakv_daemon.adapters.sqlite_store import SqliteSessionStore
 
 BIG = [f"{i:02x}" * 45 for i in range(256)] + [f"{i:04x}" * 22 for i in range(700)]
-
-
-def _mount(args: list[str]) -> str | None:
-    """Run mount/umount; None on success, else why it failed."""
-    try:
-        proc = subprocess.run(args, capture_output=True, text=True, timeout=10)
-    except (OSError, subprocess.TimeoutExpired) as err:
-        return str(err)
-    return None if proc.returncode == 0 else (proc.stderr.strip() or f"exit {proc.returncode}")
-
-
-@contextmanager
-def tmpfs(mnt: Path, options: str, skip_reason: str) -> Iterator[Path]:
-    """Mount a tmpfs (``-o options``) on the new directory ``mnt``; unmount on exit.
-
-    Where mounting is not allowed the test is skipped with ``skip_reason`` (``{why}`` in it
-    is replaced by what mount said).
-    """
-    mnt.mkdir()
-    why = _mount(["mount", "-t", "tmpfs", "-o", options, "tmpfs", str(mnt)])
-    if why is not None:
-        pytest.skip(skip_reason.format(why=why))
-    try:
-        yield mnt
-    finally:
-        _mount(["umount", "-l", str(mnt)])
 
 
 @pytest.fixture
@@ -56,23 +27,6 @@ def tiny_fs(tmp_path: Path) -> Iterator[Path]:
         "cannot mount a tmpfs here ({why}); disk-full test needs one",
     ) as mnt:
         yield mnt
-
-
-def fill(path: Path) -> int:
-    """Write ``path`` until the file system is full; returns the bytes written."""
-    written = 0
-    block = os.urandom(64 * 1024)
-    with open(path, "wb", buffering=0) as f:
-        while True:
-            try:
-                n = f.write(block)
-            except OSError as err:
-                assert err.errno == errno.ENOSPC, err
-                break
-            written += n
-            if n < len(block):
-                block = block[:1024]
-    return written
 
 
 WRITES: list[dict[str, Any]] = [
@@ -109,13 +63,13 @@ async def assert_reads_work(d: DaemonClient) -> None:
 
 async def assert_writes_refused(d: DaemonClient, error: str) -> None:
     """Every write fails with a clear error; memory and file stay exactly as they were."""
-    before = daemon_state(d.service)
+    before = daemon_state(d.daemon)
     for w in WRITES:  # one at a time: see test_read_during_a_failing_commit below
         status, body = await d.post(w)
         assert status == 503, (w["type"], body)
         assert body["ok"] is False and "data" not in body, body
         assert body["error"].startswith("persistence failed:") and error in body["error"], body
-    assert daemon_state(d.service) == before
+    assert daemon_state(d.daemon) == before
     d.assert_consistent()
 
 
@@ -141,12 +95,12 @@ async def test_disk_full_on_a_tiny_tmpfs(
     assert again == body
     await d.ok("session_close", session_id="big")
     d.assert_consistent()
-    expected = daemon_state(d.service)
+    expected = daemon_state(d.daemon)
     await d.close()
 
     d2 = await start_daemon(cfg)
-    assert daemon_state(d2.service)["sessions"] == expected["sessions"]
-    assert daemon_state(d2.service)["refcounts"] == expected["refcounts"]
+    assert daemon_state(d2.daemon)["sessions"] == expected["sessions"]
+    assert daemon_state(d2.daemon)["refcounts"] == expected["refcounts"]
     rows = {r["session_id"]: r["turn_count"] for r in (await d2.ok("list_sessions"))["sessions"]}
     assert rows["s1"] == turns["s1"] + 1  # the retried event applied once
     assert "big" not in rows
@@ -155,7 +109,7 @@ async def test_disk_full_on_a_tiny_tmpfs(
 async def test_read_only_database(start_daemon: Any) -> None:
     d = await start_daemon()
     await seed(d)
-    store = d.service.store
+    store = d.daemon.store
     await set_query_only(store, True)  # SQLite refuses every write: SQLITE_READONLY
     await assert_writes_refused(d, "readonly database")
     await assert_reads_work(d)
@@ -196,7 +150,7 @@ async def test_concurrent_writes_on_a_full_disk_all_roll_back(
     full_disk: tuple[DaemonClient, FullStore],
 ) -> None:
     d, store = full_disk
-    before = daemon_state(d.service)
+    before = daemon_state(d.daemon)
     burst = (
         [
             {
@@ -214,7 +168,7 @@ async def test_concurrent_writes_on_a_full_disk_all_roll_back(
     )
     answers = await asyncio.gather(*(d.post(e) for e in burst))
     assert all(s == 503 and not b["ok"] and "disk is full" in b["error"] for s, b in answers)
-    assert daemon_state(d.service) == before
+    assert daemon_state(d.daemon) == before
     await assert_reads_work(d)
     store.full = False
     answers = await asyncio.gather(*(d.post(e) for e in burst))
@@ -241,7 +195,7 @@ async def test_read_during_a_failing_commit_sees_only_durable_state(
         d.post({"type": "session_map", "session_id": "big"}),
     )
     assert s1 == 503 and close["ok"] is False
-    assert "big" in d.service.manager.sessions  # the close was rolled back
+    assert "big" in d.daemon.default.manager.sessions  # the close was rolled back
     # The events behind it waited for that commit and answered from durable state: the
     # read sees the session; the suspend is a real write and fails while the disk is full.
     assert smap["ok"] is True, smap

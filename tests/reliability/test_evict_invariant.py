@@ -1,6 +1,6 @@
 """The one invariant under faults: a chunk referenced again is never evicted.
 
-A recording stand-in LMCache (tests/fakes/lmcache_server.py) runs on the test's own loop
+A recording stand-in LMCache (tests/support/lmcache_server.py) runs on the test's own loop
 and calls a probe at the very moment it carries out a delete: the probe looks at the
 daemon's memory and at its SQLite file right then. Faults: a hanging cache (every call
 held longer than prefetches can wait), commits failing with "database is locked".
@@ -16,8 +16,8 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from fakes.lmcache_server import FakeLMCacheServer
 from support.daemon_app import DaemonClient
+from support.lmcache_server import FakeLMCacheServer
 from support.reliability import db_model
 
 from ramakv_daemon.adapters.sqlite_store import SqliteSessionStore
@@ -36,7 +36,7 @@ class Probe:
 
     def __call__(self, hashes: list[str]) -> None:
         self.deleted.extend(hashes)
-        refs = self.d.service.manager.refcounts.counts
+        refs = self.d.daemon.default.manager.refcounts.counts
         stored = db_model(self.d.config.session_store_path)
         held = {h for s in stored.values() if not s.suspended for h in s.chunk_hashes}
         held.update(h for s in stored.values() for hold in s.fork_holds for h in hold)
@@ -87,7 +87,7 @@ async def rig(
         noop_backend=False, lmcache_url=fake.url, backend_timeout_s=2.0, evict_defer_s=30.0
     )
     d = await start_daemon(cfg, store=store(cfg.session_store_path) if store else None)
-    d.service.dispatcher.base_backoff_s = 0.05
+    d.daemon.default.dispatcher.base_backoff_s = 0.05
     probe = Probe(d, fake)
     fake.on_delete = probe
     return d, probe
@@ -112,20 +112,20 @@ async def test_deferring_cache_keeps_a_chunk_referenced_after_its_evict_was_writ
     fake_lmcache.defers = True
     d, probe = await rig(start_daemon, make_config, fake_lmcache)
     await reproduce_hang(d, fake_lmcache)
-    window = d.service.dispatcher.window
-    kept = d.service.metrics.window_rereferences.labels("kept")
+    window = d.daemon.default.dispatcher.window
+    kept = d.daemon.metrics.window_rereferences.labels("kept")
     # The keep gets through while the evict call is still out, and is confirmed in time.
     await eventually(lambda: kept._value.get() >= 1 and not window.keeps)
     await fake_lmcache.heal()
-    await eventually(lambda: d.service.dispatcher.backlog == 0)
+    await eventually(lambda: d.daemon.default.dispatcher.backlog == 0)
     fake_lmcache.fire_deferred()  # the deferral ends: x's delete was cancelled
     assert "aa" in fake_lmcache.tiers and probe.violations == []
-    assert d.service.metrics.window_rereferences.labels("exposed")._value.get() == 0
+    assert d.daemon.metrics.window_rereferences.labels("exposed")._value.get() == 0
     # Released again, x goes for real: the new evict's generation is newer than the keep.
     await d.turn_end("B", [])
     await eventually(
         lambda: (
-            d.service.dispatcher.backlog == 0
+            d.daemon.default.dispatcher.backlog == 0
             and len([b for b in fake_lmcache.calls("evict") if "aa" in b["chunk_hashes"]]) == 2
         )
     )
@@ -139,7 +139,7 @@ async def test_stock_cache_window_is_measured_and_reported(
     d, probe = await rig(start_daemon, make_config, fake_lmcache)
     ws = await d.client.ws_connect("/trace?protocol=2")
     await reproduce_hang(d, fake_lmcache)
-    exposed = d.service.metrics.window_rereferences.labels("exposed")
+    exposed = d.daemon.metrics.window_rereferences.labels("exposed")
     await eventually(lambda: exposed._value.get() >= 1)
     await fake_lmcache.heal()
     await eventually(lambda: "aa" in probe.deleted)
@@ -183,8 +183,8 @@ async def test_a_release_still_being_committed_is_not_deliverable(
     start_daemon: Any, make_config: Any, fake_lmcache: FakeLMCacheServer
 ) -> None:
     d, probe = await rig(start_daemon, make_config, fake_lmcache, LockedStore)
-    store: LockedStore = d.service.store  # type: ignore[assignment]
-    dispatcher = d.service.dispatcher
+    store: LockedStore = d.daemon.store  # type: ignore[assignment]
+    dispatcher = d.daemon.default.dispatcher
     fake_lmcache.put(["aa", "bb"])
     await fake_lmcache.set_failure("503")  # the intent for aa waits in the outbox
     await d.turn_end("A", ["aa", "bb"])
@@ -196,7 +196,7 @@ async def test_a_release_still_being_committed_is_not_deliverable(
     release = asyncio.ensure_future(
         d.post({"type": "turn_end", "session_id": "B", "kv_transfer_params": {"chunk_hashes": []}})
     )
-    await eventually(lambda: "aa" not in d.service.manager.refcounts)  # applied, in doubt
+    await eventually(lambda: "aa" not in d.daemon.default.manager.refcounts)  # applied, in doubt
     await fake_lmcache.heal()
     dispatcher.poke()
     # The dispatcher looked at x and set it aside until the commit is decided.
@@ -206,7 +206,7 @@ async def test_a_release_still_being_committed_is_not_deliverable(
     store.gate = None
     status, body = await release
     assert status == 503 and "database is locked" in body["error"]
-    assert d.service.manager.refcounts.get("aa") == 1  # rolled back
+    assert d.daemon.default.manager.refcounts.get("aa") == 1  # rolled back
     await eventually(lambda: "aa" not in dispatcher.outbox)  # the recheck forgot it
     assert not received_evict(fake_lmcache, "aa", since) and probe.violations == []
 
@@ -222,7 +222,7 @@ async def test_fault_mix_never_evicts_a_referenced_chunk(
     rng = random.Random(seed)
     fake_lmcache.defers = True
     d, probe = await rig(start_daemon, make_config, fake_lmcache, LockedStore)
-    store: LockedStore = d.service.store  # type: ignore[assignment]
+    store: LockedStore = d.daemon.store  # type: ignore[assignment]
     store.rng = random.Random(seed)
     pool = [f"{i:02x}" for i in range(24)]
     fake_lmcache.put(pool)
@@ -256,14 +256,17 @@ async def test_fault_mix_never_evicts_a_referenced_chunk(
     assert 503 in statuses and 200 in statuses
     store.rng = None
     await fake_lmcache.heal()
-    d.service.dispatcher.poke()
+    d.daemon.default.dispatcher.poke()
     await eventually(
-        lambda: d.service.dispatcher.backlog == 0 and not d.service.dispatcher.window.keeps
+        lambda: (
+            d.daemon.default.dispatcher.backlog == 0
+            and not d.daemon.default.dispatcher.window.keeps
+        )
     )
     fake_lmcache.fire_deferred()
     assert probe.violations == [], probe.history()
     d.assert_consistent()
-    assert d.service.metrics.window_rereferences.labels("exposed")._value.get() == 0
+    assert d.daemon.metrics.window_rereferences.labels("exposed")._value.get() == 0
 
 
 async def test_a_restart_inside_the_deferral_keeps_what_the_last_run_re_referenced(
@@ -278,7 +281,7 @@ async def test_a_restart_inside_the_deferral_keeps_what_the_last_run_re_referenc
     await d.turn_end("A", ["aa", "bb"])
     await d.turn_end("A", ["bb"])
     await eventually(
-        lambda: received_evict(fake_lmcache, "aa") and d.service.dispatcher.backlog == 0
+        lambda: received_evict(fake_lmcache, "aa") and d.daemon.default.dispatcher.backlog == 0
     )
     assert fake_lmcache.deferred.pending.keys() == {"aa"}
     await fake_lmcache.set_failure("503")  # keeps fail from now on
@@ -289,9 +292,9 @@ async def test_a_restart_inside_the_deferral_keeps_what_the_last_run_re_referenc
     await fake_lmcache.heal()
     d2 = await start_daemon(cfg)
     probe.d = d2
-    kept = d2.service.metrics.window_rereferences.labels("kept")
+    kept = d2.daemon.metrics.window_rereferences.labels("kept")
     await eventually(lambda: kept._value.get() >= 1)
-    assert d2.service.metrics.evictions_repeated._value.get() == 0  # aa was not re-sent
+    assert d2.daemon.metrics.evictions_repeated._value.get() == 0  # aa was not re-sent
     fake_lmcache.fire_deferred()
     assert "aa" in fake_lmcache.tiers and probe.violations == [], probe.history()
 
@@ -305,13 +308,13 @@ async def test_a_repeated_delivery_after_a_restart_is_harmless_and_counted(
     await d.turn_end("A", ["aa", "bb"])
     await d.turn_end("A", ["bb"])
     await eventually(
-        lambda: received_evict(fake_lmcache, "aa") and d.service.dispatcher.backlog == 0
+        lambda: received_evict(fake_lmcache, "aa") and d.daemon.default.dispatcher.backlog == 0
     )
     cfg = d.config
     await d.close()  # stopped inside the deferral: the row stays
     d2 = await start_daemon(cfg)
     ws = await d2.client.ws_connect("/trace?protocol=2")
-    repeated = d2.service.metrics.evictions_repeated
+    repeated = d2.daemon.metrics.evictions_repeated
     await eventually(lambda: repeated._value.get() == 1)
     evicts = [b for b in fake_lmcache.calls("evict") if "aa" in b["chunk_hashes"]]
     assert len(evicts) == 2 and evicts[1]["generation"] > evicts[0]["generation"]

@@ -20,7 +20,8 @@ from hypothesis import strategies as st
 
 from ramakv_daemon.config import Config
 from ramakv_daemon.core.manager import recompute_refcounts
-from ramakv_daemon.http.app import SERVICE_KEY, init_app
+from ramakv_daemon.http.app import init_app
+from ramakv_daemon.http.keys import DAEMON_KEY
 
 ANSWER_TIMEOUT = 15.0  # a hang fails the test
 CASES: Counter[str] = Counter()
@@ -76,7 +77,7 @@ class LiveDaemon:
         return status, body
 
     async def _invariant(self) -> tuple[dict[str, int], dict[str, int], int]:
-        m = self.app[SERVICE_KEY].manager
+        m = self.app[DAEMON_KEY].default.manager
         expected = recompute_refcounts(m.sessions.values(), m.forks.values())
         return expected, m.refcounts.as_dict(), len(m.sessions)
 

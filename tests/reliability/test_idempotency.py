@@ -64,14 +64,14 @@ async def test_every_write_event_is_idempotent(daemon_app: DaemonClient, type_: 
     await d.ok("session_fork", session_id="s")
     if type_ == "snapshot_restore":
         await d.ok("session_suspend", session_id="s")
-    before = daemon_state(d.service)
+    before = daemon_state(d.daemon)
     _, first = await d.post({"type": type_, "session_id": "s", "event_id": f"id-{type_}"})
-    after = daemon_state(d.service)
+    after = daemon_state(d.daemon)
     assert first["ok"] is True and after != before
     for _ in range(3):
         _, again = await d.post({"type": type_, "session_id": "s", "event_id": f"id-{type_}"})
         assert again == first
-    assert daemon_state(d.service) == after
+    assert daemon_state(d.daemon) == after
     d.assert_consistent()
 
 
@@ -90,7 +90,7 @@ async def test_concurrent_duplicates_apply_once(daemon_app: DaemonClient) -> Non
         )
     )
     assert all(f == forks[0] for f in forks)
-    assert len(d.service.manager.forks.of("s")) == 1
+    assert len(d.daemon.default.manager.forks.of("s")) == 1
     assert forks[0][1]["data"] == {"forked": True, "fork_id": 1}  # one fork, one id
     d.assert_consistent()
 
@@ -101,7 +101,7 @@ async def test_bad_event_id_is_refused(daemon_app: DaemonClient, bad: Any) -> No
     status, body = await d.post({**te("s", ["a"]), "event_id": bad})
     assert status == 200 and body["ok"] is False and "data" not in body
     assert "event_id must be" in body["error"]
-    assert "s" not in d.service.manager.sessions
+    assert "s" not in d.daemon.default.manager.sessions
 
 
 def test_event_ids_survive_kill_9(daemon_proc_factory: Callable[..., DaemonProcess]) -> None:
@@ -126,7 +126,7 @@ async def test_window_is_bounded(start_daemon: Any, make_config: Any) -> None:
     d = await start_daemon(make_config(idempotency_window=5))
     for i in range(8):
         await d.post(te("s", [f"h{i}"], f"w{i}"))
-    assert len(d.service.answers) == 5
+    assert len(d.daemon.answers) == 5
     _, late = await d.post(te("s", ["h7"], "w7"))  # still remembered
     assert await turns(d, "s") == 8 and late["ok"]
     await d.post(te("s", ["h0"], "w0"))  # forgotten: applied again (documented)

@@ -80,7 +80,7 @@ async def test_reuse_while_the_first_is_in_flight_is_refused(start_daemon) -> No
         d.post(te("s", ["a"], "race")), d.post(te("s", ["b"], "race"))
     )
     assert a["ok"] is True and b["ok"] is False and "'race'" in b["error"]
-    assert d.service.manager.sessions["s"].chunk_hashes == ("a",)
+    assert d.daemon.default.manager.sessions["s"].chunk_hashes == ("a",)
 
 
 @pytest.mark.parametrize("depth", [65, 990])

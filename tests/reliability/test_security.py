@@ -47,7 +47,7 @@ async def test_every_route_needs_the_token(guarded: Any, headers: dict[str, str]
     assert resp.status == 401
     body = await resp.json()
     assert body == {"ok": False, "error": "missing or wrong bearer token"}
-    assert "s" not in guarded.service.manager.sessions
+    assert "s" not in guarded.daemon.default.manager.sessions
     assert (await c.get("/metrics", headers=headers)).status == 401
     assert (await c.get("/trace", headers=headers)).status == 401
     with pytest.raises(aiohttp.WSServerHandshakeError) as err:

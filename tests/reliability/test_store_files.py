@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 from support.daemon_proc import DaemonProcess, run_to_exit, write_config
+from support.disk_full import fill, tmpfs
 
 START_TIMEOUT_S = 60  # a daemon that never exits (the bug) fails the test, never hangs it
 
@@ -271,8 +272,6 @@ async def test_rewrite_works_in_every_commit_mode(tmp_path: Path, sync: str, thr
 
 
 def test_readyz_fails_while_the_store_disk_is_full(daemon_proc_factory, tmp_path: Path) -> None:
-    from test_disk_full import fill, tmpfs
-
     with tmpfs(
         tmp_path / "fs",
         "size=4m,mode=0755",

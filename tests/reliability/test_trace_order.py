@@ -64,7 +64,7 @@ async def test_concurrent_turn_end_and_turn_start_publish_in_apply_order(
 
     # Two clients per session: turn_end and turn_start race on the same sessions.
     await asyncio.gather(*(client(sid) for sid in sessions * 2))
-    records = await collect(ws, d.service.trace.seq)
+    records = await collect(ws, d.daemon.trace.seq)
     seen: dict[str, int] = {}
     checked = 0
     for r in records:
@@ -79,6 +79,6 @@ async def test_concurrent_turn_end_and_turn_start_publish_in_apply_order(
             seen[sid] = s["turn_count"]
             checked += 1
     assert checked > 200
-    final = {sid: s.turn_count for sid, s in d.service.manager.sessions.items()}
+    final = {sid: s.turn_count for sid, s in d.daemon.default.manager.sessions.items()}
     assert seen == final
     await ws.close()

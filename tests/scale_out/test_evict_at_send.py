@@ -8,9 +8,9 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Callable
 
 import pytest
-from fakes.lmcache_server import FakeLMCacheServer
-from pg_nodes import check_refcounts_match_owned, metric, until
 from support.daemon_proc import DaemonProcess
+from support.lmcache_server import FakeLMCacheServer
+from support.pg_nodes import check_refcounts_match_owned, metric, until
 from support.postgres import PostgresServer
 from test_handover import sessions_of
 from test_reconcile import node

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from pg_nodes import check_refcounts_match_owned, metric, sql, until
 from support.daemon_proc import DaemonProcess
+from support.pg_nodes import check_refcounts_match_owned, metric, sql, until
 from support.postgres import PostgresServer
 from test_handover import two_nodes
 

@@ -5,24 +5,17 @@ stand-in carries it out, against the sending node's refcounts of that moment."""
 from __future__ import annotations
 
 import asyncio
-import sys
 import time
 from collections.abc import AsyncIterator, Callable
-from pathlib import Path
 
 import aiohttp
 import pytest
+from support.daemon_proc import DaemonProcess, trace_snapshot
+from support.lmcache_server import FakeLMCacheServer
+from support.postgres import PostgresServer
 
-TESTS_DIR = str(Path(__file__).resolve().parents[1])
-if TESTS_DIR not in sys.path:
-    sys.path.insert(0, TESTS_DIR)
-
-from fakes.lmcache_server import FakeLMCacheServer  # noqa: E402
-from support.daemon_proc import DaemonProcess, trace_snapshot  # noqa: E402
-from support.postgres import PostgresServer  # noqa: E402
-
-from ramakv_daemon.core.manager import recompute_refcounts  # noqa: E402
-from ramakv_daemon.core.session import Session  # noqa: E402
+from ramakv_daemon.core.manager import recompute_refcounts
+from ramakv_daemon.core.session import Session
 
 MOVING = [f"m{i}" for i in range(6)]
 ROUNDS = 16

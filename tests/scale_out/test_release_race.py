@@ -2,7 +2,7 @@
 happen: node a's release of a session is still committing when an event for that session
 reaches a again. The event must wait for the release's commit before claiming the session
 back, or that commit would delete the row a just claimed. Two in-process daemons (the
-EventService, real PostgreSQL stores) so the test can hold the release's commit."""
+daemons built by bootstrap, real PostgreSQL stores) so the test can hold the release's commit."""
 
 from __future__ import annotations
 
@@ -11,21 +11,21 @@ from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import pytest
-from pg_nodes import HANG_GUARD_S, sql, until
+from support.pg_nodes import HANG_GUARD_S, sql, until
 from support.postgres import PostgresServer
 
 from ramakv_daemon.adapters.backends.noop import NoopBackend
 from ramakv_daemon.adapters.postgres_store import PostgresSessionStore
+from ramakv_daemon.bootstrap import Daemon, build
 from ramakv_daemon.config import Config
 from ramakv_daemon.core.manager import recompute_refcounts
-from ramakv_daemon.service import EventService
 
 
 @pytest.fixture
-async def nodes(postgres_server: PostgresServer) -> AsyncIterator[tuple[EventService, ...]]:
+async def nodes(postgres_server: PostgresServer) -> AsyncIterator[tuple[Daemon, ...]]:
     url = postgres_server.create_database()
     services = tuple(
-        EventService(
+        build(
             Config(session_store_url=url, node_id=node, ownership_check_s=3600.0),
             PostgresSessionStore(url, node),
             NoopBackend(),
@@ -41,8 +41,8 @@ async def nodes(postgres_server: PostgresServer) -> AsyncIterator[tuple[EventSer
             await svc.stop()
 
 
-async def ok(svc: EventService, **event: Any) -> dict[str, Any]:
-    status, body = await svc.handle(event)
+async def ok(svc: Daemon, **event: Any) -> dict[str, Any]:
+    status, body = await svc.service.handle(event)
     assert status == 200 and body["ok"], body
     return dict(body["data"])
 
@@ -55,7 +55,7 @@ def condition(check: Callable[[], bool]) -> Callable[[], Any]:
 
 
 async def test_a_takeover_waits_for_the_release_still_committing(
-    nodes: tuple[EventService, EventService],
+    nodes: tuple[Daemon, Daemon],
 ) -> None:
     a, b = nodes
     url = a.config.session_store_url
@@ -74,9 +74,9 @@ async def test_a_takeover_waits_for_the_release_still_committing(
 
     await ok(b, type="turn_start", session_id="x")  # b takes x; a starts releasing it
     await asyncio.wait_for(entered.wait(), HANG_GUARD_S)
-    assert "x" not in a.manager.sessions  # released in a's memory, its commit held
+    assert "x" not in a.default.manager.sessions  # released in a's memory, its commit held
     # x comes back to a while that commit is held.
-    back = asyncio.create_task(a.handle({"type": "turn_start", "session_id": "x"}))
+    back = asyncio.create_task(a.service.handle({"type": "turn_start", "session_id": "x"}))
 
     async def waiting_or_claimed() -> bool:  # the fixed code waits; a broken one claims
         owner = await sql(url, "SELECT owner FROM sessions WHERE session_id = 'x'")
@@ -91,10 +91,10 @@ async def test_a_takeover_waits_for_the_release_still_committing(
     assert [tuple(r) for r in await sql(url, "SELECT session_id, owner FROM sessions")] == [
         ("x", "a")
     ]
-    await until(condition(lambda: "x" not in b.manager.sessions), "node b to release x")
+    await until(condition(lambda: "x" not in b.default.manager.sessions), "node b to release x")
     for svc in (a, b):
-        assert dict(svc.manager.refcounts.counts) == recompute_refcounts(
-            svc.manager.sessions.values()
+        assert dict(svc.default.manager.refcounts.counts) == recompute_refcounts(
+            svc.default.manager.sessions.values()
         )
-    assert dict(a.manager.refcounts.counts) == {"h1": 1}
+    assert dict(a.default.manager.refcounts.counts) == {"h1": 1}
     assert a.ownership.release_waits == 1

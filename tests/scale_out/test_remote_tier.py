@@ -6,7 +6,6 @@ GPU connector) behind the memory API; lmcache 0.5.6's own remote server on loopb
 from __future__ import annotations
 
 import json
-import sys
 from collections.abc import Callable
 from pathlib import Path
 
@@ -16,11 +15,10 @@ import pytest
 pytest.importorskip("lmcache")
 pytestmark = pytest.mark.lmcache
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "ascend_ext"))
-from lmcache_remote import CHUNK, engine_with_remote, remote_server, store_prompt  # noqa: E402
-from memapi_helpers import serve  # noqa: E402
-from pg_nodes import check_refcounts_match_owned, until  # noqa: E402
 from support.daemon_proc import DaemonProcess  # noqa: E402
+from support.lmcache_remote import CHUNK, engine_with_remote, remote_server, store_prompt  # noqa: E402
+from support.memapi_rig import serve  # noqa: E402
+from support.pg_nodes import check_refcounts_match_owned, until  # noqa: E402
 from support.postgres import PostgresServer  # noqa: E402
 from test_handover import sessions_of  # noqa: E402
 

@@ -2,20 +2,13 @@
 
 from __future__ import annotations
 
-import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
+from support.store_adapters import ADAPTERS, StoreHome, make_home
 
-TESTS_DIR = str(Path(__file__).resolve().parents[1])
-if TESTS_DIR not in sys.path:
-    sys.path.insert(0, TESTS_DIR)
-
-from support.postgres import postgres_server  # noqa: E402,F401
-from support.store_adapters import ADAPTERS, StoreHome, make_home  # noqa: E402
-
-from ramakv_daemon.ports import SessionStore  # noqa: E402
+from ramakv_daemon.ports import SessionStore
 
 
 @pytest.fixture(params=ADAPTERS)

@@ -1,1 +1,2 @@
-"""Test support shared by several suites (import as ``support.*`` with tests/ on sys.path)."""
+"""Test support shared by every suite (importable as ``support.*``: pyproject puts tests/ on
+the path for pytest; tests/README.md lists the fixtures)."""

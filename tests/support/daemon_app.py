@@ -1,6 +1,6 @@
-"""In-process daemon helpers: a recording backend, an event client over aiohttp's TestClient,
-and the ``make_config`` / ``start_daemon`` / ``daemon`` / ``rec_daemon`` fixtures (import the
-ones a suite needs into its conftest.py)."""
+"""The in-process daemon family: ``make_config``, ``start_daemon``, ``daemon`` and ``rec_daemon``
+(the app on aiohttp's test server, one :class:`DaemonClient` each) and a recording backend.
+Registered for every suite by tests/conftest.py; see tests/README.md."""
 
 from __future__ import annotations
 
@@ -11,13 +11,16 @@ from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+import aiohttp
 import pytest
 
+from ramakv_daemon.bootstrap import Daemon
 from ramakv_daemon.config import Config
 from ramakv_daemon.core.manager import recompute_refcounts
-from ramakv_daemon.http.app import SERVICE_KEY, init_app
+from ramakv_daemon.http.app import init_app
+from ramakv_daemon.http.keys import DAEMON_KEY
 from ramakv_daemon.ports import BackendResult, ChunkLocations, EvictMode
-from ramakv_daemon.service import EventService
+from support.trace_wire import parse_metrics
 
 
 class RecordingBackend:
@@ -48,18 +51,19 @@ class RecordingBackend:
 
 
 class DaemonClient:
-    """An in-process daemon behind aiohttp's TestClient, with event helpers."""
+    """An in-process daemon behind aiohttp's TestClient, with event, trace and metrics helpers."""
 
     def __init__(self, client: Any) -> None:
         self.client = client
 
     @property
-    def service(self) -> EventService:
-        return self.client.server.app[SERVICE_KEY]
+    def daemon(self) -> Daemon:
+        """The daemon's parts, as the composition root built them."""
+        return self.client.server.app[DAEMON_KEY]
 
     @property
     def config(self) -> Config:
-        return self.service.config
+        return self.daemon.config
 
     async def post(self, body: Any, **kwargs: Any) -> tuple[int, dict[str, Any]]:
         """POST ``body`` (JSON-encoded unless bytes/str); returns (status, decoded answer)."""
@@ -93,14 +97,14 @@ class DaemonClient:
 
     async def settle(self) -> None:
         """Wait for background backend calls."""
-        await self.service.dispatcher.drain()
+        await self.daemon.default.dispatcher.drain()
 
     def refcounts(self) -> dict[str, int]:
-        return self.service.manager.refcounts.as_dict()
+        return self.daemon.default.manager.refcounts.as_dict()
 
     def state(self) -> dict[str, Any]:
         """Everything an event may change: memory (sessions, refcounts, demoted) and disk."""
-        m = self.service.manager
+        m = self.daemon.default.manager
         return {
             "sessions": {sid: s.to_dict() for sid, s in m.sessions.items()},
             "refcounts": m.refcounts.as_dict(),
@@ -115,8 +119,34 @@ class DaemonClient:
 
     def assert_consistent(self) -> None:
         """The invariant: refcounts equal those recomputed from every live map + hold."""
-        m = self.service.manager
+        m = self.daemon.default.manager
         assert m.refcounts.as_dict() == recompute_refcounts(m.sessions.values(), m.forks.values())
+
+    @property
+    def url(self) -> str:
+        """``http://127.0.0.1:PORT``."""
+        return str(self.client.make_url("")).rstrip("/")
+
+    async def ws(self, query: str = "") -> aiohttp.ClientWebSocketResponse:
+        """Open ``/trace`` in protocol 2 (``query`` like ``"?since=3"``)."""
+        query = "?protocol=2" + ("&" + query.lstrip("?") if query else "")
+        return await self.client.ws_connect(f"/trace{query}")
+
+    async def metrics_text(self) -> str:
+        """GET /metrics as text."""
+        resp = await self.client.get("/metrics")
+        assert resp.status == 200
+        assert resp.headers["Content-Type"].startswith("text/plain")
+        return await resp.text()
+
+    async def metrics(self) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+        """GET /metrics parsed: (sample name, sorted labels) -> value."""
+        return parse_metrics(await self.metrics_text())
+
+    async def sessions_view(self) -> dict[str, dict[str, Any]]:
+        """list_sessions rows keyed by id."""
+        data = await self.ok("list_sessions", limit=10000)
+        return {row["session_id"]: row for row in data["sessions"]}
 
     async def close(self) -> None:
         await self.client.close()
@@ -164,21 +194,26 @@ StartDaemon = Callable[..., Awaitable[DaemonClient]]
 
 @pytest.fixture
 def start_daemon(aiohttp_client: Any, make_config: Callable[..., Config]) -> StartDaemon:
-    """Start an in-process daemon: ``await start_daemon(config=None, store=None, backend=None,
-    clock=None)``.
+    """Start an in-process daemon: ``await start_daemon(config=None, *, store=None,
+    backend=None, clock=None, **config_overrides)``.
 
-    Without a config, ``make_config()`` is used; several may run on the same file in turn
-    (close the first with ``await d.close()``, which stops the service and the store).
+    Without a config, ``make_config(**config_overrides)`` is used (overrides with a config is a
+    TypeError); several may run on the same file in turn (close the first with
+    ``await d.close()``, which stops the service and the store).
     """
 
     async def start(
         config: Config | None = None,
+        *,
         store: Any = None,
         backend: Any = None,
         clock: Callable[[], float] | None = None,
+        **overrides: Any,
     ) -> DaemonClient:
+        if config is not None and overrides:
+            raise TypeError(f"start_daemon: pass a config or overrides, not both: {overrides}")
         extra = {"clock": clock} if clock is not None else {}
-        app = init_app(config or make_config(), store=store, backend=backend, **extra)
+        app = init_app(config or make_config(**overrides), store=store, backend=backend, **extra)
         return DaemonClient(await aiohttp_client(app))
 
     return start

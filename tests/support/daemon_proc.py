@@ -1,17 +1,8 @@
 """A real ram-a-kv daemon in a subprocess on a free loopback port, for any test suite.
 
-Usage (the site-packages of this venv hold an unrelated top-level ``tests`` package, so
-put ``tests/`` itself on ``sys.path`` and import this module as ``support.daemon_proc``)::
+Usage (tests/conftest.py registers the fixtures for every suite; import the class and the
+helpers as ``support.daemon_proc``)::
 
-    # in your suite's conftest.py
-    import sys
-    from pathlib import Path
-    TESTS_DIR = str(Path(__file__).resolve().parents[1])
-    if TESTS_DIR not in sys.path:
-        sys.path.insert(0, TESTS_DIR)
-    from support.daemon_proc import daemon_proc, daemon_proc_factory  # noqa: F401,E402
-
-    # in a test
     def test_something(daemon_proc):            # started, healthy, killed at teardown
         status, body = daemon_proc.post({"type": "health"})
         assert body["ok"]

@@ -1,16 +1,13 @@
-"""Fixtures serving tests/fakes' stand-in LMCache memory API in the test's own event loop.
-
-Import them into a suite's conftest.py (tests/ on sys.path, as for every ``support.*``)::
-
-    from support.lmcache_fakes import fake_lmcache, two_fakes  # noqa: F401
-"""
+"""Fixtures serving the stand-in LMCache memory API (support.lmcache_server) in the test's own
+event loop; tests/conftest.py registers them for every suite."""
 
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
 
 import pytest
-from fakes.lmcache_server import FakeLMCacheServer
+
+from support.lmcache_server import FakeLMCacheServer
 
 
 @pytest.fixture

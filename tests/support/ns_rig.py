@@ -8,9 +8,9 @@ from typing import Any
 
 from ramakv_daemon.adapters.backends.noop import NoopBackend
 from ramakv_daemon.adapters.sqlite_store import SqliteSessionStore
+from ramakv_daemon.bootstrap import build
 from ramakv_daemon.config import Config, from_mapping
 from ramakv_daemon.ports import Backend
-from ramakv_daemon.service import EventService
 
 
 def ident(**over: Any) -> dict[str, Any]:
@@ -49,12 +49,12 @@ def config(tmp_path: Path, deployments: list[dict[str, Any]] | None = None, **to
 
 
 class Rig:
-    """An EventService on a tmp SQLite file; ``ev`` sends one event."""
+    """A daemon (no HTTP) on a tmp SQLite file; ``ev`` sends one event."""
 
     def __init__(self, cfg: Config, backend: Backend | None = None) -> None:
         self.cfg = cfg
         self.backend = backend or NoopBackend()
-        self.svc = EventService(cfg, SqliteSessionStore(cfg.session_store_path), self.backend)
+        self.svc = build(cfg, SqliteSessionStore(cfg.session_store_path), self.backend)
 
     async def __aenter__(self) -> Rig:
         await self.svc.start()
@@ -65,7 +65,7 @@ class Rig:
 
     async def send(self, type_: str, **fields: Any) -> dict[str, Any]:
         """The whole answer."""
-        _, body = await self.svc.handle({"type": type_, **fields})
+        _, body = await self.svc.service.handle({"type": type_, **fields})
         return body
 
     async def ev(self, type_: str, **fields: Any) -> dict[str, Any]:

@@ -141,7 +141,7 @@ def rss_kib(pid: int) -> int:
 
 
 class FakeLMCacheProcess:
-    """tests/fakes/lmcache_server.py in its own process, driven over its /_fake/ routes."""
+    """tests/support/lmcache_server.py in its own process, driven over its /_fake/ routes."""
 
     def __init__(
         self, workdir: Path, port: int | None = None, extra_args: list[str] | None = None
@@ -161,7 +161,7 @@ class FakeLMCacheProcess:
             self.proc = subprocess.Popen(
                 [
                     sys.executable,
-                    str(TESTS_DIR / "fakes" / "lmcache_server.py"),
+                    str(TESTS_DIR / "support" / "lmcache_server.py"),
                     "--port",
                     str(self.port),
                     *self.extra_args,
@@ -210,10 +210,10 @@ class FakeLMCacheProcess:
         ]
 
 
-def daemon_state(service: Any) -> dict[str, Any]:
+def daemon_state(daemon: Any) -> dict[str, Any]:
     """An in-process daemon's sessions and refcounts, and the rows of its SQLite file."""
-    m = service.manager
-    path = service.config.session_store_path
+    m = daemon.default.manager
+    path = daemon.config.session_store_path
     return {
         "sessions": {sid: s.to_dict() for sid, s in m.sessions.items()},
         "refcounts": m.refcounts.as_dict(),

@@ -7,14 +7,15 @@ import statistics
 import time
 
 import aiohttp
+from support.daemon_app import DaemonClient, StartDaemon
 from support.daemon_proc import DaemonProcess
-from support.opsurface import Daemon, RawWebSocket, StartDaemon, parse_metrics, recv
+from support.trace_wire import RawWebSocket, parse_metrics, recv
 
 # Big records fill socket buffers fast: each turn_end record carries the whole map twice.
 BIG_MAP = 400
 
 
-async def timed_turn_end(d: Daemon, sid: str, i: int) -> float:
+async def timed_turn_end(d: DaemonClient, sid: str, i: int) -> float:
     t0 = time.perf_counter()
     await d.turn_end(sid, [f"{sid}-{i % 2}-{k:04d}-{'x' * 40}" for k in range(BIG_MAP)])
     return time.perf_counter() - t0
@@ -43,16 +44,16 @@ async def test_stalled_subscriber_is_dropped_and_events_keep_their_latency(
     # A client that completes the handshake and then never reads a byte.
     stalled = await asyncio.to_thread(RawWebSocket, host, port, "/trace?protocol=2")
     for _ in range(12000):  # hang guard
-        if len(d.service.trace.subscribers) == 2:
+        if len(d.daemon.trace.subscribers) == 2:
             break
         await asyncio.sleep(0.01)
-    assert len(d.service.trace.subscribers) == 2
+    assert len(d.daemon.trace.subscribers) == 2
     during: list[float] = []
     for i in range(400):  # bounded: the drop comes after a few MB at most
         during.append(await timed_turn_end(d, "s", i))
-        if d.service.trace.dropped_total:
+        if d.daemon.trace.dropped_total:
             break
-    assert d.service.trace.dropped_total == 1, "stalled subscriber never dropped"
+    assert d.daemon.trace.dropped_total == 1, "stalled subscriber never dropped"
     for i in range(10):  # and events after the drop
         during.append(await timed_turn_end(d, "s", i))
     # Latency while the stalled client backs up stays that of the baseline.
@@ -61,7 +62,7 @@ async def test_stalled_subscriber_is_dropped_and_events_keep_their_latency(
         statistics.median(during),
     )
     assert max(during) < 1.0, max(during)
-    assert len(d.service.trace.subscribers) == 1
+    assert len(d.daemon.trace.subscribers) == 1
     metrics = parse_metrics(await d.metrics_text())
     assert metrics[("ramakv_trace_dropped_subscribers_total", ())] == 1
     assert metrics[("ramakv_trace_subscribers", ())] == 1
@@ -78,10 +79,10 @@ async def test_stalled_subscriber_is_dropped_and_events_keep_their_latency(
     # The healthy subscriber was never dropped and saw every event, gap-free.
     await d.ok("health")
     for _ in range(12000):  # a hang guard, not a time limit: a loaded CI machine is slow
-        if got and got[-1] == d.service.trace.seq:
+        if got and got[-1] == d.daemon.trace.seq:
             break
         await asyncio.sleep(0.01)
-    assert got == list(range(got[0], d.service.trace.seq + 1))
+    assert got == list(range(got[0], d.daemon.trace.seq + 1))
     await healthy.close()
     await asyncio.wait_for(reader, 120)
 
@@ -91,7 +92,7 @@ async def test_burst_into_tiny_queue_drops_only_the_laggard(start_daemon: StartD
     d = await start_daemon(trace_queue=2)
     ws = await d.ws()
     await recv(ws)
-    hub = d.service.trace
+    hub = d.daemon.trace
     sub = next(iter(hub.subscribers))
     for i in range(1000):  # no await: the sender task cannot drain in between
         hub.publish({"kind": "event", "type": "synthetic", "session_id": None, "n": i})

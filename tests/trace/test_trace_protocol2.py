@@ -7,12 +7,13 @@ from typing import Any
 
 import aiohttp
 import pytest
-from support.opsurface import Daemon, StartDaemon, apply_record, recv, recv_raw
+from support.daemon_app import DaemonClient, StartDaemon
+from support.trace_wire import apply_record, recv, recv_raw
 
 from ramakv_daemon import trace_protocol
 
 
-async def test_old_client_gets_a_close_reason(daemon: Daemon) -> None:
+async def test_old_client_gets_a_close_reason(daemon: DaemonClient) -> None:
     ws = await daemon.client.ws_connect("/trace")
     msg = await ws.receive(timeout=120)
     assert msg.type == aiohttp.WSMsgType.CLOSE and ws.close_code == 4010
@@ -78,7 +79,7 @@ async def test_an_oversized_record_is_cut_and_followed_by_a_fresh_snapshot(
     await ws.close()
 
 
-async def test_filtered_follower_sees_refcounts_changed_by_others(daemon: Daemon) -> None:
+async def test_filtered_follower_sees_refcounts_changed_by_others(daemon: DaemonClient) -> None:
     d = daemon
     await d.turn_end("c", ["sys", "c1"])
     ws = await d.ws("?session=c")
@@ -98,7 +99,7 @@ async def test_filtered_follower_sees_refcounts_changed_by_others(daemon: Daemon
     await ws.close()
 
 
-async def test_history_back_fills_before_the_snapshot(daemon: Daemon) -> None:
+async def test_history_back_fills_before_the_snapshot(daemon: DaemonClient) -> None:
     d = daemon
     for i in range(5):
         await d.turn_end("h", [f"x{i}"])
@@ -109,7 +110,7 @@ async def test_history_back_fills_before_the_snapshot(daemon: Daemon) -> None:
     await ws.close()
 
 
-async def test_chunk_top_pages_by_refcount_and_prefix(daemon: Daemon) -> None:
+async def test_chunk_top_pages_by_refcount_and_prefix(daemon: DaemonClient) -> None:
     d = daemon
     await d.turn_end("a", ["sys", "aa1", "ab2"])
     await d.turn_end("b", ["sys", "aa1", "b1"])
@@ -128,7 +129,7 @@ async def test_chunk_top_pages_by_refcount_and_prefix(daemon: Daemon) -> None:
     assert body["ok"] is False and "'prefix'" in body["error"]
 
 
-async def test_session_chunks_pages_the_map(daemon: Daemon) -> None:
+async def test_session_chunks_pages_the_map(daemon: DaemonClient) -> None:
     d = daemon
     await d.turn_end("a", ["sys", "a1", "a2", "a1"])
     await d.turn_end("b", ["sys"])
@@ -146,7 +147,7 @@ async def test_session_chunks_pages_the_map(daemon: Daemon) -> None:
     assert body["ok"] is False and "not found" in body["error"]
 
 
-async def test_a_closed_parents_forks_stay_readable(daemon: Daemon) -> None:
+async def test_a_closed_parents_forks_stay_readable(daemon: DaemonClient) -> None:
     d = daemon
     await d.turn_end("p", ["a", "b"])
     fid = (await d.ok("session_fork", session_id="p"))["fork_id"]

@@ -6,7 +6,8 @@ import asyncio
 from typing import Any
 
 import aiohttp
-from support.opsurface import Daemon, StartDaemon, apply_record, recv, recv_n
+from support.daemon_app import DaemonClient, StartDaemon
+from support.trace_wire import apply_record, recv, recv_n
 
 
 def hashes(prefix: str, n: int) -> list[str]:
@@ -14,13 +15,13 @@ def hashes(prefix: str, n: int) -> list[str]:
     return [f"{prefix}{i:03d}" for i in range(n)]
 
 
-async def catch_up(d: Daemon, ws: aiohttp.ClientWebSocketResponse, state: dict) -> None:
+async def catch_up(d: DaemonClient, ws: aiohttp.ClientWebSocketResponse, state: dict) -> None:
     """Fold records until ``state`` is at the daemon's current seq (query events add records)."""
-    while state["seq"] < d.service.trace.seq:
+    while state["seq"] < d.daemon.trace.seq:
         apply_record(state, await recv(ws))
 
 
-async def check_state_matches_daemon(d: Daemon, state: dict[str, Any]) -> None:
+async def check_state_matches_daemon(d: DaemonClient, state: dict[str, Any]) -> None:
     """The folded trace equals what list_sessions, session_chunks and chunk_info report.
 
     Protocol 2 sends summaries, not maps: every session's counts, and the refcounts of
@@ -38,7 +39,7 @@ async def check_state_matches_daemon(d: Daemon, state: dict[str, Any]) -> None:
         info = (await d.ok("chunk_info", chunk_hashes=every))["chunks"]
         for h in every:
             assert info[h]["refcount"] == state["refcounts"][h], h
-    m = d.service.manager
+    m = d.daemon.default.manager
     assert state["totals"] == {
         "sessions": len(m.sessions),
         "chunks": len(m.refcounts),
@@ -46,7 +47,7 @@ async def check_state_matches_daemon(d: Daemon, state: dict[str, Any]) -> None:
     }
 
 
-async def test_snapshot_then_deltas_reproduce_daemon_state(daemon: Daemon) -> None:
+async def test_snapshot_then_deltas_reproduce_daemon_state(daemon: DaemonClient) -> None:
     d = daemon
     shared = hashes("sys", 3)
     await d.turn_end("pre", [*shared, "pre-a", "pre-b"])
@@ -143,7 +144,7 @@ async def test_snapshot_then_deltas_reproduce_daemon_state(daemon: Daemon) -> No
     await ws2.close()
 
 
-async def test_records_carry_backend_lists(daemon: Daemon) -> None:
+async def test_records_carry_backend_lists(daemon: DaemonClient) -> None:
     d = daemon
     await d.turn_end("s", ["h1", "h2", "h1"])
     ws = await d.ws()
@@ -163,7 +164,7 @@ async def test_records_carry_backend_lists(daemon: Daemon) -> None:
     await ws.close()
 
 
-async def test_seq_gap_free_under_500_concurrent_events(daemon: Daemon) -> None:
+async def test_seq_gap_free_under_500_concurrent_events(daemon: DaemonClient) -> None:
     d = daemon
     subs = [await d.ws(), await d.ws()]
     states: list[dict[str, Any]] = [{} for _ in subs]
@@ -198,7 +199,7 @@ async def test_seq_gap_free_under_500_concurrent_events(daemon: Daemon) -> None:
     seqs = await asyncio.wait_for(asyncio.gather(*readers), 30)
     for got in seqs:
         assert got == list(range(start + 1, start + 501))
-    assert d.service.trace.seq == start + 500
+    assert d.daemon.trace.seq == start + 500
     for ws, st in zip(subs, states, strict=True):
         await check_state_matches_daemon(d, st)
         await catch_up(d, ws, st)
@@ -206,7 +207,7 @@ async def test_seq_gap_free_under_500_concurrent_events(daemon: Daemon) -> None:
         await ws.close()
 
 
-async def test_resume_with_since_replays_missed_events(daemon: Daemon) -> None:
+async def test_resume_with_since_replays_missed_events(daemon: DaemonClient) -> None:
     d = daemon
     ws = await d.ws()
     snap = await recv(ws)
@@ -233,7 +234,7 @@ async def test_resume_with_since_replays_missed_events(daemon: Daemon) -> None:
     assert snap["seq"] == 0
 
 
-async def recv_snapshot(d: Daemon, query: str = "") -> dict[str, Any]:
+async def recv_snapshot(d: DaemonClient, query: str = "") -> dict[str, Any]:
     """A fresh snapshot (connect, read the first message, close)."""
     ws = await d.ws(query)
     try:
@@ -247,7 +248,7 @@ async def test_since_falls_back_to_snapshot_when_ring_lost_events(
 ) -> None:
     d = await start_daemon(trace_buffer=5)
     await d.turn_end("a", ["x"])
-    since = d.service.trace.seq
+    since = d.daemon.trace.seq
     for i in range(10):  # more than the ring holds
         await d.turn_end("a", ["x", f"y{i}"])
     ws = await d.ws(f"?since={since}")
@@ -263,7 +264,7 @@ async def test_since_falls_back_to_snapshot_when_ring_lost_events(
     await check_state_matches_daemon(d, state)
     await ws.close()
     # Still in the ring: the last 5 are replayed, not a snapshot.
-    now = d.service.trace.seq
+    now = d.daemon.trace.seq
     ws = await d.ws(f"?since={now - 5}")
     replayed = await recv_n(ws, 5)
     assert [r["seq"] for r in replayed] == list(range(now - 4, now + 1))
@@ -288,7 +289,7 @@ async def test_since_falls_back_to_snapshot_when_ring_lost_events(
     assert "since must be an integer" in await resp.text()
 
 
-async def test_session_filter(daemon: Daemon) -> None:
+async def test_session_filter(daemon: DaemonClient) -> None:
     d = daemon
     await d.turn_end("a", ["shared", "a1"])
     await d.turn_end("b", ["shared", "b1"])
@@ -332,12 +333,12 @@ async def test_session_filter(daemon: Daemon) -> None:
         await w.close()
 
 
-async def test_many_subscribers_and_unsubscribe(daemon: Daemon) -> None:
+async def test_many_subscribers_and_unsubscribe(daemon: DaemonClient) -> None:
     d = daemon
     subs = [await d.ws() for _ in range(20)]
     for ws in subs:
         await recv(ws)
-    assert len(d.service.trace.subscribers) == 20
+    assert len(d.daemon.trace.subscribers) == 20
     await d.turn_end("s", ["h"])
     for ws in subs:
         assert (await recv(ws))["type"] == "turn_end"
@@ -347,9 +348,9 @@ async def test_many_subscribers_and_unsubscribe(daemon: Daemon) -> None:
     for ws in subs[10:]:
         assert (await recv(ws))["type"] == "health"
     for _ in range(12000):  # hang guard
-        if len(d.service.trace.subscribers) == 10:
+        if len(d.daemon.trace.subscribers) == 10:
             break
         await asyncio.sleep(0.01)
-    assert len(d.service.trace.subscribers) == 10
+    assert len(d.daemon.trace.subscribers) == 10
     for ws in subs[10:]:
         await ws.close()

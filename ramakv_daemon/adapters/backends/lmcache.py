@@ -116,8 +116,9 @@ class LMCacheBackend:
 
     async def keep(self, chunk_hashes: Sequence[str], generation: int) -> BackendResult:
         """POST /memory/keep {chunk_hashes, generation}: cancel older deferred deletes."""
-        payload = {"chunk_hashes": list(chunk_hashes), "generation": generation}
-        result, _ = await self._post("/memory/keep", payload, len(payload["chunk_hashes"]))
+        hashes = list(chunk_hashes)
+        payload = {"chunk_hashes": hashes, "generation": generation}
+        result, _ = await self._post("/memory/keep", payload, len(hashes))
         return result
 
     async def query(self, chunk_hashes: Sequence[str]) -> tuple[BackendResult, ChunkLocations]:

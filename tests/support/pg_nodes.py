@@ -11,11 +11,11 @@ from typing import Any
 
 import asyncpg
 from prometheus_client.parser import text_string_to_metric_families
-from support.daemon_proc import DaemonProcess, trace_snapshot
 
 from ramakv_daemon.core.fork import Fork
 from ramakv_daemon.core.manager import recompute_refcounts
 from ramakv_daemon.core.session import Session
+from support.daemon_proc import DaemonProcess, trace_snapshot
 
 HANG_GUARD_S = 120.0  # a generous overall limit on each wait (loaded 2-core CI)
 

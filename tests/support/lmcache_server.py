@@ -5,7 +5,7 @@ It keeps a tiny tier model (hash -> tiers), records every request, and fails on 
 ``await fake.refuse()`` / ``await fake.accept()`` (port closed / open again).
 The same controls over HTTP: POST /_fake/fail {"mode", "times", "delay"}, POST /_fake/reset,
 GET /_fake/requests, POST /_fake/put {"chunk_hashes", "tiers"}.
-Run alone: ``python tests/fakes/lmcache_server.py --port 6999``.
+Run alone: ``python tests/support/lmcache_server.py --port 6999``.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Helpers for the trace, admin and metrics suites: in-process daemon, ws clients, raw ws."""
+"""The trace and metrics wire as tests read it: trace records, a raw websocket, /metrics text."""
 
 from __future__ import annotations
 
@@ -7,49 +7,14 @@ import json
 import os
 import socket
 import struct
-from collections.abc import Awaitable, Callable
 from typing import Any
 
 import aiohttp
-import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from ramakv_daemon.config import Config
-from ramakv_daemon.http.app import init_app
 from ramakv_daemon.trace_protocol import MAX_MESSAGE_BYTES
-from support.daemon_app import DaemonClient, make_config  # noqa: F401 (a fixture, re-exported)
 
 TRACE_TIMEOUT = 10.0
-
-
-class Daemon(DaemonClient):
-    """An in-process daemon behind aiohttp's TestClient, with event, trace and metrics helpers."""
-
-    @property
-    def url(self) -> str:
-        """``http://127.0.0.1:PORT``."""
-        return str(self.client.make_url("")).rstrip("/")
-
-    async def ws(self, query: str = "") -> aiohttp.ClientWebSocketResponse:
-        """Open ``/trace`` in protocol 2 (``query`` like ``"?since=3"``)."""
-        query = "?protocol=2" + ("&" + query.lstrip("?") if query else "")
-        return await self.client.ws_connect(f"/trace{query}")
-
-    async def metrics_text(self) -> str:
-        """GET /metrics as text."""
-        resp = await self.client.get("/metrics")
-        assert resp.status == 200
-        assert resp.headers["Content-Type"].startswith("text/plain")
-        return await resp.text()
-
-    async def metrics(self) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
-        """GET /metrics parsed: (sample name, sorted labels) -> value."""
-        return parse_metrics(await self.metrics_text())
-
-    async def sessions_view(self) -> dict[str, dict[str, Any]]:
-        """list_sessions rows keyed by id."""
-        data = await self.ok("list_sessions", limit=10000)
-        return {row["session_id"]: row for row in data["sessions"]}
 
 
 def parse_metrics(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
@@ -115,29 +80,6 @@ def apply_record(state: dict[str, Any], record: dict[str, Any]) -> None:
             state["refcounts"][h] = n
     if "totals" in record:
         state["totals"] = dict(record["totals"])
-
-
-StartDaemon = Callable[..., Awaitable[Daemon]]
-
-
-@pytest.fixture
-def start_daemon(
-    aiohttp_client: Any,
-    make_config: Callable[..., Config],  # noqa: F811 (the fixture above)
-) -> StartDaemon:
-    """``await start_daemon(backend=None, **config_overrides)``: an in-process daemon."""
-
-    async def start(backend: Any = None, **overrides: Any) -> Daemon:
-        app = init_app(make_config(**overrides), backend=backend)
-        return Daemon(await aiohttp_client(app))
-
-    return start
-
-
-@pytest.fixture
-async def daemon(start_daemon: StartDaemon) -> Daemon:
-    """An in-process daemon with the default test config."""
-    return await start_daemon()
 
 
 class RawWebSocket:

@@ -15,6 +15,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from support.daemon_proc import free_port
+
 os.environ.setdefault("LMCACHE_TRACK_USAGE", "false")
 
 SHAPE = (2, 2, 16, 2, 8)  # layers, k/v, chunk tokens, kv heads, head size: tiny real tensors
@@ -23,12 +25,6 @@ CHUNK = SHAPE[2]
 # heads x head size); the remote tier's serde takes at most 4 dimensions.
 STORED = (2, SHAPE[0], CHUNK, SHAPE[3] * SHAPE[4])
 START_TIMEOUT_S = 120.0
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @contextmanager

@@ -1,0 +1,250 @@
+"""The composition root: builds the daemon's parts in dependency order and starts and
+stops them (the HTTP app, the benchmarks and the tests all build the daemon here)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from functools import partial
+
+from ramakv_daemon.adapters.backends.factory import lmcache_factory
+from ramakv_daemon.adapters.backends.noop import NoopBackend
+from ramakv_daemon.adapters.sqlite_store import SqliteSessionStore
+from ramakv_daemon.budget_policy import BudgetPolicy
+from ramakv_daemon.committer import GroupCommitter
+from ramakv_daemon.config import Config
+from ramakv_daemon.core.events import Limits
+from ramakv_daemon.core.fork import ForkIds
+from ramakv_daemon.debug_files import DebugWriter
+from ramakv_daemon.evict_window import report_window
+from ramakv_daemon.fork_expiry import ForkExpiry
+from ramakv_daemon.handlers import DEFAULT_REGISTRY, Registry
+from ramakv_daemon.idempotency import AnswerCache, EventIds
+from ramakv_daemon.metrics import DaemonMetrics
+from ramakv_daemon.namespaces import BackendFactory, Namespace, Namespaces
+from ramakv_daemon.ownership import Ownership
+from ramakv_daemon.pipeline import Pipeline
+from ramakv_daemon.ports import Backend, SessionStore
+from ramakv_daemon.reactions import (
+    Reactions,
+    publish_budget,
+    publish_event,
+    send_prefetch,
+    warn_forced,
+)
+from ramakv_daemon.restore import restore
+from ramakv_daemon.service import EventService
+from ramakv_daemon.shared_counts import SharedCounts
+from ramakv_daemon.trace import TraceHub
+from ramakv_daemon.trace_records import TraceRecords, publish_backend_failure
+
+log = logging.getLogger("ramakv")
+
+
+def make_backend(config: Config) -> Backend:
+    """The noop backend, or LMCache's memory API at lmcache_url."""
+    if config.noop_backend:
+        return NoopBackend()
+    from ramakv_daemon.adapters.backends.lmcache import LMCacheBackend
+
+    return LMCacheBackend(
+        config.lmcache_url,
+        timeout=config.backend_timeout_s,
+        delete_locations=config.evict_locations or None,
+    )
+
+
+def make_store(config: Config) -> SessionStore:
+    """PostgreSQL when session_store_url is set, else the SQLite file."""
+    if config.session_store_url:
+        from ramakv_daemon.adapters.postgres_store import PostgresSessionStore
+
+        return PostgresSessionStore(
+            config.session_store_url, config.node_id, config.postgres_pool_size
+        )
+    return SqliteSessionStore(
+        config.session_store_path, config.sqlite_synchronous, config.sqlite_commit_thread
+    )
+
+
+@dataclass(eq=False)
+class Daemon:
+    """Every part of one daemon, built by :func:`build`; :meth:`start` and :meth:`stop`
+    run its life cycle. ``service.handle(payload)`` handles one event."""
+
+    config: Config
+    store: SessionStore
+    backend: Backend  # the default namespace's (deployments may have their own)
+    registry: Registry
+    metrics: DaemonMetrics
+    trace: TraceHub
+    committer: GroupCommitter
+    namespaces: Namespaces
+    shared: SharedCounts
+    records: TraceRecords
+    ownership: Ownership
+    answers: AnswerCache
+    pipeline: Pipeline
+    service: EventService
+    fork_expiry: ForkExpiry
+    _warm_task: asyncio.Task[int] | None = field(default=None, repr=False)
+    _subscribers_closed: bool = field(default=False, repr=False)
+
+    @property
+    def default(self) -> Namespace:
+        """The namespace of events that name none (and of sessions that exist nowhere)."""
+        return self.namespaces[self.namespaces.default]
+
+    async def start(self) -> None:
+        """Open the store, restore every session, start the writer and the deliveries."""
+        t0 = time.perf_counter()
+        await self.store.open()
+        try:
+            await restore(
+                self.store,
+                self.namespaces,
+                self.committer,
+                self.answers,
+                self.config.idempotency_window,
+                self.config.store_shown,
+                t0,
+            )
+        except BaseException:
+            # A corrupt page found while loading: close the store (and its worker
+            # threads) so the process can exit and a supervisor sees it fail.
+            await self.store.close()
+            raise
+        self.committer.start()
+        for ns in self.namespaces:
+            if ns.dispatcher.backlog:
+                log.info(
+                    "ram-a-kv %d evictions of namespace %r from the outbox %s",
+                    ns.dispatcher.backlog,
+                    ns.key,
+                    "will be retried"
+                    if ns.delivers
+                    else "are kept (namespace not configured: nothing is sent)",
+                )
+            if ns.delivers:
+                ns.dispatcher.start()
+        # Every stored session's shared_count, in the background: snapshots then need
+        # no refcount lookups (seconds of them at 50,000 sessions x 512 chunks).
+        self._warm_task = asyncio.get_running_loop().create_task(
+            self.shared.warm(self.namespaces.managers), name="shared-counts"
+        )
+        await self.fork_expiry.start()
+
+    def close_subscribers(self) -> None:
+        """Wake every trace subscriber with the close sentinel (the first step of a
+        shutdown: their websocket handlers then end); once."""
+        if not self._subscribers_closed:
+            self._subscribers_closed = True
+            self.trace.close_all("daemon shutting down")
+
+    async def stop(self) -> None:
+        """Close subscribers, flush commits and backend calls, close the store."""
+        if self._warm_task is not None and not self._warm_task.done():
+            self._warm_task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._warm_task
+        await self.fork_expiry.close()
+        self.close_subscribers()
+        for ns in self.namespaces:
+            await ns.dispatcher.close()
+        for ns in self.namespaces:
+            if ns.delivers:
+                await ns.dispatcher.drain()
+        await self.ownership.close()
+        await self.committer.close()
+        await self.store.close()
+        await self.backend.close()
+        for ns in self.namespaces:
+            if ns.own_backend is not None:
+                await ns.own_backend.close()
+
+
+def build(
+    config: Config,
+    store: SessionStore | None = None,
+    backend: Backend | None = None,
+    *,
+    registry: Registry = DEFAULT_REGISTRY,
+    backend_factory: BackendFactory | None = None,
+    clock: Callable[[], float] = time.time,
+) -> Daemon:
+    """The daemon for ``config``: each part built once, after what it needs.
+
+    ``store`` and ``backend`` default to the config's (``backend`` steers the unnamed
+    default namespace and every deployment without its own lmcache_url;
+    ``backend_factory(url, evict_locations)`` builds the others). ``clock`` is the wall
+    clock events and fork expiry read (tests inject one).
+    """
+    store = store or make_store(config)
+    backend = backend or make_backend(config)
+    metrics = DaemonMetrics({s.name for s in registry.specs()})
+    trace = TraceHub(
+        config.trace_buffer,
+        config.trace_queue,
+        config.trace_buffer_bytes,
+        on_drop=metrics.dropped_subscribers.inc,
+    )
+    fork_ids = ForkIds()  # one counter for the whole store: fork ids are unique in it
+    committer = GroupCommitter(store, fork_ids, metrics.commit, config.idempotency_ttl_s)
+    namespaces = Namespaces(
+        config,
+        registry,
+        Limits(config.max_hashes_per_event, config.max_hash_bytes),
+        committer,
+        fork_ids,
+        backend,
+        backend_factory or lmcache_factory(config),
+        metrics.backend,
+        partial(publish_backend_failure, trace),
+        partial(report_window, metrics, trace.publish),
+    )
+    namespaces.setup()
+    shared = SharedCounts()
+    records = TraceRecords(trace, namespaces, shared)
+    ownership = Ownership(store, namespaces)
+    reactions = Reactions(
+        [
+            warn_forced,
+            BudgetPolicy(metrics),
+            send_prefetch,
+            publish_event(records),
+            publish_budget(records),
+        ],
+        records,
+        metrics,
+        namespaces.managers,
+        config.trace_events,
+    )
+    debug = DebugWriter(config.debug_dir) if config.debug_enabled else None
+    pipeline = Pipeline(
+        registry, namespaces, committer, ownership, records, reactions, debug, clock
+    )
+    ownership.serve(pipeline.run)  # releases re-enter the pipeline as session_close
+    answers = AnswerCache(config.idempotency_window)
+    service = EventService(pipeline, EventIds(answers, committer, pipeline.run))
+    fork_expiry = ForkExpiry(config.fork_hold_ttl_s, namespaces, committer, records, metrics, clock)
+    return Daemon(
+        config,
+        store,
+        backend,
+        registry,
+        metrics,
+        trace,
+        committer,
+        namespaces,
+        shared,
+        records,
+        ownership,
+        answers,
+        pipeline,
+        service,
+        fork_expiry,
+    )

@@ -1,0 +1,34 @@
+"""Fixtures every suite shares, registered once here (the families are in tests/README.md).
+
+``tests/`` is on ``sys.path`` through pyproject's ``[tool.pytest.ini_options] pythonpath``, so
+helpers are imported as ``support.*`` (site-packages holds an unrelated top-level ``tests``
+package, which is why the helpers are not ``tests.support``). No test file edits ``sys.path``.
+
+- In-process daemon (support.daemon_app): ``make_config(**overrides)``,
+  ``start_daemon(config=None, *, store=None, backend=None, clock=None, **overrides)``,
+  ``daemon``, ``rec_daemon`` -> :class:`support.daemon_app.DaemonClient`.
+- Real daemon process (support.daemon_proc): ``daemon_proc_factory(*, start=True, **kwargs)``
+  (kwargs as :class:`support.daemon_proc.DaemonProcess`), ``daemon_proc``.
+- Stand-in LMCache memory APIs on the test's loop (support.lmcache_fakes): ``fake_lmcache``,
+  ``two_fakes``.
+- A throw-away PostgreSQL server for the session (support.postgres): ``postgres_server``.
+"""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+# lmcache phones home on import unless told not to; tests never talk to the internet.
+os.environ.setdefault("LMCACHE_TRACK_USAGE", "false")
+
+# Plain asserts in the helpers report their operands like a test's own asserts do.
+pytest.register_assert_rewrite("support")
+
+pytest_plugins = [
+    "support.daemon_app",
+    "support.daemon_proc",
+    "support.lmcache_fakes",
+    "support.postgres",
+]
