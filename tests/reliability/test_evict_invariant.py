@@ -334,12 +334,13 @@ async def drop_aa(d: DaemonClient, fake: FakeLMCacheServer) -> dict:
     fake.put(["aa", "bb"])
     await d.turn_end("A", ["aa", "bb"])
     await d.turn_end("A", ["bb"])
-    await eventually(lambda: received_evict(fake, "aa") and d.service.dispatcher.backlog == 0)
+    dispatcher = d.daemon.default.dispatcher
+    await eventually(lambda: received_evict(fake, "aa") and dispatcher.backlog == 0)
     return [b for b in fake.calls("evict") if "aa" in b["chunk_hashes"]][-1]
 
 
 def outcome(d: DaemonClient, name: str) -> float:
-    return d.service.metrics.window_rereferences.labels(name)._value.get()
+    return d.daemon.metrics.window_rereferences.labels(name)._value.get()
 
 
 async def deferring_rig(
@@ -405,7 +406,7 @@ async def test_an_unanswered_keep_releases_the_commit_only_past_the_evicts_deadl
     await eventually(
         lambda: len([b for b in fake_lmcache.calls("evict") if "aa" in b["chunk_hashes"]]) == 2
     )
-    assert not d.service.dispatcher.window.keeps  # superseded
+    assert not d.daemon.default.dispatcher.window.keeps  # superseded
     fake_lmcache.keep_hold.set()
     await eventually(lambda: "aa" in fake_lmcache.deferred.kept)  # the held keep landed
     fake_lmcache.deferred.wall = lambda: 0  # the stand-in's clock: the deadline not reached
