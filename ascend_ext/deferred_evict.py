@@ -1,4 +1,4 @@
-"""Deferred evictions with generations: a delete waits a moment, and a keep cancels it."""
+"""Deferred evictions with generations and deadlines: a delete waits, a keep cancels it."""
 
 from __future__ import annotations
 
@@ -6,12 +6,15 @@ import threading
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
-# Kept generations remembered (per hash, newest first out): they only have to outlive the
-# evicts still on their way, which a timeout bounds; 64k entries is far more than that.
+# Kept generations remembered (per hash, oldest out first). One pushed out raises a floor
+# instead of being forgotten: an evict at or below the floor is refused (the safe side).
 KEPT_MAX = 65536
 MAX_DEFER_S = 60.0
+# How long a keep waits for a removal it meets already under way (it answers "late" only
+# once the chunk is gone, so the daemon commits the new reference after the delete).
+REMOVAL_WAIT_S = 30.0
 
 
 @dataclass(slots=True)
@@ -21,29 +24,55 @@ class Pending:
     generation: int
     locations: list[str] | None
     due: float
+    not_after: int | None  # wall clock ns: never carried out later (None: no deadline)
+
+
+@dataclass(slots=True)
+class Added:
+    """What an evict request became: chunks due at once (claim them, then remove), how
+    many wait out their deferral, and those refused (a newer keep seen; deadline past)."""
+
+    now: list[str] = field(default_factory=list)
+    deferred: int = 0
+    stale: list[str] = field(default_factory=list)
+    expired: list[str] = field(default_factory=list)
 
 
 class DeferredEvictions:
     """The memory API's side of the daemon's eviction window (docs/reliability.md).
 
     The daemon decides an eviction when a chunk's refcount reaches 0, but the engine acts
-    later; a chunk referenced again in between must not go. So an evict carrying
-    ``defer_s`` is held that long, and the daemon sends ``keep`` for every chunk that is
-    referenced again meanwhile: a keep with a newer generation cancels the pending delete
-    and is remembered, so an older evict arriving late (a retry, a delivery repeated after
-    a restart, a request a hung server processes late) is refused for that chunk instead of
-    deleting it. Thread-safe; the clock is injectable for tests.
+    later; a chunk referenced again in between must not go. An evict carries the daemon's
+    ``generation`` (its wall clock in ns), ``defer_s`` and ``not_after`` (wall clock ns): it
+    is held ``defer_s``, then carried out only if no keep of a newer generation came and
+    the deadline has not passed — past it the delete is dropped (the chunk stays; the LRU
+    has it). A keep cancels older pending deletes and is remembered, so an older evict
+    arriving late is refused as stale. Removal is claimed (:meth:`claim`) right before it
+    runs and a keep meeting a claimed chunk waits until it is gone, so "late" is only ever
+    answered after the delete. With these, the daemon knows that after ``not_after`` an
+    evict can no longer act, whether or not its keep got through: it commits a new
+    reference only after the keep's answer or that deadline. Thread-safe; the clocks are
+    injectable for tests.
     """
 
-    def __init__(self, clock: Callable[[], float] = time.monotonic, kept_max: int = KEPT_MAX):
+    def __init__(
+        self,
+        clock: Callable[[], float] = time.monotonic,
+        kept_max: int = KEPT_MAX,
+        wall: Callable[[], int] = time.time_ns,
+    ):
         self.clock = clock
+        self.wall = wall
         self.kept_max = kept_max
         self.pending: dict[str, Pending] = {}
         self.kept: OrderedDict[str, int] = OrderedDict()
+        self.kept_floor = 0  # the newest kept generation pushed out of ``kept``
         # Deletes carried out, hash -> generation (bounded like ``kept``): a keep that comes
         # after its chunk's delete ran learns it was too late ("late"), so the daemon knows.
         self.done: OrderedDict[str, int] = OrderedDict()
-        self._lock = threading.Lock()
+        self.removing: dict[str, int] = {}  # claimed, removal under way
+        self.expired = 0  # deletes dropped at their deadline
+        self._cond = threading.Condition()
 
     def add(
         self,
@@ -51,36 +80,44 @@ class DeferredEvictions:
         locations: list[str] | None,
         generation: int | None,
         defer_s: float,
-    ) -> tuple[list[str], int, list[str]]:
-        """Register an evict: (hashes to remove now, number deferred, hashes refused as
-        stale because a newer keep was seen)."""
-        now_list: list[str] = []
-        stale: list[str] = []
-        deferred = 0
-        with self._lock:
-            due = self.clock() + defer_s
+        not_after: int | None = None,
+    ) -> Added:
+        """Register an evict (every chunk not refused becomes pending; ``now`` lists
+        those due at once, to claim and remove)."""
+        out = Added()
+        with self._cond:
+            now = self.clock()
+            if not_after is not None and self.wall() > not_after:
+                out.expired = list(hashes)
+                self.expired += len(hashes)
+                return out
+            due = now + max(defer_s, 0.0)
             for h in hashes:
-                kept = self.kept.get(h)
-                if generation is not None and kept is not None and kept >= generation:
-                    stale.append(h)
-                    continue
-                if defer_s <= 0:
-                    now_list.append(h)
-                    if generation is not None:
-                        self._remember(self.done, h, generation)
+                if generation is not None and (
+                    generation <= self.kept_floor or self.kept.get(h, -1) >= generation
+                ):
+                    out.stale.append(h)
                     continue
                 old = self.pending.get(h)
                 if old is None or generation is None or old.generation <= generation:
-                    self.pending[h] = Pending(generation or 0, locations, due)
-                deferred += 1
-        return now_list, deferred, stale
+                    self.pending[h] = Pending(generation or 0, locations, due, not_after)
+                    self.done.pop(h, None)  # an earlier delete of it is no news any more
+                if defer_s <= 0:
+                    out.now.append(h)
+                else:
+                    out.deferred += 1
+        return out
 
     def keep(self, hashes: Sequence[str], generation: int) -> tuple[int, list[str]]:
         """Cancel pending deletes older than ``generation``: (how many were cancelled, the
-        hashes whose older delete had already been carried out — too late for them)."""
+        hashes whose older delete had already been carried out — too late for them). A
+        removal under way is waited for first."""
         cancelled = 0
         late: list[str] = []
-        with self._lock:
+        wanted = set(hashes)
+        with self._cond:
+            if not self._cond.wait_for(lambda: wanted.isdisjoint(self.removing), REMOVAL_WAIT_S):
+                raise TimeoutError("a removal of some of these chunks is still under way")
             for h in hashes:
                 p = self.pending.get(h)
                 if p is not None and p.generation < generation:
@@ -88,47 +125,93 @@ class DeferredEvictions:
                     cancelled += 1
                 ran = self.done.get(h)
                 if ran is not None and ran < generation:
+                    # Said again to every later keep (an answer may be lost with its
+                    # connection) until a newer evict of the chunk replaces the entry.
                     late.append(h)
-                    del self.done[h]  # told once; the chunk is gone, a new store is new
                 if self.kept.get(h, -1) < generation:
-                    self._remember(self.kept, h, generation)
+                    self._remember_kept(h, generation)
         return cancelled, late
 
-    def _remember(self, table: OrderedDict[str, int], h: str, generation: int) -> None:
-        table[h] = generation
-        table.move_to_end(h)
-        while len(table) > self.kept_max:
-            table.popitem(last=False)
+    def _remember_kept(self, h: str, generation: int) -> None:
+        kept = self.kept
+        kept[h] = generation
+        kept.move_to_end(h)
+        while len(kept) > self.kept_max:
+            _, gen = kept.popitem(last=False)
+            self.kept_floor = max(self.kept_floor, gen)
 
-    def take_due(self) -> list[tuple[list[str] | None, list[str]]]:
-        """Pop every pending delete whose time has come, grouped by tier list."""
-        now = self.clock()
+    def _remember_done(self, h: str, generation: int) -> None:
+        done = self.done
+        done[h] = generation
+        done.move_to_end(h)
+        while len(done) > self.kept_max:
+            done.popitem(last=False)  # only a "late" answer is lost: reporting, not safety
+
+    def due(self, now: float | None = None) -> list[tuple[list[str] | None, list[str]]]:
+        """Pending deletes whose time has come (not taken yet: :meth:`claim` them right
+        before removing), grouped by tier list."""
+        at = self.clock() if now is None else now
         groups: dict[tuple[str, ...] | None, list[str]] = {}
-        with self._lock:
-            for h, p in list(self.pending.items()):
-                if p.due <= now:
-                    del self.pending[h]
-                    self._remember(self.done, h, p.generation)
+        with self._cond:
+            for h, p in self.pending.items():
+                if p.due <= at:
                     key = tuple(p.locations) if p.locations is not None else None
                     groups.setdefault(key, []).append(h)
         return [(list(k) if k is not None else None, hs) for k, hs in groups.items()]
 
+    def claim(self, hashes: Sequence[str], now: float | None = None) -> list[str]:
+        """Take the still pending, due, not expired ones for removal now; the caller must
+        :meth:`finish` them once removed. Those past their deadline are dropped."""
+        at = self.clock() if now is None else now
+        claimed: list[str] = []
+        with self._cond:
+            wall = self.wall()
+            for h in hashes:
+                p = self.pending.get(h)
+                if p is None or p.due > at:
+                    continue  # cancelled by a keep, or replaced by a later evict
+                del self.pending[h]
+                if p.not_after is not None and wall > p.not_after:
+                    self.expired += 1
+                    continue
+                self.removing[h] = p.generation
+                claimed.append(h)
+        return claimed
+
+    def finish(self, hashes: Sequence[str]) -> None:
+        """The claimed ``hashes`` are removed (or their removal failed): done."""
+        with self._cond:
+            for h in hashes:
+                gen = self.removing.pop(h, None)
+                if gen is not None:
+                    self._remember_done(h, gen)
+            self._cond.notify_all()
+
     def next_due(self) -> float | None:
         """When the earliest pending delete is due (clock time), or None."""
-        with self._lock:
+        with self._cond:
             return min((p.due for p in self.pending.values()), default=None)
+
+
+def _integer(body: dict, name: str) -> int | None:
+    from ascend_ext.memory_ops import RequestError
+
+    value = body.get(name)
+    if value is None:
+        return None
+    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+        raise RequestError(f"field '{name}' must be a non-negative integer")
+    return value
 
 
 def parse_generation(body: dict) -> int | None:
     """Optional ``generation``: a non-negative integer (the daemon's clock in ns)."""
-    from ascend_ext.memory_ops import RequestError
+    return _integer(body, "generation")
 
-    value = body.get("generation")
-    if value is None:
-        return None
-    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
-        raise RequestError("field 'generation' must be a non-negative integer")
-    return value
+
+def parse_not_after(body: dict) -> int | None:
+    """Optional ``not_after_ns``: wall clock ns after which the delete must not run."""
+    return _integer(body, "not_after_ns")
 
 
 def parse_defer(body: dict) -> float:

@@ -87,11 +87,15 @@ def merge(kind: str, answers: Sequence[WorkerAnswer], request: dict) -> tuple[in
             # Deferred only if every worker deferred: the daemon then relies on keeps.
             merged["deferred"] = min((int(a.body.get("deferred", 0)) for a in good), default=0)
             merged["stale"] = sorted({h for a in good for h in a.body.get("stale", [])})
+            merged["expired"] = sorted({h for a in good for h in a.body.get("expired", [])})
+            # The daemon relies on deadlines only if every worker honours them.
+            merged["expires"] = bool(good) and all(a.body.get("expires") is True for a in good)
     elif kind == "keep":
         merged = {
             "status": "success",
             "cancelled": sum(int(a.body.get("cancelled", 0)) for a in good),
             "late": sorted({h for a in good for h in a.body.get("late", [])}),
+            "expires": bool(good) and all(a.body.get("expires") is True for a in good),
         }
     else:  # query: union of locations per hash, first-seen order
         merged = {}

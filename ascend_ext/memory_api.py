@@ -13,7 +13,7 @@ from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
 
 from ascend_ext import forwarding
-from ascend_ext.deferred_evict import parse_defer, parse_generation
+from ascend_ext.deferred_evict import parse_defer, parse_generation, parse_not_after
 from ascend_ext.memory_ops import (
     MemoryOps,
     RequestError,
@@ -90,6 +90,7 @@ async def _handle(kind: str, request: Request) -> JSONResponse:
         lookup_id = parse_lookup_id(body) if kind == "prefetch" else None
         generation = parse_generation(body) if kind in ("evict", "keep") else None
         defer_s = parse_defer(body) if kind == "evict" else 0.0
+        not_after = parse_not_after(body) if kind == "evict" else None
         if kind == "keep" and generation is None:
             raise RequestError("missing required field 'generation'")
     except RequestError as exc:
@@ -108,15 +109,18 @@ async def _handle(kind: str, request: Request) -> JSONResponse:
             return JSONResponse(
                 {"status": "prefetch_started", "lookup_id": lookup_id, "num_chunks": len(hashes)}
             )
-        if kind == "evict" and generation is None and not defer_s:
+        if kind == "evict" and generation is None and not defer_s and not_after is None:
             n = await asyncio.to_thread(target.evict, hashes, locations)
             return JSONResponse({"status": "success", "num_evicted": n})
         if kind == "evict":
             return JSONResponse(
-                await asyncio.to_thread(target.evict_with, hashes, locations, generation, defer_s)
+                await asyncio.to_thread(
+                    target.evict_with, hashes, locations, generation, defer_s, not_after
+                )
             )
         if kind == "keep":
-            return JSONResponse(target.keep(hashes, generation or 0))
+            # Off the loop: a keep meeting a removal under way waits for it.
+            return JSONResponse(await asyncio.to_thread(target.keep, hashes, generation or 0))
         return JSONResponse(await asyncio.to_thread(target.query, hashes))
     except RequestError as exc:
         return _error(400, str(exc))
@@ -131,7 +135,7 @@ async def _forward(kind: str, urls: list[str], body: dict) -> JSONResponse:
         return _error(503, "scheduler knows no workers to forward to")
     fields = {
         "prefetch": ("chunk_hashes", "lookup_id"),
-        "evict": ("chunk_hashes", "locations", "generation", "defer_s"),
+        "evict": ("chunk_hashes", "locations", "generation", "defer_s", "not_after_ns"),
         "keep": ("chunk_hashes", "generation"),
     }.get(kind, ("chunk_hashes",))
     payload = {k: body[k] for k in fields if body.get(k) is not None}

@@ -123,23 +123,32 @@ class MemoryOps:
         locations: list[str] | None,
         generation: int | None,
         defer_s: float,
+        not_after: int | None = None,
     ) -> dict:
         """An evict from the daemon: chunks whose newer keep was seen are refused as
-        stale, the rest removed now or, with ``defer_s``, after it unless kept meanwhile."""
+        stale, those past ``not_after`` (wall ns) as expired, the rest removed now or, with
+        ``defer_s``, after it unless kept meanwhile (and never after ``not_after``)."""
         self._check_locations(locations)
-        now, deferred, stale = self.deferred.add(hashes, locations, generation, defer_s)
+        added = self.deferred.add(hashes, locations, generation, defer_s, not_after)
         n = 0
-        if now:
-            keys = [self.key_for(h) for h in now]
-            n = self._worker.submit(self._evict_now, keys, locations).result()
-        if deferred:
+        if added.now:
+            n = self._worker.submit(self._evict_claimed, added.now, locations).result()
+        if added.deferred:
             self._schedule(defer_s)
-        return {"status": "success", "num_evicted": n, "deferred": deferred, "stale": stale}
+        return {
+            "status": "success",
+            "num_evicted": n,
+            "deferred": added.deferred,
+            "stale": added.stale,
+            "expired": added.expired,
+            "expires": True,  # this memory API honours not_after_ns (the daemon relies on it)
+        }
 
     def keep(self, hashes: Sequence[str], generation: int) -> dict:
-        """The daemon saw these chunks referenced again: cancel their older deletes."""
+        """The daemon saw these chunks referenced again: cancel their older deletes (a
+        removal under way is waited for, so "late" means the chunk is gone already)."""
         cancelled, late = self.deferred.keep(hashes, generation)
-        return {"status": "success", "cancelled": cancelled, "late": late}
+        return {"status": "success", "cancelled": cancelled, "late": late, "expires": True}
 
     def _schedule(self, delay: float) -> None:
         if self._closed:
@@ -160,12 +169,24 @@ class MemoryOps:
 
     def _evict_due(self) -> None:
         """Deferred deletes whose time has come and that no keep cancelled (worker thread)."""
-        for locations, hashes in self.deferred.take_due():
+        for locations, hashes in self.deferred.due():
             try:
-                removed = self._evict_now([self.key_for(h) for h in hashes], locations)
+                removed = self._evict_claimed(hashes, locations)
                 log.info("deferred evict of %d chunks removed %d copies", len(hashes), removed)
             except Exception:  # keep the worker alive
                 log.exception("deferred evict failed")
+
+    def _evict_claimed(self, hashes: list[str], locations: list[str] | None) -> int:
+        """Wait out in-flight disk writes, then claim (the last check: a keep or the
+        deadline may have come meanwhile) and remove at once (worker thread)."""
+        self._wait_pending_puts([self.key_for(h) for h in hashes])
+        claimed = self.deferred.claim(hashes)
+        try:
+            if not claimed:
+                return 0
+            return int(self.sm.batched_remove([self.key_for(h) for h in claimed], locations))
+        finally:
+            self.deferred.finish(claimed)
 
     def _check_locations(self, locations: list[str] | None) -> None:
         if locations is not None:

@@ -1,7 +1,7 @@
 """`make bench`: every benchmark, side by side, into bench/results/latest.{json,md}.
 
 Usage: python -m bench [--quick] [--only NAME[,NAME]] — names: throughput, recovery, memory,
-sdk, proxy, cache, console, engine, admin_stall, scale_out.
+sdk, proxy, cache, console, engine, admin_stall, scale_out, guard_costs.
 """
 
 from __future__ import annotations
@@ -128,6 +128,15 @@ def _scale_out(quick: bool) -> tuple[dict, str]:
     return res, scale_out.table(res)
 
 
+def _guard_costs(quick: bool) -> tuple[dict, str]:
+    import asyncio
+
+    from bench import guard_costs
+
+    res = asyncio.run(guard_costs.measure(8000 if quick else 16000))
+    return res, guard_costs.table(res)
+
+
 BENCHES: dict[str, Callable[[bool], tuple[dict, str]]] = {
     "throughput": _throughput,
     "recovery": _recovery,
@@ -139,6 +148,7 @@ BENCHES: dict[str, Callable[[bool], tuple[dict, str]]] = {
     "engine": _engine,
     "admin_stall": _admin_stall,
     "scale_out": _scale_out,
+    "guard_costs": _guard_costs,
 }
 
 
@@ -166,7 +176,6 @@ def main() -> None:
         # A partial run updates its sections and keeps the others' last figures.
         previous = json.loads((RESULTS / "latest.json").read_text())
     results: dict[str, Any] = {
-        **previous,
         "machine": {
             "cpus": os.cpu_count(),
             "python": platform.python_version(),
@@ -176,17 +185,23 @@ def main() -> None:
         "quick": args.quick,
         "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
     }
+    # A partial run keeps the full run's header (machine, start) and the other sections;
+    # each section carries its own start and load average.
+    results = {**results, **previous}
     sections = []
     texts: dict[str, str] = dict(previous.get("_texts", {})) or _md_sections(previous)
     for name in names:
         t0 = time.perf_counter()
         print(f"== {name} ...", flush=True)
+        started, load = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), os.getloadavg()
         res, text = BENCHES[name](args.quick)
         res["wall_s"] = round(time.perf_counter() - t0, 1)
+        res["started"], res["loadavg_start"] = started, load
         results[name] = res
         texts[name] = text
         print(text, flush=True)
-    results["machine"]["loadavg_end"] = os.getloadavg()
+    if not previous:
+        results["machine"]["loadavg_end"] = os.getloadavg()
     results["_texts"] = texts
     sections = [f"## {name}\n\n{texts[name]}\n" for name in BENCHES if name in texts]
     RESULTS.mkdir(exist_ok=True)

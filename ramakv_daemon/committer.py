@@ -18,10 +18,11 @@ from ramakv_daemon.ports import AnswerRowIn, EvictMode, SessionStore, StoreError
 log = logging.getLogger("ramakv.store")
 
 PRUNE_EVERY_COMMITS = 1000
-# How long a commit waits for the cache's answer to a keep its changes need (a chunk
-# referenced again while its deferred delete is pending): long enough for a healthy cache,
-# short enough that a hung one barely slows events; past it the commit goes ahead.
-KEEP_WAIT_S = 0.25
+# A hang guard only: a commit waits for the cache's answer to a keep its changes need (a
+# chunk referenced again while its deferred delete may be pending), and the dispatcher
+# resolves that wait at the evict's deadline at the latest (evict_defer_s + 1.5 s; see
+# ramakv_daemon/evict_window.py), so this is never reached unless that timer is lost.
+KEEP_WAIT_S = 90.0
 # How long a commit waits for work that completes its reply (a turn_end's debug file):
 # the answer stored with the change is then the reply sent. Past it the commit goes
 # ahead and the reply says what was done by then.
@@ -113,8 +114,8 @@ class GroupCommitter:
         ready: asyncio.Future[Any] | None = None,
     ) -> asyncio.Future[None]:
         """Queue ``change`` (applied by ``manager``): its sessions, forks, evictions and
-        its ticket's answer; await the commit. The commit first waits (at most
-        KEEP_WAIT_S) for ``gate``, the cache's answer to a keep, and (at most
+        its ticket's answer; await the commit. The commit first waits for ``gate``, the
+        cache's answer to a keep or its evict's deadline, and (at most
         READY_WAIT_S) for ``ready``, what completes the reply."""
         live = manager.sessions
         sessions = {sid: live.get(sid) for sid in change.prev_sessions}

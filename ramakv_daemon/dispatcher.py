@@ -86,6 +86,7 @@ class BackendDispatcher:
         self._keep_wake = asyncio.Event()
         self._keep_failures = 0
         self._keeper: asyncio.Task[None] | None = None
+        self._probe: asyncio.Task[None] | None = None
         self._prefetching = 0
         self._drop_logged = 0.0
 
@@ -194,6 +195,8 @@ class BackendDispatcher:
         loop = asyncio.get_running_loop()
         self._runner = loop.create_task(self._run(), name="evict-outbox")
         self._keeper = loop.create_task(self._keep_loop(), name="evict-keeps")
+        if self.defer_s > 0:  # its own task: a hung cache must not hold the keeps back
+            self._probe = loop.create_task(self._probe_keeps(), name="keep-probe")
         self._wake.set()
 
     @property
@@ -266,10 +269,18 @@ class BackendDispatcher:
             hits = [h for h in open_ if prev_counts.get(h) == 0 and h in refs]
         if not hits:
             return None
-        gate: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        kept = self.window.referenced(hits, time.monotonic(), gate)
+        loop = asyncio.get_running_loop()
+        gate: asyncio.Future[None] = loop.create_future()
+        now = time.monotonic()
+        window = self.window
+        kept = window.referenced(hits, now, gate)
         if not kept:
             return None
+        # Past the latest deadline of the evicts it guards, none of them can act any more:
+        # the commit goes ahead then even if the cache never answers the keep.
+        deadline = max(window.keeps[h].deadline for h in kept)
+        if deadline != float("inf"):
+            loop.call_later(max(0.0, deadline - now), window.release, gate, now)
         self._keep_due = 0.0
         self._keep_wake.set()
         return gate, kept
@@ -305,9 +316,34 @@ class BackendDispatcher:
                 log.exception("keep delivery failed unexpectedly")
                 self._keep_due = time.monotonic() + RECHECK_S
 
+    async def _probe_keeps(self) -> None:
+        """At start-up, an empty keep: does the cache honour deadlines (ascend_ext's
+        memory API answers "expires": true), or know no keeps (a stock one: 404)? Learned
+        now, not from the first evict's answer, so a reference right after a restart
+        already knows whether waiting for a deadline protects it."""
+        keep = getattr(self.backend, "keep", None)
+        window = self.window
+        # Until the cache answers (it may be down or hung at start-up): a reference to a
+        # chunk in the window meanwhile waits for its deadline, not knowing.
+        while keep is not None and not self._closing:
+            if window.expires is not None or window.defers is False:
+                return  # learned meanwhile from another answer
+            try:
+                result = await keep([], window.generation())
+            except Exception:  # noqa: BLE001 - backends must not raise; learned later then
+                log.exception("keep probe failed unexpectedly")
+                return
+            if result.ok:
+                window.expires = (result.body or {}).get("expires") is True
+                return
+            if result.status in (404, 405):
+                window.defers = False
+                return
+            await asyncio.sleep(0.5)
+
     async def _send_keeps(self) -> None:
         """Send every keep owed in one call, on the evict pool but its own task; a failed
-        call is retried, backing off, until each keep gives up (then it is exposed)."""
+        call is retried, backing off, until each keep gives up (60 s)."""
         window = self.window
         if not window.keeps or time.monotonic() < self._keep_due:
             return
@@ -322,8 +358,11 @@ class BackendDispatcher:
         result = await keep(hashes, generation)
         self._report("keep", len(hashes), result)
         supported = result.ok or result.status not in (404, 405)
-        late = list((result.body or {}).get("late") or []) if result.ok else []
-        if window.kept(hashes, result.ok, supported, late, time.monotonic(), generation):
+        body = result.body or {}
+        late = list(body.get("late") or []) if result.ok else []
+        expires = body.get("expires") is True if result.ok else None
+        now = time.monotonic()
+        if window.kept(hashes, result.ok, supported, late, now, generation, expires):
             # The cache is down or hung: retry, backing off to once a second.
             self._keep_failures += 1
             self._keep_due = time.monotonic() + min(1.0, RECHECK_S * 2**self._keep_failures)
@@ -427,6 +466,7 @@ class BackendDispatcher:
             gen = window.generation()
             if extra:
                 extra["generation"] = gen
+                extra["not_after_ns"] = window.not_after(gen)
             window.wrote(part, gen, time.monotonic())
             return part
 
@@ -439,7 +479,11 @@ class BackendDispatcher:
             result = await self.backend.evict(sent, mode) if sent else BackendResult(True)
         answered_at = time.monotonic()
         deferred = bool(result.ok and result.body and "deferred" in result.body)
-        window.answered(sent, result.ok, deferred, answered_at)
+        expires = bool(deferred and result.body and result.body.get("expires") is True)
+        # A 4xx or a 503 (no engine there) says nothing was done; a 500 may be partial
+        # (some workers acted), a timeout may still be acted on.
+        refused = not result.ok and (400 <= result.status < 500 or result.status == 503)
+        window.answered(sent, result.ok, deferred, answered_at, expires, refused)
         op = f"evict_{mode.value}"
         # A call that failed before its body went out (connect refused) sent nothing.
         count = len(sent) or len(hashes)
@@ -457,7 +501,11 @@ class BackendDispatcher:
             # An entry replaced while the call was out is a newer intent: it stays queued.
             self._forget_all(
                 [h for h in sent if outbox.get(h) is entries[h]],
-                answered_at + self.defer_s + window.grace() if deferred else None,
+                # Kept stored past the evict's deadline too: a restart before it must
+                # still watch the chunk (its delete may yet act until then).
+                max(answered_at + self.defer_s + window.grace(), window.deadline_from(wrote_at))
+                if deferred
+                else None,
             )
             self._flush_rows()
             self._failures, self._paused_until = 0, 0.0
@@ -521,6 +569,8 @@ class BackendDispatcher:
         self._closing = True
         self._wake.set()
         self._keep_wake.set()
+        if self._probe is not None:
+            self._probe.cancel()
         if self._keeper is not None:
             try:
                 await asyncio.wait_for(self._keeper, 2)

@@ -19,6 +19,13 @@ FAILED_HORIZON_S = 60.0
 # watched this much past answer + defer_s. A keep that comes after the delete ran is
 # answered ``late`` and reported, so the grace only bounds how late a silent one could be.
 GRACE_MIN_S = 1.0
+# The deadline sent with every deferred evict (``not_after_ns``): the cache drops a delete
+# it has not carried out this long past ``generation + defer_s`` (ascend_ext's memory API
+# refuses it then; the chunk stays, its LRU has it). Past the deadline plus CLOCK_MARGIN_S
+# (the engine's clock against ours, and a claimed removal finishing) an evict can no longer
+# act, answered or not: a new reference waits for its keep's answer or for that, no longer.
+EXPIRE_AFTER_DUE_S = 1.0
+CLOCK_MARGIN_S = 0.5
 TRACE_HASHES = 20  # hashes named in one evict_window trace record
 
 
@@ -30,6 +37,8 @@ class Written:
     wrote_at: float
     until: float  # watched up to here: the answer (cache acts inline) or the defer's end
     answered: bool = False
+    # After this (monotonic) a cache that honours not_after_ns can no longer act on it.
+    deadline: float = float("inf")
 
 
 @dataclass(slots=True)
@@ -38,10 +47,15 @@ class Keep:
 
     generation: int
     wrote_at: float
-    give_up: float  # retried until then (the cache down or hung); then reported exposed
-    # The commit of the change that referenced the chunk waits on this (bounded): resolved
-    # by the cache's answer; cancelled when the commit went ahead without it.
+    give_up: float  # retried until then (the cache down or hung); then given up
+    # The commit of the change that referenced the chunk waits on this: resolved by the
+    # cache's answer or at ``deadline`` (the evict can no longer act); cancelled only by
+    # the committer's hang guard (then the commit went ahead without either).
     gate: asyncio.Future[None] | None = None
+    deadline: float = float("inf")
+    # Released at the deadline by a cache known to honour it: whatever the answer, the
+    # delete ran before the reference was committed or never (at worst a cache miss).
+    protected: bool = False
 
 
 class EvictWindow:
@@ -51,13 +65,15 @@ class EvictWindow:
     The dispatcher checks a chunk at the moment the evict body is written; the cache acts
     later (after the network, its queue, its worker). A cache that defers deletes
     (ascend_ext's memory API with ``defer_s``) can still be told: a re-referenced chunk
-    gets a ``keep`` with a newer generation, and if that keep is confirmed before the
-    the cache answers whether it was in time: its ``late`` list names the chunks whose
-    older delete had already run ("exposed"); every other one is certainly kept ("kept":
-    its pending delete is cancelled, and an older evict still on its way is refused). A
-    stock cache (no deferral, no keep), or a keep that never gets through, leaves the
-    chunk "exposed": it may have been evicted while referenced. Counted and traced, never
-    silent.
+    gets a ``keep`` of a newer generation, and the commit of the change that referenced it
+    waits until the cache answered (``late`` names the chunks whose older delete had
+    already run: "missed", a cache miss before the reference was committed; every other
+    one is "kept") or until the evict's deadline has passed (``not_after_ns``: the cache
+    refuses a delete past it, so the delete ran before the commit or never). With such a
+    cache no delete acts on a chunk after a new reference to it was committed. A stock
+    cache (no deferral, no keep), or one not known to honour deadlines whose keep does not
+    get through, leaves the chunk "exposed": it may have been evicted while referenced.
+    Counted and traced, never silent.
     """
 
     def __init__(
@@ -71,7 +87,11 @@ class EvictWindow:
         self.keeps: dict[str, Keep] = {}
         # Whether the cache defers (its evict answers carry "deferred"); None: not known yet.
         self.defers: bool | None = None if defer_s > 0 else False
+        # Whether the cache honours not_after_ns (its answers carry "expires": true).
+        self.expires: bool | None = None
         self._gen = 0
+        self._released = 0  # commits released at a deadline since the last log line
+        self._released_wait = 0.0
         self._pruned_at = 0.0
 
     def grace(self) -> float:
@@ -85,9 +105,12 @@ class EvictWindow:
         if self.defers is False or not hashes:
             return
         until = now + self.defer_s + self.grace()
+        # The earlier run wrote them before it stopped, so their deadlines are older than
+        # one from now (the same evict_defer_s assumed: a longer one then is not known).
+        deadline = self.deadline_from(now)
         for h in hashes:
             if h not in self.open:
-                self.open[h] = Written(0, now, until, answered=True)
+                self.open[h] = Written(0, now, until, answered=True, deadline=deadline)
 
     def generation(self) -> int:
         """A new generation: the wall clock in ns, strictly increasing (so it orders
@@ -95,23 +118,55 @@ class EvictWindow:
         self._gen = max(time.time_ns(), self._gen + 1)
         return self._gen
 
+    def not_after(self, generation: int) -> int:
+        """The deadline (wall clock ns) sent with an evict of ``generation``."""
+        return generation + int((self.defer_s + EXPIRE_AFTER_DUE_S) * 1e9)
+
+    def deadline_from(self, at: float) -> float:
+        """Monotonic time past which an evict written at ``at`` can no longer act."""
+        return at + self.defer_s + EXPIRE_AFTER_DUE_S + CLOCK_MARGIN_S
+
     def wrote(self, hashes: list[str], generation: int, at: float) -> None:
         """An evict of ``hashes`` went out at ``at``: watch them until it is answered."""
         keeps = self.keeps
+        deadline = self.deadline_from(at) if self.defer_s > 0 else float("inf")
         for h in hashes:
-            self.open[h] = Written(generation, at, float("inf"))
-            keeps.pop(h, None)  # this newer evict supersedes a keep still owed
+            self.open[h] = Written(generation, at, float("inf"), deadline=deadline)
+            # A newer evict supersedes a keep still owed. Its change has been committed
+            # (after its gate was released at the deadline: nothing to report when the
+            # cache honours deadlines, the delete ran before that commit or never) or
+            # rolled back (its gate never resolved: nothing was committed to expose).
+            k = keeps.pop(h, None)
+            if k is not None and k.gate is not None and not k.protected:
+                if k.gate.cancelled() or k.gate.done():
+                    self._lost([h])  # committed without the cache's word or a deadline
 
-    def answered(self, hashes: list[str], ok: bool, deferred: bool, at: float) -> None:
+    def answered(
+        self,
+        hashes: list[str],
+        ok: bool,
+        deferred: bool,
+        at: float,
+        expires: bool = False,
+        refused: bool = False,
+    ) -> None:
         """Its answer came: a deferring cache acts at the defer's end, an inline one has
-        acted; a failed call may still be acted on later."""
+        acted; a failed call may still be acted on later (until its deadline, by a cache
+        that honours deadlines) unless it was ``refused`` (an answer saying it did
+        nothing: a 4xx, a 503)."""
         if ok and self.defer_s > 0:
             self.defers = deferred
+            if deferred:
+                self.expires = expires
+        capped = self.expires is True
         for h in hashes:
             w = self.open.get(h)
             if w is None:
                 continue
             w.answered = True
+            if refused:
+                del self.open[h]
+                continue
             if not ok:
                 w.until = at + max(self.defer_s, FAILED_HORIZON_S)
             elif deferred:
@@ -120,6 +175,9 @@ class EvictWindow:
                 w.until = at + self.defer_s + self.grace()
             else:
                 del self.open[h]
+                continue
+            if capped:
+                w.until = min(w.until, w.deadline)
         self.prune(at)
 
     def referenced(
@@ -137,7 +195,9 @@ class EvictWindow:
                 continue
             since = max(since, now - w.wrote_at)
             if self.defers is not False:
-                self.keeps[h] = Keep(self.generation(), w.wrote_at, now + FAILED_HORIZON_S, gate)
+                self.keeps[h] = Keep(
+                    self.generation(), w.wrote_at, now + FAILED_HORIZON_S, gate, w.deadline
+                )
                 keep.append(h)
             else:
                 exposed.append(h)
@@ -146,6 +206,35 @@ class EvictWindow:
         if keep and self.report is not None:
             self.report("rereferenced", keep, since)
         return keep
+
+    def release(self, gate: asyncio.Future[None], since: float = 0.0) -> None:
+        """``gate``'s deadline has passed (every evict it guards can no longer act): let
+        its commit go ahead; the keeps stay owed (retried) and report when answered.
+        ``since``: when the commit began to wait (monotonic), for the log."""
+        if gate.done():
+            return  # answered in time
+        capped = self.expires is True
+        for k in self.keeps.values():
+            if k.gate is gate:
+                k.protected = capped
+        gate.set_result(None)
+        # A commit that waited this long held every event behind it: say so (one line
+        # a second at most, counting the commits released in it).
+        now = time.monotonic()
+        self._released += 1
+        self._released_wait = max(self._released_wait, now - since if since else 0.0)
+        if self._released == 1:
+            gate.get_loop().call_later(1.0, self._log_released)
+
+    def _log_released(self) -> None:
+        log.warning(
+            "%d commits waited for the cache's answer to a keep until the evicts' "
+            "deadline (longest %.2f s; the cache %s deadlines)",
+            self._released,
+            self._released_wait,
+            "honours" if self.expires is True else "is not known to honour",
+        )
+        self._released, self._released_wait = 0, 0.0
 
     def owe(self, hashes: Iterable[str], now: float) -> bool:
         """Keeps for chunks an earlier run may have had evicted with a delete still
@@ -167,6 +256,7 @@ class EvictWindow:
         late: list[str],
         now: float,
         generation: int | None = None,
+        expires: bool | None = None,
     ) -> list[str]:
         """A keep call's answer: report the chunks it saved or lost; those left to retry.
 
@@ -174,10 +264,13 @@ class EvictWindow:
         False when the cache does not know keeps (a stock memory API): then it does not
         defer either, and nothing can be saved. ``generation``: the call's; a keep owed
         since (newer: the chunk was evicted and referenced again meanwhile) is not answered
-        by it and stays owed.
+        by it and stays owed. ``expires``: whether the answer says the cache honours
+        deadlines. A keep released at its deadline (``protected``) is at worst "missed".
         """
         if not supported:
             self.defers = False
+        elif ok and expires is not None:
+            self.expires = expires
         too_late = set(late)
         saved: list[str] = []
         missed: list[str] = []
@@ -190,15 +283,22 @@ class EvictWindow:
             if k is None or (generation is not None and k.generation > generation):
                 continue
             gate = k.gate
+            # The referencing change's commit waited for this answer (or the deadline).
+            # Without a gate (owed for an earlier run's evict, the reference committed
+            # already): every such commit waited too, where the cache honours deadlines.
+            if gate is None:
+                waited = self.expires is True
+            else:
+                waited = not gate.cancelled() and (k.protected or not gate.done())
             if ok and h in too_late:
                 # The delete ran before the keep: if the referencing change was still
                 # waiting for this answer, it ran before the new reference was committed
                 # (a cache miss, not an eviction of a referenced chunk).
-                (missed if gate is not None and not gate.cancelled() else lost).append(h)
+                (missed if waited else lost).append(h)
             elif ok:
                 saved.append(h)
             elif not supported or now > k.give_up:
-                lost.append(h)
+                (missed if k.protected or (gate is None and waited) else lost).append(h)
             else:
                 retry.append(h)
                 if gate is not None:
@@ -211,10 +311,15 @@ class EvictWindow:
             if gate not in waiting and not gate.done():
                 gate.set_result(None)
         if self.report is not None:
-            for outcome, hs in (("kept", saved), ("missed", missed), ("exposed", lost)):
+            for outcome, hs in (("kept", saved), ("missed", missed)):
                 if hs:
                     self.report(outcome, hs, 0.0)
+        self._lost(lost)
         return retry
+
+    def _lost(self, hashes: list[str]) -> None:
+        if hashes and self.report is not None:
+            self.report("exposed", hashes, 0.0)
 
     def owed(self) -> dict[str, int]:
         """hash -> generation of every keep not confirmed yet."""

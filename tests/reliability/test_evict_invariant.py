@@ -327,3 +327,90 @@ async def test_a_repeated_delivery_after_a_restart_is_harmless_and_counted(
     assert fake_lmcache.fire_deferred() >= 1  # one delete: the repeat replaced the pending one
     assert "aa" not in fake_lmcache.tiers and probe.violations == []
     await ws.close()
+
+
+async def drop_aa(d: DaemonClient, fake: FakeLMCacheServer) -> dict:
+    """A holds aa and bb, then drops aa: its deferred evict reaches the cache; its body."""
+    fake.put(["aa", "bb"])
+    await d.turn_end("A", ["aa", "bb"])
+    await d.turn_end("A", ["bb"])
+    dispatcher = d.daemon.default.dispatcher
+    await eventually(lambda: received_evict(fake, "aa") and dispatcher.backlog == 0)
+    return [b for b in fake.calls("evict") if "aa" in b["chunk_hashes"]][-1]
+
+
+def outcome(d: DaemonClient, name: str) -> float:
+    return d.daemon.metrics.window_rereferences.labels(name)._value.get()
+
+
+async def deferring_rig(
+    start_daemon: Any, make_config: Any, fake: FakeLMCacheServer, defer_s: float
+) -> tuple[DaemonClient, Probe]:
+    fake.defers = True
+    cfg = make_config(
+        noop_backend=False, lmcache_url=fake.url, backend_timeout_s=2.0, evict_defer_s=defer_s
+    )
+    d = await start_daemon(cfg)
+    probe = Probe(d, fake)
+    fake.on_delete = probe
+    return d, probe
+
+
+async def test_a_keep_slower_than_the_deferral_holds_the_commit_until_it_is_answered(
+    start_daemon: Any, make_config: Any, fake_lmcache: FakeLMCacheServer
+) -> None:
+    """The keep for aa is held in the cache while aa's deferral ends and its delete runs:
+    B's turn_end is not acknowledged until the keep's answer ("late") says so, so the
+    delete came before B's reference was committed (a cache miss, never an eviction of a
+    referenced chunk). The deadline (60 s + 1.5 s here) plays no part."""
+    d, probe = await deferring_rig(start_daemon, make_config, fake_lmcache, 60.0)
+    await drop_aa(d, fake_lmcache)
+    fake_lmcache.keep_hold = asyncio.Event()
+    reply = asyncio.ensure_future(d.turn_end("B", ["aa"]))
+    # The first keep call timed out (backend_timeout_s) and was sent again: the commit
+    # has waited past any fixed wait a loaded cache could outlast, and still waits.
+    await eventually(
+        lambda: len([r for r in fake_lmcache.requests if r.path == "/memory/keep"]) >= 2
+    )
+    assert not reply.done()
+    assert fake_lmcache.fire_deferred() == 2  # aa's two tiers, while the keep is held
+    assert not reply.done()
+    # At that moment B's change was applied in memory, not committed: nothing in the file.
+    assert probe.violations == [("aa", "memory")]
+    fake_lmcache.keep_hold.set()  # every held call is answered "late" (one reaches us)
+    await reply
+    await eventually(lambda: outcome(d, "missed") == 1)
+    assert outcome(d, "exposed") == 0 and outcome(d, "kept") == 0
+    assert "aa" not in fake_lmcache.tiers
+
+
+async def test_an_unanswered_keep_releases_the_commit_only_past_the_evicts_deadline(
+    start_daemon: Any, make_config: Any, fake_lmcache: FakeLMCacheServer
+) -> None:
+    """The keep for aa never gets through (held). B's turn_end is acknowledged only after
+    the evict's not_after_ns, past which the cache drops the delete instead of carrying it
+    out; then aa is released again while that keep is still unanswered (the newer evict
+    supersedes it: nothing to report, nothing exposed), and the held keep arriving last
+    cancels nothing newer."""
+    d, probe = await deferring_rig(start_daemon, make_config, fake_lmcache, 0.2)
+    first = await drop_aa(d, fake_lmcache)
+    fake_lmcache.keep_hold = asyncio.Event()
+    await d.turn_end("B", ["aa"])
+    acknowledged = time.time_ns()
+    assert any(r.path == "/memory/keep" for r in fake_lmcache.requests)
+    assert acknowledged > first["not_after_ns"]  # not before the cache's deadline
+    assert fake_lmcache.fire_deferred() == 0  # the deferral ends: past its deadline, dropped
+    assert fake_lmcache.deferred.expired == 1 and "aa" in fake_lmcache.tiers
+    # Released again with the keep still held: a newer evict, then the old keep lands.
+    await d.turn_end("B", [])
+    await eventually(
+        lambda: len([b for b in fake_lmcache.calls("evict") if "aa" in b["chunk_hashes"]]) == 2
+    )
+    assert not d.daemon.default.dispatcher.window.keeps  # superseded
+    fake_lmcache.keep_hold.set()
+    await eventually(lambda: "aa" in fake_lmcache.deferred.kept)  # the held keep landed
+    fake_lmcache.deferred.wall = lambda: 0  # the stand-in's clock: the deadline not reached
+    assert fake_lmcache.fire_deferred() == 2  # the keep (older) did not cancel this delete
+    assert probe.violations == [], probe.history()
+    assert outcome(d, "exposed") == 0
+    d.assert_consistent()

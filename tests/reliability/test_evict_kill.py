@@ -5,7 +5,8 @@ the wall clock, so it is not deterministic enough for ``make test``; the determi
 parts of the window are tests/reliability/test_evict_invariant.py and
 test_evict_window_bounds.py. On a failure each violation names the chunk's holders in the
 file and what the cache saw of it (evicts, keeps, deletes); ``RAMAKV_EVICT_LOG=path``
-keeps the daemon's log, ``RAMAKV_KILL_SEED`` repeats the kill times.
+keeps the daemon's log, ``RAMAKV_KILL_SEED`` repeats the kill times,
+``RAMAKV_KEEP_DELAY`` sets how late the cache answers keeps (0.6 s).
 """
 
 from __future__ import annotations
@@ -35,6 +36,10 @@ KILLS = int(os.environ.get("RAMAKV_EVICT_KILLS", "3"))
 # killed must meet the next run's keep: docs/reliability.md, "The eviction window"), and
 # shorter than a burst, so deletes are carried out while the load runs.
 DEFER_S = 5.0
+# Every keep is answered this late: longer than the 0.25 s a commit used to wait before
+# going ahead without the answer (then deletes falling due meanwhile hit committed
+# references); the commit now waits for the answer or the evict's deadline.
+KEEP_DELAY_S = float(os.environ.get("RAMAKV_KEEP_DELAY", "0.6"))
 
 
 @pytest.mark.soak
@@ -45,7 +50,8 @@ def test_kill_loop_with_a_deferring_cache_never_evicts_a_referenced_chunk(
     print(f"\nRAMAKV_KILL_SEED={seed}")
     rng = random.Random(seed)
     store = tmp_path / "daemon0" / "sessions.db"
-    fake = FakeLMCacheProcess(tmp_path, extra_args=["--defer", "--probe-store", str(store)]).start()
+    args = ["--defer", "--probe-store", str(store), "--keep-delay", str(KEEP_DELAY_S)]
+    fake = FakeLMCacheProcess(tmp_path, extra_args=args).start()
     try:
         d = daemon_proc_factory(
             config={"lmcache_url": fake.url, "backend_timeout_s": 1.0, "evict_defer_s": DEFER_S},
@@ -53,6 +59,7 @@ def test_kill_loop_with_a_deferring_cache_never_evicts_a_referenced_chunk(
             store=store,
         )
         model: Model = {}
+        acked = 0
         for round_ in range(KILLS):
             gen = run_loadgen(
                 d.url, tmp_path, model, round_, hex_hashes=True, max_events=100_000, duration=30.0
@@ -62,6 +69,7 @@ def test_kill_loop_with_a_deferring_cache_never_evicts_a_referenced_chunk(
             d.kill()
             print(f"\nround {round_}: killed at {time.time():.3f}")
             result = finish(gen, tmp_path, round_)
+            acked += result["acked"]
             assert result["mismatches"] == [], result["mismatches"]
             model = model_from_json(result["model"])
             d.start()
@@ -75,10 +83,9 @@ def test_kill_loop_with_a_deferring_cache_never_evicts_a_referenced_chunk(
         assert wait_for(lambda: not fake.state()["pending"], DEFER_S * 3)
         state = fake.state()
         assert state["deleted"] > 0
-        # Zero unless the cache was slower than the protocol allows (a keep unanswered
-        # for KEEP_WAIT_S: a stand-in slow or hung on a loaded machine); then never
-        # silent: every such delete was reported as exposed.
         violations = state["violations"]
+        if os.environ.get("RAMAKV_EVICT_LOG"):
+            Path(os.environ["RAMAKV_EVICT_LOG"]).write_text(d.log())
         exposed = sum(
             int(n)
             for n in re.findall(
@@ -86,32 +93,22 @@ def test_kill_loop_with_a_deferring_cache_never_evicts_a_referenced_chunk(
                 d.log(),
             )
         )
-        named = set(
-            re.findall(
-                r"'([0-9a-f]{32})'",
-                "\n".join(
-                    line for line in d.log().splitlines() if "referenced again while" in line
-                ),
-            )
-        )
-        unreported = [v for v in violations if v.get("hash") not in named]
-        if os.environ.get("RAMAKV_EVICT_LOG"):
-            Path(os.environ["RAMAKV_EVICT_LOG"]).write_text(d.log())
-        print(f"\nviolations: {len(violations)}, not named in a report: {unreported[:5]}")
-        # Never silent: a report names at most 20 chunks, the rest of its count covers
-        # the unnamed ones.
-        assert len(unreported) <= exposed - len(named), (unreported[:10], exposed)
-        # (So none unless a keep was not answered within KEEP_WAIT_S: a slow or hung
-        # cache, and the commit went ahead without its word.)
         hung = len(re.findall(r"backend keep of \d+ chunks failed", d.log()))
         kept = metric(d.url, "ramakv_evict_window_rereferences_total")
         repeated = metric(d.url, "ramakv_evictions_repeated_total")
+        expired = fake.state()["expired"]
         print(
-            f"\nevict kill loop: {KILLS} kills, {state['deleted']} chunks deleted by the "
+            f"\nevict kill loop: {KILLS} kills, {acked} events acknowledged, "
+            f"{state['deleted']} chunks deleted by the "
             f"cache, {len(violations)} while referenced ({exposed} reported exposed, "
-            f"{hung} keep calls failed); "
+            f"{hung} keep calls failed, {expired} deletes dropped at their deadline); "
             f"last run: {kept:.0f} re-references in the window, {repeated:.0f} repeated "
             "deliveries"
         )
+        # Exact with ascend_ext's memory API: a commit re-referencing a chunk waits for
+        # its keep's answer or the evict's deadline, so no delete ever meets a committed
+        # reference, however slow the cache (not merely "each one is reported").
+        assert violations == [], violations[:5]
+        assert exposed == 0
     finally:
         fake.kill()

@@ -1,8 +1,15 @@
-"""The eviction window's bounds: watched from the cache's answer, loaded intents watched."""
+"""The eviction window's bounds: from the answer to the deadline; loaded intents; releases."""
 
 from __future__ import annotations
 
-from ramakv_daemon.evict_window import GRACE_MIN_S, EvictWindow
+import asyncio
+
+from ramakv_daemon.evict_window import (
+    CLOCK_MARGIN_S,
+    EXPIRE_AFTER_DUE_S,
+    GRACE_MIN_S,
+    EvictWindow,
+)
 
 Reports = list[tuple[str, list[str]]]
 
@@ -35,3 +42,48 @@ def test_intents_loaded_at_start_up_are_watched_before_they_are_sent_again() -> 
     stock, _ = window(0.0)  # a cache that does not defer has nothing pending
     stock.loaded(["x"], now=100.0)
     assert stock.open == {}
+
+
+def test_a_cache_that_honours_deadlines_is_watched_until_the_deadline_only() -> None:
+    w, _ = window(5.0)
+    g = w.generation()
+    assert w.not_after(g) == g + int((5.0 + EXPIRE_AFTER_DUE_S) * 1e9)
+    w.wrote(["x"], g, at=0.0)
+    w.answered(["x"], ok=True, deferred=True, at=0.08, expires=True)
+    deadline = 5.0 + EXPIRE_AFTER_DUE_S + CLOCK_MARGIN_S
+    assert w.open["x"].until == deadline
+    assert w.referenced(["x"], now=deadline + 0.01) == []
+
+
+def test_a_keep_released_at_its_deadline_is_never_reported_exposed() -> None:
+    loop = asyncio.new_event_loop()
+    try:
+        w, reports = window(5.0)
+        w.wrote(["x", "y"], w.generation(), at=0.0)
+        w.answered(["x", "y"], ok=True, deferred=True, at=0.01, expires=True)
+        gate = loop.create_future()
+        assert w.referenced(["x", "y"], now=1.0, gate=gate) == ["x", "y"]
+        w.release(gate)  # the deadline passed, the keep never answered
+        assert gate.done() and w.keeps["x"].protected
+        gen = w.generation()
+        # Answered at last: x's delete had run (before the commit: missed); y given up.
+        w.kept(["x"], True, True, ["x"], now=2.0, generation=gen, expires=True)
+        w.kept(["y"], False, True, [], now=1000.0, generation=gen)
+        assert ("exposed", ["x"]) not in reports and ("exposed", ["y"]) not in reports
+        assert ("missed", ["x"]) in reports and ("missed", ["y"]) in reports
+    finally:
+        loop.close()
+
+
+def test_without_a_known_deadline_a_released_keep_answered_late_is_exposed() -> None:
+    loop = asyncio.new_event_loop()
+    try:
+        w, reports = window(5.0)
+        w.wrote(["x"], w.generation(), at=0.0)  # never answered: expires unknown
+        gate = loop.create_future()
+        w.referenced(["x"], now=1.0, gate=gate)
+        w.release(gate)
+        w.kept(["x"], True, True, ["x"], now=2.0, generation=w.generation())
+        assert ("exposed", ["x"]) in reports
+    finally:
+        loop.close()

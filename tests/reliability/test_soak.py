@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import time
 from collections.abc import Callable
@@ -87,6 +88,7 @@ def _soak(
     samples: list[tuple[float, int, int]] = []  # (t, start no., rss KiB)
     backlog_max = 0.0
     kills = faults = 0
+    downtimes: list[float] = []
     next_sample = t0
     while gen.poll() is None:
         now = time.monotonic()
@@ -95,6 +97,10 @@ def _soak(
             d.kill()
             time.sleep(0.3)
             d.start()
+            # Every event in flight or sent meanwhile waits out this downtime (the load
+            # generator retries): with two kills in a short soak they exceed 1 % of the
+            # events, so p99 is about the downtime (docs/reliability.md, "Soak").
+            downtimes.append(time.monotonic() - now)
             kills += 1
         if fault_end and now >= fault_end:
             if refused:
@@ -151,6 +157,9 @@ def _soak(
     first = [s for s in samples if s[0] >= 10]
     rss_calm = calm[0][2] if calm else rss_end
     rate = result["acked"] / result["seconds"]
+    held = re.findall(r"(\d+) commits waited for the cache's answer .*?longest ([\d.]+) s", d.log())
+    released = sum(int(n) for n, _ in held)
+    longest = max((float(t) for _, t in held), default=0.0)
     print(
         f"\nsoak: {SECONDS:.0f}s, {SESSIONS} sessions, target {RATE:.0f} ev/s; "
         f"{result['sent']} events sent, {result['acked']} acknowledged "
@@ -159,7 +168,11 @@ def _soak(
         f"{result['retries']} client retries; {kills} kills, {faults} backend faults, "
         f"outbox max {backlog_max:.0f}; final {len(model)} sessions, {len(refcounts)} chunks; "
         f"RSS first-warm {first[0][2] if first else 0} KiB, calm-phase start {rss_calm} KiB, "
-        f"end {rss_end} KiB\nRSS timeline (restarts reset it): {timeline}"
+        f"end {rss_end} KiB; downtime per kill (kill, 0.3 s, restart until healthy) "
+        f"{', '.join(f'{t * 1000:.0f}' for t in downtimes) or '-'} ms, "
+        f"load average {os.getloadavg()[0]:.1f}; {released} commits held until an evict's "
+        f"deadline (a keep unanswered: the cache down or hung), longest {longest:.2f} s"
+        f"\nRSS timeline (restarts reset it): {timeline}"
     )
     # Flat: the calm phase (no kills, steady load) grows by less than 25 % (+8 MiB slack).
     assert rss_end <= rss_calm * 1.25 + 8192, (rss_calm, rss_end, samples)

@@ -20,7 +20,12 @@ from typing import Any
 
 from aiohttp import web
 
-from ascend_ext.deferred_evict import DeferredEvictions, parse_defer, parse_generation
+from ascend_ext.deferred_evict import (
+    DeferredEvictions,
+    parse_defer,
+    parse_generation,
+    parse_not_after,
+)
 from ascend_ext.memory_ops import RequestError, parse_hashes, parse_locations, parse_lookup_id
 
 CPU, DISK = "LocalCPUBackend", "LocalDiskBackend"
@@ -60,6 +65,10 @@ class FakeLMCacheServer:
         # Run alone (--defer), pending deletes also fire on their own when due, as in
         # ascend_ext; in-process tests leave this off and call fire_deferred().
         self.timers = False
+        # While set, keep calls are held (received and recorded, not processed) until it
+        # is released: a keep slower than the deferral, or one that never gets through.
+        self.keep_hold: asyncio.Event | None = None
+        self.keep_delay = 0.0  # every keep answered this late (--keep-delay)
         self.violations: list[dict[str, Any]] = []
         self.deleted = 0
         # hash -> what the cache saw of it, oldest first (evicts, keeps, deletes carried
@@ -98,10 +107,14 @@ class FakeLMCacheServer:
         self._runner = self._site = None
 
     async def refuse(self) -> None:
-        """Close the listening port: clients get connection refused."""
+        """Close the listening port and drop open connections, as a cache that went down
+        does: clients get connection refused (a kept-alive connection does not live on)."""
         if self._site is not None:
             await self._site.stop()
             self._site = None
+        server = self._runner.server if self._runner is not None else None
+        for conn in list(server.connections if server is not None else []):
+            conn.force_close()
 
     async def accept(self) -> None:
         """Listen again on the same port."""
@@ -188,37 +201,41 @@ class FakeLMCacheServer:
                 generation = parse_generation(body)
                 if generation is None:
                     raise RequestError("missing required field 'generation'")
+                if self.keep_hold is not None:
+                    await self.keep_hold.wait()
+                if self.keep_delay:
+                    await asyncio.sleep(self.keep_delay)
                 cancelled, late = self.deferred.keep(hashes, generation)
                 if self.record_history:
                     gone = set(late)
                     for h in hashes:
                         self._note(h, "keep", generation, "late" if h in gone else "")
                 return web.json_response(
-                    {"status": "success", "cancelled": cancelled, "late": late}
+                    {"status": "success", "cancelled": cancelled, "late": late, "expires": True}
                 )
             if op == "evict":
                 locations = parse_locations(body)
                 if self.defers:
                     delay = parse_defer(body)
                     generation = parse_generation(body)
-                    now, deferred, stale = self.deferred.add(hashes, locations, generation, delay)
+                    added = self.deferred.add(
+                        hashes, locations, generation, delay, parse_not_after(body)
+                    )
                     if self.record_history:
-                        refused = set(stale)
+                        refused = {h: "stale" for h in added.stale}
+                        refused.update((h, "expired") for h in added.expired)
                         for h in hashes:
-                            self._note(
-                                h,
-                                "evict",
-                                generation,
-                                "stale" if h in refused else f"defer {delay:g}",
-                            )
-                    if deferred and self.timers:
+                            self._note(h, "evict", generation, refused.get(h, f"defer {delay:g}"))
+                    if added.deferred and self.timers:
                         asyncio.get_running_loop().call_later(delay + 0.001, self._fire_due)
                     return web.json_response(
                         {
                             "status": "success",
-                            "num_evicted": self._evict(now, locations),
-                            "deferred": deferred,
-                            "stale": stale,
+                            "num_evicted": self._evict_claimed(added.now, locations),
+                            "deferred": added.deferred,
+                            "stale": added.stale,
+                            "expired": added.expired,
+                            "expires": True,
                         }
                     )
                 return web.json_response(
@@ -243,23 +260,33 @@ class FakeLMCacheServer:
         return mode
 
     def _fire_due(self) -> None:
-        for locations, hashes in self.deferred.take_due():
-            self._evict(hashes, locations)
+        for locations, hashes in self.deferred.due():
+            self._evict_claimed(hashes, locations)
 
     def fire_deferred(self) -> int:
-        """End every pending deferral now: carry out the deletes no keep cancelled."""
-        self.deferred.clock = lambda: float("inf")
+        """End every pending deferral now: carry out the deletes no keep cancelled (and
+        whose deadline has not passed: those are dropped, as ascend_ext does)."""
+        inf = float("inf")
+        return sum(
+            self._evict_claimed(hashes, locations, inf)
+            for locations, hashes in self.deferred.due(inf)
+        )
+
+    def _evict_claimed(
+        self, hashes: list[str], locations: list[str] | None, now: float | None = None
+    ) -> int:
+        """Claim (the last check, as ascend_ext's worker does), remove, finish."""
+        claimed = self.deferred.claim(hashes, now)
         try:
-            groups = self.deferred.take_due()
+            return self._evict(claimed, locations) if claimed else 0
         finally:
-            self.deferred.clock = time.monotonic
-        return sum(self._evict(hashes, locations) for locations, hashes in groups)
+            self.deferred.finish(claimed)
 
     def _evict(self, hashes: list[str], locations: list[str] | None) -> int:
         """Remove copies; the count is copies removed, like StorageManager.batched_remove."""
         if self.record_history:
             for h in hashes:
-                self._note(h, "delete", self.deferred.done.get(h), "")
+                self._note(h, "delete", self.deferred.removing.get(h), "")
         if self.on_delete is not None and hashes:
             self.on_delete(list(hashes))
         n = 0
@@ -308,6 +335,7 @@ class FakeLMCacheServer:
                 "pending": sorted(self.deferred.pending),
                 "violations": self.violations,
                 "deleted": self.deleted,
+                "expired": self.deferred.expired,
             }
         )
 
@@ -382,6 +410,12 @@ def main() -> None:
         help="defer deletes as ascend_ext does (defer_s, generations, /memory/keep)",
     )
     p.add_argument(
+        "--keep-delay",
+        type=float,
+        default=0.0,
+        help="answer every keep this many seconds late (a slow cache)",
+    )
+    p.add_argument(
         "--probe-store",
         default="",
         help="check this daemon store at every delete (GET /_fake/state)",
@@ -391,6 +425,7 @@ def main() -> None:
     async def run() -> None:
         fake = FakeLMCacheServer(args.host, args.port)
         fake.defers = fake.timers = args.defer
+        fake.keep_delay = args.keep_delay
         if args.probe_store:
             fake.record_history = True
             fake.on_delete = store_probe(fake, args.probe_store)
