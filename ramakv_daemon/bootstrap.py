@@ -131,6 +131,7 @@ class Daemon:
                 )
             if ns.delivers:
                 ns.dispatcher.start()
+        await self.ownership.start()  # what a shared store says was lost while away
         # Every stored session's shared_count, in the background: snapshots then need
         # no refcount lookups (seconds of them at 50,000 sessions x 512 chunks).
         self._warm_task = asyncio.get_running_loop().create_task(

@@ -10,7 +10,14 @@ from typing import Any
 
 from ramakv_daemon.core.session import Session
 from ramakv_daemon.namespaces import Namespace, Namespaces
-from ramakv_daemon.ports import SessionStore, SharedSessionStore, StoreError
+from ramakv_daemon.ports import (
+    EvictMode,
+    OutboxRowIn,
+    OwedRelease,
+    SessionStore,
+    SharedSessionStore,
+    StoreError,
+)
 
 log = logging.getLogger("ramakv.ownership")
 
@@ -55,6 +62,9 @@ class Ownership:
         self._releasing: dict[str, asyncio.Future[None]] = {}
         self._due: set[str] = set()  # notified, not checked yet
         self._checker: asyncio.Task[None] | None = None
+        self.settled_chunks = 0  # evictions queued from owed rows (sessions lost while away)
+        self._started = False  # owed rows wait for start-up's load (its refcounts)
+        self._settling = asyncio.Lock()
 
     def serve(self, handle: Handle) -> None:
         """Release sessions through ``handle`` (the event pipeline, which itself asks this
@@ -174,15 +184,15 @@ class Ownership:
         if only is None:
             await self._end_orphan_forks()
         held = self._settled(only)
-        if not held:
-            return 0
-        owners = await self.shared_store.owners(list(held))
+        owners = await self.shared_store.owners(list(held)) if held else {}
         node = self.shared_store.node_id
         lost = {sid: owners.get(sid) for sid in held if owners.get(sid) != node}
         released = 0
         for sid, owner in lost.items():
             if await self._release(sid, held[sid], owner):
                 released += 1
+        if only is None:
+            await self.settle_owed({sid for sid in held if owners.get(sid) == node})
         return released
 
     async def _release(self, session_id: str, seen: Session, new_owner: str | None) -> bool:
@@ -213,6 +223,7 @@ class Ownership:
         whom = f"node {new_owner!r} took it over" if new_owner else "its row was deleted"
         if status == 200 and body.get("ok"):
             self.releases += 1
+            await self._drop_owed(session_id)
             log.info(
                 "released session %r: %s (%s chunks evicted, %d forks moved with it)",
                 session_id,
@@ -223,6 +234,78 @@ class Ownership:
             return True
         log.warning("releasing session %r (%s) failed: %s", session_id, whom, body.get("error"))
         return False
+
+    async def _drop_owed(self, session_id: str) -> None:
+        """Released from memory (its refcounts dropped here, its evictions queued): its
+        owed rows are done. Kept when the session is back meanwhile (a later settle sees
+        it owned) or the delete fails: settling a row again only repeats evictions of
+        chunks nothing here references, never a refcount."""
+        if self._in_memory(session_id):
+            return
+        try:
+            await self.shared_store.drop_owed([session_id])
+        except StoreError as err:
+            log.info("owed rows of %r stay (settled later): %s", session_id, err)
+
+    async def start(self) -> None:
+        """After start-up's load: settle what this node owes for sessions taken from it
+        or closed while it was down (a failure waits for the next full check)."""
+        self._started = True
+        try:
+            await self.settle_owed(set(self._settled(None)))
+        except StoreError as err:
+            log.warning("settling owed releases at start-up failed: %s", err)
+
+    async def settle_owed(self, owned: set[str]) -> int:
+        """Evict what the owed rows name and nothing here references, for sessions this
+        node does not hold (lost while it was down) or holds as their owner again
+        (``owned``: the database said so); a held session lost or in doubt is left to
+        its release from memory. Refcounts are never touched: a chunk nothing here holds
+        is deleted (as a close deletes its zeros), one still held (a session, a fork, a
+        suspended session's parked chunk) stays. The intents go to this node's outbox in
+        the transaction that deletes the rows, then to the dispatcher; the chunk count."""
+        if not self.shared or not self._started:
+            return 0
+        async with self._settling:
+            owed = await self.shared_store.owed_releases()
+            due = [o for o in owed if self._owes(o, owned)]
+            if not due:
+                return 0
+            free = self._free_chunks(due)
+            committer = self.namespaces.committer
+            rows: list[OutboxRowIn] = []
+            for key, hashes in free.items():
+                rows.append((committer.next_row_id, key, [(h, EvictMode.DELETE) for h in hashes]))
+                committer.next_row_id += 1
+            await self.shared_store.settle_owed(rows, [o.row_id for o in due])
+        for row, key, entries in rows:
+            self.namespaces[key].dispatcher.evictions_committed([h for h, _ in entries], [], row)
+        count = sum(len(hashes) for hashes in free.values())
+        self.settled_chunks += count
+        log.info(
+            "settled %d owed releases (sessions lost while this node held them not): "
+            "%d chunks nothing here references evicted",
+            len(due),
+            count,
+        )
+        return count
+
+    def _owes(self, owed: OwedRelease, owned: set[str]) -> bool:
+        sid = owed.session_id
+        if sid in self._releasing:
+            return False
+        return not self._in_memory(sid) or sid in owned
+
+    def _free_chunks(self, due: list[OwedRelease]) -> dict[str, list[str]]:
+        """namespace -> the owed chunks no session, fork or parked map here holds now (the
+        dispatcher checks each again as its evict is written)."""
+        out: dict[str, dict[str, None]] = {}
+        for o in due:
+            manager = self.namespaces.add(o.namespace).manager
+            held, parked = manager.refcounts, manager.parked
+            chunks = out.setdefault(o.namespace, {})
+            chunks.update((h, None) for h in o.hashes if h not in held and h not in parked)
+        return {key: list(hashes) for key, hashes in out.items() if hashes}
 
     async def _end_orphan_forks(self) -> None:
         """Forks held here whose parent is not (closed, or a release stopped before its

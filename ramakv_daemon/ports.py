@@ -267,6 +267,17 @@ class Claimed:
     forks: tuple[Fork, ...] = ()
 
 
+class OwedRelease(NamedTuple):
+    """A map this node owes its own cache the release of: a session (or a fork's hold) it
+    lost while it may have held nothing in memory (taken over, or closed by ramakv-admin),
+    as it had committed it then."""
+
+    row_id: int
+    namespace: str
+    session_id: str
+    hashes: tuple[str, ...]
+
+
 # What a daemon does when another node took one of its sessions: (session id, new owner).
 ReleaseCallback = Callable[[str, str], None]
 
@@ -319,6 +330,28 @@ class SharedSessionStore(SessionStore, Protocol):
 
     async def fork_owners_of(self, fork_ids: list[int]) -> dict[int, str]:
         """Fork id -> holding node, for the stored ones among ``fork_ids``."""
+        ...
+
+    async def owed_releases(self) -> list[OwedRelease]:
+        """The releases this node owes (recorded by the claim or close that took each
+        session from it, in that transaction), oldest first."""
+        ...
+
+    async def settle_owed(self, outbox_add: Sequence[OutboxRowIn], row_ids: list[int]) -> None:
+        """In one transaction: write the eviction intents ``outbox_add`` to this node's
+        outbox and delete the owed rows ``row_ids``.
+
+        Raises:
+            StoreError: nothing written, nothing deleted.
+        """
+        ...
+
+    async def drop_owed(self, session_ids: list[str]) -> None:
+        """Delete this node's owed rows of ``session_ids`` (released from memory already).
+
+        Raises:
+            StoreError: nothing deleted.
+        """
         ...
 
 

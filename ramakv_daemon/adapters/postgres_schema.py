@@ -13,7 +13,8 @@ MIGRATION_LOCK_KEY = 0x72616D616B76  # "ramakv"
 
 # Each entry is one schema version; a version, once released, is never edited: a change
 # is a new entry. Every table carries what a node needs to load only its own rows
-# (sessions.owner, forks.owner, evict_log.owner): several daemons share one database.
+# (sessions.owner, forks.owner, evict_log.owner, owed_releases.node_id): several daemons
+# share one database.
 MIGRATIONS: tuple[tuple[int, str, tuple[str, ...]], ...] = (
     (
         1,
@@ -58,6 +59,21 @@ MIGRATIONS: tuple[tuple[int, str, tuple[str, ...]], ...] = (
         2,
         "event_ids.request_digest: a retried event_id must carry the same request",
         ("ALTER TABLE event_ids ADD COLUMN request_digest TEXT NOT NULL DEFAULT ''",),
+    ),
+    (
+        3,
+        "owed_releases: what a node taken from (or closed for) owes its own cache",
+        (
+            """CREATE TABLE owed_releases (
+            id BIGSERIAL PRIMARY KEY,
+            node_id TEXT NOT NULL,
+            namespace TEXT NOT NULL DEFAULT '',
+            session_id TEXT NOT NULL,
+            hashes_json TEXT NOT NULL,
+            created TIMESTAMPTZ NOT NULL DEFAULT now()
+        )""",
+            "CREATE INDEX owed_releases_node ON owed_releases (node_id)",
+        ),
     ),
 )
 LATEST_VERSION = MIGRATIONS[-1][0]

@@ -8,15 +8,19 @@ RELEASE_CHANNEL = "ramakv_release"
 # row-locks the rows another node owns before the upsert takes them: a concurrent takeover
 # waits for the lock and then sees the new owner, so two nodes never both believe they took
 # a session from the same owner. Every sub-statement reads the snapshot from before the
-# upsert, so `prev` names the owner the session had.
+# upsert, so `prev` names the owner the session had, and `owed` records, in the same
+# transaction, the map that owner committed: what it owes its own cache (OWED_NOTE).
 UPSERT_SESSIONS = """
 WITH incoming AS (
     SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::bigint[], $5::bool[],
                          $6::float8[])
         AS t(session_id, namespace, map_json, turn_count, suspended, last_event_ts)
 ), prev AS (
-    SELECT s.session_id, s.owner FROM sessions s JOIN incoming i USING (session_id)
-    WHERE s.owner <> $7 FOR UPDATE OF s
+    SELECT s.session_id, s.owner, s.namespace, s.map_json FROM sessions s
+    JOIN incoming i USING (session_id) WHERE s.owner <> $7 FOR UPDATE OF s
+), owed AS (
+    INSERT INTO owed_releases (node_id, namespace, session_id, hashes_json)
+    SELECT owner, namespace, session_id, map_json FROM prev
 ), up AS (
     INSERT INTO sessions (session_id, namespace, map_json, turn_count, suspended,
                           last_event_ts, owner)
@@ -35,7 +39,11 @@ DELETE_SESSIONS = "DELETE FROM sessions WHERE session_id = ANY($1::text[]) AND o
 # lock, and the row as it was, so the new owner starts from the old owner's map.
 CLAIM_SESSION = """
 WITH prev AS (
-    SELECT session_id, owner FROM sessions WHERE session_id = $1 FOR UPDATE
+    SELECT session_id, owner, namespace, map_json FROM sessions WHERE session_id = $1
+    FOR UPDATE
+), owed AS (
+    INSERT INTO owed_releases (node_id, namespace, session_id, hashes_json)
+    SELECT owner, namespace, session_id, map_json FROM prev WHERE owner <> $2
 ), up AS (
     UPDATE sessions s SET owner = $2 FROM prev WHERE s.session_id = prev.session_id
     RETURNING s.session_id, s.map_json, s.turn_count, s.suspended, s.last_event_ts,
@@ -43,6 +51,17 @@ WITH prev AS (
 )
 SELECT up.*, prev.owner AS previous_owner FROM up JOIN prev USING (session_id)
 """
+# OWED_NOTE: a node that loses a session (taken over, or closed by ramakv-admin) owes its
+# own cache the release of that map; a live node does it from memory and then drops its
+# rows, a node that held nothing in memory (down, restarted) evicts from the rows what
+# none of its sessions and forks references, writing those intents to its outbox in the
+# transaction that deletes the rows (docs/scale-out.md).
+SELECT_OWED = (
+    "SELECT id, namespace, session_id, hashes_json FROM owed_releases "
+    "WHERE node_id = $1 ORDER BY id"
+)
+DELETE_OWED = "DELETE FROM owed_releases WHERE node_id = $1 AND id = ANY($2::bigint[])"
+DELETE_OWED_OF = "DELETE FROM owed_releases WHERE node_id = $1 AND session_id = ANY($2::text[])"
 SELECT_OWNED = (
     "SELECT session_id, map_json, turn_count, suspended, last_event_ts, namespace "
     "FROM sessions WHERE owner = $1"
@@ -58,10 +77,17 @@ UPSERT_FORK = (
 DELETE_FORKS = "DELETE FROM forks WHERE fork_id = ANY($1::bigint[]) AND owner = $2"
 # A claim's forks move with their session (same transaction as CLAIM_SESSION): the open
 # forks of the session the previous owner held, re-owned by the claiming node.
-CLAIM_FORKS = (
-    "UPDATE forks SET owner = $2 WHERE session_id = $1 AND owner = $3 "
-    "RETURNING fork_id, session_id, namespace, hashes_json, created_ts"
+# Their holds are owed by the previous owner as well.
+CLAIM_FORKS = """
+WITH moved AS (
+    UPDATE forks SET owner = $2 WHERE session_id = $1 AND owner = $3::text
+    RETURNING fork_id, session_id, namespace, hashes_json, created_ts
+), owed AS (
+    INSERT INTO owed_releases (node_id, namespace, session_id, hashes_json)
+    SELECT $3::text, namespace, session_id, hashes_json FROM moved
 )
+SELECT * FROM moved
+"""
 SELECT_FORK_OWNERS_OF = "SELECT fork_id, owner FROM forks WHERE fork_id = ANY($1::bigint[])"
 SELECT_FORKS = (
     "SELECT fork_id, session_id, namespace, hashes_json, created_ts FROM forks "
@@ -100,9 +126,16 @@ SELECT_ANSWERS = (
 )
 # ramakv-admin's close: only a row unchanged since the plan (same last event), returning
 # the owner to tell; the row lock makes an owner's concurrent upsert wait, then insert anew.
-ADMIN_DELETE_SESSION = (
-    "DELETE FROM sessions WHERE session_id = $1 AND last_event_ts = $2 RETURNING owner"
+ADMIN_DELETE_SESSION = """
+WITH gone AS (
+    DELETE FROM sessions WHERE session_id = $1 AND last_event_ts = $2
+    RETURNING owner, namespace, session_id, map_json
+), owed AS (
+    INSERT INTO owed_releases (node_id, namespace, session_id, hashes_json)
+    SELECT owner, namespace, session_id, map_json FROM gone
 )
+SELECT owner FROM gone
+"""
 SELECT_FORK_OWNERS = "SELECT fork_id, owner FROM forks"
 # ramakv-admin reads every node's rows.
 SELECT_ALL_SESSIONS = (
@@ -114,5 +147,5 @@ SELECT_ALL_FORKS = (
 )
 SELECT_ALL_OUTBOX = "SELECT namespace, entries_json FROM evict_log"
 # The store's tables; plain VACUUM takes no lock that stops the daemons' reads and writes.
-VACUUM_TABLES = "VACUUM (ANALYZE) sessions, forks, counters, evict_log, event_ids"
+VACUUM_TABLES = "VACUUM (ANALYZE) sessions, forks, counters, evict_log, event_ids, owed_releases"
 NOTIFY_RELEASE = "SELECT pg_notify($1, $2)"

@@ -17,6 +17,7 @@ from ramakv_daemon.adapters.store_rows import (
     decode_outbox_row,
     decode_sessions,
     dump_entries,
+    loads_json,
 )
 from ramakv_daemon.core.fork import Fork
 from ramakv_daemon.core.session import Session
@@ -26,6 +27,7 @@ from ramakv_daemon.ports import (  # Claimed, ReleaseCallback: re-exported
     LoadedForks,
     OutboxRow,
     OutboxRowIn,
+    OwedRelease,
     ReleaseCallback,
     StoredAnswer,
     StoreError,
@@ -163,6 +165,48 @@ class PostgresSessionStore:
         """fork id -> holding node, for the stored ones among ``fork_ids``."""
         rows = await self.fetch(sql.SELECT_FORK_OWNERS_OF, fork_ids)
         return {int(r[0]): str(r[1]) for r in rows}
+
+    async def owed_releases(self) -> list[OwedRelease]:
+        """What this node owes its cache for sessions lost meanwhile, oldest first (a row
+        whose map cannot be read is returned empty: settling it just deletes it)."""
+        out: list[OwedRelease] = []
+        for r in await self.fetch(sql.SELECT_OWED, self.node_id):
+            try:
+                hashes = loads_json(r["hashes_json"])
+            except ValueError:
+                hashes = None
+            if not isinstance(hashes, list):
+                log.warning("owed release %d of %r: unreadable map", r["id"], r["session_id"])
+                hashes = []
+            owed = tuple(str(h) for h in hashes)
+            out.append(OwedRelease(int(r["id"]), str(r["namespace"]), str(r["session_id"]), owed))
+        return out
+
+    async def settle_owed(self, outbox_add: Sequence[OutboxRowIn], row_ids: list[int]) -> None:
+        """The owed rows' eviction intents into this node's outbox and the rows deleted, in
+        one transaction: a kill -9 leaves either the rows or the intents, never neither."""
+        node = self.node_id
+        try:
+            async with self.need_pool().acquire() as con, con.transaction():
+                if outbox_add:
+                    await con.executemany(
+                        sql.INSERT_OUTBOX,
+                        [(node, i, ns, dump_entries(entries)) for i, ns, entries in outbox_add],
+                    )
+                await con.execute(sql.DELETE_OWED, node, row_ids)
+        except DB_ERRORS as err:
+            self._failed(err)
+            raise StoreError(f"cannot settle owed releases: {err}") from err
+        self.last_error = ""
+
+    async def drop_owed(self, session_ids: list[str]) -> None:
+        """Forget this node's owed rows of sessions it released from memory."""
+        try:
+            await self.need_pool().execute(sql.DELETE_OWED_OF, self.node_id, session_ids)
+        except DB_ERRORS as err:
+            self._failed(err)
+            raise StoreError(f"cannot drop owed releases: {err}") from err
+        self.last_error = ""
 
     @property
     def connected(self) -> bool:

@@ -38,13 +38,21 @@ async def test_an_older_database_is_migrated_and_keeps_its_rows(
     monkeypatch.setattr(postgres_schema, "LATEST_VERSION", 1)
     old = PostgresSessionStore(url, "n")
     await old.open()
-    await old.write({"s": Session("s", ("a",), 1)})
     await old.close()
+    # The row as a version-1 daemon wrote it (this daemon's statements need newer tables).
+    con = await asyncpg.connect(url)
+    try:
+        await con.execute(
+            "INSERT INTO sessions (session_id, map_json, turn_count, owner) "
+            "VALUES ('s', '[\"a\"]', 1, 'n')"
+        )
+    finally:
+        await con.close()
     monkeypatch.undo()
     new = PostgresSessionStore(url, "n")
     await new.open()
     try:
-        assert await versions(url) == [1, 2]
+        assert await versions(url) == [v for v, _, _ in postgres_schema.MIGRATIONS]
         assert await new.load_all() == [Session("s", ("a",), 1)]
         await new.write({}, event_ids=[("e", "{}", 1.0, "digest")])
         assert await new.load_event_ids(5) == [("e", "{}", "digest")]
