@@ -45,6 +45,11 @@ class Ownership:
     with it are ended here. A session an event touched since the question was asked, or
     one with a change still in doubt, is left alone: that change's commit takes it back
     (or, rolled back, the next check looks again).
+
+    Owed releases: whatever takes a session from this node records in that transaction
+    what it owes its cache (the store's owed rows); a node that held nothing in memory then
+    (down, restarted) settles them after start-up's load and on each full check, deleting
+    the chunks nothing here references. A release from memory only drops the rows.
     """
 
     def __init__(self, store: SessionStore, namespaces: Namespaces) -> None:
@@ -251,6 +256,8 @@ class Ownership:
         """After start-up's load: settle what this node owes for sessions taken from it
         or closed while it was down (a failure waits for the next full check)."""
         self._started = True
+        if not self.shared:  # an embedded store has no other nodes: nothing is ever owed
+            return
         try:
             await self.settle_owed(set(self._settled(None)))
         except StoreError as err:
