@@ -96,13 +96,22 @@ def test_served_from_disk_after_demotion_with_real_bytes(api):
 
 def test_evict_waits_for_the_pending_disk_write(api):
     """An evict right after the store must not be undone by the store's late disk write."""
-    client, _ = api
+    client, engine = api
+    worker = engine.storage_manager.storage_backends[DISK].disk_worker
     for i in range(5):
         hashes = _turn(client, tokens(4, start=1000 + 100 * i))["kv_transfer_params"][
             "chunk_hashes"
         ]
         client.post("/memory/evict", json={"chunk_hashes": hashes})  # races the disk writes
-        time.sleep(0.2)
+        # Every disk write still pending at the evict has landed (a condition, not a time):
+        # a late write that undid the evict would show in the query now.
+        deadline = time.monotonic() + 120
+        while True:
+            with worker.put_lock:
+                if not worker.put_tasks:
+                    break
+            assert time.monotonic() < deadline, "disk writes never finished"
+            time.sleep(0.01)
         got = client.post("/memory/query", json={"chunk_hashes": hashes}).json()
         assert got == {h: [] for h in hashes}
 
