@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from ramakv_daemon.adapters.backends.noop import NoopBackend
-from ramakv_daemon.adapters.sqlite_store import SqliteSessionStore
+from ramakv_daemon.adapters.sqlite.store import SqliteSessionStore
 from ramakv_daemon.bootstrap import build
 from ramakv_daemon.config import Config
 from ramakv_daemon.core.session import Session

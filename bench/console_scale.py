@@ -60,7 +60,7 @@ def write_store(path: Path, maps: list[list[str]], root: Path) -> None:
     """The daemon's schema (from ``root``'s code), every map an active session."""
     code = (
         "import sys; sys.path.insert(0, sys.argv[1]);"
-        "from ramakv_daemon.adapters.sqlite_store import SCHEMA; print(SCHEMA)"
+        "from ramakv_daemon.adapters.sqlite.store import SCHEMA; print(SCHEMA)"
     )
     schema = subprocess.run(
         [sys.executable, "-c", code, str(root)], check=True, capture_output=True, text=True

@@ -7,7 +7,7 @@ import random
 import sqlite3
 from pathlib import Path
 
-from ramakv_daemon.adapters.sqlite_store import SCHEMA
+from ramakv_daemon.adapters.sqlite.store import SCHEMA
 
 
 def chunk_hash(rng: random.Random) -> str:

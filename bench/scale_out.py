@@ -117,9 +117,9 @@ def handover(server: PostgresServer, n: int) -> dict:
 def ownership_check(server: PostgresServer, sizes: tuple[int, ...]) -> list[dict]:
     """The periodic ownership check's query (who owns each held session) for a node holding
     ``n`` sessions: median of 5, and its share of the default period."""
-    from ramakv_daemon.adapters.postgres_store import PostgresSessionStore
+    from ramakv_daemon.adapters.postgres.store import PostgresSessionStore
     from ramakv_daemon.core.session import Session
-    from ramakv_daemon.ownership import DEFAULT_CHECK_S
+    from ramakv_daemon.routing.ownership import DEFAULT_CHECK_S
 
     async def measure() -> list[dict]:
         store = PostgresSessionStore(server.create_database(), "a")

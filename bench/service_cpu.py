@@ -14,7 +14,7 @@ import orjson
 
 from bench.throughput import turn_end_body
 from ramakv_daemon.adapters.backends.noop import NoopBackend
-from ramakv_daemon.adapters.sqlite_store import SqliteSessionStore
+from ramakv_daemon.adapters.sqlite.store import SqliteSessionStore
 from ramakv_daemon.bootstrap import build
 from ramakv_daemon.config import Config
 

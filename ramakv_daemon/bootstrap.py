@@ -13,34 +13,34 @@ from functools import partial
 
 from ramakv_daemon.adapters.backends.factory import lmcache_factory
 from ramakv_daemon.adapters.backends.noop import NoopBackend
-from ramakv_daemon.adapters.sqlite_store import SqliteSessionStore
-from ramakv_daemon.budget_policy import BudgetPolicy
-from ramakv_daemon.committer import GroupCommitter
+from ramakv_daemon.adapters.sqlite.store import SqliteSessionStore
+from ramakv_daemon.commit.committer import GroupCommitter
+from ramakv_daemon.commit.restore import restore
 from ramakv_daemon.config import Config
 from ramakv_daemon.core.events import Limits
 from ramakv_daemon.core.fork import ForkIds
-from ramakv_daemon.debug_files import DebugWriter
-from ramakv_daemon.evict_window import report_window
-from ramakv_daemon.fork_expiry import ForkExpiry
-from ramakv_daemon.handlers import DEFAULT_REGISTRY, Registry
-from ramakv_daemon.idempotency import AnswerCache, EventIds
-from ramakv_daemon.metrics import DaemonMetrics
-from ramakv_daemon.namespaces import BackendFactory, Namespace, Namespaces
-from ramakv_daemon.ownership import Ownership
-from ramakv_daemon.pipeline import Pipeline
-from ramakv_daemon.ports import Backend, SessionStore
-from ramakv_daemon.reactions import (
+from ramakv_daemon.delivery.evict_window import report_window
+from ramakv_daemon.events.budget_policy import BudgetPolicy
+from ramakv_daemon.events.debug_files import DebugWriter
+from ramakv_daemon.events.idempotency import AnswerCache, EventIds
+from ramakv_daemon.events.pipeline import Pipeline
+from ramakv_daemon.events.reactions import (
     Reactions,
     publish_budget,
     publish_event,
     send_prefetch,
     warn_forced,
 )
-from ramakv_daemon.restore import restore
-from ramakv_daemon.service import EventService
-from ramakv_daemon.shared_counts import SharedCounts
-from ramakv_daemon.trace import TraceHub
-from ramakv_daemon.trace_records import TraceRecords, publish_backend_failure
+from ramakv_daemon.events.service import EventService
+from ramakv_daemon.handlers import DEFAULT_REGISTRY, Registry
+from ramakv_daemon.ports import Backend, SessionStore
+from ramakv_daemon.routing.namespaces import BackendFactory, Namespace, Namespaces
+from ramakv_daemon.routing.ownership import Ownership
+from ramakv_daemon.sweeps.fork_expiry import ForkExpiry
+from ramakv_daemon.telemetry.metrics import DaemonMetrics
+from ramakv_daemon.trace.hub import TraceHub
+from ramakv_daemon.trace.records import TraceRecords, publish_backend_failure
+from ramakv_daemon.trace.shared_counts import SharedCounts
 
 log = logging.getLogger("ramakv")
 
@@ -61,7 +61,7 @@ def make_backend(config: Config) -> Backend:
 def make_store(config: Config) -> SessionStore:
     """PostgreSQL when session_store_url is set, else the SQLite file."""
     if config.session_store_url:
-        from ramakv_daemon.adapters.postgres_store import PostgresSessionStore
+        from ramakv_daemon.adapters.postgres.store import PostgresSessionStore
 
         return PostgresSessionStore(
             config.session_store_url, config.node_id, config.postgres_pool_size

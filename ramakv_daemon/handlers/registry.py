@@ -34,7 +34,7 @@ class HandlerContext:
 
 
 # A handler returns its change, or (a sliced read) a generator that yields between slices
-# and returns the change (ramakv_daemon.reads runs it).
+# and returns the change (ramakv_daemon.events.reads runs it).
 ApplyFn = Callable[[HandlerContext, dict[str, Any], float], Change | Generator[None, None, Change]]
 # Read-only handlers that must ask the backend: they get the backend from the service.
 QueryFn = Callable[[HandlerContext, dict[str, Any], Any], Awaitable[Change]]

@@ -17,11 +17,11 @@ from aiohttp.web_protocol import RequestPayloadError
 
 from ramakv_daemon.bootstrap import build
 from ramakv_daemon.config import Config
-from ramakv_daemon.gauges import refresh_gauges
 from ramakv_daemon.http.keys import CONFIG_KEY, DAEMON_KEY
 from ramakv_daemon.http.probes import healthz, readyz
 from ramakv_daemon.http.trace_ws import FAILURES, trace_handler
 from ramakv_daemon.ports import Backend, SessionStore
+from ramakv_daemon.telemetry.gauges import refresh_gauges
 
 log = logging.getLogger("ramakv")
 

@@ -13,7 +13,7 @@ from aiohttp import WSMsgType, web
 
 from ramakv_daemon.bootstrap import Daemon
 from ramakv_daemon.http.keys import DAEMON_KEY
-from ramakv_daemon.trace_protocol import (
+from ramakv_daemon.trace.protocol import (
     MAX_HISTORY,
     PROTOCOL,
     PROTOCOL_CLOSE_CODE,
@@ -23,7 +23,7 @@ from ramakv_daemon.trace_protocol import (
     SLOW_CLOSE_CODE,
     is_resync,
 )
-from ramakv_daemon.trace_snapshot import freeze, held_chunks, messages
+from ramakv_daemon.trace.snapshot import freeze, held_chunks, messages
 
 log = logging.getLogger("ramakv.trace")
 

@@ -14,7 +14,7 @@ import tomli_w
 from aiohttp.test_utils import TestServer
 from support.ns_rig import Rig, ident
 
-from ramakv_daemon.admin_cli import main
+from ramakv_daemon.cli.admin import main
 from ramakv_daemon.core.identity import namespace_of
 from ramakv_daemon.http.app import init_app
 from ramakv_daemon.http.keys import DAEMON_KEY

@@ -9,8 +9,8 @@ import sqlite3
 import time
 from pathlib import Path
 
-from ramakv_daemon.adapters.sqlite_store import SqliteSessionStore
-from ramakv_daemon.admin_cli import main
+from ramakv_daemon.adapters.sqlite.store import SqliteSessionStore
+from ramakv_daemon.cli.admin import main
 from ramakv_daemon.ports import EvictMode, OutboxEntry
 
 DAY = 86400.0

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from support.daemon_proc import DaemonProcess, write_config
 
-from ramakv_daemon.admin_cli import main
+from ramakv_daemon.cli.admin import main
 
 
 def run(*argv: str) -> tuple[int, str]:
@@ -69,7 +69,7 @@ def test_dry_runs_say_what_the_real_run_would_do(daemon_proc_factory, tmp_path: 
 
 def test_admin_holding_the_lock_keeps_a_daemon_out(tmp_path: Path) -> None:
     """While ramakv-admin acts on the file, a daemon refuses to start, naming it."""
-    from ramakv_daemon.adapters.sqlite_admin import exclusive
+    from ramakv_daemon.adapters.sqlite.admin import exclusive
 
     d = DaemonProcess(tmp_path / "d")
     with d:

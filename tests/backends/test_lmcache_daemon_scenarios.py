@@ -15,7 +15,7 @@ from support.memapi_rig import cpu_engine, serve, tokens  # noqa: E402
 
 from ascend_ext.devserver import create_app  # noqa: E402
 from ramakv_daemon.adapters.backends.lmcache import LMCacheBackend  # noqa: E402
-from ramakv_daemon.adapters.sqlite_store import SqliteSessionStore  # noqa: E402
+from ramakv_daemon.adapters.sqlite.store import SqliteSessionStore  # noqa: E402
 from ramakv_daemon.bootstrap import build  # noqa: E402
 from ramakv_daemon.config import Config  # noqa: E402
 

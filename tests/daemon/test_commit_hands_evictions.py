@@ -5,8 +5,8 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
-from ramakv_daemon.adapters.sqlite_store import SqliteSessionStore
-from ramakv_daemon.committer import GroupCommitter
+from ramakv_daemon.adapters.sqlite.store import SqliteSessionStore
+from ramakv_daemon.commit.committer import GroupCommitter
 from ramakv_daemon.core.change import Change
 from ramakv_daemon.core.manager import SessionManager
 

@@ -11,7 +11,7 @@ from typing import Any
 
 from support.daemon_app import RecordingBackend, StartDaemon
 
-from ramakv_daemon.adapters.sqlite_store import SqliteSessionStore
+from ramakv_daemon.adapters.sqlite.store import SqliteSessionStore
 from ramakv_daemon.bootstrap import build
 from ramakv_daemon.config import Config
 from ramakv_daemon.core.budget import Turn

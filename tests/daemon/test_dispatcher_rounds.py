@@ -6,8 +6,8 @@ import asyncio
 from collections.abc import Sequence
 
 from ramakv_daemon.core.manager import SessionManager
-from ramakv_daemon.delivery_state import NamespaceState
-from ramakv_daemon.dispatcher import BackendDispatcher
+from ramakv_daemon.delivery.delivery_state import NamespaceState
+from ramakv_daemon.delivery.dispatcher import BackendDispatcher
 from ramakv_daemon.ports import BackendResult, ChunkLocations, EvictMode
 
 

@@ -9,7 +9,7 @@ from support import burst_client
 from support.burst import read_acks, run_burst_until
 from support.daemon_proc import DaemonProcess, trace_snapshot
 
-from ramakv_daemon.adapters.sqlite_store import SqliteSessionStore
+from ramakv_daemon.adapters.sqlite.store import SqliteSessionStore
 from ramakv_daemon.core.manager import recompute_refcounts
 
 SESSIONS = 32

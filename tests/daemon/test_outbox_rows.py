@@ -9,7 +9,7 @@ from typing import Any
 
 from support.daemon_app import RecordingBackend
 
-from ramakv_daemon.adapters.sqlite_store import outbox_view
+from ramakv_daemon.adapters.sqlite.store import outbox_view
 from ramakv_daemon.ports import BackendResult, EvictMode
 
 

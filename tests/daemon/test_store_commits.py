@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from ramakv_daemon.adapters import sqlite_store
-from ramakv_daemon.adapters.sqlite_store import SqliteSessionStore
+from ramakv_daemon.adapters.sqlite import store as sqlite_store
+from ramakv_daemon.adapters.sqlite.store import SqliteSessionStore
 from ramakv_daemon.core.session import Session
 
 

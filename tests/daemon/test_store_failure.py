@@ -8,7 +8,7 @@ from typing import Any
 from support.daemon_app import DaemonClient
 from support.reliability import set_query_only
 
-from ramakv_daemon.adapters.sqlite_store import SqliteSessionStore
+from ramakv_daemon.adapters.sqlite.store import SqliteSessionStore
 
 
 class FlakyStore(SqliteSessionStore):

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from ramakv_daemon.adapters import sqlite_store
-from ramakv_daemon.adapters.sqlite_store import SCHEMA, SqliteSessionStore
+from ramakv_daemon.adapters.sqlite import store as sqlite_store
+from ramakv_daemon.adapters.sqlite.store import SCHEMA, SqliteSessionStore
 
 N = 2 * sqlite_store._LOAD_BATCH + 7  # three batches, the last one short
 CORRUPT = {sqlite_store._LOAD_BATCH - 1: "[1, 2]", sqlite_store._LOAD_BATCH: "not json"}

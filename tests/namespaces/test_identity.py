@@ -11,6 +11,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from support.ns_rig import ident
 
+from ramakv_daemon.cli.identity import main
 from ramakv_daemon.core.identity import (
     IDENTITY_FIELDS,
     INT_FIELDS,
@@ -18,8 +19,7 @@ from ramakv_daemon.core.identity import (
     is_namespace,
     namespace_of,
 )
-from ramakv_daemon.deployments import parse_deployments
-from ramakv_daemon.identity import main
+from ramakv_daemon.routing.deployments import parse_deployments
 
 
 def test_canonical_json_is_sorted_compact_and_pinned() -> None:

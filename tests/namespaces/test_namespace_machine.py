@@ -14,14 +14,14 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 from support.ns_rig import config, ident
 
 from ramakv_daemon.adapters.backends.noop import NoopBackend
-from ramakv_daemon.committer import GroupCommitter
+from ramakv_daemon.commit.committer import GroupCommitter
 from ramakv_daemon.core.errors import RamAKvError
 from ramakv_daemon.core.events import Limits
 from ramakv_daemon.core.fork import ForkIds
 from ramakv_daemon.core.identity import namespace_of
 from ramakv_daemon.core.manager import recompute_parked, recompute_refcounts
 from ramakv_daemon.handlers import DEFAULT_REGISTRY
-from ramakv_daemon.namespaces import Namespaces
+from ramakv_daemon.routing.namespaces import Namespaces
 
 NS_A = namespace_of(ident())
 NS_B = namespace_of(ident(model_id="other/model"))

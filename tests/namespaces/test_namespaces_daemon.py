@@ -7,7 +7,7 @@ import sqlite3
 from support.ns_rig import Rig, config, ident
 
 from ramakv_daemon.adapters.backends.lmcache import LMCacheBackend
-from ramakv_daemon.adapters.sqlite_store import outbox_view
+from ramakv_daemon.adapters.sqlite.store import outbox_view
 from ramakv_daemon.core.identity import namespace_of
 
 NS_A = namespace_of(ident())

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ramakv_daemon.trace import TraceHub
+from ramakv_daemon.trace.hub import TraceHub
 
 
 def test_ring_is_bounded_in_bytes_oldest_first() -> None:

@@ -13,7 +13,7 @@ from support.daemon_proc import run_to_exit, write_config
 from support.disk_full import fill, tmpfs
 from support.reliability import daemon_state, set_query_only
 
-from ramakv_daemon.adapters.sqlite_store import SqliteSessionStore
+from ramakv_daemon.adapters.sqlite.store import SqliteSessionStore
 
 BIG = [f"{i:02x}" * 45 for i in range(256)] + [f"{i:04x}" * 22 for i in range(700)]
 

@@ -20,7 +20,7 @@ from support.daemon_app import DaemonClient
 from support.lmcache_server import FakeLMCacheServer
 from support.reliability import db_model
 
-from ramakv_daemon.adapters.sqlite_store import SqliteSessionStore
+from ramakv_daemon.adapters.sqlite.store import SqliteSessionStore
 
 HANG = 1.0  # every cache call is held this long (under the 2 s backend timeout)
 

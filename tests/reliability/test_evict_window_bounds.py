@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 
-from ramakv_daemon.evict_window import (
+from ramakv_daemon.delivery.evict_window import (
     CLOCK_MARGIN_S,
     EXPIRE_AFTER_DUE_S,
     GRACE_MIN_S,

@@ -122,7 +122,7 @@ async def test_a_no_op_whose_answer_cannot_be_kept_answers_503(start_daemon, mak
     """Nothing changed and nothing is kept: 503, and the retry after recovery applies it."""
     import sqlite3
 
-    from ramakv_daemon.adapters.sqlite_store import SqliteSessionStore
+    from ramakv_daemon.adapters.sqlite.store import SqliteSessionStore
 
     class FullStore(SqliteSessionStore):
         full = False

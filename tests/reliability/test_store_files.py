@@ -217,7 +217,7 @@ def test_store_replaced_by_another_file_refuses_writes(daemon_proc_factory, tmp_
 
 # ---- /readyz follows the store ---------------------------------------------------------------
 async def test_readyz_fails_while_commits_fail_and_recovers(start_daemon, make_config) -> None:
-    from ramakv_daemon.adapters.sqlite_store import SqliteSessionStore
+    from ramakv_daemon.adapters.sqlite.store import SqliteSessionStore
 
     class FullStore(SqliteSessionStore):
         full = False
@@ -253,7 +253,7 @@ async def test_readyz_fails_while_commits_fail_and_recovers(start_daemon, make_c
 @pytest.mark.parametrize(("sync", "thread"), [("NORMAL", False), ("NORMAL", True), ("FULL", False)])
 async def test_rewrite_works_in_every_commit_mode(tmp_path: Path, sync: str, thread: bool):
     """The store alone: commits on the loop or on the writer thread, fsync or not."""
-    from ramakv_daemon.adapters.sqlite_store import SqliteSessionStore
+    from ramakv_daemon.adapters.sqlite.store import SqliteSessionStore
     from ramakv_daemon.core.session import Session
 
     path = tmp_path / "s.db"
@@ -293,7 +293,7 @@ def test_readyz_fails_while_the_store_disk_is_full(daemon_proc_factory, tmp_path
 async def test_a_new_store_appears_whole(tmp_path: Path) -> None:
     """Built under a temporary name and renamed: a crash while creating it leaves at most a
     stale "<store>.new" (removed by the next start), never a 0-byte store."""
-    from ramakv_daemon.adapters.sqlite_store import SqliteSessionStore
+    from ramakv_daemon.adapters.sqlite.store import SqliteSessionStore
 
     path = tmp_path / "s.db"
     (tmp_path / "s.db.new").write_bytes(b"half-written by a crashed start")

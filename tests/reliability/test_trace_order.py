@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from ramakv_daemon.adapters.sqlite_store import SqliteSessionStore
+from ramakv_daemon.adapters.sqlite.store import SqliteSessionStore
 
 
 class FlakyStore(SqliteSessionStore):

@@ -11,7 +11,7 @@ from support.daemon_proc import DaemonProcess, trace_snapshot
 from support.postgres import PostgresServer
 from test_handover import check_refcounts_match_owned, sessions_of, two_nodes, wait_for
 
-from ramakv_daemon.admin_cli import main as admin_main
+from ramakv_daemon.cli.admin import main as admin_main
 
 
 async def admin(*argv: str) -> tuple[int, str]:

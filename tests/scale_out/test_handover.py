@@ -98,7 +98,7 @@ def test_ramakv_admin_reports_every_node_by_owner(
     import io
     import json
 
-    from ramakv_daemon.admin_cli import main as admin_main
+    from ramakv_daemon.cli.admin import main as admin_main
 
     url = postgres_server.create_database()
     a, b = two_nodes(daemon_proc_factory, url)

@@ -17,7 +17,7 @@ from test_handover import sessions_of
 from test_handover_load import EvictionProbe
 from test_reconcile import node
 
-from ramakv_daemon.adapters.postgres_sql import ADMIN_DELETE_SESSION
+from ramakv_daemon.adapters.postgres.sql import ADMIN_DELETE_SESSION
 
 # Hex, as LMCache's chunk hashes are. SYS: every session's; KEEP: `keep`'s own and in
 # `moved` too; PARK: a suspended session's and in `moved` too; the rest one session's own.

@@ -10,7 +10,7 @@ from support.burst import read_acks
 from support.daemon_proc import DaemonProcess, trace_snapshot
 from support.postgres import PostgresServer
 
-from ramakv_daemon.adapters.postgres_store import PostgresSessionStore
+from ramakv_daemon.adapters.postgres.store import PostgresSessionStore
 from ramakv_daemon.core.manager import recompute_refcounts
 
 SESSIONS = 16

@@ -15,7 +15,7 @@ from support.pg_nodes import HANG_GUARD_S, sql, until
 from support.postgres import PostgresServer
 
 from ramakv_daemon.adapters.backends.noop import NoopBackend
-from ramakv_daemon.adapters.postgres_store import PostgresSessionStore
+from ramakv_daemon.adapters.postgres.store import PostgresSessionStore
 from ramakv_daemon.bootstrap import Daemon, build
 from ramakv_daemon.config import Config
 from ramakv_daemon.core.manager import recompute_refcounts

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from support.store_adapters import StoreHome
 
-from ramakv_daemon.adapters.sqlite_admin import SqliteStoreAdmin
+from ramakv_daemon.adapters.sqlite.admin import SqliteStoreAdmin
 from ramakv_daemon.core.fork import Fork
 from ramakv_daemon.core.session import Session
 from ramakv_daemon.ports import (
@@ -31,7 +31,7 @@ def admin_of(home: StoreHome) -> StoreAdmin:
     """The admin port on the store a home's stores write to."""
     if home.adapter == "sqlite":
         return SqliteStoreAdmin(home.location)
-    from ramakv_daemon.adapters.postgres_admin import PostgresStoreAdmin
+    from ramakv_daemon.adapters.postgres.admin import PostgresStoreAdmin
 
     return PostgresStoreAdmin(home.location)
 
@@ -203,7 +203,7 @@ async def test_opening_a_missing_store_fails_and_creates_nothing(home: StoreHome
         with pytest.raises(StoreNotFound):
             await missing.open()
         return
-    from ramakv_daemon.adapters.postgres_admin import PostgresStoreAdmin
+    from ramakv_daemon.adapters.postgres.admin import PostgresStoreAdmin
 
     missing = PostgresStoreAdmin(home.location.rsplit("/", 1)[0] + "/no_such_database")
     with pytest.raises(StoreError):

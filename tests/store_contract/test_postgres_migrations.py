@@ -7,8 +7,8 @@ import asyncpg
 import pytest
 from support.postgres import PostgresServer
 
-from ramakv_daemon.adapters import postgres_schema
-from ramakv_daemon.adapters.postgres_store import PostgresSessionStore
+from ramakv_daemon.adapters.postgres import schema as postgres_schema
+from ramakv_daemon.adapters.postgres.store import PostgresSessionStore
 from ramakv_daemon.core.session import Session
 from ramakv_daemon.ports import StoreError
 

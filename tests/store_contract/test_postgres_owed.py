@@ -9,8 +9,8 @@ from collections.abc import AsyncIterator
 import pytest
 from support.postgres import PostgresServer
 
-from ramakv_daemon.adapters.postgres_admin import PostgresStoreAdmin
-from ramakv_daemon.adapters.postgres_store import PostgresSessionStore
+from ramakv_daemon.adapters.postgres.admin import PostgresStoreAdmin
+from ramakv_daemon.adapters.postgres.store import PostgresSessionStore
 from ramakv_daemon.core.fork import Fork
 from ramakv_daemon.core.session import Session
 from ramakv_daemon.ports import Cleanup, EvictMode, OwedRelease

@@ -11,8 +11,8 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
-from ramakv_daemon.adapters.sqlite_admin import read_file
-from ramakv_daemon.adapters.sqlite_store import SqliteSessionStore
+from ramakv_daemon.adapters.sqlite.admin import read_file
+from ramakv_daemon.adapters.sqlite.store import SqliteSessionStore
 from ramakv_daemon.core.manager import recompute_refcounts
 from ramakv_daemon.core.session import Session
 from support.daemon_proc import REPO_ROOT, free_port, trace_snapshot

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from ramakv_daemon.adapters.sqlite_store import SqliteSessionStore
+from ramakv_daemon.adapters.sqlite.store import SqliteSessionStore
 from ramakv_daemon.ports import SessionStore
 
 ADAPTERS = ["sqlite", "postgresql"]
@@ -45,7 +45,7 @@ async def make_home(adapter: str, request: pytest.FixtureRequest, tmp_path: Path
         path = str(tmp_path / "sessions.db")
         return StoreHome(adapter, path, lambda: SqliteSessionStore(path))
     if adapter == "postgresql":
-        from ramakv_daemon.adapters.postgres_store import PostgresSessionStore
+        from ramakv_daemon.adapters.postgres.store import PostgresSessionStore
 
         server = request.getfixturevalue("postgres_server")
         url = server.create_database()

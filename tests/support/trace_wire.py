@@ -12,7 +12,7 @@ from typing import Any
 import aiohttp
 from prometheus_client.parser import text_string_to_metric_families
 
-from ramakv_daemon.trace_protocol import MAX_MESSAGE_BYTES
+from ramakv_daemon.trace.protocol import MAX_MESSAGE_BYTES
 
 TRACE_TIMEOUT = 10.0
 

@@ -10,7 +10,7 @@ import pytest
 from support.daemon_app import DaemonClient, StartDaemon
 from support.trace_wire import apply_record, recv, recv_raw
 
-from ramakv_daemon import trace_protocol
+from ramakv_daemon.trace import protocol as trace_protocol
 
 
 async def test_old_client_gets_a_close_reason(daemon: DaemonClient) -> None:
@@ -26,7 +26,7 @@ async def test_old_client_gets_a_close_reason(daemon: DaemonClient) -> None:
 async def test_snapshot_parts_stay_under_the_bound(
     start_daemon: StartDaemon, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr("ramakv_daemon.trace_snapshot.PART_BYTES", 2000)
+    monkeypatch.setattr("ramakv_daemon.trace.snapshot.PART_BYTES", 2000)
     d = await start_daemon()
     for i in range(60):
         await d.turn_end(f"s{i:02d}", ["sys", f"own{i}"])

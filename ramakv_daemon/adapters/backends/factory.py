@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from ramakv_daemon.config import Config
-from ramakv_daemon.namespaces import BackendFactory
 from ramakv_daemon.ports import Backend
+from ramakv_daemon.routing.namespaces import BackendFactory
 
 
 def lmcache_factory(config: Config) -> BackendFactory:

@@ -1,0 +1,1 @@
+"""The operator tools: ramakv-admin and ramakv-identity."""

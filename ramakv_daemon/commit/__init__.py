@@ -1,0 +1,1 @@
+"""The group commit and the start-up restore of committed state."""

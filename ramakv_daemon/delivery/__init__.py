@@ -1,0 +1,1 @@
+"""Carrying committed evictions and prefetches to the cache backend."""

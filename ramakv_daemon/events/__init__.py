@@ -1,0 +1,1 @@
+"""One event's path: the event_id protocol, validate -> apply -> commit -> react."""

@@ -1,0 +1,153 @@
+"""One event's way through the daemon: validate -> apply -> commit -> react."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable
+from functools import partial
+from typing import Any
+
+from ramakv_daemon.commit.committer import GroupCommitter
+from ramakv_daemon.core.errors import InvalidEvent, RamAKvError
+from ramakv_daemon.core.events import check_required
+from ramakv_daemon.events.debug_files import DebugWriter
+from ramakv_daemon.events.idempotency import AnswerSlot, Reply
+from ramakv_daemon.events.outcome import Outcome
+from ramakv_daemon.events.reactions import Reactions
+from ramakv_daemon.events.reads import Result, apply_settled
+from ramakv_daemon.handlers import Handler, Registry
+from ramakv_daemon.ports import StoreError
+from ramakv_daemon.routing.namespaces import Namespace, Namespaces
+from ramakv_daemon.routing.ownership import Ownership
+from ramakv_daemon.telemetry.log_text import loggable
+from ramakv_daemon.trace.records import TraceRecords
+
+log = logging.getLogger("ramakv")
+
+
+class Pipeline:
+    """Validates an event, applies its handler, commits the change and runs the reactions.
+
+    The handler's change and the pipeline's bookkeeping of it travel as one typed
+    :class:`~ramakv_daemon.events.outcome.Outcome`; what follows the event is what its handler's
+    :class:`~ramakv_daemon.handlers.registry.Effects` declare and the reactions do.
+    """
+
+    def __init__(
+        self,
+        registry: Registry,
+        namespaces: Namespaces,
+        committer: GroupCommitter,
+        ownership: Ownership,
+        records: TraceRecords,
+        reactions: Reactions,
+        debug: DebugWriter | None,
+        clock: Callable[[], float],
+    ) -> None:
+        """``debug``: None unless debug_enabled; ``clock``: the wall clock events read."""
+        self.registry = registry
+        self.namespaces = namespaces
+        self.committer = committer
+        self.ownership = ownership
+        self.records = records
+        self.reactions = reactions
+        self.debug = debug
+        self.clock = clock
+
+    async def run(self, payload: dict[str, Any], slot: AnswerSlot | None) -> Reply:
+        """One decoded event; returns (HTTP status, response envelope). ``slot``: its
+        event_id's answer, stored with its change when it has one."""
+        started = time.perf_counter()
+        type_ = payload.get("type")
+        if not isinstance(type_, str) or not type_:
+            log.warning("event rejected: missing or empty 'type' field")
+            return 200, {"ok": False, "error": "missing or empty 'type' field"}
+        sid = payload.get("session_id")
+        session_id = sid if isinstance(sid, str) else None
+        if log.isEnabledFor(logging.INFO):  # the arguments cost more than the check
+            log.info(
+                "ram-a-kv event received type=%s session_id=%s",
+                loggable(type_),
+                loggable(session_id or ""),
+            )
+        status = 200
+        try:
+            handler = self.registry.get(type_)  # validate
+            check_required(handler.spec, payload)
+            if self.ownership.shared:  # a shared store: take the session over first
+                await self.ownership.before(handler.effects.takes_over, session_id)
+            ns = self.namespaces[self.namespaces.resolve(payload)]
+            o = await self._apply_and_commit(handler, type_, session_id, payload, ns, slot)
+        except StoreError as err:
+            status, error = 503, str(err)
+        except RamAKvError as err:
+            error = str(err)
+        except (ValueError, TypeError) as err:  # a handler's own check; never a crash
+            error = str(InvalidEvent(str(err)))
+        else:
+            o.started = started
+            self.reactions.succeeded(o)  # react
+            return 200, o.reply()
+        self.reactions.failed(type_, session_id, error, started)
+        return status, {"ok": False, "type": type_, "error": error}
+
+    async def _apply_and_commit(
+        self,
+        handler: Handler,
+        type_: str,
+        session_id: str | None,
+        payload: dict[str, Any],
+        ns: Namespace,
+        slot: AnswerSlot | None,
+    ) -> Outcome:
+        if handler.query is not None:  # asks the backend; changes nothing
+            change = await handler.query(ns.ctx, payload, ns.dispatcher.backend)
+            change.namespace = ns.key
+            return Outcome(type_, session_id, change, ns, handler.effects, slot=slot)
+        # Callable[..., Result]: a handler whose spec says store_fork_id takes fork_id too.
+        apply: Callable[..., Result] | None = handler.apply
+        assert apply is not None  # a handler has one or the other
+        fork_id = None
+        if self.ownership.shared:  # a shared store hands out fork ids
+            fork_id = await self.ownership.fork_id(handler.effects.store_fork_id)
+        if fork_id is not None:
+            # Only a handler whose spec says store_fork_id takes it (no other gets one).
+            apply = partial(apply, fork_id=fork_id)
+        change, delta = await apply_settled(
+            handler.effects,
+            apply,
+            payload,
+            ns.ctx,
+            self.namespaces.managers,
+            self.committer,
+            self.records.delta,
+            self.clock,
+        )
+        change.namespace = ns.key
+        o = Outcome(type_, session_id, change, ns, handler.effects, 0.0, slot, delta)
+        if o.delta is None:
+            # Taken now, before any await, so it is this event's alone.
+            o.delta = self.records.delta(change)
+        if self.debug is not None and handler.effects.debug_file:
+            o.debug = self._debug_file(o)
+        if change.writes:
+            o.on_committed = self.records.event
+            keep = ns.dispatcher.keep_for(change.prev_counts) if change.durable else None
+            if keep is not None:
+                o.kept = keep[1]
+            await self.committer.submit(
+                change, ns.manager, o, keep[0] if keep is not None else None, o.debug
+            )
+        elif o.debug is not None:
+            await o.debug
+        return o  # its reply is sealed at its commit, else when it is built
+
+    def _debug_file(self, o: Outcome) -> asyncio.Future[bool] | None:
+        """Start the debug file of a turn: the session's map and turn count right now."""
+        assert self.debug is not None
+        sid = o.session_id or ""
+        session = o.ns.manager.sessions.get(sid)
+        hashes = list(session.chunk_hashes) if session else []
+        return self.debug.start(sid, o.change.facts.turn or 0, hashes, o.change.debug_context)

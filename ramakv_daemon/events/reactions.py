@@ -1,0 +1,100 @@
+"""What follows an event once applied and committed: reactions, run in order, each
+reading the outcome's typed fields and its handler's declared effects."""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Mapping, Sequence
+
+from ramakv_daemon.core.manager import SessionManager
+from ramakv_daemon.events.outcome import Outcome
+from ramakv_daemon.telemetry.log_text import loggable
+from ramakv_daemon.telemetry.metrics import DaemonMetrics
+from ramakv_daemon.telemetry.state_log import log_state
+from ramakv_daemon.trace.records import TraceRecords
+
+log = logging.getLogger("ramakv")
+
+Reaction = Callable[[Outcome], None]
+
+
+def warn_forced(o: Outcome) -> None:
+    """A chunk_evict with force dropped references: say so in the log."""
+    if o.change.facts.forced:
+        log.warning("chunk_evict force: released references %s", o.data.get("released"))
+
+
+def send_prefetch(o: Outcome) -> None:
+    """Bring the event's chunks into DDR (after the budget chose them)."""
+    o.ns.dispatcher.prefetch(o.session_id, o.change.prefetch if o.prefetch is None else o.prefetch)
+
+
+class Reactions:
+    """The reactions after a successful event and the bookkeeping of a failed one."""
+
+    def __init__(
+        self,
+        steps: Sequence[Reaction],
+        records: TraceRecords,
+        metrics: DaemonMetrics,
+        managers: Mapping[str, SessionManager],
+        log_states: bool,
+    ) -> None:
+        """``steps``: what follows every success, in order (a new effect is one more
+        step); then the event is counted and logged. ``log_states``: the config's
+        trace_events (every map logged after each event)."""
+        self.steps = tuple(steps)
+        self.records = records
+        self.metrics = metrics
+        self.managers = managers
+        self.log_states = log_states
+
+    def succeeded(self, o: Outcome) -> None:
+        """Run every step, then count and log the event."""
+        for step in self.steps:
+            step(o)
+        elapsed = time.perf_counter() - o.started
+        self.metrics.event(o.type_, True, elapsed)
+        if log.isEnabledFor(logging.INFO):
+            log.info(
+                "ram-a-kv event completed type=%s session_id=%s ms=%.2f",
+                o.type_,
+                loggable(o.session_id or ""),
+                elapsed * 1000,
+            )
+        if self.log_states:
+            log_state(self.managers)
+
+    def failed(self, type_: str, session_id: str | None, error: str, started: float) -> None:
+        """Count, log and trace a refused event."""
+        self.metrics.event(type_, False, time.perf_counter() - started)
+        log.warning(
+            "ram-a-kv event failed type=%s session_id=%s error=%s",
+            loggable(type_),
+            loggable(session_id or ""),
+            loggable(error, 500),
+        )
+        self.records.failed(type_, session_id, error)
+        if self.log_states:
+            log_state(self.managers)
+
+
+def publish_event(records: TraceRecords) -> Reaction:
+    """The event's trace record, unless its commit published it already."""
+
+    def publish(o: Outcome) -> None:
+        if not o.published:
+            records.event(o)
+
+    return publish
+
+
+def publish_budget(records: TraceRecords) -> Reaction:
+    """The budget pass's record, after the event's."""
+
+    def publish(o: Outcome) -> None:
+        if o.budget_record is not None:
+            records.hub.publish(o.budget_record)
+
+    return publish

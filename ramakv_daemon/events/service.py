@@ -1,0 +1,28 @@
+"""The daemon's entry for one decoded request body: the event_id protocol or the pipeline."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ramakv_daemon.events.idempotency import EventIds, Reply
+from ramakv_daemon.events.pipeline import Pipeline
+
+
+class EventService:
+    """Handles one event end to end (HTTP and in-process callers alike)."""
+
+    def __init__(self, pipeline: Pipeline, event_ids: EventIds) -> None:
+        self.pipeline = pipeline
+        self.event_ids = event_ids
+
+    async def handle(self, payload: Any) -> Reply:
+        """Handle one decoded JSON body; returns (HTTP status, response envelope).
+
+        An ``event_id`` makes the event idempotent: a retry gets the first answer back
+        (remembered durably with the change, for ``idempotency_window`` ids).
+        """
+        if not isinstance(payload, dict):
+            return 400, {"ok": False, "error": "request body must be a JSON object"}
+        if "event_id" not in payload:
+            return await self.pipeline.run(payload, None)
+        return await self.event_ids.handle(payload)

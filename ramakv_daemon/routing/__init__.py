@@ -1,0 +1,1 @@
+"""Namespaces, deployments and a shared store's ownership."""

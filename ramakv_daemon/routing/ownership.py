@@ -1,0 +1,373 @@
+"""Session ownership across nodes on a shared store: take over on an event, release what
+the database says another node took or closed (docs/scale-out.md)."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from ramakv_daemon.core.session import Session
+from ramakv_daemon.ports import (
+    EvictMode,
+    OutboxRowIn,
+    OwedRelease,
+    SessionStore,
+    SharedSessionStore,
+    StoreError,
+)
+from ramakv_daemon.routing.namespaces import Namespace, Namespaces
+
+log = logging.getLogger("ramakv.ownership")
+
+# The safety net's default period (config ownership_check_s): a release missed without the
+# LISTEN connection dropping (one that failed, a lost notification) waits at most this long.
+DEFAULT_CHECK_S = 30.0
+
+# The event pipeline's run(payload, None): a release is a session_close (or a fork_end)
+# without an event_id.
+Handle = Callable[[dict[str, Any], None], Awaitable[tuple[int, dict[str, Any]]]]
+
+
+class Ownership:
+    """This node's side of the handover protocol; a no-op on a store without owners.
+
+    Takeover: an event for a session not in memory claims it in the database (row lock;
+    the store notifies the old owner at commit) with its open forks, and adopts both before
+    the event applies, so turn_start prefetches the map and the forks' holds move along.
+
+    Release: the database decides, never a notification alone. A notification (another
+    node took or closed a session of ours), a LISTEN reconnect (notifications sent while it
+    was down are lost) and a periodic check each ask the store who owns the sessions this
+    node holds; one owned elsewhere or gone is closed here as a session_close would close
+    it (its chunks drop here and are evicted or demoted), and its forks whose rows moved
+    with it are ended here. A session an event touched since the question was asked, or
+    one with a change still in doubt, is left alone: that change's commit takes it back
+    (or, rolled back, the next check looks again).
+
+    Owed releases: whatever takes a session from this node records in that transaction
+    what it owes its cache (the store's owed rows); a node that held nothing in memory then
+    (down, restarted) settles them after start-up's load and on each full check, deleting
+    the chunks nothing here references. A release from memory only drops the rows.
+    """
+
+    def __init__(self, store: SessionStore, namespaces: Namespaces) -> None:
+        self.store = store
+        self.namespaces = namespaces
+        self.handle: Handle | None = None
+        self._shared = store if isinstance(store, SharedSessionStore) else None
+        self.shared = self._shared is not None
+        self.check_s = namespaces.config.ownership_check_s
+        self.takeovers = 0
+        self.releases = 0
+        self.release_waits = 0  # takeovers that waited for this node's release to commit
+        # session id -> the release under way (close and fork ends committed): a takeover
+        # of that session waits for it, or its commit could delete the row just claimed.
+        self._releasing: dict[str, asyncio.Future[None]] = {}
+        self._due: set[str] = set()  # notified, not checked yet
+        self._checker: asyncio.Task[None] | None = None
+        self.settled_chunks = 0  # evictions queued from owed rows (sessions lost while away)
+        self._started = False  # owed rows wait for start-up's load (its refcounts)
+        self._settling = asyncio.Lock()
+
+    def serve(self, handle: Handle) -> None:
+        """Release sessions through ``handle`` (the event pipeline, which itself asks this
+        object before each event: hence a second step of the composition root)."""
+        self.handle = handle
+        if self._shared is not None:
+            self._shared.on_release(self._notified)
+            self._shared.on_reconnect(self.reconcile, self.check_s)
+
+    @property
+    def shared_store(self) -> SharedSessionStore:
+        """The store as a shared one (only called where ``shared`` is True)."""
+        assert self._shared is not None, "not a shared store"
+        return self._shared
+
+    async def fork_id(self, wanted: bool) -> int | None:
+        """On a shared store, the id of the fork an event opens (``wanted``: its spec's
+        store_fork_id) from the store (unique across daemons); None where this daemon's
+        own counter is the only one (StoreError: nothing done)."""
+        if not self.shared or not wanted:
+            return None
+        return await self.shared_store.take_fork_id()
+
+    # ---- takeover ----------------------------------------------------------------------
+    def _in_memory(self, session_id: str) -> bool:
+        return any(session_id in m.sessions for m in self.namespaces.managers.values())
+
+    async def before(self, takes_over: bool, session_id: str | None) -> None:
+        """Take ``session_id`` over when another node owns it and the event acts on it
+        (``takes_over``: its spec says so; reads such as session_map answer from this
+        node's memory and never move a session). StoreError: nothing done.
+
+        Returns without awaiting when the session is here and the LISTEN connection is up:
+        the event then applies in the same step (a release's own close relies on it)."""
+        if not self.shared or not session_id or not takes_over:
+            return
+        releasing = self._releasing.get(session_id)
+        if self._in_memory(session_id):
+            if releasing is not None or self._listening():
+                return  # a release's own close, or any notification would have come
+            await self._verify(session_id)
+        elif releasing is not None:
+            self.release_waits += 1
+            log.info("an event for %r waits for its release to commit first", session_id)
+            await asyncio.shield(releasing)
+        if self.namespaces.owner(session_id) is not None:
+            return
+        claimed = await self.shared_store.claim(session_id)
+        if claimed is None:
+            return
+        session = claimed.session
+        if self.namespaces.owner(session_id) is not None:  # an event adopted it meanwhile
+            return
+        self.namespaces.add(session.namespace).manager.adopt(session, claimed.forks)
+        self.takeovers += 1
+        log.info(
+            "took over session %r from node %r (%d chunks, %d open forks)",
+            session_id,
+            claimed.previous_owner,
+            len(session.unique_hashes()),
+            len(claimed.forks),
+        )
+
+    def _listening(self) -> bool:
+        listener = getattr(self.store, "listener", None)
+        return listener is None or bool(listener.connected)
+
+    async def _verify(self, session_id: str) -> None:
+        """While the LISTEN connection is down a takeover of a held session may have gone
+        unheard: ask the database first, so the event acts on the new owner's row (claimed
+        back below) instead of this node's stale copy. With the server away too, the event
+        goes on from memory (a write then answers 503 as any write does)."""
+        try:
+            await self.reconcile({session_id})
+        except StoreError as err:
+            log.info("cannot check the owner of %r (LISTEN down): %s", session_id, err)
+
+    # ---- release -----------------------------------------------------------------------
+    def _notified(self, session_id: str, _new_owner: str) -> None:
+        """The store heard that another node took (or an admin closed) ``session_id``: check
+        it against the database soon (notifications arriving meanwhile join the check)."""
+        self._due.add(session_id)
+        if self._checker is None or self._checker.done():
+            self._checker = asyncio.get_running_loop().create_task(
+                self._check_due(), name="ownership-check"
+            )
+
+    async def _check_due(self) -> None:
+        while self._due:
+            due, self._due = self._due, set()
+            try:
+                await self.reconcile(due)
+            except Exception as err:  # noqa: BLE001 - the periodic check tries again
+                log.warning("checking %d notified sessions failed: %s", len(due), err)
+
+    def _in_doubt(self, ns: Namespace) -> set[str]:
+        """Sessions of ``ns`` an applied change not yet committed (or rolled back) moved."""
+        pending = self.namespaces.committer.uncommitted(ns.key)
+        return {sid for c in pending for sid in c.prev_sessions}
+
+    def _settled(self, only: set[str] | None) -> dict[str, Session]:
+        """Sessions held here (those of ``only`` when given) with no change in doubt, as
+        they are now: a later event replaces the object, which the release then sees."""
+        out: dict[str, Session] = {}
+        for ns in self.namespaces:
+            doubt = self._in_doubt(ns)
+            sessions = ns.manager.sessions
+            ids = sessions if only is None else [sid for sid in only if sid in sessions]
+            out.update((sid, sessions[sid]) for sid in ids if sid not in doubt)
+        return out
+
+    async def reconcile(self, only: set[str] | None = None) -> int:
+        """Release every held session (of ``only`` when given) the database says another
+        node owns or nobody does; the number released (StoreError: nothing released)."""
+        if not self.shared:
+            return 0
+        if only is None:
+            await self._end_orphan_forks()
+        held = self._settled(only)
+        owners = await self.shared_store.owners(list(held)) if held else {}
+        node = self.shared_store.node_id
+        lost = {sid: owners.get(sid) for sid in held if owners.get(sid) != node}
+        released = 0
+        for sid, owner in lost.items():
+            if await self._release(sid, held[sid], owner):
+                released += 1
+        if only is None:
+            await self.settle_owed({sid for sid in held if owners.get(sid) == node})
+        return released
+
+    async def _release(self, session_id: str, seen: Session, new_owner: str | None) -> bool:
+        """Close ``session_id`` here if it is still the object ``seen`` (no event since the
+        database was asked) and nothing about it is in doubt; then end its forks whose rows
+        moved to the new owner with it. True when released."""
+        if session_id in self._releasing:
+            return False
+        key = self.namespaces.owner(session_id)
+        if key is None:
+            return False
+        ns = self.namespaces[key]
+        if ns.manager.sessions.get(session_id) is not seen or session_id in self._in_doubt(ns):
+            return False
+        forks = [f.fork_id for f in ns.manager.forks.of(session_id)]
+        done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._releasing[session_id] = done
+        try:
+            # No await between the check above and the close's apply: handle() applies in
+            # its first step (before() returns at once for a session held here).
+            payload = {"type": "session_close", "session_id": session_id, "namespace": key}
+            assert self.handle is not None  # serve() ran at build
+            status, body = await self.handle(payload, None)
+            moved = await self._end_moved_forks(ns.key, session_id, forks) if forks else 0
+        finally:
+            del self._releasing[session_id]
+            done.set_result(None)
+        whom = f"node {new_owner!r} took it over" if new_owner else "its row was deleted"
+        if status == 200 and body.get("ok"):
+            self.releases += 1
+            await self._drop_owed(session_id)
+            log.info(
+                "released session %r: %s (%s chunks evicted, %d forks moved with it)",
+                session_id,
+                whom,
+                body.get("data", {}).get("evicted_count"),
+                moved,
+            )
+            return True
+        log.warning("releasing session %r (%s) failed: %s", session_id, whom, body.get("error"))
+        return False
+
+    async def _drop_owed(self, session_id: str) -> None:
+        """Released from memory (its refcounts dropped here, its evictions queued): its
+        owed rows are done. Kept when the session is back meanwhile (a later settle sees
+        it owned) or the delete fails: settling a row again only repeats evictions of
+        chunks nothing here references, never a refcount."""
+        if self._in_memory(session_id):
+            return
+        try:
+            await self.shared_store.drop_owed([session_id])
+        except StoreError as err:
+            log.info("owed rows of %r stay (settled later): %s", session_id, err)
+
+    async def start(self) -> None:
+        """After start-up's load: settle what this node owes for sessions taken from it
+        or closed while it was down (a failure waits for the next full check)."""
+        self._started = True
+        if not self.shared:  # an embedded store has no other nodes: nothing is ever owed
+            return
+        try:
+            await self.settle_owed(set(self._settled(None)))
+        except StoreError as err:
+            log.warning("settling owed releases at start-up failed: %s", err)
+
+    async def settle_owed(self, owned: set[str]) -> int:
+        """Evict what the owed rows name and nothing here references, for sessions this
+        node does not hold (lost while it was down) or holds as their owner again
+        (``owned``: the database said so); a held session lost or in doubt is left to
+        its release from memory. Refcounts are never touched: a chunk nothing here holds
+        is deleted (as a close deletes its zeros), one still held (a session, a fork, a
+        suspended session's parked chunk) stays. The intents go to this node's outbox in
+        the transaction that deletes the rows, then to the dispatcher; the chunk count."""
+        if not self.shared or not self._started:
+            return 0
+        async with self._settling:
+            owed = await self.shared_store.owed_releases()
+            due = [o for o in owed if self._owes(o, owned)]
+            if not due:
+                return 0
+            free = self._free_chunks(due)
+            committer = self.namespaces.committer
+            rows: list[OutboxRowIn] = []
+            for key, hashes in free.items():
+                rows.append((committer.next_row_id, key, [(h, EvictMode.DELETE) for h in hashes]))
+                committer.next_row_id += 1
+            await self.shared_store.settle_owed(rows, [o.row_id for o in due])
+        for row, key, entries in rows:
+            self.namespaces[key].dispatcher.evictions_committed([h for h, _ in entries], [], row)
+        count = sum(len(hashes) for hashes in free.values())
+        self.settled_chunks += count
+        log.info(
+            "settled %d owed releases (sessions lost while this node held them not): "
+            "%d chunks nothing here references evicted",
+            len(due),
+            count,
+        )
+        return count
+
+    def _owes(self, owed: OwedRelease, owned: set[str]) -> bool:
+        sid = owed.session_id
+        if sid in self._releasing:
+            return False
+        return not self._in_memory(sid) or sid in owned
+
+    def _free_chunks(self, due: list[OwedRelease]) -> dict[str, list[str]]:
+        """namespace -> the owed chunks no session, fork or parked map here holds now (the
+        dispatcher checks each again as its evict is written)."""
+        out: dict[str, dict[str, None]] = {}
+        for o in due:
+            manager = self.namespaces.add(o.namespace).manager
+            held, parked = manager.refcounts, manager.parked
+            chunks = out.setdefault(o.namespace, {})
+            chunks.update((h, None) for h in o.hashes if h not in held and h not in parked)
+        return {key: list(hashes) for key, hashes in out.items() if hashes}
+
+    async def _end_orphan_forks(self) -> None:
+        """Forks held here whose parent is not (closed, or a release stopped before its
+        forks) and whose rows moved to another node: end them here (one query for all)."""
+        orphans = [
+            (ns.key, f)
+            for ns in self.namespaces
+            for f in ns.manager.forks.values()
+            if f.session_id not in ns.manager.sessions and f.session_id not in self._releasing
+        ]
+        if orphans:
+            owners = await self.shared_store.fork_owners_of([f.fork_id for _, f in orphans])
+            for key, f in orphans:
+                await self._end_fork_here(key, f.session_id, f.fork_id, owners)
+
+    async def _end_moved_forks(self, key: str, session_id: str, fork_ids: list[int]) -> int:
+        """End here the forks of ``session_id`` whose rows this node no longer owns (the
+        takeover moved them); those still ours stay (an admin close leaves forks)."""
+        owners = await self.shared_store.fork_owners_of(fork_ids)
+        ended = [await self._end_fork_here(key, session_id, fid, owners) for fid in fork_ids]
+        return sum(ended)
+
+    async def _end_fork_here(
+        self, key: str, session_id: str, fork_id: int, owners: dict[int, str]
+    ) -> bool:
+        """End fork ``fork_id`` as its fork_end would, unless its row is still this node's.
+        Its commit deletes no row: the store deletes only forks this node owns."""
+        if owners.get(fork_id) == self.shared_store.node_id:
+            return False
+        payload = {
+            "type": "session_fork_end",
+            "session_id": session_id,
+            "fork_id": fork_id,
+            "namespace": key,
+        }
+        assert self.handle is not None  # serve() ran at build
+        status, body = await self.handle(payload, None)
+        if status == 200 and body.get("data", {}).get("fork_end"):
+            return True
+        log.warning("ending fork %d (moved off this node) failed: %s", fork_id, body.get("error"))
+        return False
+
+    def status(self) -> dict[str, object]:
+        """For /metrics: whether the store is reachable, and the handover counters."""
+        if not self.shared:  # an embedded store is there while the daemon is
+            return {"connected": True, "reconnects": 0, "takeovers": 0, "releases": 0}
+        listener = getattr(self.store, "listener", None)
+        return {
+            "connected": bool(getattr(self.store, "connected", True)),
+            "reconnects": getattr(listener, "reconnects", 0) if listener else 0,
+            "takeovers": self.takeovers,
+            "releases": self.releases,
+        }
+
+    async def close(self) -> None:
+        if self._checker is not None:
+            self._checker.cancel()
+            self._checker = None

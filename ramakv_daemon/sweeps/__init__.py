@@ -1,0 +1,1 @@
+"""Background passes over stored sessions (fork hold expiry)."""

@@ -1,0 +1,1 @@
+"""Prometheus metrics, gauges and log helpers."""

@@ -1,0 +1,115 @@
+"""The trace records the daemon publishes: an event's (ok or failed), a backend failure's,
+a budget pass's; and the delta an event record carries."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from ramakv_daemon.core.change import Change
+from ramakv_daemon.core.manager import SessionManager
+from ramakv_daemon.events.outcome import Outcome
+from ramakv_daemon.events.reads import Delta
+from ramakv_daemon.ports import BackendResult
+from ramakv_daemon.routing.namespaces import Namespaces
+from ramakv_daemon.trace.hub import TraceHub, cut
+from ramakv_daemon.trace.protocol import summary
+from ramakv_daemon.trace.shared_counts import SharedCounts
+from ramakv_daemon.trace.snapshot import totals
+from ramakv_protocol.records import SessionSummary
+
+
+class TraceRecords:
+    """Builds records from the namespaces' state and publishes them on the hub."""
+
+    def __init__(self, hub: TraceHub, namespaces: Namespaces, shared: SharedCounts) -> None:
+        self.hub = hub
+        self.namespaces = namespaces
+        self.shared = shared  # every summary built refreshes the snapshot's shared_count
+
+    def delta(self, c: Change) -> Delta:
+        """What the event changed, as it stands now: session summaries (protocol 2 sends
+        no maps) and the refcounts."""
+        manager = self.namespaces.managers[c.namespace]
+        counts = manager.refcounts.counts
+        delta: Delta = {
+            "sessions": {sid: self._summary(manager, sid) for sid in c.prev_sessions},
+            "refcounts": {h: counts.get(h, 0) for h in c.prev_counts},
+        }
+        if c.prev_forks:  # fork id -> its summary, or None once ended
+            forks = manager.forks
+            delta["forks"] = {
+                str(fid): (f.summary() if (f := forks.get(fid)) is not None else None)
+                for fid in c.prev_forks
+            }
+        return delta
+
+    def _summary(self, manager: SessionManager, sid: str) -> SessionSummary | None:
+        """A session's trace summary now (None when gone); its shared_count is kept for
+        snapshots (see shared_counts)."""
+        s = manager.sessions.get(sid)
+        if s is None:
+            self.shared.put(manager.namespace, sid, None)
+            return None
+        row = summary(s, manager.refcounts.counts, manager.forks.of(sid))
+        self.shared.put(manager.namespace, sid, row["shared_count"])
+        return row
+
+    def event(self, o: Outcome) -> None:
+        """An applied event's record."""
+        c = o.change
+        record: dict[str, Any] = {
+            "kind": "event",
+            "ts": time.time(),
+            "type": o.type_,
+            "session_id": o.session_id,
+            "ok": True,
+            "data": c.data,
+            "delta": o.delta or self.delta(c),
+            "prefetch": c.prefetch,
+            "evict": c.evict_delete,
+            "demote": c.evict_demote,
+            "totals": totals(self.namespaces.managers),
+        }
+        if c.namespace:
+            record["namespace"] = c.namespace
+        if o.touched:
+            record["_touched"] = o.touched
+        notes = c.facts.as_notes()
+        if notes:
+            record["notes"] = notes
+        self.hub.publish(record)
+
+    def failed(self, type_: str, session_id: str | None, error: str) -> None:
+        """A refused event's record. Its strings are cut: they are the client's, of any
+        size, and the ring must not keep megabytes of them."""
+        self.hub.publish(
+            {
+                "kind": "event",
+                "ts": time.time(),
+                "type": cut(type_),
+                "session_id": cut(session_id),
+                "ok": False,
+                "error": cut(error, 500),
+                "delta": {"sessions": {}, "refcounts": {}},
+            }
+        )
+
+
+def publish_backend_failure(
+    hub: TraceHub, op: str, count: int, result: BackendResult, backlog: int
+) -> None:
+    """A backend call that failed, with the eviction backlog it leaves (a dispatcher's
+    ``on_failure``)."""
+    hub.publish(
+        {
+            "kind": "backend",
+            "ts": time.time(),
+            "op": op,
+            "count": count,
+            "ok": False,
+            "status": result.status,
+            "detail": result.detail,
+            "backlog": backlog,
+        }
+    )
