@@ -11,7 +11,7 @@ from ramakv_daemon.delivery.delivery_state import DeliveryState
 from ramakv_daemon.delivery.evict_window import EvictWindow
 from ramakv_daemon.delivery.keeps import RECHECK_S, Keeps
 from ramakv_daemon.delivery.outbox import Intent, Outbox
-from ramakv_daemon.ports import Backend, BackendResult, EvictMode
+from ramakv_daemon.ports import Backend, BackendResult, EvictMode, EvictRequest
 
 log = logging.getLogger("ramakv.backend")
 
@@ -158,26 +158,20 @@ class EvictDelivery:
         entries: dict[str, Intent] = {}
         # The generation is taken at the write too: a keep sent while this call waited for
         # its connection is older, so it cannot make the cache refuse this evict as stale.
-        extra: dict = {"defer_s": self.defer_s} if self.defer_s > 0 else {}
+        defer_s = self.defer_s
 
-        def at_write(batch: list[str]) -> list[str]:
+        def at_write(batch: list[str]) -> EvictRequest:
             part = self._sendable(batch, mode)
             for h in part:
                 entries[h] = outbox.entries[h]
             gen = window.generation()
-            if extra:
-                extra["generation"] = gen
-                extra["not_after_ns"] = window.not_after(gen)
             window.wrote(part, gen, time.monotonic())
-            return part
+            if defer_s > 0:
+                return EvictRequest(part, mode, gen, defer_s, window.not_after(gen))
+            return EvictRequest(part, mode, gen)
 
-        checked = getattr(self.backend, "evict_checked", None)
-        if checked is not None:
-            result, sent, wrote_at = await checked(hashes, mode, at_write, extra or None)
-        else:
-            sent = at_write(hashes)
-            wrote_at = time.monotonic()
-            result = await self.backend.evict(sent, mode) if sent else BackendResult(True)
+        result, request, wrote_at = await self.backend.evict_checked(hashes, mode, at_write)
+        sent = request.chunk_hashes if request is not None else []
         answered_at = time.monotonic()
         deferred = bool(result.ok and result.body and "deferred" in result.body)
         expires = bool(deferred and result.body and result.body.get("expires") is True)

@@ -109,15 +109,14 @@ class Keeps:
         memory API answers "expires": true), or know no keeps (a stock one: 404)? Learned
         now, not from the first evict's answer, so a reference right after a restart
         already knows whether waiting for a deadline protects it."""
-        keep = getattr(self.backend, "keep", None)
-        window = self.window
+        backend, window = self.backend, self.window
         # Until the cache answers (it may be down or hung at start-up): a reference to a
         # chunk in the window meanwhile waits for its deadline, not knowing.
-        while keep is not None and not self._closing:
+        while backend.takes_keeps and not self._closing:
             if window.expires is not None or window.defers is False:
                 return  # learned meanwhile from another answer
             try:
-                result = await keep([], window.generation())
+                result = await backend.keep([], window.generation())
             except Exception:  # noqa: BLE001 - backends must not raise; learned later then
                 log.exception("keep probe failed unexpectedly")
                 return
@@ -136,14 +135,13 @@ class Keeps:
         if not window.keeps or time.monotonic() < self._due:
             return
         hashes = list(window.owed())
-        keep = getattr(self.backend, "keep", None)
-        if keep is None:
+        if not self.backend.takes_keeps:
             window.kept(hashes, False, False, [], time.monotonic())
             return
         # A fresh generation: newer than every evict written so far (a chunk evicted again
         # since is no longer owed a keep), older than every later one.
         generation = window.generation()
-        result = await keep(hashes, generation)
+        result = await self.backend.keep(hashes, generation)
         self.report("keep", len(hashes), result)
         supported = result.ok or result.status not in (404, 405)
         body = result.body or {}

@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from ramakv_daemon.core.manager import SessionManager
 from ramakv_daemon.delivery.delivery_state import NamespaceState
 from ramakv_daemon.delivery.dispatcher import BackendDispatcher
-from ramakv_daemon.ports import BackendResult, ChunkLocations, EvictMode
+from ramakv_daemon.ports import Backend, BackendResult, ChunkLocations, EvictMode
 
 
 class IdleCommitter:
@@ -26,7 +26,7 @@ class IdleCommitter:
         return set()
 
 
-class GatedBackend:
+class GatedBackend(Backend):
     """A backend whose DELETE calls wait for a gate: the round's later batches wait too."""
 
     name = "gated"
