@@ -2,16 +2,20 @@
 
 from ramakv_daemon.core.budget import Turn
 from ramakv_daemon.core.change import Change
-from ramakv_daemon.core.events import session_id_of
+from ramakv_daemon.core.events import session_id_of, timestamp_of
 from ramakv_daemon.handlers.registry import Effects, HandlerContext, event
 
 
 @event(
     "session_close",
     "Close session: release the map's references, delete refcount==0 chunks from every "
-    "tier, delete the stored row. Open forks stay held until their fork_end or expiry",
+    "tier, delete the stored row. Open forks stay held until their fork_end or expiry. "
+    "if_last_event_ts: close only if the session's last_event_ts is still exactly this "
+    "(else refused, nothing changed)",
     required=("session_id",),
+    optional=("if_last_event_ts",),
     effects=Effects(turn=Turn.LEAVE, takes_over=True),
 )
 def session_close(ctx: HandlerContext, payload: dict, now: float) -> Change:
-    return ctx.manager.session_close(session_id_of(payload))
+    session_id = session_id_of(payload)
+    return ctx.manager.session_close(session_id, timestamp_of(payload, "if_last_event_ts"))

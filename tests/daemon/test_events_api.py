@@ -9,7 +9,7 @@ NINE = {
     "turn_end": (["session_id", "kv_transfer_params"], ["debug_context"]),
     "snapshot_restore": (["session_id"], ["source_session_id"]),
     "session_map": (["session_id"], []),
-    "session_close": (["session_id"], []),
+    "session_close": (["session_id"], ["if_last_event_ts"]),
     "session_suspend": (["session_id"], []),
     "session_fork": (["session_id"], []),
     "session_fork_end": (["session_id"], ["fork_id"]),
