@@ -371,18 +371,28 @@ def model_beside(shape: Shape, cal: dict[str, Any]) -> dict[str, Any]:
 
 
 @contextlib.contextmanager
-def _side(name: str, root: Path, shape: Shape, steered: bool) -> Iterator[Side]:
-    """An engine with bounded tiers, a daemon (steering it, or a no-op) and a proxy."""
-    settings = engine_settings(shape, root / name, free_ports(3))
-    settings.work_dir.mkdir(parents=True, exist_ok=True)
-    with EngineProcess(settings).start() as engine:
-        engine.wait_ready(900)
-        extra = f'lmcache_url = "{engine.memory_url}"\n' if steered else ""
-        with (
-            procs.daemon(noop=not steered, extra_config=extra) as (port, _),
-            _proxy(engine.url, f"http://127.0.0.1:{port}", root / f"proxy-{name}.log") as url,
-        ):
-            yield Side(name, engine, f"http://127.0.0.1:{port}", url)
+def _engines(root: Path, shape: Shape) -> Iterator[tuple[EngineProcess, EngineProcess]]:
+    """Both engines, started together (start-up is the longest wait) and stopped after."""
+    with contextlib.ExitStack() as stack:
+        engines = []
+        for name in ("alone", "steered"):
+            settings = engine_settings(shape, root / name, free_ports(3))
+            settings.work_dir.mkdir(parents=True, exist_ok=True)
+            engines.append(stack.enter_context(EngineProcess(settings).start()))
+        for engine in engines:
+            engine.wait_ready(900)
+        yield engines[0], engines[1]
+
+
+@contextlib.contextmanager
+def _side(name: str, root: Path, engine: EngineProcess, steered: bool) -> Iterator[Side]:
+    """A ready engine's daemon (steering it, or a no-op) and proxy."""
+    extra = f'lmcache_url = "{engine.memory_url}"\n' if steered else ""
+    with (
+        procs.daemon(noop=not steered, extra_config=extra) as (port, _),
+        _proxy(engine.url, f"http://127.0.0.1:{port}", root / f"proxy-{name}.log") as url,
+    ):
+        yield Side(name, engine, f"http://127.0.0.1:{port}", url)
 
 
 def quick_shape() -> Shape:
@@ -401,8 +411,9 @@ def run(
     with tempfile.TemporaryDirectory(prefix="ramakv-engine-bench-") as tmp:
         root = Path(work_dir or tmp).resolve()
         with (
-            _side("alone", root, shape, False) as alone,
-            _side("steered", root, shape, True) as steered,
+            _engines(root, shape) as (alone_engine, steered_engine),
+            _side("alone", root, alone_engine, False) as alone,
+            _side("steered", root, steered_engine, True) as steered,
         ):
             t0 = time.perf_counter()
             cal = _calibrate(steered.engine, shape, reps=2, salt=1)  # also warms it up
