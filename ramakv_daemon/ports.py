@@ -193,10 +193,12 @@ class StoreInUse(StoreError):
 
     Attributes:
         holder: who holds it, as its lock says ("pid 123 (ram-a-kv)").
+        lock_token: the token of that hold, as its lock says ("" when unknown); the
+            holding daemon answers the same in ``GET /healthz`` (``store_lock``).
     """
 
-    def __init__(self, store: str, holder: str) -> None:
-        self.store, self.holder = store, holder
+    def __init__(self, store: str, holder: str, lock_token: str = "") -> None:
+        self.store, self.holder, self.lock_token = store, holder, lock_token
         super().__init__(f"{store} is in use by {holder}")
 
 
@@ -570,6 +572,11 @@ class StoreAdmin(ABC):
             "pid 123 (ram-a-kv)" while a daemon has it open, None when nobody does (and
             always None for a shared store).
         """
+
+    def lock_token(self) -> str:
+        """The token of the hold on the store's lock now ("" when nobody holds it, or
+        for a shared store): the holding daemon says the same in ``GET /healthz``."""
+        return ""
 
     @abstractmethod
     async def close_sessions(self, cleanup: Cleanup) -> CleanupDone:
