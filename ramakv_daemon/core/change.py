@@ -20,6 +20,7 @@ class Facts:
         evicted_count: chunks evicted, where the reply does not say it.
         open_forks: forks still held after a session_close.
         fork_depth: the session's open forks after a session_fork.
+        reason: why the sender sent it (a lifecycle event's optional ``reason`` field).
     """
 
     turn: int | None = None
@@ -28,6 +29,7 @@ class Facts:
     evicted_count: int | None = None
     open_forks: int | None = None
     fork_depth: int | None = None
+    reason: str | None = None
 
     def as_notes(self) -> dict[str, object]:
         """The trace record's ``notes`` object: the facts that are set."""
@@ -44,6 +46,8 @@ class Facts:
             notes["open_forks"] = self.open_forks
         if self.fork_depth is not None:
             notes["fork_depth"] = self.fork_depth
+        if self.reason is not None:
+            notes["reason"] = self.reason
         return notes
 
 

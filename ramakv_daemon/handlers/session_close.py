@@ -3,6 +3,7 @@
 from ramakv_daemon.core.budget import Turn
 from ramakv_daemon.core.change import Change
 from ramakv_daemon.core.events import session_id_of
+from ramakv_daemon.handlers.reason import reason_of
 from ramakv_daemon.handlers.registry import Effects, HandlerContext, event
 
 
@@ -11,7 +12,11 @@ from ramakv_daemon.handlers.registry import Effects, HandlerContext, event
     "Close session: release the map's references, delete refcount==0 chunks from every "
     "tier, delete the stored row. Open forks stay held until their fork_end or expiry",
     required=("session_id",),
+    optional=("reason",),
     effects=Effects(turn=Turn.LEAVE, takes_over=True),
 )
 def session_close(ctx: HandlerContext, payload: dict, now: float) -> Change:
-    return ctx.manager.session_close(session_id_of(payload))
+    reason = reason_of(payload)
+    change = ctx.manager.session_close(session_id_of(payload))
+    change.facts.reason = reason
+    return change
