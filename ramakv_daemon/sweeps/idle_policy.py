@@ -195,7 +195,15 @@ class IdleSweep:
 
     async def _act(self, ns: Namespace, type_: str, sid: str, since: float) -> str:
         """Send one conditioned event; "suspend", "close", "" (no longer idle) or "failed"."""
-        payload = {"type": type_, "session_id": sid, "namespace": ns.key, FIELD: since}
+        # The reason names the policy on the trace (notes.reason), beside notes.idle_s.
+        reason = "idle_close_s" if type_ == "session_close" else "idle_suspend_s"
+        payload = {
+            "type": type_,
+            "session_id": sid,
+            "namespace": ns.key,
+            FIELD: since,
+            "reason": reason,
+        }
         status, body = await self.run(payload, None)
         if not body.get("ok"):
             # A store away (503) or a session that moved: the next sweep looks again.
