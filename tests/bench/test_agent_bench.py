@@ -82,6 +82,10 @@ def test_both_sides_play_the_same_plain_openai_requests(tmp_path: Path, stand_in
     a, b = summaries
     assert a["turns"] == b["turns"] == len(turns)
     assert a["prompt_tokens"] == b["prompt_tokens"] > 0
+    # Every turn but the last of each conversation calls its tool, and the proxy saw it.
+    calls = sum(t.after != END for t in turns)
+    assert a["tool_call_answers"] == b["tool_call_answers"] == calls
+    assert a["proxy_tool_calls"] == b["proxy_tool_calls"] == calls
     assert [t["chunk_hashes"] for t in sides[0].turns] == [
         t["chunk_hashes"] for t in sides[1].turns
     ]
