@@ -45,15 +45,17 @@ from bench.engine_workload import CHUNK, Shape
 
 GAP_S = 1.2  # between the two sides' requests: longer than vLLM's 1 s reader spin
 TIMEOUT = httpx.Timeout(300.0)
-# The proxy's and the daemon's lifecycle settings for this run. A quick tool's next request
-# comes after the other side's turn and two gaps (< 8 s); the longest slow pause lasts ~45
-# turns, under the idle close. Ended sessions are left to the daemon's idle suspend.
+# The proxy's and the daemon's lifecycle settings for this run, in its time scale (a turn
+# pair takes ~3-6 s here): a quick tool's next request comes after the other side's turn
+# and two gaps (< 8 s); the longest slow pause lasts 16 turns (~90 s), under both idle
+# closes, which end the sessions that gave their final answer. The daemon's idle suspend
+# takes such a session out of DDR first (the proxy suspends only after a tool call).
 PROXY_FLAGS = {
     "--tool-pause-suspend-s": "8",
     "--restore-wait-ms": "1000",
-    "--session-idle-close-s": "400",
+    "--session-idle-close-s": "150",
 }
-DAEMON_IDLE = {"idle_suspend_s": 30.0, "idle_close_s": 600.0}
+DAEMON_IDLE = {"idle_suspend_s": 20.0, "idle_close_s": 180.0}
 
 
 def proxy_flags() -> list[str]:
