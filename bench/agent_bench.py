@@ -30,18 +30,17 @@ import sys
 import tempfile
 import time
 from collections.abc import Iterator
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any
 
 import httpx
 
-from ascend_ext.tiny_engine import EngineProcess
+from ascend_ext.tiny_engine import EngineProcess, free_ports
 from bench import procs
 from bench.agent_script import AgentTurn, Conversation, script
-from bench.engine_bench import _engines as engines
 from bench.engine_bench import quick_shape
-from bench.engine_workload import CHUNK, Shape
+from bench.engine_workload import CHUNK, Shape, engine_settings
 
 GAP_S = 1.2  # between the two sides' requests: longer than vLLM's 1 s reader spin
 TIMEOUT = httpx.Timeout(300.0)
@@ -56,6 +55,9 @@ PROXY_FLAGS = {
     "--session-idle-close-s": "150",
 }
 DAEMON_IDLE = {"idle_suspend_s": 20.0, "idle_close_s": 180.0}
+# vLLM answers a named tool_choice only with a tool parser configured (and builds the parser
+# only with auto tool choice on): the tiny model then answers every such turn with the call.
+TOOL_FLAGS = ("--enable-auto-tool-choice", "--tool-call-parser", "pythonic")
 
 
 def proxy_flags() -> list[str]:
@@ -117,7 +119,8 @@ class Side:
         t0 = time.perf_counter()
         r = httpx.post(self.proxy_url + "/v1/chat/completions", json=body, timeout=TIMEOUT)
         ttft = time.perf_counter() - t0
-        r.raise_for_status()
+        if r.status_code != 200:
+            raise RuntimeError(f"{self.name}: HTTP {r.status_code} {r.text[:500]}")
         answer = r.json()
         params = answer.get("kv_transfer_params") or {}
         choice = answer["choices"][0]
@@ -201,6 +204,22 @@ def play_all(turns: list[AgentTurn], system: str, sides: tuple[Side, Side], gap_
             conv = side.conversations.setdefault(turn.session, Conversation(turn.session, system))
             side.play(conv, conv.request(turn, max_tokens=1))
             time.sleep(gap_s)  # idle on purpose: the other engine's reader spins meanwhile
+
+
+@contextlib.contextmanager
+def engines(root: Path, shape: Shape) -> Iterator[tuple[EngineProcess, EngineProcess]]:
+    """Both engines of the engine benchmark's shape, with tool calls on, started together."""
+    with contextlib.ExitStack() as stack:
+        started = []
+        for name in ("alone", "steered"):
+            settings = replace(
+                engine_settings(shape, root / name, free_ports(3)), extra_args=TOOL_FLAGS
+            )
+            settings.work_dir.mkdir(parents=True, exist_ok=True)
+            started.append(stack.enter_context(EngineProcess(settings).start()))
+        for engine in started:
+            engine.wait_ready(900)
+        yield started[0], started[1]
 
 
 @contextlib.contextmanager
