@@ -158,7 +158,11 @@ class Side:
             "idle_policy_closes": _metric_sum(
                 text, "ramakv_idle_policy_sessions_total", 'action="close"'
             ),
-            "daemon_evictions_sent": _metric_sum(text, "ramakv_evict_hashes_sent_total"),
+            # Chunks the daemon sent the cache, by call (prefetch, evict, demote...).
+            "daemon_chunks_sent": {
+                op: _metric_sum(text, "ramakv_backend_chunks_total", f'op="{op}"')
+                for op in ("prefetch", "evict", "demote")
+            },
         }
 
     def summary(self) -> dict[str, Any]:
@@ -300,7 +304,7 @@ def table(res: dict[str, Any]) -> str:
         "idle_policy_suspends",
         "idle_policy_closes",
         "restored_ddr_fraction",
-        "daemon_evictions_sent",
+        "daemon_chunks_sent",
     ):
         rows.append(f"| {key} | {res['alone'].get(key)} | {res['steered'].get(key)} |")
     rows += [
