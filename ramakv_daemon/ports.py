@@ -336,11 +336,13 @@ class SharedSessionStore(SessionStore, Protocol):
         ...
 
     async def claim(self, session_id: str) -> Claimed | None:
-        """Take a session from the node that owns it, atomically, telling that node.
+        """Take a session from the node that owns it, atomically, telling that node; the
+        row gets a new version (the old owner's writes of its copy are fenced from now).
 
         Returns:
-            The row as the previous owner committed it; None when it is stored nowhere or
-            this node owns it already.
+            The row as the previous owner committed it (this node's own row as stored,
+            ``previous_owner`` this node, with its forks: one not held in memory, such as
+            an adopt a failed commit rolled back); None when it is stored nowhere.
         Raises:
             StoreError: nothing was taken.
         """

@@ -124,10 +124,18 @@ class Pipeline:
         payload: dict[str, Any],
         slot: AnswerSlot | None,
     ) -> Outcome:
+        new_fork_id = None
         if self.ownership.shared:  # a shared store: take the session over first
-            await self.ownership.before(handler.effects.takes_over, session_id)
+            # The new fork's id first: before() hands over with no await left before the
+            # apply, so a release cannot close the session in between.
+            if handler.apply is not None:
+                new_fork_id = await self.ownership.fork_id(handler.effects.store_fork_id)
+            fork_id = payload.get("fork_id")  # a fork_end's fork may be on another node
+            await self.ownership.before(handler.effects.takes_over, session_id, fork_id)
         ns = self.namespaces[self.namespaces.resolve(payload)]
-        return await self._apply_and_commit(handler, type_, session_id, payload, ns, slot)
+        return await self._apply_and_commit(
+            handler, type_, session_id, payload, ns, slot, new_fork_id
+        )
 
     async def _apply_and_commit(
         self,
@@ -137,7 +145,9 @@ class Pipeline:
         payload: dict[str, Any],
         ns: Namespace,
         slot: AnswerSlot | None,
+        fork_id: int | None = None,
     ) -> Outcome:
+        """``fork_id``: the id a shared store handed out for the fork this event opens."""
         if handler.query is not None:  # asks the backend; changes nothing
             change = await handler.query(ns.ctx, payload, ns.dispatcher.backend)
             change.namespace = ns.key
@@ -145,9 +155,6 @@ class Pipeline:
         # Callable[..., Result]: a handler whose spec says store_fork_id takes fork_id too.
         apply: Callable[..., Result] | None = handler.apply
         assert apply is not None  # a handler has one or the other
-        fork_id = None
-        if self.ownership.shared:  # a shared store hands out fork ids
-            fork_id = await self.ownership.fork_id(handler.effects.store_fork_id)
         if fork_id is not None:
             # Only a handler whose spec says store_fork_id takes it (no other gets one).
             apply = partial(apply, fork_id=fork_id)

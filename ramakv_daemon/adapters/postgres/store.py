@@ -306,17 +306,21 @@ class PostgresSessionStore:
         return [StoredAnswer(e, r, d) for e, r, d in reversed(rows)]
 
     async def claim(self, session_id: str) -> Claimed | None:
-        """Take ``session_id`` from the node that owns it, atomically (row lock), telling
-        that node at commit; None when it is stored nowhere or this node owns it already."""
+        """Take ``session_id`` from the node that owns it, atomically (row lock, a new
+        version), telling that node at commit; None when it is stored nowhere. A row this
+        node owns comes back as stored (previous_owner: this node), with its forks."""
         try:
             async with self.need_pool().acquire() as con, con.transaction():
                 row = await con.fetchrow(sql.CLAIM_SESSION, session_id, self.node_id)
                 if row is None:
                     return None
-                fork_rows = await con.fetch(
-                    sql.CLAIM_FORKS, session_id, self.node_id, row["previous_owner"]
-                )
-                await self.notify(con, [(session_id, row["previous_owner"])])
+                if row["previous_owner"] == self.node_id:  # an own row: its own forks too
+                    fork_rows = await con.fetch(sql.SELECT_FORKS_OF, session_id, self.node_id)
+                else:
+                    fork_rows = await con.fetch(
+                        sql.CLAIM_FORKS, session_id, self.node_id, row["previous_owner"]
+                    )
+                    await self.notify(con, [(session_id, row["previous_owner"])])
         except DB_ERRORS as err:
             self._failed(err)
             raise StoreError(f"cannot take over session {session_id!r}: {err}") from err
