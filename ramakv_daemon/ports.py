@@ -360,6 +360,11 @@ class SharedSessionStore(SessionStore, Protocol):
         """Session id -> owning node, for the stored ones among ``session_ids``."""
         ...
 
+    async def stored_versions(self, session_ids: list[str]) -> dict[str, int]:
+        """Session id -> its row's version now, for the stored ones among
+        ``session_ids`` (compared with :meth:`version`: is this node's copy current?)."""
+        ...
+
     def on_release(self, callback: ReleaseCallback | None) -> None:
         """Call ``callback(session_id, new_owner)`` when another node takes a session."""
         ...

@@ -105,15 +105,29 @@ class Pipeline:
         """Apply and commit. A fenced commit (StoreFenced: nothing written, undone) is
         applied again: ownership first releases the stale copy and claims the row as
         stored, so the event acts on what another node acknowledged, never on the copy."""
+        effects = handler.effects
+        # A changing event that writes no row of its session (refused, or a no-op) is
+        # checked against the stored version instead: no fence sees it (reads never are).
+        check = self.ownership.shared and effects.takes_over and not effects.reads
         for _ in range(FENCED_TRIES - 1):
             try:
-                return await self._attempt(handler, type_, session_id, payload, slot)
+                o = await self._attempt(handler, type_, session_id, payload, slot)
+            except RamAKvError:
+                if not check or not await self.ownership.stale_copy(True, session_id):
+                    raise
+                continue  # refused from a stale copy: applied again on the stored row
             except StoreFenced as err:
                 log.info(
                     "event %s for %s applied again: %s", type_, loggable(session_id or ""), err
                 )
                 if slot is not None:
                     slot.stored = None  # that answer was rolled back with its change
+                continue
+            wrote = o.change.writes and session_id in o.change.prev_sessions
+            if wrote or not check or not await self.ownership.stale_copy(True, session_id):
+                return o
+            if slot is not None:  # answered from a stale copy: applied again
+                slot.stored = None
         return await self._attempt(handler, type_, session_id, payload, slot)
 
     async def _attempt(

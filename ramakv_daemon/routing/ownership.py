@@ -198,6 +198,25 @@ class Ownership:
             len(claimed.forks),
         )
 
+    async def stale_copy(self, takes_over: bool, session_id: str | None) -> bool:
+        """An event that acts on ``session_id`` wrote no row of it here: refused
+        (suspended, not found, ...) or a no-op (a suspend of a suspended copy). Nothing
+        was written, so no fence can tell it came from a stale copy: True when the stored
+        row is not the version this node read (marked stale: the event is applied again
+        after the release and claim). One query, only for such events."""
+        if not self.shared or not session_id or not takes_over or _LOCAL.get() == session_id:
+            return False
+        store = self.shared_store
+        try:
+            stored = (await store.stored_versions([session_id])).get(session_id)
+        except StoreError:
+            return False
+        if stored == store.version(session_id):
+            return False
+        log.info("a refusal of %r came from a stale copy: applied again", session_id)
+        self._stale.add(session_id)
+        return True
+
     async def _fork_elsewhere(self, fork_id: object) -> bool:
         """True when ``fork_id`` (an id a fork_end names) is not held here but another
         node holds its row (one query, only for an id unknown here)."""

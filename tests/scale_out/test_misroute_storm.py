@@ -128,11 +128,6 @@ def held_ids(d: DaemonProcess) -> tuple[set[str], set[int]]:
     return sessions, forks
 
 
-@pytest.mark.xfail(
-    reason="not done (issue 24 item 1): seed 7 still finds an acknowledged session_suspend "
-    "undone (the row active again) after fenced retries under concurrent misroutes",
-    strict=False,
-)
 @pytest.mark.parametrize("seed", [7, 24])
 async def test_a_misroute_storm_loses_no_acknowledged_change_and_strands_no_fork(
     seed: int,

@@ -102,6 +102,7 @@ WITH moved AS (
 )
 SELECT * FROM moved
 """
+SELECT_VERSIONS = "SELECT session_id, version FROM sessions WHERE session_id = ANY($1::text[])"
 # An own row's claim: this node's open forks of the session (an adopt rolled back lost them).
 SELECT_FORKS_OF = (
     "SELECT fork_id, session_id, namespace, hashes_json, created_ts FROM forks "

@@ -166,6 +166,11 @@ class PostgresSessionStore:
         )
         return {r["session_id"]: r["owner"] for r in rows}
 
+    async def stored_versions(self, session_ids: list[str]) -> dict[str, int]:
+        """session id -> its row's version now, for the stored ones among ``session_ids``."""
+        rows = await self.fetch(sql.SELECT_VERSIONS, session_ids)
+        return {r[0]: int(r[1]) for r in rows}
+
     async def fork_owners_of(self, fork_ids: list[int]) -> dict[int, str]:
         """fork id -> holding node, for the stored ones among ``fork_ids``."""
         rows = await self.fetch(sql.SELECT_FORK_OWNERS_OF, fork_ids)
