@@ -195,6 +195,12 @@ class SqliteSessionStore:
             await self.close()
             raise StoreError(f"cannot open session store {self.path}: {err}") from err
 
+    @property
+    def lock_token(self) -> str:
+        """The token of this daemon's hold on the store's lock ("" without one: an
+        in-memory store, or not open): ``GET /healthz`` says it as ``store_lock``."""
+        return self._lock.token if self._lock is not None else ""
+
     def _open_checkpointer(self) -> sqlite3.Connection:
         # Opened with the others, never later: a connection opened after the WAL was
         # unlinked would create a new, empty one under the others' shared index.
