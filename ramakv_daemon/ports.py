@@ -165,22 +165,16 @@ class StoreError(Exception):
 
 
 class StoreFenced(StoreError):
-    """A fenced write found session rows another writer changed since this store last
-    loaded, claimed or wrote them (their version moved: another node took the session,
-    wrote or deleted it, or created a row this store never read). Nothing of the write
-    was stored: the transaction was rolled back whole (docs/scale-out.md, "Fencing").
-
-    Attributes:
-        sessions: the ids of those rows.
-    """
+    """A fenced write found the rows of ``sessions`` changed since this store last loaded,
+    claimed or wrote them (another node took, wrote, deleted or created one): nothing of
+    the write was stored, its transaction rolled back whole (docs/scale-out.md)."""
 
     def __init__(self, sessions: Sequence[str]) -> None:
         self.sessions = tuple(sessions)
         shown = ", ".join(repr(s) for s in self.sessions[:5])
-        more = f" and {len(self.sessions) - 5} more" if len(self.sessions) > 5 else ""
         super().__init__(
-            f"session {shown}{more} changed on another node since this node read it "
-            "(fenced: nothing written; the event is applied again on the stored state)"
+            f"session {shown} changed on another node since this node read it (fenced: "
+            "nothing written; the event is applied again on the stored state)"
         )
 
 
@@ -323,14 +317,10 @@ class SessionStore(Protocol):
         forks: dict[int, Fork | None] | None = None,
         next_fork_id: int | None = None,
     ) -> None:
-        """Apply everything in one transaction: the fenced write.
-
-        Every session row written or deleted is conditional on the row's version being
-        the one this store last loaded (:meth:`load_all`), claimed or wrote, checked in
-        the same transaction (a row it never saw must not exist; a row it was told to
-        :meth:`disown` is never touched); each row written gets a new version. Forks,
-        outbox rows and answers go in that transaction, so they are stored exactly when
-        the session rows they belong with are.
+        """Apply everything in one transaction: the fenced write. Each session row is
+        written or deleted only at the version this store last loaded, claimed or wrote,
+        checked in that transaction (a row it never saw must not exist, a disowned one is
+        never touched); a row written gets a new version.
 
         Args:
             sessions: session id -> new state, or None to delete the session.
@@ -341,21 +331,17 @@ class SessionStore(Protocol):
             forks: fork id -> open fork, or None when it ended.
             next_fork_id: the counter's new value (stored only if higher).
         Raises:
-            StoreFenced: a session row's version moved (named); nothing was written.
-            StoreError: nothing was written.
+            StoreError: nothing was written (StoreFenced: a row's version moved).
         """
         ...
 
     def version(self, session_id: str) -> int | None:
-        """The version of ``session_id``'s row as this store last loaded, claimed or wrote
-        it, which its next write is conditional on; None: no row as far as this store
-        knows (its next write must create one)."""
+        """The version of the row this store last loaded, claimed or wrote, which its next
+        write is conditional on; None: no row as it knows (a write must create one)."""
         ...
 
     def disown(self, session_ids: Sequence[str]) -> None:
-        """Forget the rows of ``session_ids``: this node no longer owns them (the database
-        said another node does, or that they are gone), so the close that releases them
-        here deletes nothing, and a later write must create the row anew."""
+        """Forget rows this node no longer owns: its release's close deletes nothing."""
         ...
 
     def problem(self) -> str | None:
@@ -406,13 +392,12 @@ class SharedSessionStore(SessionStore, Protocol):
         ...
 
     async def claim(self, session_id: str) -> Claimed | None:
-        """Take a session from the node that owns it, atomically, telling that node; the
-        row gets a new version (the old owner's writes of its copy are fenced from now).
+        """Take a session from its node, atomically, telling that node; the row gets a new
+        version (the old owner's writes of its copy are fenced from now).
 
         Returns:
-            The row as the previous owner committed it (this node's own row as stored,
-            ``previous_owner`` this node, with its forks: one not held in memory, such as
-            an adopt a failed commit rolled back); None when it is stored nowhere.
+            The row as the previous owner committed it (an own row as stored, with its
+            forks: an adopt a failed commit rolled back); None when stored nowhere.
         Raises:
             StoreError: nothing was taken.
         """
@@ -431,8 +416,7 @@ class SharedSessionStore(SessionStore, Protocol):
         ...
 
     async def stored_versions(self, session_ids: list[str]) -> dict[str, int]:
-        """Session id -> its row's version now, for the stored ones among
-        ``session_ids`` (compared with :meth:`version`: is this node's copy current?)."""
+        """Session id -> its row's version now (is this node's copy current?)."""
         ...
 
     def on_release(self, callback: ReleaseCallback | None) -> None:

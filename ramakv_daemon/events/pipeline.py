@@ -113,7 +113,7 @@ class Pipeline:
             try:
                 o = await self._attempt(handler, type_, session_id, payload, slot)
             except RamAKvError:
-                if not check or not await self.ownership.stale_copy(True, session_id):
+                if not check or not await self.ownership.stale_copy(session_id):
                     raise
                 continue  # refused from a stale copy: applied again on the stored row
             except StoreFenced as err:
@@ -124,7 +124,7 @@ class Pipeline:
                     slot.stored = None  # that answer was rolled back with its change
                 continue
             wrote = o.change.writes and session_id in o.change.prev_sessions
-            if wrote or not check or not await self.ownership.stale_copy(True, session_id):
+            if wrote or not check or not await self.ownership.stale_copy(session_id):
                 return o
             if slot is not None:  # answered from a stale copy: applied again
                 slot.stored = None

@@ -198,13 +198,13 @@ class Ownership:
             len(claimed.forks),
         )
 
-    async def stale_copy(self, takes_over: bool, session_id: str | None) -> bool:
+    async def stale_copy(self, session_id: str | None) -> bool:
         """An event that acts on ``session_id`` wrote no row of it here: refused
         (suspended, not found, ...) or a no-op (a suspend of a suspended copy). Nothing
         was written, so no fence can tell it came from a stale copy: True when the stored
         row is not the version this node read (marked stale: the event is applied again
         after the release and claim). One query, only for such events."""
-        if not self.shared or not session_id or not takes_over or _LOCAL.get() == session_id:
+        if not self.shared or not session_id or _LOCAL.get() == session_id:
             return False
         store = self.shared_store
         try:

@@ -16,6 +16,7 @@ from typing import Any
 from ramakv_daemon.config import Config
 from ramakv_daemon.handlers.idle_condition import FIELD
 from ramakv_daemon.routing.namespaces import Namespace, Namespaces
+from ramakv_daemon.routing.ownership import Ownership
 from ramakv_daemon.telemetry.log_text import loggable
 from ramakv_daemon.telemetry.metrics import DaemonMetrics
 
@@ -196,7 +197,10 @@ class IdleSweep:
     async def _act(self, ns: Namespace, type_: str, sid: str, since: float) -> str:
         """Send one conditioned event; "suspend", "close", "" (no longer idle) or "failed"."""
         payload = {"type": type_, "session_id": sid, "namespace": ns.key, FIELD: since}
-        status, body = await self.run(payload, None)
+        # On a shared store the sweep acts on this node's copy only: never taking the
+        # session over from the node another event moved it to (its write is fenced).
+        with Ownership.local(sid):
+            status, body = await self.run(payload, None)
         if not body.get("ok"):
             # A store away (503) or a session that moved: the next sweep looks again.
             log.warning(

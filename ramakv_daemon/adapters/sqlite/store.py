@@ -25,6 +25,7 @@ from ramakv_daemon.adapters.sqlite.schema import (
     SELECT_SESSIONS,
     UPSERT_SESSION,
     UPSERT_STATE,
+    existing_sessions,
 )
 from ramakv_daemon.adapters.store_lock import StoreLock, StoreLocked
 from ramakv_daemon.adapters.store_rows import (
@@ -73,17 +74,6 @@ def _is_busy(err: BaseException | None) -> bool:
 
 
 _LOAD_BATCH = 256  # sessions per fetch at start-up
-
-
-def _existing(db: sqlite3.Connection, session_ids: list[str]) -> list[str]:
-    """Those of ``session_ids`` that have a stored row (in chunks: SQLite's variable limit)."""
-    found: list[str] = []
-    for i in range(0, len(session_ids), 500):
-        part = session_ids[i : i + 500]
-        marks = ",".join("?" * len(part))
-        rows = db.execute(f"SELECT session_id FROM sessions WHERE session_id IN ({marks})", part)
-        found.extend(r[0] for r in rows)
-    return found
 
 
 class SqliteSessionStore:
@@ -514,7 +504,7 @@ class SqliteSessionStore:
         try:
             db.execute("BEGIN IMMEDIATE")
             if created:
-                fenced = _existing(db, created)
+                fenced = existing_sessions(db, created)
                 if fenced:
                     raise StoreFenced(fenced)
             if upserts:
