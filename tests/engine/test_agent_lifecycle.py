@@ -224,3 +224,71 @@ def test_the_agents_sdk_hooks_on_the_real_engine(
     assert state(steering_daemon, "agents-real") == "active"
     turns = steering_daemon.event("list_sessions")["data"]["sessions"]
     assert next(s for s in turns if s["session_id"] == "agents-real")["turn_count"] == 2
+
+
+def test_the_langgraph_hooks_on_the_real_engine(
+    engine: EngineProcess, steering_daemon: DaemonProcess, lifecycle_proxy
+) -> None:
+    """A two-node LangGraph graph (the model, forced to call the tool, then the ToolNode)
+    on ChatOpenAI through the proxy: the thread's id names the session on the model call,
+    the handler suspends around the slow tool and closes at the run's end."""
+    pytest.importorskip("langgraph", reason="the langgraph extra is not installed")
+    import asyncio
+
+    from langchain_core.tools import tool
+    from langchain_openai import ChatOpenAI
+    from langgraph.graph import END, START, MessagesState, StateGraph
+    from langgraph.prebuilt import ToolNode
+
+    from ramakv_sdk.client import AsyncClient
+    from ramakv_sdk.hooks.langchain import RamAKvCallbackHandler, session_http_client
+    from ramakv_sdk.hooks.signals import SessionSignals
+
+    @tool
+    def list_files(path: Literal["."]) -> str:
+        """List the files under a path."""
+        return "README.md setup.py"
+
+    async def run() -> list:
+        http = session_http_client()
+        client = AsyncClient(steering_daemon.url)
+        model = ChatOpenAI(
+            model="tiny",
+            base_url=lifecycle_proxy.url + "/v1",
+            api_key="x",
+            http_async_client=http,
+            max_retries=0,
+            max_tokens=24,
+        ).bind_tools([list_files], tool_choice="list_files")
+
+        async def call_model(state: MessagesState) -> dict:
+            return {"messages": [await model.ainvoke(state["messages"])]}
+
+        graph = StateGraph(MessagesState)
+        graph.add_node("model", call_model)
+        graph.add_node("tools", ToolNode([list_files]))
+        graph.add_edge(START, "model")
+        graph.add_edge("model", "tools")
+        graph.add_edge("tools", END)
+        handler = RamAKvCallbackHandler(
+            slow_tools={"list_files"}, on_end="close", signals=SessionSignals(client)
+        )
+        config = {"configurable": {"thread_id": "lg-real"}, "callbacks": [handler]}
+        system = ("system", text("shared tools prompt", 700))
+        try:
+            out = await graph.compile().ainvoke(
+                {"messages": [system, ("user", "List the files.")]}, config
+            )
+        finally:
+            await client.aclose()
+            await http.aclose()
+        assert out["messages"][-1].content == "README.md setup.py"
+        return handler.signals.sent
+
+    sent = asyncio.run(run())
+    assert sent == [
+        ("session_suspend", "lg-real", "slow_tool"),
+        ("snapshot_restore", "lg-real", "tool_done"),
+        ("session_close", "lg-real", "run_end"),
+    ]
+    assert state(steering_daemon, "lg-real") is None  # closed
