@@ -45,8 +45,7 @@ ASK = {
 
 @pytest.fixture
 def cache(tmp_path) -> Iterator[str]:  # noqa: ANN001
-    disk = str(tmp_path / "disk")
-    with devserver("--disk-dir", disk, "--ddr-mb", "64", start_timeout=600) as (url, _):
+    with devserver("--disk-dir", str(tmp_path / "disk"), "--ddr-mb", "64") as (url, _):
         yield url
 
 

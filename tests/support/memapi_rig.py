@@ -79,9 +79,8 @@ def devserver(
     )
     url = f"http://127.0.0.1:{port}"
     try:
-        deadline = (
-            time.monotonic() + start_timeout
-        )  # a hang guard: start-up imports torch + LMCache
+        # a hang guard: start-up imports torch + LMCache
+        deadline = time.monotonic() + start_timeout
         while True:
             try:
                 if httpx.get(url + "/health", timeout=1).status_code == 200:
