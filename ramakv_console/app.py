@@ -42,7 +42,7 @@ def readable(data: Any) -> str:
     return ", ".join(parts) or "ok"
 
 
-SHARED_READ_MAX = 1000  # ids in one list_sessions re-read of shared counts
+SHARED_READ_MAX = 200  # up to this many sessions every one is re-read, else the shown rows
 
 VIEWS = {
     "sessions": "Sessions",
