@@ -152,3 +152,20 @@ async def test_every_seq_agrees_with_the_model(daemon_proc: Any) -> None:
             for i in range(2, 13):
                 await step({"type": "session_close", "session_id": f"agent-{i}"})
             assert state["sessions"]["agent-1"]["shared_count"] == 0
+
+
+def test_list_sessions_session_ids_filters_and_refuses_bad_lists(daemon_proc: Any) -> None:
+    for sid in ("a", "b", "c"):
+        daemon_proc.post(
+            {"type": "turn_end", "session_id": sid, "kv_transfer_params": {"chunk_hashes": ["s"]}}
+        )
+    data = daemon_proc.event("list_sessions", session_ids=["c", "a", "nobody"])["data"]
+    assert data["total"] == 2
+    assert [(r["session_id"], r["shared_count"]) for r in data["sessions"]] == [("a", 1), ("c", 1)]
+    for bad, error in (
+        ("a", "'session_ids' must be a list of strings"),
+        (["a", 1], "'session_ids' must be a list of strings"),
+        ([f"s{i}" for i in range(10001)], "'session_ids' has 10001 ids, more than 10000"),
+    ):
+        answer = daemon_proc.event("list_sessions", session_ids=bad)
+        assert answer == {"ok": False, "type": "list_sessions", "error": error}
