@@ -3,8 +3,6 @@ stops them (the HTTP app, the benchmarks and the tests all build the daemon here
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import logging
 import time
 from collections.abc import Callable
@@ -41,7 +39,6 @@ from ramakv_daemon.sweeps.idle_policy import IdleSweep
 from ramakv_daemon.telemetry.metrics import DaemonMetrics
 from ramakv_daemon.trace.hub import TraceHub
 from ramakv_daemon.trace.records import TraceRecords, publish_backend_failure
-from ramakv_daemon.trace.shared_counts import SharedCounts
 
 log = logging.getLogger("ramakv")
 
@@ -85,7 +82,6 @@ class Daemon:
     trace: TraceHub
     committer: GroupCommitter
     namespaces: Namespaces
-    shared: SharedCounts
     records: TraceRecords
     ownership: Ownership
     answers: AnswerCache
@@ -93,7 +89,6 @@ class Daemon:
     service: EventService
     fork_expiry: ForkExpiry
     idle_sweep: IdleSweep
-    _warm_task: asyncio.Task[int] | None = field(default=None, repr=False)
     _subscribers_closed: bool = field(default=False, repr=False)
 
     @property
@@ -134,11 +129,6 @@ class Daemon:
             if ns.delivers:
                 ns.dispatcher.start()
         await self.ownership.start()  # what a shared store says was lost while away
-        # Every stored session's shared_count, in the background: snapshots then need
-        # no refcount lookups (seconds of them at 50,000 sessions x 512 chunks).
-        self._warm_task = asyncio.get_running_loop().create_task(
-            self.shared.warm(self.namespaces.managers), name="shared-counts"
-        )
         await self.fork_expiry.start()
         await self.idle_sweep.start()
 
@@ -151,10 +141,6 @@ class Daemon:
 
     async def stop(self) -> None:
         """Close subscribers, flush commits and backend calls, close the store."""
-        if self._warm_task is not None and not self._warm_task.done():
-            self._warm_task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._warm_task
         await self.idle_sweep.close()
         await self.fork_expiry.close()
         self.close_subscribers()
@@ -212,8 +198,7 @@ def build(
         partial(report_window, metrics, trace.publish),
     )
     namespaces.setup()
-    shared = SharedCounts()
-    records = TraceRecords(trace, namespaces, shared)
+    records = TraceRecords(trace, namespaces)
     ownership = Ownership(store, namespaces)
     reactions = Reactions(
         [
@@ -247,7 +232,6 @@ def build(
         trace,
         committer,
         namespaces,
-        shared,
         records,
         ownership,
         answers,

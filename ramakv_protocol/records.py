@@ -30,7 +30,9 @@ class SessionSummary(TypedDict):
     state: SessionState
     turn_count: int
     chunk_count: int  # the map's length, repeats included
-    shared_count: int | None  # None: the daemon's start-up pass has not reached it yet
+    # distinct chunks of the map another session holds, as of the record (None: an older
+    # daemon's start-up pass had not reached the session yet; this one always sends it)
+    shared_count: int | None
     fork_holds: int
     forks: list[ForkSummary]
     last_event_ts: float
@@ -78,6 +80,8 @@ class Delta(TypedDict):
     sessions: dict[str, SessionSummary | None]  # None: the session is gone
     refcounts: dict[str, int]  # 0: dropped from the table
     forks: NotRequired[dict[str, ForkSummary | None]]  # fork id -> summary; None: ended
+    # True: sessions not in ``sessions`` may have a new shared_count (list_sessions has it)
+    shared_changed: NotRequired[bool]
 
 
 class Omitted(TypedDict):

@@ -13,8 +13,7 @@ from ramakv_daemon.events.reads import Delta
 from ramakv_daemon.ports import BackendResult
 from ramakv_daemon.routing.namespaces import Namespaces
 from ramakv_daemon.trace.hub import TraceHub, cut
-from ramakv_daemon.trace.protocol import summary
-from ramakv_daemon.trace.shared_counts import SharedCounts
+from ramakv_daemon.trace.protocol import shares_moved, summary
 from ramakv_daemon.trace.snapshot import totals
 from ramakv_protocol.records import SessionSummary
 
@@ -22,20 +21,23 @@ from ramakv_protocol.records import SessionSummary
 class TraceRecords:
     """Builds records from the namespaces' state and publishes them on the hub."""
 
-    def __init__(self, hub: TraceHub, namespaces: Namespaces, shared: SharedCounts) -> None:
+    def __init__(self, hub: TraceHub, namespaces: Namespaces) -> None:
         self.hub = hub
         self.namespaces = namespaces
-        self.shared = shared  # every summary built refreshes the snapshot's shared_count
 
     def delta(self, c: Change) -> Delta:
         """What the event changed, as it stands now: session summaries (protocol 2 sends
-        no maps) and the refcounts."""
+        no maps), the refcounts, and ``shared_changed`` when sessions not listed may have
+        a new shared_count (a chunk crossed 1 <-> 2: finding its other holders would cost
+        a scan of every map or a holder index; readers ask list_sessions instead)."""
         manager = self.namespaces.managers[c.namespace]
         counts = manager.refcounts.counts
         delta: Delta = {
             "sessions": {sid: self._summary(manager, sid) for sid in c.prev_sessions},
             "refcounts": {h: counts.get(h, 0) for h in c.prev_counts},
         }
+        if shares_moved(c.prev_counts, counts, manager.parked, len(manager.forks)):
+            delta["shared_changed"] = True
         if c.prev_forks:  # fork id -> its summary, or None once ended
             forks = manager.forks
             delta["forks"] = {
@@ -45,15 +47,12 @@ class TraceRecords:
         return delta
 
     def _summary(self, manager: SessionManager, sid: str) -> SessionSummary | None:
-        """A session's trace summary now (None when gone); its shared_count is kept for
-        snapshots (see shared_counts)."""
+        """A session's trace summary now (None when gone)."""
         s = manager.sessions.get(sid)
         if s is None:
-            self.shared.put(manager.namespace, sid, None)
             return None
-        row = summary(s, manager.refcounts.counts, manager.forks.of(sid))
-        self.shared.put(manager.namespace, sid, row["shared_count"])
-        return row
+        table = manager.refcounts
+        return summary(s, table.counts, manager.forks.of(sid), table.shared)
 
     def event(self, o: Outcome) -> None:
         """An applied event's record."""

@@ -278,7 +278,7 @@ class PostgresSessionStore:
         """The sessions this node owns (corrupt rows are skipped and logged)."""
         rows = await self.fetch(sql.SELECT_OWNED, self.node_id)
         self._versions = {r[0]: int(r[6]) for r in rows}
-        return decode_sessions(tuple(r)[:6] for r in rows)
+        return decode_sessions((tuple(r)[:6] for r in rows), {})
 
     def version(self, session_id: str) -> int | None:
         """The version of ``session_id``'s row this node last loaded, claimed or wrote."""

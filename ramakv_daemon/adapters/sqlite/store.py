@@ -268,10 +268,11 @@ class SqliteSessionStore:
                 # hashes) is freed before the next one arrives and its memory reused,
                 # instead of the whole table's text being faulted in at once.
                 versions = self._versions
+                anchors: dict[str, tuple[str, ...]] = {}  # maps sharing a prefix share it
                 while rows := await cur.fetchmany(_LOAD_BATCH):
                     # Every stored row, a corrupt one too: writing it replaces it.
                     versions.update((r[0], 0) for r in rows)
-                    out.extend(decode_sessions(rows))
+                    out.extend(decode_sessions(rows, anchors))
                     gc.collect(0)
         except sqlite3.Error as err:
             raise StoreError(f"cannot read session store {self.path}: {err}") from err
