@@ -214,7 +214,7 @@ def build(
     reactions = Reactions(
         [
             warn_forced,
-            BudgetPolicy(metrics),
+            BudgetPolicy(metrics, clock),
             send_prefetch,
             publish_event(records),
             publish_budget(records),

@@ -4,7 +4,7 @@ demotion pass when over budget (each event's spec says what it means for the bud
 from __future__ import annotations
 
 import logging
-import time
+from collections.abc import Callable
 
 from ramakv_daemon.events.outcome import Outcome
 from ramakv_daemon.telemetry.metrics import DaemonMetrics
@@ -17,8 +17,10 @@ WARN_EVERY_S = 60.0
 class BudgetPolicy:
     """A reaction: runs the namespace's budget bookkeeping after each applied event."""
 
-    def __init__(self, metrics: DaemonMetrics) -> None:
+    def __init__(self, metrics: DaemonMetrics, clock: Callable[[], float]) -> None:
+        """``clock``: the wall clock events read (injected: tests move it by hand)."""
         self.metrics = metrics
+        self.clock = clock
         self._warned: dict[str, float] = {}  # namespace -> last over-budget warning
 
     def __call__(self, o: Outcome) -> None:
@@ -28,7 +30,7 @@ class BudgetPolicy:
         b = ns.budget
         if not b.budget or o.delta is None:  # no budget, or a query (changes nothing)
             return
-        m, now, sid = ns.manager, time.time(), o.session_id
+        m, now, sid = ns.manager, self.clock(), o.session_id
         session = m.sessions.get(sid) if sid else None
         back = b.observe(o.effects.turn, sid, session is not None, now)
         if back and not o.change.prefetch and session is not None and not session.suspended:
