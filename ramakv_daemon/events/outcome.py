@@ -1,5 +1,5 @@
 """One applied event on its way through the pipeline: its change and what follows it,
-as named, typed fields (the group committer's ticket for it)."""
+as named, typed fields."""
 
 from __future__ import annotations
 
@@ -82,7 +82,7 @@ class Outcome:
         if debug.exception() is None and debug.result():
             self.change.data["debug_written"] = True
 
-    # ---- the group committer's ticket -----------------------------------------------
+    # ---- what its change record calls at the commit ---------------------------------
     def answer(self) -> AnswerRowIn | None:
         """The event_id answer stored with the change: the final reply."""
         slot = self.slot
@@ -90,10 +90,6 @@ class Outcome:
             return None
         slot.stored = json.dumps(self.reply())
         return (slot.event_id, slot.stored, time.time(), slot.digest)
-
-    def evictions_durable(self, row: int) -> None:
-        c = self.change
-        self.ns.dispatcher.evictions_committed(c.evict_delete, c.evict_demote, row)
 
     def committed(self) -> None:
         """Durable: its trace record goes out now, in apply order (replies resume later,
@@ -104,7 +100,3 @@ class Outcome:
         if self.on_committed is not None:
             self.on_committed(self)
             self.published = True
-
-    def rolled_back(self) -> None:
-        if self.kept:
-            self.ns.dispatcher.rolled_back(list(self.kept))

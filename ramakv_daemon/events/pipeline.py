@@ -10,6 +10,7 @@ from functools import partial
 from typing import Any
 
 from ramakv_daemon.commit.committer import GroupCommitter
+from ramakv_daemon.commit.record import ChangeRecord
 from ramakv_daemon.core.errors import InvalidEvent, RamAKvError
 from ramakv_daemon.core.events import check_required
 from ramakv_daemon.events.debug_files import DebugWriter
@@ -133,13 +134,24 @@ class Pipeline:
         if self.debug is not None and handler.effects.debug_file:
             o.debug = self._debug_file(o)
         if change.writes:
-            o.on_committed = self.records.event
+            # The eviction path starts here: a chunk this change references again while
+            # its evict may still act gets a keep its commit waits for; the change's own
+            # evictions go to the outbox in its commit, and delivery takes them from there.
             keep = ns.dispatcher.keep_for(change.prev_counts) if change.durable else None
             if keep is not None:
                 o.kept = keep[1]
-            await self.committer.submit(
-                change, ns.manager, o, keep[0] if keep is not None else None, o.debug
+            o.on_committed = self.records.event
+            record = ChangeRecord.of(
+                ns.key,
+                change,
+                ns.manager,
+                kept=o.kept,
+                answer=o.answer,
+                publish=o.committed,
+                gate=keep[0] if keep is not None else None,
+                ready=o.debug,
             )
+            await self.committer.submit(record)
         elif o.debug is not None:
             await o.debug
         return o  # its reply is sealed at its commit, else when it is built

@@ -9,6 +9,7 @@ import logging
 from collections.abc import Callable
 
 from ramakv_daemon.commit.committer import GroupCommitter
+from ramakv_daemon.commit.record import ChangeRecord
 from ramakv_daemon.events.outcome import Outcome
 from ramakv_daemon.handlers.registry import NO_EFFECTS
 from ramakv_daemon.ports import StoreError
@@ -72,7 +73,7 @@ class ForkExpiry:
             o = Outcome("fork_expire", None, change, ns, NO_EFFECTS)
             o.delta = self.records.delta(change)
             try:
-                await self.committer.submit(change, ns.manager, o)
+                await self.committer.submit(ChangeRecord.of(ns.key, change, ns.manager))
             except StoreError as err:  # rolled back: the next pass tries again
                 log.error("fork expiry not persisted (will retry): %s", err)
                 continue
