@@ -199,6 +199,26 @@ class StoreError(Exception):
     """Persisting a change failed (disk full, read-only database, I/O error)."""
 
 
+class StoreFenced(StoreError):
+    """A fenced write found session rows another writer changed since this store last
+    loaded, claimed or wrote them (their version moved: another node took the session,
+    wrote or deleted it, or created a row this store never read). Nothing of the write
+    was stored: the transaction was rolled back whole (docs/scale-out.md, "Fencing").
+
+    Attributes:
+        sessions: the ids of those rows.
+    """
+
+    def __init__(self, sessions: Sequence[str]) -> None:
+        self.sessions = tuple(sessions)
+        shown = ", ".join(repr(s) for s in self.sessions[:5])
+        more = f" and {len(self.sessions) - 5} more" if len(self.sessions) > 5 else ""
+        super().__init__(
+            f"session {shown}{more} changed on another node since this node read it "
+            "(fenced: nothing written; the event is applied again on the stored state)"
+        )
+
+
 class StoreNotFound(StoreError):
     """The store an operator named does not exist (the admin port never creates one)."""
 
@@ -208,10 +228,12 @@ class StoreInUse(StoreError):
 
     Attributes:
         holder: who holds it, as its lock says ("pid 123 (ram-a-kv)").
+        lock_token: the token of that hold, as its lock says ("" when unknown); the
+            holding daemon answers the same in ``GET /healthz`` (``store_lock``).
     """
 
-    def __init__(self, store: str, holder: str) -> None:
-        self.store, self.holder = store, holder
+    def __init__(self, store: str, holder: str, lock_token: str = "") -> None:
+        self.store, self.holder, self.lock_token = store, holder, lock_token
         super().__init__(f"{store} is in use by {holder}")
 
 
@@ -336,7 +358,14 @@ class SessionStore(Protocol):
         forks: dict[int, Fork | None] | None = None,
         next_fork_id: int | None = None,
     ) -> None:
-        """Apply everything in one transaction.
+        """Apply everything in one transaction: the fenced write.
+
+        Every session row written or deleted is conditional on the row's version being
+        the one this store last loaded (:meth:`load_all`), claimed or wrote, checked in
+        the same transaction (a row it never saw must not exist; a row it was told to
+        :meth:`disown` is never touched); each row written gets a new version. Forks,
+        outbox rows and answers go in that transaction, so they are stored exactly when
+        the session rows they belong with are.
 
         Args:
             sessions: session id -> new state, or None to delete the session.
@@ -347,8 +376,21 @@ class SessionStore(Protocol):
             forks: fork id -> open fork, or None when it ended.
             next_fork_id: the counter's new value (stored only if higher).
         Raises:
+            StoreFenced: a session row's version moved (named); nothing was written.
             StoreError: nothing was written.
         """
+        ...
+
+    def version(self, session_id: str) -> int | None:
+        """The version of ``session_id``'s row as this store last loaded, claimed or wrote
+        it, which its next write is conditional on; None: no row as far as this store
+        knows (its next write must create one)."""
+        ...
+
+    def disown(self, session_ids: Sequence[str]) -> None:
+        """Forget the rows of ``session_ids``: this node no longer owns them (the database
+        said another node does, or that they are gone), so the close that releases them
+        here deletes nothing, and a later write must create the row anew."""
         ...
 
     def problem(self) -> str | None:
@@ -565,6 +607,11 @@ class StoreAdmin(ABC):
             "pid 123 (ram-a-kv)" while a daemon has it open, None when nobody does (and
             always None for a shared store).
         """
+
+    def lock_token(self) -> str:
+        """The token of the hold on the store's lock now ("" when nobody holds it, or
+        for a shared store): the holding daemon says the same in ``GET /healthz``."""
+        return ""
 
     @abstractmethod
     async def close_sessions(self, cleanup: Cleanup) -> CleanupDone:

@@ -121,13 +121,7 @@ def strip_inits(edges: dict[str, set[str]]) -> dict[str, set[str]]:
                 reason="app.py <-> screens via app_access.py: another helper removes it",
             ),
         ),
-        pytest.param(
-            "ascend_ext",
-            marks=pytest.mark.xfail(
-                strict=False,
-                reason="deferred_evict.py <-> memory_ops.py: another helper removes it",
-            ),
-        ),
+        "ascend_ext",
     ],
 )
 def test_no_import_cycles(package: str) -> None:
