@@ -8,8 +8,9 @@ from abc import ABC, abstractmethod
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Any, NamedTuple, Protocol, runtime_checkable
+from typing import NamedTuple, Protocol, runtime_checkable
 
+from ramakv_daemon.core.events import JsonObject
 from ramakv_daemon.core.fork import Fork
 from ramakv_daemon.core.session import Session
 
@@ -43,7 +44,7 @@ class BackendResult:
     ok: bool
     status: int = 0
     detail: str = ""
-    body: dict[str, Any] | None = None  # decoded JSON: its shape is the backend's
+    body: JsonObject | None = None  # decoded JSON: its shape is the backend's
 
 
 @dataclass(frozen=True, slots=True)

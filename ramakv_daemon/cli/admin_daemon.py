@@ -10,6 +10,7 @@ import urllib.request
 from typing import Any, TextIO
 
 from ramakv_daemon.config import Config
+from ramakv_daemon.core.events import JsonObject
 from ramakv_daemon.ports import Cleanup
 
 EXIT_OK, EXIT_FAILED = 0, 1
@@ -28,7 +29,7 @@ def _headers(token: str) -> dict[str, str]:
     return {"Authorization": f"Bearer {token}"} if token else {}
 
 
-def post_event(url: str, token: str, body: dict[str, Any], timeout: float = 5.0) -> Any:
+def post_event(url: str, token: str, body: JsonObject, timeout: float = 5.0) -> Any:
     """POST one event to the daemon; its decoded JSON answer."""
     req = urllib.request.Request(
         url + "/event",

@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
 
 from ramakv_daemon.core.change import Change
 from ramakv_daemon.core.fork import Fork
@@ -50,7 +49,7 @@ class ChangeRecord:
     answer: Callable[[], AnswerRowIn | None] | None = None
     publish: Callable[[], None] | None = None
     gate: asyncio.Future[None] | None = None
-    ready: asyncio.Future[Any] | None = None
+    ready: asyncio.Future[bool] | None = None
 
     @classmethod
     def of(
@@ -63,7 +62,7 @@ class ChangeRecord:
         answer: Callable[[], AnswerRowIn | None] | None = None,
         publish: Callable[[], None] | None = None,
         gate: asyncio.Future[None] | None = None,
-        ready: asyncio.Future[Any] | None = None,
+        ready: asyncio.Future[bool] | None = None,
     ) -> ChangeRecord:
         """The record of ``change`` just applied by ``manager``: the rows it moved, as
         they stand now (taken before any await, so they are this change's)."""

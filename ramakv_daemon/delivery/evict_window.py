@@ -7,7 +7,9 @@ import logging
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Any
+from typing import Protocol, cast
+
+from ramakv_protocol.records import EvictWindowBody, RecordBody, WindowOutcome
 
 # A failed call may still be acted on late by a cache that hung: its chunks stay watched
 # this long (re-references in it are reported, and kept where the cache defers).
@@ -333,14 +335,20 @@ class EvictWindow:
                 del self.open[h]
 
 
-def window_record(key: str, outcome: str, hashes: list[str]) -> dict[str, object] | None:
+class WindowMetrics(Protocol):
+    """The metrics a window report counts (telemetry.metrics.DaemonMetrics)."""
+
+    def window(self, outcome: str, count: int, seconds: float) -> None: ...
+
+
+def window_record(key: str, outcome: str, hashes: list[str]) -> EvictWindowBody | None:
     """The trace record of one window outcome (None for those only measured)."""
     if outcome not in ("kept", "missed", "exposed", "repeated"):
         return None
-    record: dict[str, object] = {
+    record: EvictWindowBody = {
         "kind": "evict_window",
         "ts": time.time(),
-        "outcome": outcome,
+        "outcome": cast(WindowOutcome, outcome),
         "count": len(hashes),
         "hashes": hashes[:TRACE_HASHES],
     }
@@ -350,8 +358,8 @@ def window_record(key: str, outcome: str, hashes: list[str]) -> dict[str, object
 
 
 def report_window(
-    metrics: Any,
-    publish: Callable[[dict[str, object]], object],
+    metrics: WindowMetrics,
+    publish: Callable[[RecordBody], object],
     key: str,
     outcome: str,
     hashes: list[str],

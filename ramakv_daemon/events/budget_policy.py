@@ -8,6 +8,7 @@ from collections.abc import Callable
 
 from ramakv_daemon.events.outcome import Outcome
 from ramakv_daemon.telemetry.metrics import DaemonMetrics
+from ramakv_protocol.records import BudgetBody
 
 log = logging.getLogger("ramakv")
 
@@ -53,7 +54,7 @@ class BudgetPolicy:
                 plan.usage_after,
                 plan.budget,
             )
-        o.budget_record = {
+        record: BudgetBody = {
             "kind": "budget",
             "ts": now,
             "namespace": ns.key,
@@ -63,3 +64,4 @@ class BudgetPolicy:
             "usage_after": plan.usage_after,
             "budget": plan.budget,
         }
+        o.budget_record = record

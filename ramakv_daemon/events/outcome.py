@@ -8,14 +8,15 @@ import json
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
 
 from ramakv_daemon.core.change import Change
+from ramakv_daemon.core.events import JsonObject
 from ramakv_daemon.events.idempotency import AnswerSlot
 from ramakv_daemon.events.reads import Delta
 from ramakv_daemon.handlers.registry import Effects
 from ramakv_daemon.ports import AnswerRowIn
 from ramakv_daemon.routing.namespaces import Namespace
+from ramakv_protocol.records import BudgetBody
 
 
 @dataclass(slots=True, eq=False)
@@ -54,7 +55,7 @@ class Outcome:
     delta: Delta | None = None
     kept: Sequence[str] = ()
     prefetch: list[str] | None = None
-    budget_record: dict[str, Any] | None = None
+    budget_record: BudgetBody | None = None
     published: bool = False
     touched: Sequence[str] = ()
     debug: asyncio.Future[bool] | None = None
@@ -66,7 +67,7 @@ class Outcome:
         """The reply's data."""
         return self.change.data
 
-    def reply(self) -> dict[str, Any]:
+    def reply(self) -> JsonObject:
         """The reply body; final once sealed."""
         self.seal()
         return {"ok": True, "type": self.type_, "data": self.change.data}

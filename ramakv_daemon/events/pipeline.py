@@ -7,12 +7,11 @@ import logging
 import time
 from collections.abc import Callable
 from functools import partial
-from typing import Any
 
 from ramakv_daemon.commit.committer import GroupCommitter
 from ramakv_daemon.commit.record import ChangeRecord
 from ramakv_daemon.core.errors import InvalidEvent, RamAKvError
-from ramakv_daemon.core.events import check_required
+from ramakv_daemon.core.events import JsonObject, check_required
 from ramakv_daemon.events.debug_files import DebugWriter
 from ramakv_daemon.events.idempotency import AnswerSlot, Reply
 from ramakv_daemon.events.outcome import Outcome
@@ -61,7 +60,7 @@ class Pipeline:
         self.debug = debug
         self.clock = clock
 
-    async def run(self, payload: dict[str, Any], slot: AnswerSlot | None) -> Reply:
+    async def run(self, payload: JsonObject, slot: AnswerSlot | None) -> Reply:
         """One decoded event; returns (HTTP status, response envelope). ``slot``: its
         event_id's answer, stored with its change when it has one."""
         started = time.perf_counter()
@@ -100,7 +99,7 @@ class Pipeline:
         handler: Handler,
         type_: str,
         session_id: str | None,
-        payload: dict[str, Any],
+        payload: JsonObject,
         slot: AnswerSlot | None,
     ) -> Outcome:
         """Apply and commit. A fenced commit (StoreFenced: nothing written, undone) is
@@ -122,7 +121,7 @@ class Pipeline:
         handler: Handler,
         type_: str,
         session_id: str | None,
-        payload: dict[str, Any],
+        payload: JsonObject,
         slot: AnswerSlot | None,
     ) -> Outcome:
         if self.ownership.shared:  # a shared store: take the session over first
@@ -135,7 +134,7 @@ class Pipeline:
         handler: Handler,
         type_: str,
         session_id: str | None,
-        payload: dict[str, Any],
+        payload: JsonObject,
         ns: Namespace,
         slot: AnswerSlot | None,
     ) -> Outcome:

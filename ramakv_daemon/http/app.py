@@ -6,9 +6,8 @@ import hmac
 import json
 import logging
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Mapping
 from functools import partial
-from typing import Any
 
 import orjson
 from aiohttp import web
@@ -26,7 +25,7 @@ from ramakv_daemon.telemetry.gauges import refresh_gauges
 log = logging.getLogger("ramakv")
 
 
-def _json(status: int, body: dict, headers: Any = None) -> web.Response:
+def _json(status: int, body: dict, headers: Mapping[str, str] | None = None) -> web.Response:
     # The standard encoder on purpose: replies keep the documented `{"ok": true, ...}`
     # spacing, and a reply is small (orjson would save a few µs).
     kept = {k: v for k, v in (headers or {}).items() if k.lower() in ("allow", "retry-after")}

@@ -5,13 +5,13 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Any
 
 from ramakv_daemon.adapters.backends.noop import NoopBackend
 from ramakv_daemon.commit.committer import GroupCommitter
 from ramakv_daemon.config import Config
 from ramakv_daemon.core.budget import BudgetState
 from ramakv_daemon.core.errors import IllegalTransition, InvalidEvent
+from ramakv_daemon.core.events import JsonObject
 from ramakv_daemon.core.fork import ForkIds
 from ramakv_daemon.core.manager import SessionManager
 from ramakv_daemon.delivery.dispatcher import BackendDispatcher
@@ -173,7 +173,7 @@ class Namespaces:
                 return key
         return None
 
-    def resolve(self, payload: dict[str, Any]) -> str:
+    def resolve(self, payload: JsonObject) -> str:
         """The namespace an event is for.
 
         ``namespace`` absent or null: the session's own namespace when it exists, else the
@@ -207,7 +207,7 @@ class Namespaces:
                 f"session '{session_id}' belongs to namespace '{owner}', not '{key}'"
             )
 
-    def describe(self) -> list[dict[str, Any]]:
+    def describe(self) -> list[JsonObject]:
         """One row per namespace (list_namespaces, ramakv-admin)."""
         rows = []
         for ns in self:

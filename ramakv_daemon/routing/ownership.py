@@ -8,8 +8,8 @@ import contextlib
 import logging
 from collections.abc import Awaitable, Callable, Iterator
 from contextvars import ContextVar
-from typing import Any
 
+from ramakv_daemon.core.events import JsonObject
 from ramakv_daemon.core.session import Session
 from ramakv_daemon.ports import (
     EvictMode,
@@ -33,7 +33,7 @@ _LOCAL: ContextVar[str | None] = ContextVar("ramakv_local_session", default=None
 
 # The event pipeline's run(payload, None): a release is a session_close (or a fork_end)
 # without an event_id.
-Handle = Callable[[dict[str, Any], None], Awaitable[tuple[int, dict[str, Any]]]]
+Handle = Callable[[JsonObject, None], Awaitable[tuple[int, JsonObject]]]
 
 
 class Ownership:

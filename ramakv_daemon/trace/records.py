@@ -4,7 +4,7 @@ a budget pass's; and the delta an event record carries."""
 from __future__ import annotations
 
 import time
-from typing import Any
+from typing import cast
 
 from ramakv_daemon.core.change import Change
 from ramakv_daemon.core.manager import SessionManager
@@ -13,10 +13,10 @@ from ramakv_daemon.events.reads import Delta
 from ramakv_daemon.ports import BackendResult
 from ramakv_daemon.routing.namespaces import Namespaces
 from ramakv_daemon.trace.hub import TraceHub, cut
-from ramakv_daemon.trace.protocol import summary
+from ramakv_daemon.trace.protocol import fork_summary, summary
 from ramakv_daemon.trace.shared_counts import SharedCounts
 from ramakv_daemon.trace.snapshot import totals
-from ramakv_protocol.records import SessionSummary
+from ramakv_protocol.records import EventBody, EventNotes, SessionSummary
 
 
 class TraceRecords:
@@ -39,7 +39,7 @@ class TraceRecords:
         if c.prev_forks:  # fork id -> its summary, or None once ended
             forks = manager.forks
             delta["forks"] = {
-                str(fid): (f.summary() if (f := forks.get(fid)) is not None else None)
+                str(fid): (fork_summary(f) if (f := forks.get(fid)) is not None else None)
                 for fid in c.prev_forks
             }
         return delta
@@ -58,7 +58,7 @@ class TraceRecords:
     def event(self, o: Outcome) -> None:
         """An applied event's record."""
         c = o.change
-        record: dict[str, Any] = {
+        record: EventBody = {
             "kind": "event",
             "ts": time.time(),
             "type": o.type_,
@@ -73,12 +73,10 @@ class TraceRecords:
         }
         if c.namespace:
             record["namespace"] = c.namespace
-        if o.touched:
-            record["_touched"] = o.touched
         notes = c.facts.as_notes()
         if notes:
-            record["notes"] = notes
-        self.hub.publish(record)
+            record["notes"] = cast(EventNotes, notes)  # core stays free of the protocol
+        self.hub.publish(record, o.touched)
 
     def failed(self, type_: str, session_id: str | None, error: str) -> None:
         """A refused event's record. Its strings are cut: they are the client's, of any
