@@ -210,7 +210,7 @@ class GroupCommitter:
                 self.on_fenced(err.sessions)
             self._fail(batch, err, fenced=True)
             return
-        except Exception as err:  # noqa: BLE001 - any failure must undo, not kill the loop
+        except Exception as err:  # any failure must undo, not kill the loop
             self._fail(batch, err)
             return
         self.last_error = None

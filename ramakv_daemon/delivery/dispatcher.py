@@ -134,12 +134,6 @@ class BackendDispatcher:
         if self.on_result is not None:
             self.on_result(op, count, result)
 
-    def poke(self) -> None:
-        """Retry everything now (operator action, tests)."""
-        self.outbox.promote(float("inf"))
-        self.delivery.paused_until = 0.0
-        self.outbox.wake.set()
-
     async def drain(self, timeout: float = 5.0) -> None:
         """Wait for in-flight prefetches and one delivery round (shutdown, tests)."""
         await self.prefetcher.drain(timeout)

@@ -50,6 +50,7 @@ class EvictDelivery:
         self.on_window = on_window
         self.defer_s = defer_s
         self.base_backoff_s = base_backoff_s
+        self.max_backoff_s = MAX_BACKOFF_S  # the longest pause after failures in a row
         self.failures = 0
         self.paused_until = 0.0
         self._runner: asyncio.Task[None] | None = None
@@ -91,14 +92,14 @@ class EvictDelivery:
                 return
             try:
                 await self.deliver_due()
-            except Exception:  # noqa: BLE001 - backends must not raise; if one does, back off
+            except Exception:  # backends must not raise; if one does, back off
                 log.exception("eviction delivery failed unexpectedly; retrying after backoff")
                 self._back_off()
 
     def _back_off(self) -> None:
         """One more failure in a row: pause every delivery to the backend for longer."""
         self.failures += 1
-        backoff = min(MAX_BACKOFF_S, self.base_backoff_s * 2 ** (self.failures - 1))
+        backoff = min(self.max_backoff_s, self.base_backoff_s * 2 ** (self.failures - 1))
         self.paused_until = time.monotonic() + backoff
 
     async def deliver_due(self) -> None:

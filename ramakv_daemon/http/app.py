@@ -89,7 +89,7 @@ async def json_errors(request: web.Request, handler: Handler) -> web.StreamRespo
         if not text or text == f"{exc.status}: {exc.reason}":  # aiohttp's default text
             text = exc.reason
         return _json(exc.status, {"ok": False, "error": text}, headers=exc.headers)
-    except Exception:  # noqa: BLE001 - the answer stays JSON; the traceback goes to the log
+    except Exception:  # the answer stays JSON; the traceback goes to the log
         log.exception("unhandled error answering %s %s", request.method, request.path)
         return _json(500, {"ok": False, "error": "internal error (see the daemon's log)"})
 

@@ -218,7 +218,7 @@ class Ownership:
             due, self._due = self._due, set()
             try:
                 await self.reconcile(due)
-            except Exception as err:  # noqa: BLE001 - the periodic check tries again
+            except Exception as err:  # the periodic check tries again
                 log.warning("checking %d notified sessions failed: %s", len(due), err)
 
     def _in_doubt(self, ns: Namespace) -> set[str]:

@@ -101,5 +101,5 @@ class ForkExpiry:
             await asyncio.sleep(interval)
             try:
                 await self.expire_forks()
-            except Exception:  # noqa: BLE001 - the loop must outlive one bad pass
+            except Exception:  # the loop must outlive one bad pass
                 log.exception("fork expiry pass failed")

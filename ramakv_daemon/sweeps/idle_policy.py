@@ -218,6 +218,6 @@ class IdleSweep:
         while True:
             try:
                 await self.sweep()
-            except Exception:  # noqa: BLE001 - the loop must outlive one bad pass
+            except Exception:  # the loop must outlive one bad pass
                 log.exception("idle policy sweep failed")
             await asyncio.sleep(interval)

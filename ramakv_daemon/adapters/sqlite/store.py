@@ -563,7 +563,7 @@ class SqliteSessionStore:
             if prune_before is not None:
                 db.execute("DELETE FROM event_ids WHERE ts < ?", (prune_before,))
             db.execute("COMMIT")
-        except Exception as err:  # noqa: BLE001 - anything must roll back, or BEGIN stays open
+        except Exception as err:  # anything must roll back, or BEGIN stays open
             if db.in_transaction:
                 try:
                     db.execute("ROLLBACK")
