@@ -7,6 +7,7 @@ import logging
 from collections.abc import Callable
 
 from ramakv_daemon.events.outcome import Outcome
+from ramakv_daemon.events.reactions import FollowUp
 from ramakv_daemon.telemetry.metrics import DaemonMetrics
 from ramakv_protocol.records import BudgetBody
 
@@ -24,9 +25,9 @@ class BudgetPolicy:
         self.clock = clock
         self._warned: dict[str, float] = {}  # namespace -> last over-budget warning
 
-    def __call__(self, o: Outcome) -> None:
-        """Set ``o.prefetch`` (a session back from demotion is prefetched whole) and
-        ``o.budget_record`` when a pass demoted sessions; send the demotions."""
+    def __call__(self, o: Outcome, follow: FollowUp) -> None:
+        """Set ``follow.prefetch`` (a session back from demotion is prefetched whole) and
+        ``follow.budget_record`` when a pass demoted sessions; send the demotions."""
         ns = o.ns
         b = ns.budget
         if not b.budget or o.delta is None:  # no budget, or a query (changes nothing)
@@ -35,7 +36,7 @@ class BudgetPolicy:
         session = m.sessions.get(sid) if sid else None
         back = b.observe(o.effects.turn, sid, session is not None, now)
         if back and not o.change.prefetch and session is not None and not session.suspended:
-            o.prefetch = list(session.unique_hashes())
+            follow.prefetch = list(session.unique_hashes())
         if not b.due(o.effects.grows, len(m.refcounts), now):  # cheap test first
             return
         holds = m.fork_holds_by_session() if len(m.forks) else None
@@ -64,4 +65,4 @@ class BudgetPolicy:
             "usage_after": plan.usage_after,
             "budget": plan.budget,
         }
-        o.budget_record = record
+        follow.budget_record = record

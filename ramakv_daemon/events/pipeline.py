@@ -10,6 +10,7 @@ from functools import partial
 
 from ramakv_daemon.commit.committer import GroupCommitter
 from ramakv_daemon.commit.record import ChangeRecord
+from ramakv_daemon.core.change import Change
 from ramakv_daemon.core.errors import InvalidEvent, RamAKvError
 from ramakv_daemon.core.events import JsonObject, check_required
 from ramakv_daemon.events.debug_files import DebugWriter
@@ -140,7 +141,6 @@ class Pipeline:
     ) -> Outcome:
         if handler.query is not None:  # asks the backend; changes nothing
             change = await handler.query(ns.ctx, payload, ns.dispatcher.backend)
-            change.namespace = ns.key
             return Outcome(type_, session_id, change, ns, handler.effects, slot=slot)
         # Callable[..., Result]: a handler whose spec says store_fork_id takes fork_id too.
         apply: Callable[..., Result] | None = handler.apply
@@ -158,43 +158,45 @@ class Pipeline:
             ns.ctx,
             self.namespaces.managers,
             self.committer,
-            self.records.delta,
+            partial(self.records.delta, namespace=ns.key),
             self.clock,
         )
-        change.namespace = ns.key
-        o = Outcome(type_, session_id, change, ns, handler.effects, 0.0, slot, delta)
-        if o.delta is None:
+        if delta is None:
             # Taken now, before any await, so it is this event's alone.
-            o.delta = self.records.delta(change)
+            delta = self.records.delta(change, ns.key)
+        debug = None
         if self.debug is not None and handler.effects.debug_file:
-            o.debug = self._debug_file(o)
+            debug = self._debug_file(session_id, ns, change)
+        # The eviction path starts here: a chunk this change references again while its
+        # evict may still act gets a keep its commit waits for (gate); the change's own
+        # evictions go to the outbox in its commit, and delivery takes them from there.
+        keep = ns.dispatcher.keep_for(change.prev_counts) if change.durable else None
+        kept = keep[1] if keep is not None else ()
+        o = Outcome(
+            type_, session_id, change, ns, handler.effects, 0.0, slot, delta, kept, debug=debug
+        )
         if change.writes:
-            # The eviction path starts here: a chunk this change references again while
-            # its evict may still act gets a keep its commit waits for; the change's own
-            # evictions go to the outbox in its commit, and delivery takes them from there.
-            keep = ns.dispatcher.keep_for(change.prev_counts) if change.durable else None
-            if keep is not None:
-                o.kept = keep[1]
-            o.on_committed = self.records.event
             record = ChangeRecord.of(
                 ns.key,
                 change,
                 ns.manager,
-                kept=o.kept,
+                kept=kept,
                 answer=o.answer,
-                publish=o.committed,
+                publish=partial(o.committed, self.records.event),
                 gate=keep[0] if keep is not None else None,
-                ready=o.debug,
+                ready=debug,
             )
             await self.committer.submit(record)
         elif o.debug is not None:
             await o.debug
         return o  # its reply is sealed at its commit, else when it is built
 
-    def _debug_file(self, o: Outcome) -> asyncio.Future[bool] | None:
+    def _debug_file(
+        self, session_id: str | None, ns: Namespace, change: Change
+    ) -> asyncio.Future[bool] | None:
         """Start the debug file of a turn: the session's map and turn count right now."""
         assert self.debug is not None
-        sid = o.session_id or ""
-        session = o.ns.manager.sessions.get(sid)
+        sid = session_id or ""
+        session = ns.manager.sessions.get(sid)
         hashes = list(session.chunk_hashes) if session else []
-        return self.debug.start(sid, o.change.facts.turn or 0, hashes, o.change.debug_context)
+        return self.debug.start(sid, change.facts.turn or 0, hashes, change.debug_context)

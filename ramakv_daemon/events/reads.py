@@ -96,7 +96,6 @@ async def read_committed(
                 stack.enter_context(manager.as_committed(pending))
         result = first_step(apply(ctx, payload, now))  # may raise: the answer
         if not isinstance(result, Generator):
-            result.namespace = ctx.manager.namespace  # its delta reads that manager
             taken = delta(result)
     change, sliced = await finish_read(result)
     return change, taken if taken is not None else sliced

@@ -69,9 +69,7 @@ class ForkExpiry:
             change = ns.manager.expire_forks(self.clock(), ttl)
             if change is None:
                 continue
-            change.namespace = ns.key
-            o = Outcome("fork_expire", None, change, ns, NO_EFFECTS)
-            o.delta = self.records.delta(change)
+            delta = self.records.delta(change, ns.key)  # before the await: this change's
             try:
                 await self.committer.submit(ChangeRecord.of(ns.key, change, ns.manager))
             except StoreError as err:  # rolled back: the next pass tries again
@@ -90,7 +88,8 @@ class ForkExpiry:
                     f" namespace={ns.key}" if ns.key else "",
                 )
             total += len(expired)
-            o.touched = sorted({str(r["session_id"]) for r in expired})
+            touched = sorted({str(r["session_id"]) for r in expired})
+            o = Outcome("fork_expire", None, change, ns, NO_EFFECTS, delta=delta, touched=touched)
             self.records.event(o)
             self.metrics.forks_expired.inc(len(expired))
         return total

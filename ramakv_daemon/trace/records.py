@@ -27,10 +27,10 @@ class TraceRecords:
         self.namespaces = namespaces
         self.shared = shared  # every summary built refreshes the snapshot's shared_count
 
-    def delta(self, c: Change) -> Delta:
+    def delta(self, c: Change, namespace: str) -> Delta:
         """What the event changed, as it stands now: session summaries (protocol 2 sends
         no maps) and the refcounts."""
-        manager = self.namespaces.managers[c.namespace]
+        manager = self.namespaces.managers[namespace]
         counts = manager.refcounts.counts
         delta: Delta = {
             "sessions": {sid: self._summary(manager, sid) for sid in c.prev_sessions},
@@ -64,15 +64,15 @@ class TraceRecords:
             "type": o.type_,
             "session_id": o.session_id,
             "ok": True,
-            "data": c.data,
-            "delta": o.delta or self.delta(c),
+            "data": o.data,
+            "delta": o.delta or self.delta(c, o.ns.key),
             "prefetch": c.prefetch,
             "evict": c.evict_delete,
             "demote": c.evict_demote,
             "totals": totals(self.namespaces.managers),
         }
-        if c.namespace:
-            record["namespace"] = c.namespace
+        if o.ns.key:
+            record["namespace"] = o.ns.key
         notes = c.facts.as_notes()
         if notes:
             record["notes"] = cast(EventNotes, notes)  # core stays free of the protocol
