@@ -24,7 +24,7 @@ from ramakv_daemon.core.fork import ForkIds
 from ramakv_daemon.core.manager import SessionManager
 from ramakv_daemon.delivery.delivery_state import NamespaceState
 from ramakv_daemon.delivery.dispatcher import BackendDispatcher
-from ramakv_daemon.delivery.evict_window import report_window
+from ramakv_daemon.delivery.window_report import report_window
 from ramakv_daemon.events.budget_policy import BudgetPolicy
 from ramakv_daemon.events.debug_files import DebugWriter
 from ramakv_daemon.events.idempotency import AnswerCache, EventIds
