@@ -13,11 +13,16 @@ from ramakv_daemon.adapters.backends.factory import lmcache_factory
 from ramakv_daemon.adapters.backends.noop import NoopBackend
 from ramakv_daemon.adapters.sqlite.store import SqliteSessionStore
 from ramakv_daemon.commit.committer import GroupCommitter
+from ramakv_daemon.commit.ledger import OutboxLedger
 from ramakv_daemon.commit.restore import restore
 from ramakv_daemon.config import Config
+from ramakv_daemon.core.budget import BudgetState
 from ramakv_daemon.core.events import Limits
 from ramakv_daemon.core.fork import ForkIds
-from ramakv_daemon.delivery.evict_window import report_window
+from ramakv_daemon.core.manager import SessionManager
+from ramakv_daemon.delivery.delivery_state import NamespaceState
+from ramakv_daemon.delivery.dispatcher import BackendDispatcher
+from ramakv_daemon.delivery.window_report import report_window
 from ramakv_daemon.events.budget_policy import BudgetPolicy
 from ramakv_daemon.events.debug_files import DebugWriter
 from ramakv_daemon.events.idempotency import AnswerCache, EventIds
@@ -30,9 +35,15 @@ from ramakv_daemon.events.reactions import (
     warn_forced,
 )
 from ramakv_daemon.events.service import EventService
-from ramakv_daemon.handlers import DEFAULT_REGISTRY, Registry
-from ramakv_daemon.ports import Backend, SessionStore
-from ramakv_daemon.routing.namespaces import BackendFactory, Namespace, Namespaces
+from ramakv_daemon.handlers import DEFAULT_REGISTRY, HandlerContext, Registry
+from ramakv_daemon.ports import (
+    Backend,
+    BackendFactory,
+    BackendResult,
+    OutboxFeed,
+    SessionStore,
+)
+from ramakv_daemon.routing.namespaces import Namespace, Namespaces, backend_of
 from ramakv_daemon.routing.ownership import Ownership
 from ramakv_daemon.sweeps.fork_expiry import ForkExpiry
 from ramakv_daemon.sweeps.idle_policy import IdleSweep
@@ -54,6 +65,55 @@ def make_backend(config: Config) -> Backend:
         timeout=config.backend_timeout_s,
         delete_locations=config.evict_locations or None,
     )
+
+
+@dataclass(frozen=True, slots=True)
+class NamespaceParts:
+    """What every namespace is built from (:meth:`build`, called on a namespace's first use:
+    configured ones at start-up, those found only in the database as they are loaded)."""
+
+    config: Config
+    registry: Registry
+    limits: Limits
+    feed: OutboxFeed
+    default_backend: Backend
+    backend_factory: BackendFactory
+    on_result: Callable[[str, int, BackendResult], None] | None
+    on_failure: Callable[[str, int, BackendResult, int], None] | None
+    on_window: Callable[[str, str, list[str], float], None] | None
+
+    def build(self, namespaces: Namespaces, key: str) -> Namespace:
+        """Namespace ``key``'s manager, handler context, dispatcher and budget."""
+        cfg, dep = self.config, namespaces.deployments.get(key)
+        manager = SessionManager(
+            turn_start_prefetch=cfg.turn_start_prefetch,
+            max_sessions=cfg.max_sessions,
+            namespace=key,
+            fork_ids=namespaces.fork_ids,
+            max_forks_per_session=cfg.max_forks_per_session,
+        )
+        ctx = HandlerContext(
+            manager,
+            self.limits,
+            self.registry,
+            namespaces.managers,
+            namespaces.describe,
+            node_id=cfg.node_id if cfg.session_store_url else "",
+        )
+        backend, own, budget = backend_of(key, dep, cfg, self.default_backend, self.backend_factory)
+        dispatcher = BackendDispatcher(
+            backend,
+            NamespaceState(manager, self.feed),
+            self.on_result,
+            self.on_failure,
+            namespace=key,
+            defer_s=cfg.evict_defer_s,
+            on_window=None if self.on_window is None else partial(self.on_window, key),
+        )
+        budget_state = BudgetState(
+            budget, cfg.turn_in_flight_timeout_s, cfg.budget_check_interval_s
+        )
+        return Namespace(key, manager, ctx, dispatcher, budget_state, dep, own)
 
 
 def make_store(config: Config) -> SessionStore:
@@ -184,26 +244,27 @@ def build(
         on_drop=metrics.dropped_subscribers.inc,
     )
     fork_ids = ForkIds()  # one counter for the whole store: fork ids are unique in it
-    committer = GroupCommitter(store, fork_ids, metrics.commit, config.idempotency_ttl_s)
-    namespaces = Namespaces(
+    ledger = OutboxLedger()  # what commits leave for delivery, and delivery for them
+    committer = GroupCommitter(store, fork_ids, ledger, metrics.commit, config.idempotency_ttl_s)
+    parts = NamespaceParts(
         config,
         registry,
         Limits(config.max_hashes_per_event, config.max_hash_bytes),
-        committer,
-        fork_ids,
+        ledger,
         backend,
         backend_factory or lmcache_factory(config),
         metrics.backend,
         partial(publish_backend_failure, trace),
         partial(report_window, metrics, trace.publish),
     )
+    namespaces = Namespaces(config, committer, fork_ids, parts.build)
     namespaces.setup()
     records = TraceRecords(trace, namespaces)
     ownership = Ownership(store, namespaces)
     reactions = Reactions(
         [
             warn_forced,
-            BudgetPolicy(metrics),
+            BudgetPolicy(metrics, clock),
             send_prefetch,
             publish_event(records),
             publish_budget(records),

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import asyncio
 import time
 from abc import ABC, abstractmethod
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Any, NamedTuple, Protocol, runtime_checkable
+from typing import NamedTuple, Protocol, runtime_checkable
 
+from ramakv_daemon.core.events import JsonObject
 from ramakv_daemon.core.fork import Fork
 from ramakv_daemon.core.session import Session
 
@@ -42,7 +44,7 @@ class BackendResult:
     ok: bool
     status: int = 0
     detail: str = ""
-    body: dict[str, Any] | None = None  # decoded JSON: its shape is the backend's
+    body: JsonObject | None = None  # decoded JSON: its shape is the backend's
 
 
 @dataclass(frozen=True, slots=True)
@@ -157,6 +159,40 @@ class Backend(ABC):
     @abstractmethod
     async def close(self) -> None:
         """Release connections."""
+
+
+# Builds a deployment's own backend: (lmcache_url, evict_locations) -> Backend.
+BackendFactory = Callable[[str, tuple[str, ...]], Backend]
+
+
+# ---- the committed outbox, as delivery reads it ------------------------------------------
+class CommittedRow(NamedTuple):
+    """Evictions a commit made durable, all of one stored outbox row (0: none stored, best
+    effort), for one namespace."""
+
+    row_id: int
+    delete: Sequence[str]
+    demote: Sequence[str]
+
+
+class Unkept(NamedTuple):
+    """Chunks kept in the cache for a change that was rolled back: evicted again if
+    nothing references them now (best effort: no stored row)."""
+
+    hashes: tuple[str, ...]
+
+
+class OutboxFeed(Protocol):
+    """What one namespace's delivery reads of committed state, and gives back; it never
+    calls the committer or the pipeline (commit/ledger.py implements it)."""
+
+    def subscribe(self, namespace: str, wake: asyncio.Event) -> None: ...  # set on new items
+
+    def take(self, namespace: str) -> list[CommittedRow | Unkept]: ...  # in commit order
+
+    def in_doubt(self, namespace: str, hashes: list[str]) -> set[str]: ...  # uncommitted
+
+    def retire(self, row_ids: list[int]) -> None: ...  # rows no entry waits for any more
 
 
 # ---- the session store --------------------------------------------------------------------

@@ -135,12 +135,11 @@ class EventRecord(EventBody):
     epoch: str
 
 
-class BackendRecord(TypedDict):
-    """A backend call that failed (delivery is retried; ``backlog`` waits)."""
+class BackendBody(TypedDict):
+    """A backend call that failed (delivery is retried; ``backlog`` waits), as the daemon
+    builds it, before the hub numbers it."""
 
     kind: Literal["backend"]
-    seq: int
-    epoch: str
     ts: float
     op: str  # prefetch, evict_delete, evict_demote
     count: int
@@ -150,12 +149,17 @@ class BackendRecord(TypedDict):
     backlog: int
 
 
-class BudgetRecord(TypedDict):
-    """A DDR budget pass that demoted sessions."""
+class BackendRecord(BackendBody):
+    """A backend record as sent: numbered."""
 
-    kind: Literal["budget"]
     seq: int
     epoch: str
+
+
+class BudgetBody(TypedDict):
+    """A DDR budget pass that demoted sessions, before the hub numbers it."""
+
+    kind: Literal["budget"]
     ts: float
     namespace: str
     victims: list[str]
@@ -165,21 +169,36 @@ class BudgetRecord(TypedDict):
     budget: int
 
 
+class BudgetRecord(BudgetBody):
+    """A budget record as sent: numbered."""
+
+    seq: int
+    epoch: str
+
+
 WindowOutcome = Literal["kept", "missed", "exposed", "repeated"]
 
 
-class EvictWindowRecord(TypedDict):
-    """An eviction window's outcome (ascend_ext's evict window)."""
+class EvictWindowBody(TypedDict):
+    """An eviction window's outcome (ascend_ext's evict window), before the hub numbers it."""
 
     kind: Literal["evict_window"]
-    seq: int
-    epoch: str
     ts: float
     outcome: WindowOutcome
     count: int
     hashes: list[str]  # the first few
     namespace: NotRequired[str]
 
+
+class EvictWindowRecord(EvictWindowBody):
+    """An evict_window record as sent: numbered."""
+
+    seq: int
+    epoch: str
+
+
+# What the daemon hands its hub to number and publish.
+RecordBody = EventBody | BackendBody | BudgetBody | EvictWindowBody
 
 TraceRecord = (
     SnapshotHeader | SnapshotPart | EventRecord | BackendRecord | BudgetRecord | EvictWindowRecord

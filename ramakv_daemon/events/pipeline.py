@@ -7,11 +7,12 @@ import logging
 import time
 from collections.abc import Callable
 from functools import partial
-from typing import Any
 
 from ramakv_daemon.commit.committer import GroupCommitter
+from ramakv_daemon.commit.record import ChangeRecord
+from ramakv_daemon.core.change import Change
 from ramakv_daemon.core.errors import InvalidEvent, RamAKvError
-from ramakv_daemon.core.events import check_required
+from ramakv_daemon.core.events import JsonObject, check_required
 from ramakv_daemon.events.debug_files import DebugWriter
 from ramakv_daemon.events.idempotency import AnswerSlot, Reply
 from ramakv_daemon.events.outcome import Outcome
@@ -60,7 +61,7 @@ class Pipeline:
         self.debug = debug
         self.clock = clock
 
-    async def run(self, payload: dict[str, Any], slot: AnswerSlot | None) -> Reply:
+    async def run(self, payload: JsonObject, slot: AnswerSlot | None) -> Reply:
         """One decoded event; returns (HTTP status, response envelope). ``slot``: its
         event_id's answer, stored with its change when it has one."""
         started = time.perf_counter()
@@ -99,7 +100,7 @@ class Pipeline:
         handler: Handler,
         type_: str,
         session_id: str | None,
-        payload: dict[str, Any],
+        payload: JsonObject,
         slot: AnswerSlot | None,
     ) -> Outcome:
         """Apply and commit. A fenced commit (StoreFenced: nothing written, undone) is
@@ -135,7 +136,7 @@ class Pipeline:
         handler: Handler,
         type_: str,
         session_id: str | None,
-        payload: dict[str, Any],
+        payload: JsonObject,
         slot: AnswerSlot | None,
     ) -> Outcome:
         new_fork_id = None
@@ -156,7 +157,7 @@ class Pipeline:
         handler: Handler,
         type_: str,
         session_id: str | None,
-        payload: dict[str, Any],
+        payload: JsonObject,
         ns: Namespace,
         slot: AnswerSlot | None,
         fork_id: int | None = None,
@@ -164,7 +165,6 @@ class Pipeline:
         """``fork_id``: the id a shared store handed out for the fork this event opens."""
         if handler.query is not None:  # asks the backend; changes nothing
             change = await handler.query(ns.ctx, payload, ns.dispatcher.backend)
-            change.namespace = ns.key
             return Outcome(type_, session_id, change, ns, handler.effects, slot=slot)
         # Callable[..., Result]: a handler whose spec says store_fork_id takes fork_id too.
         apply: Callable[..., Result] | None = handler.apply
@@ -179,32 +179,45 @@ class Pipeline:
             ns.ctx,
             self.namespaces.managers,
             self.committer,
-            self.records.delta,
+            partial(self.records.delta, namespace=ns.key),
             self.clock,
         )
-        change.namespace = ns.key
-        o = Outcome(type_, session_id, change, ns, handler.effects, 0.0, slot, delta)
-        if o.delta is None:
+        if delta is None:
             # Taken now, before any await, so it is this event's alone.
-            o.delta = self.records.delta(change)
+            delta = self.records.delta(change, ns.key)
+        debug = None
         if self.debug is not None and handler.effects.debug_file:
-            o.debug = self._debug_file(o)
+            debug = self._debug_file(session_id, ns, change)
+        # The eviction path starts here: a chunk this change references again while its
+        # evict may still act gets a keep its commit waits for (gate); the change's own
+        # evictions go to the outbox in its commit, and delivery takes them from there.
+        keep = ns.dispatcher.keep_for(change.prev_counts) if change.durable else None
+        kept = keep[1] if keep is not None else ()
+        o = Outcome(
+            type_, session_id, change, ns, handler.effects, 0.0, slot, delta, kept, debug=debug
+        )
         if change.writes:
-            o.on_committed = self.records.event
-            keep = ns.dispatcher.keep_for(change.prev_counts) if change.durable else None
-            if keep is not None:
-                o.kept = keep[1]
-            await self.committer.submit(
-                change, ns.manager, o, keep[0] if keep is not None else None, o.debug
+            record = ChangeRecord.of(
+                ns.key,
+                change,
+                ns.manager,
+                kept=kept,
+                answer=o.answer,
+                publish=partial(o.committed, self.records.event),
+                gate=keep[0] if keep is not None else None,
+                ready=debug,
             )
+            await self.committer.submit(record)
         elif o.debug is not None:
             await o.debug
         return o  # its reply is sealed at its commit, else when it is built
 
-    def _debug_file(self, o: Outcome) -> asyncio.Future[bool] | None:
+    def _debug_file(
+        self, session_id: str | None, ns: Namespace, change: Change
+    ) -> asyncio.Future[bool] | None:
         """Start the debug file of a turn: the session's map and turn count right now."""
         assert self.debug is not None
-        sid = o.session_id or ""
-        session = o.ns.manager.sessions.get(sid)
+        sid = session_id or ""
+        session = ns.manager.sessions.get(sid)
         hashes = list(session.chunk_hashes) if session else []
-        return self.debug.start(sid, o.change.facts.turn or 0, hashes, o.change.debug_context)
+        return self.debug.start(sid, change.facts.turn or 0, hashes, change.debug_context)

@@ -8,8 +8,9 @@ import contextlib
 import logging
 from collections.abc import Awaitable, Callable, Iterator
 from contextvars import ContextVar
-from typing import Any
 
+from ramakv_daemon.commit.record import ChangeRecord
+from ramakv_daemon.core.events import JsonObject
 from ramakv_daemon.core.session import Session
 from ramakv_daemon.ports import (
     EvictMode,
@@ -33,7 +34,7 @@ _LOCAL: ContextVar[str | None] = ContextVar("ramakv_local_session", default=None
 
 # The event pipeline's run(payload, None): a release is a session_close (or a fork_end)
 # without an event_id.
-Handle = Callable[[dict[str, Any], None], Awaitable[tuple[int, dict[str, Any]]]]
+Handle = Callable[[JsonObject, None], Awaitable[tuple[int, JsonObject]]]
 
 
 class Ownership:
@@ -180,12 +181,11 @@ class Ownership:
         # Forks held here already (an own row's, kept in memory) are not adopted twice.
         forks = [f for f in claimed.forks if f.fork_id not in ns.manager.forks]
         change = ns.manager.adopt(session, forks)
-        change.namespace = ns.key
         # Through the committer, in order with the changes applied before it: a failed
         # (or fenced) commit of those undoes their refcounts by value, and must undo this
         # adopt first, not put back counts from before it. Undone, the row stays this
         # node's and the event's retry claims it again (a claim returns an own row).
-        await self.namespaces.committer.submit(change, ns.manager)
+        await self.namespaces.committer.submit(ChangeRecord.of(ns.key, change, ns.manager))
         if claimed.previous_owner == self.shared_store.node_id:
             log.info("took back session %r (this node's row, not held here)", session_id)
             return
@@ -267,7 +267,7 @@ class Ownership:
             due, self._due = self._due, set()
             try:
                 await self.reconcile(due)
-            except Exception as err:  # noqa: BLE001 - the periodic check tries again
+            except Exception as err:  # the periodic check tries again
                 log.warning("checking %d notified sessions failed: %s", len(due), err)
 
     def _in_doubt(self, ns: Namespace) -> set[str]:

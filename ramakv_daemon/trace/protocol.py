@@ -8,10 +8,11 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
-from typing import Any, cast
+from typing import cast
 
 import orjson
 
+from ramakv_daemon.core.events import JsonObject
 from ramakv_daemon.core.fork import Fork
 from ramakv_daemon.core.session import Session
 from ramakv_protocol.records import ForkSummary, SessionState, SessionSummary
@@ -48,7 +49,7 @@ __all__ = [
 ]
 
 
-def encode(record: Mapping[str, Any]) -> str:
+def encode(record: Mapping[str, object]) -> str:
     """One record as JSON text.
 
     orjson first; what it refuses (lone surrogates, integers over 64 bits) gets the
@@ -144,7 +145,7 @@ def fork_summary(f: Fork) -> ForkSummary:
     return cast(ForkSummary, f.summary())  # core stays free of the protocol's types
 
 
-def bounded(record: dict[str, Any]) -> str:
+def bounded(record: JsonObject) -> str:
     """``record`` encoded within the protocol's bounds.
 
     A large reply ``data`` is left out (``data_omitted_bytes`` says how big it was); a
@@ -163,7 +164,7 @@ def bounded(record: dict[str, Any]) -> str:
     if len(text) <= MAX_MESSAGE_BYTES:
         return text
     delta = record.get("delta") or {}
-    slim: dict[str, Any] = {"resync": True}
+    slim: JsonObject = {"resync": True}
     slim.update(record)
     slim["delta"] = {"sessions": {}, "refcounts": {}}
     slim["omitted"] = {

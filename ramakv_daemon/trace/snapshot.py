@@ -6,8 +6,8 @@ import asyncio
 import time
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass
-from typing import Any
 
+from ramakv_daemon.core.events import JsonObject
 from ramakv_daemon.core.fork import Fork
 from ramakv_daemon.core.manager import SessionManager
 from ramakv_daemon.core.session import Session
@@ -123,7 +123,7 @@ async def messages(frozen: FrozenSnapshot) -> AsyncIterator[str]:
     saying ``"last": true``; the loop gets a turn every SLICE_SECONDS of work."""
     yield encode(frozen.header)
     # A SnapshotPart whose session summaries are spliced in as JSON text (Part.encode).
-    base: dict[str, Any] = {"kind": "snapshot_sessions", "seq": frozen.seq, "epoch": frozen.epoch}
+    base: JsonObject = {"kind": "snapshot_sessions", "seq": frozen.seq, "epoch": frozen.epoch}
     part = Part()
     index = 0
     deadline = time.perf_counter() + SLICE_SECONDS
@@ -173,7 +173,7 @@ class Part:
         self.forks.append(text)
         self.size += len(text) + 1
 
-    def encode(self, base: dict[str, Any], index: int, last: bool) -> str:
+    def encode(self, base: JsonObject, index: int, last: bool) -> str:
         """The part's JSON text (the summaries spliced in)."""
         head = encode({**base, "part": index, "last": last, "refcounts": self.refcounts})
         return (

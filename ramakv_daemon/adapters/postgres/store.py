@@ -249,7 +249,7 @@ class PostgresSessionStore:
             pool, self._pool = self._pool, None
             try:
                 await asyncio.wait_for(pool.close(), timeout=5)
-            except Exception:  # noqa: BLE001 - a dead server (or any error): just drop it
+            except Exception:  # a dead server (or any error): just drop it
                 pool.terminate()
 
     def need_pool(self) -> Any:

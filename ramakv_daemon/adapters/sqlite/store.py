@@ -222,7 +222,7 @@ class SqliteSessionStore:
             conn.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
         return conn
 
-    async def _on_writer(self, fn: Callable[..., T], *args: Any) -> T:
+    async def _on_writer(self, fn: Callable[..., T], *args: object) -> T:
         """Run ``fn(*args)`` on the write connection off the loop, waiting for locks.
 
         For start-up and operator work, never the hot path: on the writer thread (so never
@@ -230,7 +230,7 @@ class SqliteSessionStore:
         """
         return await self._in_thread(self._waiting_for_locks, fn, args)
 
-    def _waiting_for_locks(self, fn: Callable[..., T], args: tuple[Any, ...]) -> T:
+    def _waiting_for_locks(self, fn: Callable[..., T], args: tuple[object, ...]) -> T:
         """``fn(*args)`` with the busy timeout on (runs on the writer thread)."""
         db = self._writer
         assert db is not None
@@ -242,7 +242,7 @@ class SqliteSessionStore:
         finally:
             db.execute("PRAGMA busy_timeout=0")
 
-    async def _in_thread(self, fn: Callable[..., T], *args: Any) -> T:
+    async def _in_thread(self, fn: Callable[..., T], *args: object) -> T:
         return await asyncio.get_running_loop().run_in_executor(self._thread, fn, *args)
 
     @property
@@ -554,7 +554,7 @@ class SqliteSessionStore:
             if prune_before is not None:
                 db.execute("DELETE FROM event_ids WHERE ts < ?", (prune_before,))
             db.execute("COMMIT")
-        except Exception as err:  # noqa: BLE001 - anything must roll back, or BEGIN stays open
+        except Exception as err:  # anything must roll back, or BEGIN stays open
             if db.in_transaction:
                 try:
                     db.execute("ROLLBACK")
