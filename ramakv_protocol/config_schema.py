@@ -270,6 +270,27 @@ KEYS: tuple[Key, ...] = (
         64,
         "open forks one session may have; one more is refused naming the limit",
     ),
+    # Idle policies (docs/namespaces.md "Idle policies"): an agent's tool pause is seconds
+    # to a minute, the hosted APIs' prompt caches keep a prefix 5 minutes: a session idle
+    # that long is with its human, so its DDR goes to the live ones (a suspend keeps the
+    # map and the chunks on disk; the next restore brings them back). A day without any
+    # event is a conversation left for good: its disk copies are freed (as fork holds).
+    Key(
+        "idle_suspend_s",
+        "float",
+        300.0,
+        "a session with no event for this long (seconds, from its stored last_event_ts) "
+        "is suspended by the daemon; per deployment too",
+        zero_means="never",
+    ),
+    Key(
+        "idle_close_s",
+        "float",
+        86400.0,
+        "a session with no event for this long (seconds; an idle suspend does not count) "
+        "is closed by the daemon; per deployment too",
+        zero_means="never",
+    ),
     # Namespaces and the DDR budget (docs/namespaces.md):
     Key(
         "evict_locations",

@@ -10,7 +10,6 @@ import urllib.request
 from typing import Any, TextIO
 
 from ramakv_daemon.config import Config
-from ramakv_daemon.core.manager import CLOSE_REFUSED
 from ramakv_daemon.ports import Cleanup
 
 EXIT_OK, EXIT_FAILED = 0, 1
@@ -66,15 +65,16 @@ def holding_problem(url: str, token: str, lock_token: str) -> str | None:
 
 def apply_online(url: str, token: str, plan: Cleanup, out: TextIO) -> int:
     """Close the planned sessions through the running daemon, each only if no event
-    reached it since the plan (session_close with ``if_last_event_ts``), and end the
-    planned forks through its session_fork_end. Counts only what the daemon closed."""
+    reached it since the plan (session_close with ``if_idle_since``, the planned
+    last_event_ts), and end the planned forks through its session_fork_end. Counts only
+    what the daemon closed."""
     failed, closed, left, ended = 0, 0, 0, 0
     for s in plan.sessions:
         event = {
             "type": "session_close",
             "session_id": s.session_id,
             "namespace": s.namespace,
-            "if_last_event_ts": s.last_event_ts,
+            "if_idle_since": s.last_event_ts,
         }
         try:
             body = post_event(url, token, event)
@@ -85,7 +85,7 @@ def apply_online(url: str, token: str, plan: Cleanup, out: TextIO) -> int:
         data = body.get("data") or {}
         if body.get("ok") and data.get("closed") is True:
             closed += 1
-        elif body.get("ok") or CLOSE_REFUSED in str(body.get("error")):
+        elif body.get("ok"):  # closed:false: an event reached it since the plan, or it is gone
             left += 1
             print(
                 f"session {s.session_id}: an event reached it since the plan (or it is gone): "

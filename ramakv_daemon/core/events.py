@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -151,21 +150,6 @@ def bool_of(payload: dict[str, Any], field: str, default: bool = False) -> bool:
     if not isinstance(value, bool):
         raise InvalidEvent(f"'{field}' must be true or false")
     return value
-
-
-def timestamp_of(payload: dict[str, Any], field: str) -> float | None:
-    """An optional finite, non-negative number (a wall-clock time); None when absent or null."""
-    value = payload.get(field)
-    if value is None:
-        return None
-    if (
-        not isinstance(value, int | float)
-        or isinstance(value, bool)
-        or not math.isfinite(value)
-        or value < 0
-    ):
-        raise InvalidEvent(f"'{field}' must be a finite number >= 0 (a last_event_ts)")
-    return float(value)
 
 
 def check_depth(value: Any, limit: int, field: str) -> None:

@@ -12,9 +12,6 @@ from ramakv_daemon.core.fork import Fork, ForkBook, ForkIds
 from ramakv_daemon.core.refcount import RefcountTable
 from ramakv_daemon.core.session import Session, unique
 
-# A guarded session_close refused (the session changed since the plan) says this.
-CLOSE_REFUSED = "changed since if_last_event_ts"
-
 
 class SessionManager:
     """Owns every session and the global refcount table.
@@ -262,26 +259,15 @@ class SessionManager:
         change.data = {"evicted_count": change.evicted_count, "suspended": True}
         return change
 
-    def session_close(self, session_id: str, if_last_event_ts: float | None = None) -> Change:
+    def session_close(self, session_id: str) -> Change:
         """Release the session's map, delete zeros and forget the session.
 
         Its open forks stay held: a subagent may still be running on them. They end with
         their fork_end (by id, or by this session id) or their expiry.
-
-        ``if_last_event_ts``: close only a session whose last_event_ts is still exactly
-        this (ramakv-admin's plan): one an event reached since is refused, unchanged.
-
-        Raises:
-            IllegalTransition: ``if_last_event_ts`` is not the session's last_event_ts.
         """
         session = self.sessions.get(session_id)
         if session is None:
             return Change(data={"evicted_count": 0, "closed": False})
-        if if_last_event_ts is not None and session.last_event_ts != if_last_event_ts:
-            raise IllegalTransition(
-                f"session '{session_id}' {CLOSE_REFUSED}={if_last_event_ts!r} "
-                f"(its last_event_ts is {session.last_event_ts!r}): not closed"
-            )
         change = Change(durable=True)
         if session.suspended:
             # Its chunks were demoted at suspend; delete those no live session references
