@@ -1,4 +1,5 @@
-"""Group commit: concurrent events share one SQLite transaction; a reply waits for it."""
+"""Group commit: concurrent events share one SQLite transaction; a reply waits for it. A
+change waiting for a keep waits alone (commit/holding.py): unrelated changes commit past it."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from ramakv_daemon.commit.holding import Holding, watch
 from ramakv_daemon.core.change import Change
 from ramakv_daemon.core.fork import Fork, ForkIds
 from ramakv_daemon.core.manager import SessionManager
@@ -18,10 +20,11 @@ from ramakv_daemon.ports import AnswerRowIn, EvictMode, SessionStore, StoreError
 log = logging.getLogger("ramakv.store")
 
 PRUNE_EVERY_COMMITS = 1000
-# A hang guard only: a commit waits for the cache's answer to a keep its changes need (a
-# chunk referenced again while its deferred delete may be pending), and the dispatcher
-# resolves that wait at the evict's deadline at the latest (evict_defer_s + 1.5 s; see
+# A hang guard only: a change waits for the cache's answer to a keep it needs (a chunk
+# referenced again while its deferred delete may be pending), and the dispatcher resolves
+# that wait at the evict's deadline at the latest (evict_defer_s + 1.5 s; see
 # ramakv_daemon/delivery/evict_window.py), so this is never reached unless that timer is lost.
+# Only that change and those touching what it touched wait (Holding); the rest commit.
 KEEP_WAIT_S = 90.0
 # How long a commit waits for work that completes its reply (a turn_end's debug file):
 # the answer stored with the change is then the reply sent. Past it the commit goes
@@ -67,9 +70,11 @@ class GroupCommitter:
     """Batches the store writes of applied changes and resolves each when durable.
 
     Memory is changed first (the core is synchronous), so a failed commit must undo
-    every change not yet durable — the failed batch and all queued behind it, newest
-    first — leaving memory equal to what the database holds. A change's evictions go to
-    the outbox table in the same transaction, so an acknowledged eviction survives a crash.
+    every change not yet durable — the failed batch, the held ones and all queued behind
+    it, newest first — leaving memory equal to what the database holds (a change that
+    committed past a held one touched nothing it touched, so undoing it stays exact). A
+    change's evictions go to the outbox table in the same transaction, so an acknowledged
+    eviction survives a crash.
     """
 
     def __init__(
@@ -99,6 +104,8 @@ class GroupCommitter:
         self.next_row_id = 1  # the service sets it above the stored rows at start-up
         self._last: asyncio.Future[None] | None = None
         self._inflight: list[_Pending] = []  # the batch whose write is under way
+        # Changes waiting for a keep, and those touching what they touched, oldest first.
+        self._held: Holding[_Pending] = Holding()
         self.last_error: str | None = None  # why the latest commit failed; None after a success
         # Told, before any waiter resumes, of the sessions a fenced commit found changed
         # by another node (routing.ownership: their copies here are stale).
@@ -127,6 +134,8 @@ class GroupCommitter:
         self._pending.append(
             _Pending(change, manager, sessions, forks, [], None, fut, ticket, gate, ready)
         )
+        if gate is not None and not gate.done():
+            watch(gate, self._wake.set, KEEP_WAIT_S)  # its answer releases it
         self._last = fut
         self._wake.set()
         return fut
@@ -143,13 +152,19 @@ class GroupCommitter:
     @property
     def busy(self) -> bool:
         """True while some submitted change is not yet committed or rolled back."""
-        return self._last is not None and not self._last.done()
+        return (
+            (self._last is not None and not self._last.done())
+            or bool(self._held)
+            or bool(self._inflight)
+        )
 
     def uncommitted(self, namespace: str) -> list[Change]:
-        """``namespace``'s applied changes not yet committed or rolled back, oldest first."""
+        """``namespace``'s applied changes not yet committed or rolled back, oldest first
+        (a held change and one in flight past it touched nothing in common: their order
+        does not matter)."""
         return [
             p.change
-            for p in (*self._inflight, *self._pending)
+            for p in (*self._inflight, *self._held.items, *self._pending)
             if p.change is not None and p.change.namespace == namespace
         ]
 
@@ -174,9 +189,13 @@ class GroupCommitter:
 
         Reads call this first so they never answer from a change that may still fail.
         """
-        last = self._last
-        if last is not None and not last.done():
-            await asyncio.wait([last])
+        waits = [
+            p.future
+            for p in (*self._inflight, *self._held.items, *self._pending)
+            if p.future is not None and not p.future.done()
+        ]
+        if waits:
+            await asyncio.wait(waits)
 
     def forget_rows(self, row_ids: list[int]) -> None:
         """Queue the deletion of outbox rows none of whose entries waits; nobody waits."""
@@ -188,21 +207,18 @@ class GroupCommitter:
         while True:
             await self._wake.wait()
             self._wake.clear()
-            if not self._pending:
-                if self._closing:
+            # What waits for a keep stays held; the rest commits now (a gate's answer,
+            # or its give-up, wakes this loop to release what it held).
+            batch, self._pending = self._held.admit(self._pending), []
+            if not batch:
+                if self._closing and not self._held:
                     return
                 continue
-            batch, self._pending = self._pending, []
             self._inflight = batch
             try:
                 ready = [p.ready for p in batch if p.ready is not None and not p.ready.done()]
                 if ready:
                     await asyncio.wait(ready, timeout=READY_WAIT_S)
-                gates = [p.gate for p in batch if p.gate is not None and not p.gate.done()]
-                if gates:
-                    _, late = await asyncio.wait(gates, timeout=KEEP_WAIT_S)
-                    for gate in late:
-                        gate.cancel()  # committed without the cache's word on that keep
                 await self._commit(batch)
             finally:
                 self._inflight = []
@@ -275,7 +291,9 @@ class GroupCommitter:
                 p.future.set_result(None)
 
     def _fail(self, batch: list[_Pending], err: Exception, fenced: bool = False) -> None:
-        failed = batch + self._pending
+        # Undone newest first: what was queued, then the held changes, then the batch (a
+        # held change older than a batch change touched nothing it touched).
+        failed = batch + self._held.take() + self._pending
         self._pending = []
         for p in reversed(failed):
             if p.change is not None and p.manager is not None:
