@@ -105,7 +105,7 @@ class GroupCommitter:
         self._last: asyncio.Future[None] | None = None
         self._inflight: list[_Pending] = []  # the batch whose write is under way
         # Changes waiting for a keep, and those touching what they touched, oldest first.
-        self._held: Holding[_Pending] = Holding()
+        self._held: Holding[_Pending] = Holding(lambda p: p.change, lambda p: p.gate)
         self.last_error: str | None = None  # why the latest commit failed; None after a success
         # Told, before any waiter resumes, of the sessions a fenced commit found changed
         # by another node (routing.ownership: their copies here are stale).

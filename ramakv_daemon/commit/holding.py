@@ -5,23 +5,11 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable, Iterable
-from typing import Generic, Protocol, TypeVar
+from typing import Generic, TypeVar
 
 from ramakv_daemon.core.change import Change
 
-
-class Queued(Protocol):
-    """What the committer queues: an applied change (None: an answer alone, or outbox
-    rows to delete), its namespace's keys, and the keep it must wait for."""
-
-    @property
-    def change(self) -> Change | None: ...
-
-    @property
-    def gate(self) -> asyncio.Future[None] | None: ...
-
-
-Q = TypeVar("Q", bound=Queued)
+Q = TypeVar("Q")  # a queued write: an applied change, an answer alone, outbox rows
 
 
 class _Keys:
@@ -63,7 +51,15 @@ class Holding(Generic[Q]):
     session is kept: its later changes touch its row, so they wait behind it.
     """
 
-    def __init__(self) -> None:
+    def __init__(
+        self,
+        change_of: Callable[[Q], Change | None],
+        gate_of: Callable[[Q], asyncio.Future[None] | None],
+    ) -> None:
+        """``change_of(q)``: the applied change a queued write carries (None: an answer
+        alone, outbox rows to delete); ``gate_of(q)``: the keep it must wait for."""
+        self.change_of = change_of
+        self.gate_of = gate_of
         self.items: list[Q] = []
 
     def __bool__(self) -> bool:
@@ -73,14 +69,15 @@ class Holding(Generic[Q]):
         """The writes that commit now, in apply order: ``queue`` (newer than every held
         write) after the held writes released; the rest stay held."""
         queue = list(queue)
-        if not self.items and not any(_waits(q) for q in queue):
+        waits = self._waits
+        if not self.items and not any(waits(q) for q in queue):
             return queue  # nothing waits: the common case, no keys built
         ready: list[Q] = []
         held: list[Q] = []
         keys = _Keys()
         for q in (*self.items, *queue):
-            c = q.change
-            if _waits(q) or (c is not None and keys.touch(c)):
+            c = self.change_of(q)
+            if waits(q) or (c is not None and keys.touch(c)):
                 held.append(q)
                 if c is not None:
                     keys.add(c)
@@ -88,6 +85,10 @@ class Holding(Generic[Q]):
                 ready.append(q)
         self.items = held
         return ready
+
+    def _waits(self, q: Q) -> bool:
+        gate = self.gate_of(q)
+        return gate is not None and not gate.done()
 
     def take(self) -> list[Q]:
         """Every held write, oldest first; none stays held (a failed commit undoes them)."""
@@ -105,8 +106,3 @@ def watch(gate: asyncio.Future[None], wake: Callable[[], None], give_up_s: float
         wake()
 
     gate.add_done_callback(done)
-
-
-def _waits(q: Queued) -> bool:
-    gate = q.gate
-    return gate is not None and not gate.done()

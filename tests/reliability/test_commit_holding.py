@@ -128,3 +128,43 @@ async def test_a_held_change_rolled_back_takes_only_what_depends_on_it(tmp_path:
     finally:
         await committer.close()
         await store.close()
+
+
+async def test_a_slow_cache_of_one_deployment_holds_no_commit_of_another(
+    tmp_path: Path, two_fakes: tuple[FakeLMCacheServer, FakeLMCacheServer]
+) -> None:
+    """Deployment qwen's cache answers keeps late; llama's sessions commit meanwhile, the
+    same chunk hash included (a chunk of another namespace is another chunk)."""
+    from support.ns_rig import Rig, config, ident
+
+    fa, fb = two_fakes
+    fa.defers = fb.defers = True
+    cfg = config(
+        tmp_path,
+        [
+            {"name": "qwen", **ident(), "lmcache_url": fa.url},
+            {
+                "name": "llama",
+                **ident(model_id="meta-llama/Llama-3.1-8B", tokenizer_name="llama"),
+                "lmcache_url": fb.url,
+            },
+        ],
+        evict_defer_s=60.0,
+        backend_timeout_s=2.0,
+    )
+    async with Rig(cfg) as r:
+        await r.turn_end("qa", ["0a01", "0a02"], namespace="qwen")
+        await r.turn_end("qa", ["0a02"], namespace="qwen")  # 0a01's deferred delete
+        await until(lambda: "0a01" in fa.deferred.pending)
+        fa.keep_hold = asyncio.Event()
+        held = asyncio.ensure_future(r.turn_end("qb", ["0a01"], namespace="qwen"))
+        await until(lambda: keeps_received(fa) >= 1)
+        for turn in range(3):
+            await asyncio.wait_for(
+                r.turn_end("lb", ["0a01", f"0b0{turn}"], namespace="llama"), GUARD_S
+            )
+        assert db_model(cfg.session_store_path)["lb"].chunk_hashes == ["0a01", "0b02"]
+        assert not held.done()
+        fa.keep_hold.set()
+        await asyncio.wait_for(held, GUARD_S)
+        assert db_model(cfg.session_store_path)["qb"].chunk_hashes == ["0a01"]
