@@ -1,7 +1,8 @@
 """`make bench`: every benchmark, side by side, into bench/results/latest.{json,md}.
 
 Usage: python -m bench [--quick] [--only NAME[,NAME]] — names: throughput, recovery, memory,
-sdk, proxy, cache, console, engine, admin_stall, idle_sweep, scale_out, guard_costs, startup.
+sdk, proxy, cache, console, engine, admin_stall, idle_sweep, scale_out, guard_costs, startup,
+slow_keep.
 """
 
 from __future__ import annotations
@@ -154,6 +155,13 @@ def _guard_costs(quick: bool) -> tuple[dict, str]:
     return res, guard_costs.table(res)
 
 
+def _slow_keep(quick: bool) -> tuple[dict, str]:
+    from bench import slow_keep
+
+    res = slow_keep.run(seconds=5.0 if quick else 10.0)
+    return res, slow_keep.table(res)
+
+
 BENCHES: dict[str, Callable[[bool], tuple[dict, str]]] = {
     "throughput": _throughput,
     "recovery": _recovery,
@@ -168,6 +176,7 @@ BENCHES: dict[str, Callable[[bool], tuple[dict, str]]] = {
     "idle_sweep": _idle_sweep,
     "scale_out": _scale_out,
     "guard_costs": _guard_costs,
+    "slow_keep": _slow_keep,
 }
 
 

@@ -1,4 +1,5 @@
-"""Group commit: concurrent events share one SQLite transaction; a reply waits for it."""
+"""Group commit: concurrent events share one SQLite transaction; a reply waits for it. A
+change waiting for a keep waits alone (commit/holding.py): unrelated changes commit past it."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from ramakv_daemon.commit.holding import Holding, watch
 from ramakv_daemon.commit.ledger import OutboxLedger
 from ramakv_daemon.commit.record import ChangeRecord
 from ramakv_daemon.core.change import Change
@@ -25,10 +27,11 @@ from ramakv_daemon.ports import (
 log = logging.getLogger("ramakv.store")
 
 PRUNE_EVERY_COMMITS = 1000
-# A hang guard only: a commit waits for the cache's answer to a keep its changes need (a
-# chunk referenced again while its deferred delete may be pending), and the dispatcher
-# resolves that wait at the evict's deadline at the latest (evict_defer_s + 1.5 s; see
+# A hang guard only: a change waits for the cache's answer to a keep it needs (a chunk
+# referenced again while its deferred delete may be pending), and the dispatcher resolves
+# that wait at the evict's deadline at the latest (evict_defer_s + 1.5 s; see
 # ramakv_daemon/delivery/evict_window.py), so this is never reached unless that timer is lost.
+# Only that change and those touching what it touched wait (Holding); the rest commit.
 KEEP_WAIT_S = 90.0
 # How long a commit waits for work that completes its reply (a turn_end's debug file):
 # the answer stored with the change is then the reply sent. Past it the commit goes
@@ -46,13 +49,23 @@ class _Pending:
     future: asyncio.Future[None] | None
 
 
+def _change_of(p: _Pending) -> tuple[str, Change] | None:
+    return None if p.record is None else (p.record.namespace, p.record.change)
+
+
+def _gate_of(p: _Pending) -> asyncio.Future[None] | None:
+    return None if p.record is None else p.record.gate
+
+
 class GroupCommitter:
     """Batches the store writes of applied changes and resolves each when durable.
 
     Memory is changed first (the core is synchronous), so a failed commit must undo
-    every change not yet durable — the failed batch and all queued behind it, newest
-    first — leaving memory equal to what the database holds. A change's evictions go to
-    the outbox table in the same transaction, so an acknowledged eviction survives a crash.
+    every change not yet durable — the failed batch, the held ones and all queued behind
+    it, newest first — leaving memory equal to what the database holds (a change that
+    committed past a held one touched nothing it touched, so undoing it stays exact). A
+    change's evictions go to the outbox table in the same transaction, so an acknowledged
+    eviction survives a crash.
     """
 
     def __init__(
@@ -81,6 +94,8 @@ class GroupCommitter:
         self.next_row_id = 1  # the service sets it above the stored rows at start-up
         self._last: asyncio.Future[None] | None = None
         self._inflight: list[_Pending] = []  # the batch whose write is under way
+        # Changes waiting for a keep, and those touching what they touched, oldest first.
+        self._held: Holding[_Pending] = Holding(_change_of, _gate_of)
         self.last_error: str | None = None  # why the latest commit failed; None after a success
         # Told, before any waiter resumes, of the sessions a fenced commit found changed
         # by another node (routing.ownership: their copies here are stale).
@@ -96,7 +111,10 @@ class GroupCommitter:
         The commit first waits for its ``gate`` and (at most READY_WAIT_S) its ``ready``."""
         fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._pending.append(_Pending(record, [], None, fut))
-        self.ledger.submitted(record.namespace, record.change.prev_counts)
+        self.ledger.submitted(record)
+        gate = record.gate
+        if gate is not None and not gate.done():
+            watch(gate, self._wake.set, KEEP_WAIT_S)  # its answer releases it
         self._last = fut
         self._wake.set()
         return fut
@@ -113,13 +131,19 @@ class GroupCommitter:
     @property
     def busy(self) -> bool:
         """True while some submitted change is not yet committed or rolled back."""
-        return self._last is not None and not self._last.done()
+        return (
+            (self._last is not None and not self._last.done())
+            or bool(self._held)
+            or bool(self._inflight)
+        )
 
     def uncommitted(self, namespace: str) -> list[Change]:
-        """``namespace``'s applied changes not yet committed or rolled back, oldest first."""
+        """``namespace``'s applied changes not yet committed or rolled back, oldest first
+        (a held change and one in flight past it touched nothing in common: their order
+        does not matter)."""
         return [
             p.record.change
-            for p in (*self._inflight, *self._pending)
+            for p in (*self._inflight, *self._held.items, *self._pending)
             if p.record is not None and p.record.namespace == namespace
         ]
 
@@ -128,9 +152,13 @@ class GroupCommitter:
 
         Reads call this first so they never answer from a change that may still fail.
         """
-        last = self._last
-        if last is not None and not last.done():
-            await asyncio.wait([last])
+        waits = [
+            p.future
+            for p in (*self._inflight, *self._held.items, *self._pending)
+            if p.future is not None and not p.future.done()
+        ]
+        if waits:
+            await asyncio.wait(waits)
 
     async def _run(self) -> None:
         while True:
@@ -139,22 +167,19 @@ class GroupCommitter:
             retired = self.ledger.take_retired()
             if retired:  # rows delivery retired: deleted in this transaction
                 self._pending.append(_Pending(None, retired, None, None))
-            if not self._pending:
-                if self._closing:
+            # What waits for a keep stays held; the rest commits now (a gate's answer,
+            # or its give-up, wakes this loop to release what it held).
+            batch, self._pending = self._held.admit(self._pending), []
+            if not batch:
+                if self._closing and not self._held:
                     return
                 continue
-            batch, self._pending = self._pending, []
             self._inflight = batch
             try:
                 records = [p.record for p in batch if p.record is not None]
                 ready = [r.ready for r in records if r.ready is not None and not r.ready.done()]
                 if ready:
                     await asyncio.wait(ready, timeout=READY_WAIT_S)
-                gates = [r.gate for r in records if r.gate is not None and not r.gate.done()]
-                if gates:
-                    _, late = await asyncio.wait(gates, timeout=KEEP_WAIT_S)
-                    for gate in late:
-                        gate.cancel()  # committed without the cache's word on that keep
                 await self._commit(batch)
             finally:
                 self._inflight = []
@@ -224,7 +249,7 @@ class GroupCommitter:
                 ledger.committed(
                     r.namespace, CommittedRow(row_of[r.namespace], r.evict_delete, r.evict_demote)
                 )
-        ledger.settled(len(records))
+        ledger.settled(records)
         for r in records:
             if r.publish is not None:
                 r.publish()
@@ -233,7 +258,9 @@ class GroupCommitter:
                 p.future.set_result(None)
 
     def _fail(self, batch: list[_Pending], err: Exception, fenced: bool = False) -> None:
-        failed = batch + self._pending
+        # Undone newest first: what was queued, then the held changes, then the batch (a
+        # held change older than a batch change touched nothing it touched).
+        failed = batch + self._held.take() + self._pending
         self._pending = []
         unkept: dict[str, list[str]] = {}
         for p in reversed(failed):

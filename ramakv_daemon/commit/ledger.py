@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import asyncio
-from collections import deque
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
+from typing import TYPE_CHECKING
 
 from ramakv_daemon.ports import CommittedRow, Unkept
+
+if TYPE_CHECKING:
+    from ramakv_daemon.commit.record import ChangeRecord
 
 
 class OutboxLedger:
@@ -23,16 +26,17 @@ class OutboxLedger:
     def __init__(self) -> None:
         self._items: dict[str, list[CommittedRow | Unkept]] = {}
         self._wakes: dict[str, asyncio.Event] = {}
-        # (namespace, refcounts before) of every submitted change not yet committed or
-        # rolled back, oldest first: commits are in submit order, a failure ends them all.
-        self._doubt: deque[tuple[str, Mapping[str, int]]] = deque()
+        # id(record) -> (namespace, refcounts before) of every submitted change not yet
+        # committed or rolled back. Not a queue: a change held for a keep commits after
+        # later ones (commit/holding.py); a failure ends them all.
+        self._doubt: dict[int, tuple[str, Mapping[str, int]]] = {}
         self._retired: list[int] = []
         self.writer_wake: asyncio.Event | None = None  # the committer's: rows retired
 
     # ---- the committer's side ------------------------------------------------------------
-    def submitted(self, namespace: str, prev_counts: Mapping[str, int]) -> None:
-        """A change of ``namespace`` moving these refcounts waits for its commit."""
-        self._doubt.append((namespace, prev_counts))
+    def submitted(self, record: ChangeRecord) -> None:
+        """``record``'s change (moving its refcounts) waits for its commit."""
+        self._doubt[id(record)] = (record.namespace, record.change.prev_counts)
 
     def committed(self, namespace: str, row: CommittedRow | Unkept) -> None:
         """``row`` is durable: ``namespace``'s delivery takes it."""
@@ -41,11 +45,11 @@ class OutboxLedger:
         if wake is not None:
             wake.set()
 
-    def settled(self, changes: int) -> None:
-        """The oldest ``changes`` changes in doubt are committed."""
+    def settled(self, records: Iterable[ChangeRecord]) -> None:
+        """These changes in doubt are committed."""
         doubt = self._doubt
-        for _ in range(min(changes, len(doubt))):
-            doubt.popleft()
+        for r in records:
+            doubt.pop(id(r), None)
 
     def failed(self, unkept: Mapping[str, list[str]]) -> None:
         """Every change in doubt was rolled back (and the rows retired since the last
@@ -85,7 +89,7 @@ class OutboxLedger:
         moved: their committed count is not known yet (that change may be rolled back)."""
         if not self._doubt:
             return set()
-        changes = [counts for ns, counts in self._doubt if ns == namespace]
+        changes = [counts for ns, counts in self._doubt.values() if ns == namespace]
         if not changes:
             return set()
         wanted = set(hashes)

@@ -7,6 +7,7 @@ import time
 from typing import cast
 
 from ramakv_daemon.core.change import Change
+from ramakv_daemon.core.events import MAX_SESSION_ID_BYTES
 from ramakv_daemon.core.manager import SessionManager
 from ramakv_daemon.events.outcome import Outcome
 from ramakv_daemon.events.reads import Delta
@@ -78,19 +79,29 @@ class TraceRecords:
         self.hub.publish(record, o.touched)
 
     def failed(self, type_: str, session_id: str | None, error: str) -> None:
-        """A refused event's record. Its strings are cut: they are the client's, of any
-        size, and the ring must not keep megabytes of them."""
+        """A refused event's record. The client's other strings are cut (they are of any
+        size, and the ring must not keep megabytes of them); a session_id a session could
+        have (at most MAX_SESSION_ID_BYTES) is kept whole, so ``?session=`` finds it."""
         self.hub.publish(
             {
                 "kind": "event",
                 "ts": time.time(),
                 "type": cut(type_),
-                "session_id": cut(session_id),
+                "session_id": session_id if _could_name_a_session(session_id) else cut(session_id),
                 "ok": False,
                 "error": cut(error, 500),
                 "delta": {"sessions": {}, "refcounts": {}},
             }
         )
+
+
+def _could_name_a_session(session_id: object) -> bool:
+    """A string no longer than a valid session id (longer ones name no session)."""
+    if not isinstance(session_id, str):
+        return session_id is None
+    if len(session_id) <= MAX_SESSION_ID_BYTES // 4:  # 4 bytes per character at most
+        return True
+    return len(session_id.encode("utf-8", "surrogatepass")) <= MAX_SESSION_ID_BYTES
 
 
 def publish_backend_failure(
