@@ -1,5 +1,10 @@
 """One console, headless under Pilot, against a daemon: when every session shows, how fast
-keys are answered while events stream in, peak RSS. Prints one JSON line.
+keys are answered while events stream in, how far the header's seq lags behind the daemon
+during the stream and how long it takes to catch up after it stops, peak RSS. Prints one
+JSON line.
+
+Talks to its parent on stdin: ``go`` (the stream is flowing), then ``stop T_END SEQ`` (the
+stream ended at ``time.time()`` T_END with the daemon at SEQ).
 
 Run as a file (``python bench/console_probe.py``) with PYTHONPATH naming the code to
 measure, so that the same probe drives the old console (main) and the new one.
@@ -10,6 +15,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import re
 import statistics
 import sys
 import time
@@ -25,8 +31,8 @@ def peak_rss_mb() -> float:
     return float("nan")
 
 
-async def wait(pilot: Any, cond: Any, timeout: float) -> float | None:
-    """Seconds until ``cond()`` held (polled every 2 ms), or None after ``timeout``.
+async def wait(pilot: Any, cond: Any, timeout: float, every: float = 0.002) -> float | None:
+    """Seconds until ``cond()`` held (polled every ``every`` s), or None after ``timeout``.
 
     Plain sleeps, not ``pilot.pause``: that waits for the app to be idle, which under a
     steady event stream adds its own delay to every measurement.
@@ -35,8 +41,46 @@ async def wait(pilot: Any, cond: Any, timeout: float) -> float | None:
     while not cond():
         if time.perf_counter() - t0 > timeout:
             return None
-        await asyncio.sleep(0.002)
+        await asyncio.sleep(every)
     return time.perf_counter() - t0
+
+
+SEQ_IN_HEADER = re.compile(r"\bseq (\d+)")
+
+
+def header_seq(app: Any) -> int | None:
+    """The seq the header shows (as drawn text: what an operator reads)."""
+    try:
+        text = str(app.screen.query_one("#stats").render())
+    except Exception:  # a view without the header is showing (a key switched it)
+        return None
+    m = SEQ_IN_HEADER.search(text)
+    return int(m.group(1)) if m else None
+
+
+def shown_lag(app: Any, now: float) -> float | None:
+    """Seconds the header's seq is behind: now minus the daemon's time of the event it
+    shows (the records carry ``ts``; the daemon runs on this machine's clock)."""
+    seq = header_seq(app)
+    if seq is None:
+        return None
+    for rec in reversed(app.state.events):
+        if rec.get("seq") == seq and rec.get("ts"):
+            return max(0.0, now - float(rec["ts"]))
+        if isinstance(rec.get("seq"), int) and rec["seq"] < seq:
+            break
+    return None
+
+
+async def sample_lag(app: Any, out: list[tuple[float, float]], every: float = 0.05) -> None:
+    """(time, lag) every ``every`` s until cancelled: 20 wake-ups a second, not a busy poll
+    that would take the console's own CPU."""
+    while True:
+        now = time.time()
+        lag = shown_lag(app, now)
+        if lag is not None:
+            out.append((now, lag))
+        await asyncio.sleep(every)
 
 
 def press(app: Any, key: str) -> None:
@@ -64,6 +108,8 @@ async def probe(args: argparse.Namespace) -> dict[str, Any]:
         out["banner"] = str(app.connection[1])[:200]
         print("READY", flush=True)
         sys.stdin.readline()  # the parent starts the event stream, then says go
+        lags: list[tuple[float, float]] = []
+        sampler = asyncio.create_task(sample_lag(app, lags))
         await asyncio.sleep(args.settle)
         seq0 = app.state.seq
         lat: dict[str, list[float]] = {"down": [], "sort": [], "view": []}
@@ -89,12 +135,24 @@ async def probe(args: argparse.Namespace) -> dict[str, Any]:
                 await asyncio.sleep(0.1)  # as a person would: the view shown, then a key
                 lat["view"].append(done if done is not None else 5.0)
             await asyncio.sleep(0.2)
-        out["events_seen"] = app.state.seq - seq0
         every = [x for v in lat.values() for x in v]
         out["key_ms"] = {k: round(statistics.median(v) * 1000, 1) for k, v in lat.items()}
         out["key_all_ms"] = {k: [round(x * 1000, 1) for x in v] for k, v in lat.items()}
         out["key_max_ms"] = round(max(every) * 1000, 1)
         out["key_median_ms"] = round(statistics.median(every) * 1000, 1)
+        out["events_seen"] = app.state.seq - seq0
+        # The stream runs on after the keys; the parent says when it ended and where.
+        stop = (await asyncio.to_thread(sys.stdin.readline)).split()
+        sampler.cancel()
+        t_end, final_seq = float(stop[1]), int(stop[2])
+        during = [lag for at, lag in lags if at <= t_end]
+        out["lag_max_s"] = round(max(during), 3) if during else None
+        out["lag_median_s"] = round(statistics.median(during), 3) if during else None
+        caught = await wait(
+            pilot, lambda: (header_seq(app) or 0) >= final_seq, args.timeout, every=0.02
+        )
+        out["catch_up_s"] = None if caught is None else round(time.time() - t_end, 3)
+        out["final_seq"] = final_seq
         out["header"] = str(app.screen.query_one("#stats").render())[:200]
     out["peak_rss_mb"] = round(peak_rss_mb(), 1)
     return out
