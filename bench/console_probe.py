@@ -58,29 +58,35 @@ def header_seq(app: Any) -> int | None:
     return int(m.group(1)) if m else None
 
 
-def shown_lag(app: Any, now: float) -> float | None:
-    """Seconds the header's seq is behind: now minus the daemon's time of the event it
-    shows (the records carry ``ts``; the daemon runs on this machine's clock)."""
-    seq = header_seq(app)
-    if seq is None:
-        return None
+def oldest_ts_after(app: Any, seq: int) -> float | None:
+    """The daemon's time (``ts``) of the oldest event the console holds after ``seq``."""
+    ts = None
     for rec in reversed(app.state.events):
-        if rec.get("seq") == seq and rec.get("ts"):
-            return max(0.0, now - float(rec["ts"]))
-        if isinstance(rec.get("seq"), int) and rec["seq"] < seq:
-            break
-    return None
+        s = rec.get("seq")
+        if isinstance(s, int):
+            if s <= seq:
+                break
+            ts = rec.get("ts") or ts
+    return float(ts) if ts else None
 
 
 async def sample_lag(app: Any, out: list[tuple[float, float]], every: float = 0.05) -> None:
-    """(time, lag) every ``every`` s until cancelled: 20 wake-ups a second, not a busy poll
-    that would take the console's own CPU."""
+    """Every ``every`` s (20 wake-ups a second, not a busy poll that would take the
+    console's own CPU): when the header shows a newer seq, how long the oldest event it
+    newly shows waited since the daemon handled it (``ts``; the daemon runs on this
+    machine's clock). A console that falls behind shows nothing new until it catches up,
+    and then records the whole wait; a stream that pauses adds nothing."""
+    shown = header_seq(app) or 0
     while True:
-        now = time.time()
-        lag = shown_lag(app, now)
-        if lag is not None:
-            out.append((now, lag))
         await asyncio.sleep(every)
+        seq = header_seq(app)
+        if seq is None or seq <= shown:  # nothing newer (or a view's header not yet redrawn)
+            continue
+        now = time.time()
+        ts = oldest_ts_after(app, shown)
+        if ts is not None:
+            out.append((now, max(0.0, now - ts)))
+        shown = seq
 
 
 def press(app: Any, key: str) -> None:
