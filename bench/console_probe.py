@@ -58,19 +58,33 @@ def header_seq(app: Any) -> int | None:
     return int(m.group(1)) if m else None
 
 
-def oldest_ts_after(app: Any, seq: int) -> float | None:
-    """The daemon's time (``ts``) of the oldest event the console holds after ``seq``."""
-    ts = None
+def oldest_after(app: Any, seq: int) -> dict[str, Any] | None:
+    """The oldest event record the console holds after ``seq``."""
+    found = None
     for rec in reversed(app.state.events):
         s = rec.get("seq")
         if isinstance(s, int):
             if s <= seq:
                 break
-            ts = rec.get("ts") or ts
-    return float(ts) if ts else None
+            found = rec
+    return found
 
 
-async def sample_lag(app: Any, out: list[tuple[float, float]], every: float = 0.05) -> None:
+def stamp_arrivals(app: Any) -> None:
+    """Mark each record with when the console's link handed it over (``_rx``): the lag
+    then splits into the daemon's and the wire's part (``ts`` to ``_rx``) and the
+    console's own (``_rx`` to the header)."""
+    trace = app.link.trace
+
+    async def stamped() -> Any:
+        async for rec in trace():
+            rec["_rx"] = time.time()
+            yield rec
+
+    app.link.trace = stamped
+
+
+async def sample_lag(app: Any, out: list[tuple[float, float, float]], every: float = 0.05) -> None:
     """Every ``every`` s (20 wake-ups a second, not a busy poll that would take the
     console's own CPU): when the header shows a newer seq, how long the oldest event it
     newly shows waited since the daemon handled it (``ts``; the daemon runs on this
@@ -83,9 +97,10 @@ async def sample_lag(app: Any, out: list[tuple[float, float]], every: float = 0.
         if seq is None or seq <= shown:  # nothing newer (or a view's header not yet redrawn)
             continue
         now = time.time()
-        ts = oldest_ts_after(app, shown)
-        if ts is not None:
-            out.append((now, max(0.0, now - ts)))
+        rec = oldest_after(app, shown)
+        if rec is not None and rec.get("ts"):
+            rx = float(rec.get("_rx") or rec["ts"])
+            out.append((now, max(0.0, now - float(rec["ts"])), max(0.0, now - rx)))
         shown = seq
 
 
@@ -102,6 +117,7 @@ async def probe(args: argparse.Namespace) -> dict[str, Any]:
 
     out: dict[str, Any] = {}
     app = ConsoleApp(args.url)
+    stamp_arrivals(app)
     async with app.run_test(size=(120, 40)) as pilot:
         table = app.screen.query_one(SessionTable)
 
@@ -114,7 +130,7 @@ async def probe(args: argparse.Namespace) -> dict[str, Any]:
         out["banner"] = str(app.connection[1])[:200]
         print("READY", flush=True)
         sys.stdin.readline()  # the parent starts the event stream, then says go
-        lags: list[tuple[float, float]] = []
+        lags: list[tuple[float, float, float]] = []
         sampler = asyncio.create_task(sample_lag(app, lags))
         await asyncio.sleep(args.settle)
         seq0 = app.state.seq
@@ -151,9 +167,12 @@ async def probe(args: argparse.Namespace) -> dict[str, Any]:
         stop = (await asyncio.to_thread(sys.stdin.readline)).split()
         sampler.cancel()
         t_end, final_seq = float(stop[1]), int(stop[2])
-        during = [lag for at, lag in lags if at <= t_end]
+        during = [lag for at, lag, _ in lags if at <= t_end]
+        own = [lag for at, _, lag in lags if at <= t_end]
         out["lag_max_s"] = round(max(during), 3) if during else None
         out["lag_median_s"] = round(statistics.median(during), 3) if during else None
+        # The console's own part: from the record's arrival to the header showing it.
+        out["console_lag_max_s"] = round(max(own), 3) if own else None
         caught = await wait(
             pilot, lambda: (header_seq(app) or 0) >= final_seq, args.timeout, every=0.02
         )

@@ -347,12 +347,14 @@ def table(res: dict[str, Any]) -> str:
         f"old = `{res['old_ref']}`. Targets at 50,000 x 512: every session shown within 3 s, "
         "each key answered within 150 ms, console under 300 MB, trace connects within 1 s. "
         f"Churn targets at {res.get('churn_case', CHURN_CASE)}: the header's seq at most 2 s "
-        "behind the daemon's during the stream, caught up within 3 s after it stops.",
+        "behind the daemon's during the stream, caught up within 3 s after it stops. The lag "
+        "is the daemon's event time to the header showing it; in brackets the console's own "
+        "part of it (the record's arrival at the console to the header).",
         "",
         "| store @ turn_end/s | code | all sessions shown | key median / max ms (down, sort, "
-        "view) | header seq lag median / max s | catch-up after the stream s | console peak "
-        "RSS MB | `ramakv trace` first message / snapshot done | events seen / load rps "
-        "(load generator CPU %) |",
+        "view) | header seq lag median / max s (console's own max) | catch-up after the "
+        "stream s | console peak RSS MB | `ramakv trace` first message / snapshot done | "
+        "events seen / load rps (load generator CPU %) |",
         "|---|---|---|---|---|---|---|---|---|",
     ]
     for key, sides in res.items():
@@ -383,7 +385,10 @@ def table(res: dict[str, Any]) -> str:
             )
             if r.get("trace_snapshot_s") is None:
                 trace += f" ({r.get('first_line', '')[:70]})"
-            lag = f"{_fmt(r.get('lag_median_s'))} / {_fmt(r.get('lag_max_s'))}"
+            lag = (
+                f"{_fmt(r.get('lag_median_s'))} / {_fmt(r.get('lag_max_s'))} "
+                f"({_fmt(r.get('console_lag_max_s'))})"
+            )
             lines.append(
                 f"| {key} | {side} | {shown} | {keys} | {lag} | {_fmt(r.get('catch_up_s'))} | "
                 f"{r.get('peak_rss_mb')} | {trace} | {r.get('events_seen')} / "

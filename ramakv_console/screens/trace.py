@@ -29,7 +29,6 @@ class TraceScreen(Screen[None]):
     def __init__(self, ctx: ConsoleContext) -> None:
         super().__init__()
         self.ctx = ctx
-        self._stale = False
 
     def compose(self) -> ComposeResult:
         yield StatsHeader(self.ctx, id="stats")
@@ -52,9 +51,8 @@ class TraceScreen(Screen[None]):
         self.log_widget.focus()
 
     def _state_updated(self, changes: Changes) -> None:
-        if not self.is_current:  # redrawn from the history when it shows again
-            self._stale = True
-            return
+        # Also while another view shows: a write costs little (a line-API log, at most
+        # 4 a second), and coming back needs no redraw from the history.
         if changes.dropped_events and not self.log_widget.paused:
             self.log_widget.note(f"… {changes.dropped_events} events of a burst not shown")
         self.log_widget.add(changes.events)
@@ -62,9 +60,7 @@ class TraceScreen(Screen[None]):
             self._status()
 
     def on_screen_resume(self) -> None:
-        if self._stale:
-            self._stale = False
-            self._redraw()
+        self._status()
         self.log_widget.focus()
 
     def _status(self) -> None:

@@ -113,6 +113,7 @@ class TraceLog(ScrollView, can_focus=True):
         self._written_at = 0.0  # time.monotonic() of the last write of the queue
         self._timer: Timer | None = None
         self._follow = True  # on the newest line (False once scrolled back)
+        self._end_asked = False  # a scroll to the newest line is waiting for a refresh
 
     def wants(self, rec: dict[str, Any]) -> bool:
         """True when the record passes the session, text and failed-only filters."""
@@ -185,11 +186,18 @@ class TraceLog(ScrollView, can_focus=True):
         dropped = full_before + len(strips) - len(self.lines)
         self._widest = max(self._widest, *(s.cell_length for s in strips))
         self._resize()
-        if self._follow:  # once laid out at the new size (RichLog's way)
-            self.scroll_end(animate=False, immediate=False, x_axis=False)
+        if self._follow:
+            if not self._end_asked:  # one request however many writes (even hidden)
+                self._end_asked = True
+                self.call_after_refresh(self._to_end)
         elif dropped:  # what was shown moved up by that much
             self.scroll_to(y=max(0, self.scroll_offset.y - dropped), animate=False)
         self.refresh()
+
+    def _to_end(self) -> None:
+        """On the newest line, once laid out at the new size (RichLog's way)."""
+        self._end_asked = False
+        self.scroll_end(animate=False, immediate=True, x_axis=False)
 
     def _resize(self) -> None:
         size = Size(self._widest, len(self.lines))
