@@ -130,6 +130,8 @@ async def probe(args: argparse.Namespace) -> dict[str, Any]:
         out["banner"] = str(app.connection[1])[:200]
         print("READY", flush=True)
         sys.stdin.readline()  # the parent starts the event stream, then says go
+        go_at = time.time()
+        cpu_at_go = time.process_time()
         lags: list[tuple[float, float, float]] = []
         sampler = asyncio.create_task(sample_lag(app, lags))
         await asyncio.sleep(args.settle)
@@ -163,14 +165,28 @@ async def probe(args: argparse.Namespace) -> dict[str, Any]:
         out["key_max_ms"] = round(max(every) * 1000, 1)
         out["key_median_ms"] = round(statistics.median(every) * 1000, 1)
         out["events_seen"] = app.state.seq - seq0
+        keys_done = time.time()
         # The stream runs on after the keys; the parent says when it ended and where.
         stop = (await asyncio.to_thread(sys.stdin.readline)).split()
         sampler.cancel()
         t_end, final_seq = float(stop[1]), int(stop[2])
+        # The console's own demand, whatever the machine's load: CPU seconds it used per
+        # second of the stream (its keys and the probe's sampling included).
+        out["console_cpu_pct"] = round(
+            100 * (time.process_time() - cpu_at_go) / max(time.time() - go_at, 1e-9), 1
+        )
         during = [lag for at, lag, _ in lags if at <= t_end]
         own = [lag for at, _, lag in lags if at <= t_end]
         out["lag_max_s"] = round(max(during), 3) if during else None
         out["lag_median_s"] = round(statistics.median(during), 3) if during else None
+        # The five worst, with when they were seen (s after the stream started): next to
+        # the key phase's times they say whether a key's work or the machine held it up.
+        out["lag_worst"] = [
+            (round(at - go_at, 2), round(lag, 3), round(mine, 3))
+            for at, lag, mine in sorted(lags, key=lambda x: -x[1])[:5]
+            if at <= t_end
+        ]
+        out["keys_done_at_s"] = round(keys_done - go_at, 2)
         # The console's own part: from the record's arrival to the header showing it.
         out["console_lag_max_s"] = round(max(own), 3) if own else None
         caught = await wait(

@@ -353,8 +353,8 @@ def table(res: dict[str, Any]) -> str:
         "",
         "| store @ turn_end/s | code | all sessions shown | key median / max ms (down, sort, "
         "view) | header seq lag median / max s (console's own max) | catch-up after the "
-        "stream s | console peak RSS MB | `ramakv trace` first message / snapshot done | "
-        "events seen / load rps (load generator CPU %) |",
+        "stream s | console peak RSS MB (CPU % of a core) | `ramakv trace` first message / "
+        "snapshot done | events seen / load rps (load generator CPU %) |",
         "|---|---|---|---|---|---|---|---|---|",
     ]
     for key, sides in res.items():
@@ -391,7 +391,8 @@ def table(res: dict[str, Any]) -> str:
             )
             lines.append(
                 f"| {key} | {side} | {shown} | {keys} | {lag} | {_fmt(r.get('catch_up_s'))} | "
-                f"{r.get('peak_rss_mb')} | {trace} | {r.get('events_seen')} / "
+                f"{r.get('peak_rss_mb')} ({r.get('console_cpu_pct')}) | {trace} | "
+                f"{r.get('events_seen')} / "
                 f"{r.get('load_rps')} ({r.get('load_cpu_pct')}) |"
             )
         old, new = sides.get("old", {}), sides.get("new", {})
