@@ -26,16 +26,40 @@ class CpuKVLayoutError(ValueError):
     """vLLM handed over KV tensors in a layout this connector does not know."""
 
 
-def _split_kv(layer: torch.Tensor, head_size: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """K and V views ``[num_blocks, num_kv_heads, block_size, head_size]`` of one layer."""
+def _blocks_kv(layer: torch.Tensor, head_size: int) -> torch.Tensor:
+    """One layer as ``[num_blocks, num_kv_heads, 2 (K, V), block_size, head_size]``."""
     if layer.dim() != 4 or layer.shape[-1] != 2 * head_size or not layer.is_contiguous():
         raise CpuKVLayoutError(
             f"expected a contiguous [num_blocks, num_kv_heads, block_size, 2*{head_size}] "
             f"KV tensor (vLLM CPU), got shape {tuple(layer.shape)} strides {layer.stride()}"
         )
     blocks, heads, block_size, _ = layer.shape
-    both = layer.view(blocks, heads, 2, block_size, head_size)
-    return both[:, :, 0], both[:, :, 1]
+    return layer.view(blocks, heads, 2, block_size, head_size)
+
+
+def _runs(pos: torch.Tensor, slots: torch.Tensor, block_size: int) -> list[tuple[int, ...]]:
+    """``(block, offset, position, length)`` of each stretch of consecutive tokens that sit in
+    consecutive slots of one block: one slice copy each instead of a gather per token (a 4 MiB
+    chunk: ~0.5 ms against 3-4 ms indexed)."""
+    breaks = torch.ones(len(pos), dtype=torch.bool)
+    if len(pos) > 1:
+        breaks[1:] = (
+            (pos[1:] != pos[:-1] + 1)
+            | (slots[1:] != slots[:-1] + 1)
+            | (slots[1:] % block_size == 0)
+        )
+    starts = torch.nonzero(breaks).flatten()
+    lengths = torch.diff(starts, append=torch.tensor([len(pos)]))
+    first = slots[starts]
+    return list(
+        zip(
+            (first // block_size).tolist(),
+            (first % block_size).tolist(),
+            pos[starts].tolist(),
+            lengths.tolist(),
+            strict=True,
+        )
+    )
 
 
 class VLLMCpuKVConnector:
@@ -96,12 +120,11 @@ class VLLMCpuKVConnector:
         layers = self._layers(kwargs)
         pos, slots = self._slots(kwargs, start, end, 0)
         dst = memory_obj.tensor
+        runs = _runs(pos, slots, layers[0].shape[2]) if len(pos) else []
         for i, layer in enumerate(layers):
-            k, v = _split_kv(layer, self.head_size)
-            block, off = slots // k.shape[2], slots % k.shape[2]
-            # Advanced indices split by a slice: the token dim comes first -> [T, heads, D].
-            dst[0, i, pos] = k[block, :, off].reshape(len(pos), -1).to(dst.dtype)
-            dst[1, i, pos] = v[block, :, off].reshape(len(pos), -1).to(dst.dtype)
+            both = _blocks_kv(layer, self.head_size)
+            for block, off, p, n in runs:
+                self._obj_view(dst, i, p, n).copy_(both[block, :, :, off : off + n])
         _set_format(memory_obj)
 
     def to_gpu(self, memory_obj: Any, start: int, end: int, **kwargs: Any) -> None:
@@ -112,12 +135,16 @@ class VLLMCpuKVConnector:
         skip = min(end - start, max(0, vllm_cached - start))
         pos, slots = self._slots(kwargs, start, end, skip)
         src = memory_obj.tensor
+        runs = _runs(pos, slots, layers[0].shape[2]) if len(pos) else []
         for i, layer in enumerate(layers):
-            k, v = _split_kv(layer, self.head_size)
-            block, off = slots // k.shape[2], slots % k.shape[2]
-            shape = (len(pos), self.num_kv_heads, self.head_size)
-            k[block, :, off] = src[0, i, pos].reshape(shape).to(k.dtype)
-            v[block, :, off] = src[1, i, pos].reshape(shape).to(v.dtype)
+            both = _blocks_kv(layer, self.head_size)
+            for block, off, p, n in runs:
+                both[block, :, :, off : off + n].copy_(self._obj_view(src, i, p, n))
+
+    def _obj_view(self, tensor: torch.Tensor, layer: int, p: int, n: int) -> torch.Tensor:
+        """Tokens [p, p+n) of one layer of a KV_2LTD object as ``[heads, 2, n, head_size]``."""
+        part = tensor[:, layer, p : p + n].view(2, n, self.num_kv_heads, self.head_size)
+        return part.permute(2, 0, 1, 3)
 
     def batched_from_gpu(self, memory_objs: Any, starts: Any, ends: Any, **kwargs: Any) -> None:
         """from_gpu for each memory object."""

@@ -8,6 +8,8 @@ from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
+from ascend_ext.request_error import RequestError
+
 # Kept generations remembered (per hash, oldest out first). One pushed out raises a floor
 # instead of being forgotten: an evict at or below the floor is refused (the safe side).
 KEPT_MAX = 65536
@@ -194,8 +196,6 @@ class DeferredEvictions:
 
 
 def _integer(body: dict, name: str) -> int | None:
-    from ascend_ext.memory_ops import RequestError
-
     value = body.get(name)
     if value is None:
         return None
@@ -216,8 +216,6 @@ def parse_not_after(body: dict) -> int | None:
 
 def parse_defer(body: dict) -> float:
     """Optional ``defer_s``: seconds to hold the delete, 0..60 (absent: 0, act now)."""
-    from ascend_ext.memory_ops import RequestError
-
     value = body.get("defer_s", 0)
     if (
         not isinstance(value, int | float)

@@ -14,13 +14,8 @@ from fastapi.responses import JSONResponse
 
 from ascend_ext import forwarding
 from ascend_ext.deferred_evict import parse_defer, parse_generation, parse_not_after
-from ascend_ext.memory_ops import (
-    MemoryOps,
-    RequestError,
-    parse_hashes,
-    parse_locations,
-    parse_lookup_id,
-)
+from ascend_ext.memory_ops import MemoryOps, parse_hashes, parse_locations, parse_lookup_id
+from ascend_ext.request_error import RequestError
 
 log = logging.getLogger("ascend_ext.memory")
 

@@ -12,6 +12,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
 from ascend_ext.deferred_evict import DeferredEvictions
+from ascend_ext.request_error import RequestError
 
 log = logging.getLogger("ascend_ext.memory")
 
@@ -23,10 +24,6 @@ _HEX = re.compile(r"-?[0-9a-fA-F]{1,64}")
 # How long an evict waits for a chunk's in-flight disk write before removing anyway.
 PUT_WAIT_S = 5.0
 _STATUS_KEEP = 256
-
-
-class RequestError(ValueError):
-    """A request field is missing or wrongly typed (HTTP 400)."""
 
 
 def parse_hashes(body: dict) -> list[str]:

@@ -27,7 +27,8 @@ SERVED_NAME = "tiny"
 
 @dataclass(frozen=True, slots=True)
 class EngineSettings:
-    """One engine's ports, tiers and switches."""
+    """One engine's ports, tiers and switches (``work_dir`` is made absolute: vLLM starts with
+    its cwd there and would read a relative ``--model`` from inside it)."""
 
     work_dir: Path
     port: int
@@ -35,6 +36,11 @@ class EngineSettings:
     chunk_size: int = 256
     ddr_gb: float = 0.5
     disk_gb: float = 2.0
+    #: The tiny model's size (tiny_model.SMALL for tests and the demo, COMPUTE for the bench).
+    model: tiny_model.ModelShape = tiny_model.SMALL
+    #: LMCache's disk tier reads and writes with O_DIRECT (LocalDiskBackend's ``use_odirect``
+    #: extra config): a hit is read from the device, not from the page cache.
+    disk_odirect: bool = False
     async_loading: bool = True
     max_model_len: int = 4096
     #: vLLM's own CPU KV cache (GiB; VLLM_CPU_KVCACHE_SPACE).
@@ -42,6 +48,16 @@ class EngineSettings:
     #: ascend_ext patches to leave out (RAMAKV_ASCEND_EXT_SKIP), to reproduce lmcache bugs.
     skip_patches: str = ""
     extra_env: dict[str, str] = field(default_factory=dict)
+    #: More vLLM server flags (e.g. ``("--tool-call-parser", "pythonic")`` for tool calls).
+    extra_args: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "work_dir", Path(self.work_dir).resolve())
+
+    @property
+    def chunk_mib(self) -> float:
+        """MiB of KV in one LMCache chunk of this model."""
+        return self.model.chunk_mib(self.chunk_size)
 
     @property
     def model_dir(self) -> Path:
@@ -93,6 +109,7 @@ def command(s: EngineSettings) -> list[str]:
         "8",
         "--kv-transfer-config",
         json.dumps(kv_transfer_config(s.async_loading)),
+        *s.extra_args,
     ]
 
 
@@ -114,7 +131,9 @@ def environment(s: EngineSettings) -> dict[str, str]:
             "LMCACHE_MAX_LOCAL_DISK_SIZE": str(s.disk_gb),
             "LMCACHE_INTERNAL_API_SERVER_ENABLED": "True",
             "LMCACHE_INTERNAL_API_SERVER_PORT_START": str(s.api_port_start),
-            "LMCACHE_EXTRA_CONFIG": json.dumps({"enable_cache_usage_details_in_response": True}),
+            "LMCACHE_EXTRA_CONFIG": json.dumps(
+                {"enable_cache_usage_details_in_response": True, "use_odirect": s.disk_odirect}
+            ),
             # vLLM's /metrics then aggregates every process's samples (ramakv_* live in EngineCore).
             "PROMETHEUS_MULTIPROC_DIR": str(s.metrics_dir),
             "RAMAKV_ASCEND_EXT_SKIP": s.skip_patches,
@@ -179,7 +198,7 @@ class EngineProcess:
     def start(self) -> EngineProcess:
         """Build the model directory if needed and launch the server (returns at once)."""
         s = self.settings
-        tiny_model.build(s.model_dir, s.max_model_len)
+        tiny_model.build(s.model_dir, s.max_model_len, s.model)
         for d in (s.disk_dir, s.metrics_dir):
             d.mkdir(parents=True, exist_ok=True)
             for f in d.iterdir():  # a multiproc dir must be empty at start (vLLM's advice)

@@ -1,7 +1,9 @@
-"""A tiny Llama for vLLM's CPU build, made offline: a 2-layer config and a locally trained BPE.
+"""A tiny Llama for vLLM's CPU build, made offline: a config of a chosen shape and a local BPE.
 
 No model hub is reachable from these machines, so tests, ``make bench`` and ``make demo``
-build the model directory at run time: ``config.json`` (hidden 256, 4 heads of 64, 2 layers),
+build the model directory at run time: ``config.json`` (a ``ModelShape``: ``SMALL`` is hidden
+256, 4 heads of 64, 2 layers, overhead-bound; ``COMPUTE`` is hidden 1024, 16 heads, 4 layers,
+where prefill dominates a request as on a real deployment),
 ``tokenizer.json`` trained with the ``tokenizers`` library on a built-in English corpus, and a
 ``tokenizer_config.json`` with a chat template. vLLM serves it with ``--load-format dummy``
 (random weights): the tokens are gibberish, but prompt lengths, KV bytes and timings are real.
@@ -10,8 +12,9 @@ build the model directory at run time: ``config.json`` (hidden 256, 4 heads of 6
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # tokenizers comes with the engine extra, imported when a model is built
     from tokenizers import Tokenizer
@@ -22,6 +25,45 @@ CHAT_TEMPLATE = (
     "{{ bos_token }}{% for m in messages %}<|{{ m['role'] }}|>\n{{ m['content'] }}\n"
     "{% endfor %}{% if add_generation_prompt %}<|assistant|>\n{% endif %}"
 )
+
+
+@dataclass(frozen=True, slots=True)
+class ModelShape:
+    """The Llama's size: what prefill costs and how many bytes of KV each token holds."""
+
+    hidden: int = 256
+    layers: int = 2
+    heads: int = 4
+    intermediate: int = 512
+
+    def __post_init__(self) -> None:
+        if min(self.hidden, self.layers, self.heads, self.intermediate) <= 0:
+            raise ValueError(f"model shape sizes must be positive, got {self}")
+        if self.hidden % self.heads:
+            raise ValueError(f"hidden {self.hidden} is not a multiple of heads {self.heads}")
+
+    @property
+    def head_dim(self) -> int:
+        return self.hidden // self.heads
+
+    @property
+    def kv_bytes_per_token(self) -> int:
+        """K and V of every layer, bf16 (2 bytes), no GQA (kv heads = heads)."""
+        return 2 * self.layers * self.hidden * 2
+
+    def chunk_mib(self, chunk_tokens: int) -> float:
+        """MiB of KV in one LMCache chunk of ``chunk_tokens`` tokens."""
+        return self.kv_bytes_per_token * chunk_tokens / 2**20
+
+    def label(self) -> str:
+        return f"{self.hidden}x{self.layers}"
+
+
+#: The tests' and the demo's model: cheap to start, every request overhead-bound (~80 ms).
+SMALL = ModelShape()
+#: The benchmark's: a 2048-token prefill costs seconds on 2 cores, a chunk's KV 4 MiB.
+COMPUTE = ModelShape(hidden=1024, layers=4, heads=16, intermediate=2816)
+
 
 _CORPUS = """
 The agent reads the repository, runs the tests and writes a short report for the user.
@@ -57,16 +99,16 @@ def _train_tokenizer() -> Tokenizer:
     return tok
 
 
-def _config(vocab_size: int, max_len: int) -> dict:
+def _config(vocab_size: int, max_len: int, shape: ModelShape) -> dict[str, Any]:
     return {
         "architectures": ["LlamaForCausalLM"],
         "model_type": "llama",
-        "hidden_size": 256,
-        "intermediate_size": 512,
-        "num_hidden_layers": 2,
-        "num_attention_heads": 4,
-        "num_key_value_heads": 4,
-        "head_dim": 64,
+        "hidden_size": shape.hidden,
+        "intermediate_size": shape.intermediate,
+        "num_hidden_layers": shape.layers,
+        "num_attention_heads": shape.heads,
+        "num_key_value_heads": shape.heads,
+        "head_dim": shape.head_dim,
         "hidden_act": "silu",
         "max_position_embeddings": max_len,
         "rms_norm_eps": 1e-5,
@@ -79,14 +121,21 @@ def _config(vocab_size: int, max_len: int) -> dict:
     }
 
 
-def build(model_dir: str | Path, max_len: int = 4096) -> Path:
-    """Write the model directory (idempotent: an existing complete one is kept)."""
+def build(model_dir: str | Path, max_len: int = 4096, shape: ModelShape = SMALL) -> Path:
+    """Write the model directory (idempotent: a complete one of the same shape is kept; one of
+    another shape gets the new config, keeping its tokenizer)."""
     path = Path(model_dir)
-    if (path / "config.json").exists() and (path / "tokenizer.json").exists():
+    config, tokenizer = path / "config.json", path / "tokenizer.json"
+    if config.exists() and tokenizer.exists():
+        from tokenizers import Tokenizer
+
+        want = _config(Tokenizer.from_file(str(tokenizer)).get_vocab_size(), max_len, shape)
+        if json.loads(config.read_text()) != want:
+            config.write_text(json.dumps(want, indent=1))
         return path
     path.mkdir(parents=True, exist_ok=True)
     tok = _train_tokenizer()
-    tok.save(str(path / "tokenizer.json"))
+    tok.save(str(tokenizer))
     vocab = tok.get_vocab_size()
     (path / "tokenizer_config.json").write_text(
         json.dumps(
@@ -108,5 +157,5 @@ def build(model_dir: str | Path, max_len: int = 4096) -> Path:
     )
     (path / "generation_config.json").write_text(json.dumps({"bos_token_id": 1, "eos_token_id": 2}))
     # Written last: its presence marks a complete directory.
-    (path / "config.json").write_text(json.dumps(_config(vocab, max_len), indent=1))
+    config.write_text(json.dumps(_config(vocab, max_len, shape), indent=1))
     return path

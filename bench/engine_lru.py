@@ -18,10 +18,15 @@ CHUNK = 256
 
 def lru_recomputed(steps: list[Step], capacity: int, drop_closed: bool) -> int:
     """Prompt tokens recomputed with one LRU of ``capacity`` chunks (lookup is a prefix)."""
+    return sum(lru_turns(steps, capacity, drop_closed))
+
+
+def lru_turns(steps: list[Step], capacity: int, drop_closed: bool) -> list[int]:
+    """Each turn's recomputed prompt tokens with one LRU of ``capacity`` chunks."""
+    turns: list[int] = []
     lru: OrderedDict[str, None] = OrderedDict()
     owners: dict[str, set[str]] = {}
     mine: dict[str, set[str]] = {}
-    recomputed = 0
     for step in steps:
         if step.kind == CLOSE and drop_closed:
             for h in mine.pop(step.session, set()):
@@ -35,7 +40,7 @@ def lru_recomputed(steps: list[Step], capacity: int, drop_closed: bool) -> int:
         hit = 0
         while hit < len(hashes) and hashes[hit] in lru:
             hit += 1
-        recomputed += len(step.prompt) - hit * CHUNK
+        turns.append(len(step.prompt) - hit * CHUNK)
         for h in hashes:
             lru[h] = None
             lru.move_to_end(h)
@@ -43,7 +48,15 @@ def lru_recomputed(steps: list[Step], capacity: int, drop_closed: bool) -> int:
             mine.setdefault(step.session, set()).add(h)
         while len(lru) > capacity:
             lru.popitem(last=False)
-    return recomputed
+    return turns
+
+
+def differing_turns(steps: list[Step], capacity: int) -> int:
+    """Turns whose recompute differs between plain LRU and LRU that drops closed sessions'
+    chunks: the turns where the tiers' policy decides anything."""
+    plain = lru_turns(steps, capacity, drop_closed=False)
+    steered = lru_turns(steps, capacity, drop_closed=True)
+    return sum(a != b for a, b in zip(plain, steered, strict=True))
 
 
 def live_chunks_peak(steps: list[Step]) -> int:

@@ -77,3 +77,48 @@ def test_mla_and_unknown_layouts_are_refused_clearly() -> None:
     with pytest.raises(CpuKVLayoutError, match="vLLM CPU"):
         conn.from_gpu(_obj(1), 0, 1, kvcaches=nhd, slot_mapping=torch.tensor([0]))
     assert conn.get_shape(5) == torch.Size([2, LAYERS, 5, HEADS * HEAD])
+
+
+def _mappings() -> list:
+    """Slot mappings as vLLM hands them, and worse: whole blocks in any order, a chunk that
+    starts mid-block, scattered single slots, and padding (-1)."""
+    gen = torch.Generator().manual_seed(3)
+    firsts = torch.randperm(BLOCKS, generator=gen)[:3, None] * BLOCK
+    whole = (firsts + torch.arange(BLOCK)).flatten()
+    return [
+        whole,
+        whole[5:40],
+        torch.randperm(BLOCKS * BLOCK, generator=gen)[:30],
+        torch.cat([whole[:20], torch.full((4,), -1), whole[30:44]]),
+        torch.arange(BLOCK - 3, BLOCK + 5),  # across a block boundary
+    ]
+
+
+@pytest.mark.parametrize("case", range(5))
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_per_block_copy_is_byte_identical_to_the_indexed_one(case: int, dtype: str) -> None:
+    """The per-block slice copy writes exactly the bytes the per-token gather wrote."""
+    from bench.kv_copy import indexed_from_gpu, indexed_to_gpu
+
+    kind = getattr(torch, dtype)
+    slots = _mappings()[case]
+    n = len(slots)
+    conn = VLLMCpuKVConnector(LAYERS, HEADS, HEAD)
+    keep = slots >= 0
+    pos, valid = torch.arange(n)[keep], slots[keep]
+    src = [t.to(kind) for t in _vllm_layers()]
+
+    stored, want = _obj(n), torch.zeros(2, LAYERS, n, HEADS * HEAD, dtype=kind)
+    stored.tensor = stored.tensor.to(kind)
+    conn.from_gpu(stored, 0, n, kvcaches=src, slot_mapping=slots)
+    indexed_from_gpu(src, want, pos, valid)
+    assert torch.equal(stored.tensor.view(torch.uint8), want.view(torch.uint8))
+
+    for skip in (0, 7):
+        got = [torch.zeros_like(t) for t in src]
+        ref = [torch.zeros_like(t) for t in src]
+        conn.to_gpu(stored, 0, n, kvcaches=got, slot_mapping=slots, vllm_cached_tokens=skip)
+        later = pos >= skip
+        indexed_to_gpu(ref, stored.tensor, pos[later], valid[later])
+        for a, b in zip(got, ref, strict=True):
+            assert torch.equal(a.view(torch.uint8), b.view(torch.uint8))

@@ -91,7 +91,7 @@ def test_kept_generations_pushed_out_raise_a_floor() -> None:
 @pytest.mark.parametrize("generation", [-1, True, 1.5, "1"])
 def test_bad_generations_are_refused(generation: object) -> None:
     from ascend_ext.deferred_evict import parse_generation, parse_not_after
-    from ascend_ext.memory_ops import RequestError
+    from ascend_ext.request_error import RequestError
 
     with pytest.raises(RequestError, match="'generation' must be a non-negative integer"):
         parse_generation({"generation": generation})

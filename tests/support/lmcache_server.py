@@ -26,7 +26,8 @@ from ascend_ext.deferred_evict import (
     parse_generation,
     parse_not_after,
 )
-from ascend_ext.memory_ops import RequestError, parse_hashes, parse_locations, parse_lookup_id
+from ascend_ext.memory_ops import parse_hashes, parse_locations, parse_lookup_id
+from ascend_ext.request_error import RequestError
 
 CPU, DISK = "LocalCPUBackend", "LocalDiskBackend"
 MODES = ("500", "503", "malformed", "slow")
