@@ -196,6 +196,41 @@ async def daemon_seq(port: int) -> int:
         return int(header["seq"])
 
 
+class BareFollower(threading.Thread):
+    """A bare websocket trace follower in this (otherwise idle) process, beside the
+    console: how late each event record reaches a client that does nothing else (``ts``
+    to arrival). The daemon's and the wire's part of the console's lag."""
+
+    def __init__(self, port: int) -> None:
+        super().__init__(daemon=True)
+        self.port = port
+        self.lags: list[float] = []
+        self.stop_at: float | None = None
+
+    def run(self) -> None:
+        asyncio.run(self._follow())
+
+    async def _follow(self) -> None:
+        import aiohttp
+
+        url = f"http://127.0.0.1:{self.port}/trace?protocol=2"
+        async with (
+            aiohttp.ClientSession() as http,
+            http.ws_connect(url, max_msg_size=64 << 20) as ws,
+        ):
+            while self.stop_at is None or time.time() < self.stop_at:
+                try:
+                    msg = await ws.receive(timeout=1.0)
+                except TimeoutError:
+                    continue
+                if msg.type != aiohttp.WSMsgType.TEXT:
+                    return
+                now = time.time()
+                rec = json.loads(msg.data)
+                if rec.get("kind") == "event" and rec.get("ts"):
+                    self.lags.append(now - float(rec["ts"]))
+
+
 def load_process(port: int, bodies: Path, rate: float, seconds: float) -> subprocess.Popen:
     """bench/loadgen.py as its own process, niced: requests encoded before the clock starts,
     so it takes little of the two cores the daemon and the console share."""
@@ -262,6 +297,8 @@ def console(
     if line.strip() != "READY":
         proc.kill()
         return {"error": f"probe failed: {line.strip()[:200]}"}
+    bare = BareFollower(port)
+    bare.start()
     gen = load_process(port, bodies, rate, LOAD_S)
     time.sleep(1.0)  # the stream is flowing
     proc.stdin.write("go\n")
@@ -269,6 +306,8 @@ def console(
     out, _ = gen.communicate(timeout=LOAD_S + 120)
     load = json.loads(out)
     final = asyncio.run(daemon_seq(port))
+    bare.stop_at = time.time() + 1.0
+    bare.join(30)
     proc.stdin.write(f"stop {load['ended_at']} {final}\n")
     proc.stdin.flush()
     last = proc.stdout.readline()
@@ -280,6 +319,8 @@ def console(
     result["load_rps"] = round(load["rps"], 1)
     result["load_p99_ms"] = round(load["p99_ms"], 2)
     result["load_cpu_pct"] = round(100 * load["cpu_s"] / load["seconds"], 1)
+    if bare.lags:
+        result["bare_lag_max_s"] = round(max(bare.lags), 3)
     return result
 
 
@@ -349,10 +390,13 @@ def table(res: dict[str, Any]) -> str:
         f"Churn targets at {res.get('churn_case', CHURN_CASE)}: the header's seq at most 2 s "
         "behind the daemon's during the stream, caught up within 3 s after it stops. The lag "
         "is the daemon's event time to the header showing it; in brackets the console's own "
-        "part of it (the record's arrival at the console to the header).",
+        "part of it (the record's arrival at the console to the header) and how late the "
+        "records reached a bare websocket follower in the bench's own process (the "
+        "daemon's and the wire's part).",
         "",
         "| store @ turn_end/s | code | all sessions shown | key median / max ms (down, sort, "
-        "view) | header seq lag median / max s (console's own max) | catch-up after the "
+        "view) | header seq lag median / max s (console's own max; a bare follower's max) | "
+        "catch-up after the "
         "stream s | console peak RSS MB (CPU % of a core) | `ramakv trace` first message / "
         "snapshot done | events seen / load rps (load generator CPU %) |",
         "|---|---|---|---|---|---|---|---|---|",
@@ -387,7 +431,7 @@ def table(res: dict[str, Any]) -> str:
                 trace += f" ({r.get('first_line', '')[:70]})"
             lag = (
                 f"{_fmt(r.get('lag_median_s'))} / {_fmt(r.get('lag_max_s'))} "
-                f"({_fmt(r.get('console_lag_max_s'))})"
+                f"({_fmt(r.get('console_lag_max_s'))}; {_fmt(r.get('bare_lag_max_s'))})"
             )
             lines.append(
                 f"| {key} | {side} | {shown} | {keys} | {lag} | {_fmt(r.get('catch_up_s'))} | "
