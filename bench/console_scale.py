@@ -185,15 +185,15 @@ def turn_end_bodies(maps: list[list[str]], count: int) -> list[bytes]:
     return out
 
 
-async def daemon_seq(port: int) -> int:
-    """The daemon's trace seq now: the header of a snapshot filtered to a session that does
-    not exist (a few hundred bytes, whatever the store holds)."""
+async def daemon_place(port: int) -> tuple[int, str]:
+    """The daemon's trace (seq, epoch) now: the header of a snapshot filtered to a session
+    that does not exist (a few hundred bytes, whatever the store holds)."""
     import aiohttp
 
     url = f"http://127.0.0.1:{port}/trace?protocol=2&session=__bench_seq__"
     async with aiohttp.ClientSession() as http, http.ws_connect(url) as ws:
         header = json.loads((await ws.receive(timeout=60)).data)
-        return int(header["seq"])
+        return int(header["seq"]), str(header["epoch"])
 
 
 class BareFollower(threading.Thread):
@@ -213,7 +213,10 @@ class BareFollower(threading.Thread):
     async def _follow(self) -> None:
         import aiohttp
 
-        url = f"http://127.0.0.1:{self.port}/trace?protocol=2"
+        # Resumed from the daemon's place, not from a snapshot: sending 20,000 summaries
+        # to a new follower keeps the daemon busy for seconds (and this follower behind).
+        seq, epoch = await daemon_place(self.port)
+        url = f"http://127.0.0.1:{self.port}/trace?protocol=2&since={seq}&epoch={epoch}"
         async with (
             aiohttp.ClientSession() as http,
             http.ws_connect(url, max_msg_size=64 << 20) as ws,
@@ -305,7 +308,7 @@ def console(
     proc.stdin.flush()
     out, _ = gen.communicate(timeout=LOAD_S + 120)
     load = json.loads(out)
-    final = asyncio.run(daemon_seq(port))
+    final = asyncio.run(daemon_place(port))[0]
     bare.stop_at = time.time() + 1.0
     bare.join(30)
     proc.stdin.write(f"stop {load['ended_at']} {final}\n")
