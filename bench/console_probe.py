@@ -84,12 +84,18 @@ def stamp_arrivals(app: Any) -> None:
     app.link.trace = stamped
 
 
-async def sample_lag(app: Any, out: list[tuple[float, float, float]], every: float = 0.05) -> None:
+async def sample_lag(
+    app: Any,
+    out: list[tuple[float, float, float]],
+    shown_at: list[tuple[float, int]],
+    every: float = 0.05,
+) -> None:
     """Every ``every`` s (20 wake-ups a second, not a busy poll that would take the
     console's own CPU): when the header shows a newer seq, how long the oldest event it
     newly shows waited since the daemon handled it (``ts``; the daemon runs on this
     machine's clock). A console that falls behind shows nothing new until it catches up,
-    and then records the whole wait; a stream that pauses adds nothing."""
+    and then records the whole wait; a stream that pauses adds nothing. ``shown_at``:
+    (time, seq) each time the header showed a newer seq (for the catch-up)."""
     shown = header_seq(app) or 0
     while True:
         await asyncio.sleep(every)
@@ -101,6 +107,7 @@ async def sample_lag(app: Any, out: list[tuple[float, float, float]], every: flo
         if rec is not None and rec.get("ts"):
             rx = float(rec.get("_rx") or rec["ts"])
             out.append((now, max(0.0, now - float(rec["ts"])), max(0.0, now - rx)))
+        shown_at.append((now, seq))
         shown = seq
 
 
@@ -133,7 +140,8 @@ async def probe(args: argparse.Namespace) -> dict[str, Any]:
         go_at = time.time()
         cpu_at_go = time.process_time()
         lags: list[tuple[float, float, float]] = []
-        sampler = asyncio.create_task(sample_lag(app, lags))
+        shown_at: list[tuple[float, int]] = []
+        sampler = asyncio.create_task(sample_lag(app, lags, shown_at))
         await asyncio.sleep(args.settle)
         seq0 = app.state.seq
         lat: dict[str, list[float]] = {"down": [], "sort": [], "view": []}
@@ -168,7 +176,6 @@ async def probe(args: argparse.Namespace) -> dict[str, Any]:
         keys_done = time.time()
         # The stream runs on after the keys; the parent says when it ended and where.
         stop = (await asyncio.to_thread(sys.stdin.readline)).split()
-        sampler.cancel()
         t_end, final_seq = float(stop[1]), int(stop[2])
         # The console's own demand, whatever the machine's load: CPU seconds it used per
         # second of the stream (its keys and the probe's sampling included).
@@ -189,10 +196,12 @@ async def probe(args: argparse.Namespace) -> dict[str, Any]:
         out["keys_done_at_s"] = round(keys_done - go_at, 2)
         # The console's own part: from the record's arrival to the header showing it.
         out["console_lag_max_s"] = round(max(own), 3) if own else None
-        caught = await wait(
-            pilot, lambda: (header_seq(app) or 0) >= final_seq, args.timeout, every=0.02
-        )
-        out["catch_up_s"] = None if caught is None else round(time.time() - t_end, 3)
+        # Caught up when the header first showed the daemon's last seq: the sampler saw it
+        # (maybe before the parent's word came, which takes it a moment to send).
+        await wait(pilot, lambda: bool(shown_at) and shown_at[-1][1] >= final_seq, args.timeout)
+        sampler.cancel()
+        first = next((at for at, seq in shown_at if seq >= final_seq), None)
+        out["catch_up_s"] = None if first is None else round(max(0.0, first - t_end), 3)
         out["final_seq"] = final_seq
         out["header"] = str(app.screen.query_one("#stats").render())[:200]
     out["peak_rss_mb"] = round(peak_rss_mb(), 1)

@@ -309,10 +309,10 @@ def console(
     out, _ = gen.communicate(timeout=LOAD_S + 120)
     load = json.loads(out)
     final = asyncio.run(daemon_place(port))[0]
-    bare.stop_at = time.time() + 1.0
-    bare.join(30)
     proc.stdin.write(f"stop {load['ended_at']} {final}\n")
     proc.stdin.flush()
+    bare.stop_at = time.time() + 1.0
+    bare.join(30)
     last = proc.stdout.readline()
     if not last:
         tail = Path(PROBE_LOG).read_text()[-600:]
