@@ -120,8 +120,9 @@ def _idle_sweep(quick: bool) -> tuple[dict, str]:
 def _console(quick: bool) -> tuple[dict, str]:
     from bench import console_scale
 
-    scales = [(4000, 22), (10_000, 512)] if quick else [(4000, 22), (50_000, 512)]
-    res = console_scale.run(scales)
+    churn = console_scale.parse_case(console_scale.CHURN_CASE, 500.0)
+    top = (10_000, 512, 1000.0) if quick else (50_000, 512, 1000.0)
+    res = console_scale.run([(4000, 22, 1000.0), churn, top])
     return res, console_scale.table(res)
 
 

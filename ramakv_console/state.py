@@ -231,26 +231,37 @@ class ConsoleState:
             self.loading = False
         return changes
 
-    def apply_event(self, rec: EventRecord, keep: bool = True) -> Changes:
-        """Apply one event record's delta (and remember it for the logs when ``keep``)."""
+    def apply_event(
+        self, rec: EventRecord, keep: bool = True, into: Changes | None = None
+    ) -> Changes:
+        """Apply one event record's delta (and remember it for the logs when ``keep``);
+        what it changed is added to ``into`` (a batch's, so no Changes per record)."""
         logged = cast(dict[str, Any], rec)  # the logs keep records as plain dicts
-        changes = Changes(events=[logged] if keep else [])
+        changes = Changes() if into is None else into
         if keep:
             self.events.append(logged)
+            changes.events.append(logged)
         self.event_times.append(time.monotonic())
         if isinstance(rec.get("seq"), int):
             self.seq = rec["seq"]
         totals = rec.get("totals")
         if isinstance(totals, dict):
             self.totals = totals
-        delta = rec.get("delta") or {}
-        for sid, value in (delta.get("sessions") or {}).items():
-            self._put(sid, value, changes)
-        forks = delta.get("forks") or {}
+        delta = rec.get("delta")
+        if not delta:
+            return changes
+        sessions = delta.get("sessions")
+        if sessions:
+            for sid, value in sessions.items():
+                self._put(sid, value, changes)
+        forks = delta.get("forks")
         if forks:
             changes.sessions |= self._put_forks(forks)
-        for h, n in (delta.get("refcounts") or {}).items():
-            changes.chunks[h] = int(n or 0)
+        refcounts = delta.get("refcounts")
+        if refcounts:
+            chunks = changes.chunks
+            for h, n in refcounts.items():
+                chunks[h] = int(n or 0)
         if delta.get("shared_changed"):
             changes.shared_stale = True
         return changes
@@ -286,7 +297,7 @@ class BatchApplier(TraceReader[None]):
     def on_event(self, msg: EventRecord) -> None:
         keep = self.skip <= 0
         self.skip -= 1
-        self.total.merge(self.state.apply_event(msg, keep))
+        self.state.apply_event(msg, keep, self.total)
 
     def other(self, msg: Mapping[str, object]) -> None:
         if msg.get("kind") == STATUS:  # the link's own connection markers go to the logs

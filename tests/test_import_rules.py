@@ -114,13 +114,7 @@ def strip_inits(edges: dict[str, set[str]]) -> dict[str, set[str]]:
     "package",
     [
         "ramakv_daemon",
-        pytest.param(
-            "ramakv_console",
-            marks=pytest.mark.xfail(
-                strict=False,
-                reason="app.py <-> screens via app_access.py: another helper removes it",
-            ),
-        ),
+        "ramakv_console",
         "ascend_ext",
     ],
 )
