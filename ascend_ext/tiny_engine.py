@@ -48,6 +48,8 @@ class EngineSettings:
     #: ascend_ext patches to leave out (RAMAKV_ASCEND_EXT_SKIP), to reproduce lmcache bugs.
     skip_patches: str = ""
     extra_env: dict[str, str] = field(default_factory=dict)
+    #: More vLLM server flags (e.g. ``("--tool-call-parser", "pythonic")`` for tool calls).
+    extra_args: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "work_dir", Path(self.work_dir).resolve())
@@ -107,6 +109,7 @@ def command(s: EngineSettings) -> list[str]:
         "8",
         "--kv-transfer-config",
         json.dumps(kv_transfer_config(s.async_loading)),
+        *s.extra_args,
     ]
 
 

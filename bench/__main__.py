@@ -1,7 +1,7 @@
 """`make bench`: every benchmark, side by side, into bench/results/latest.{json,md}.
 
 Usage: python -m bench [--quick] [--only NAME[,NAME]] — names: throughput, recovery, memory,
-sdk, proxy, cache, console, engine, admin_stall, scale_out, guard_costs.
+sdk, proxy, cache, console, engine, admin_stall, idle_sweep, scale_out, guard_costs.
 """
 
 from __future__ import annotations
@@ -99,6 +99,15 @@ def _admin_stall(quick: bool) -> tuple[dict, str]:
     return res, admin_stall.table(res)
 
 
+def _idle_sweep(quick: bool) -> tuple[dict, str]:
+    import asyncio
+
+    from bench import idle_sweep
+
+    res = asyncio.run(idle_sweep.measure(10000 if quick else 50000))
+    return res, idle_sweep.table(res)
+
+
 def _console(quick: bool) -> tuple[dict, str]:
     from bench import console_scale
 
@@ -147,6 +156,7 @@ BENCHES: dict[str, Callable[[bool], tuple[dict, str]]] = {
     "console": _console,
     "engine": _engine,
     "admin_stall": _admin_stall,
+    "idle_sweep": _idle_sweep,
     "scale_out": _scale_out,
     "guard_costs": _guard_costs,
 }

@@ -37,6 +37,7 @@ from ramakv_daemon.ports import Backend, SessionStore
 from ramakv_daemon.routing.namespaces import BackendFactory, Namespace, Namespaces
 from ramakv_daemon.routing.ownership import Ownership
 from ramakv_daemon.sweeps.fork_expiry import ForkExpiry
+from ramakv_daemon.sweeps.idle_policy import IdleSweep
 from ramakv_daemon.telemetry.metrics import DaemonMetrics
 from ramakv_daemon.trace.hub import TraceHub
 from ramakv_daemon.trace.records import TraceRecords, publish_backend_failure
@@ -91,6 +92,7 @@ class Daemon:
     pipeline: Pipeline
     service: EventService
     fork_expiry: ForkExpiry
+    idle_sweep: IdleSweep
     _warm_task: asyncio.Task[int] | None = field(default=None, repr=False)
     _subscribers_closed: bool = field(default=False, repr=False)
 
@@ -138,6 +140,7 @@ class Daemon:
             self.shared.warm(self.namespaces.managers), name="shared-counts"
         )
         await self.fork_expiry.start()
+        await self.idle_sweep.start()
 
     def close_subscribers(self) -> None:
         """Wake every trace subscriber with the close sentinel (the first step of a
@@ -152,6 +155,7 @@ class Daemon:
             self._warm_task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._warm_task
+        await self.idle_sweep.close()
         await self.fork_expiry.close()
         self.close_subscribers()
         for ns in self.namespaces:
@@ -182,7 +186,7 @@ def build(
     ``store`` and ``backend`` default to the config's (``backend`` steers the unnamed
     default namespace and every deployment without its own lmcache_url;
     ``backend_factory(url, evict_locations)`` builds the others). ``clock`` is the wall
-    clock events and fork expiry read (tests inject one).
+    clock events, fork expiry and the idle policies read (tests inject one).
     """
     store = store or make_store(config)
     backend = backend or make_backend(config)
@@ -232,6 +236,8 @@ def build(
     answers = AnswerCache(config.idempotency_window)
     service = EventService(pipeline, EventIds(answers, committer, pipeline.run))
     fork_expiry = ForkExpiry(config.fork_hold_ttl_s, namespaces, committer, records, metrics, clock)
+    # The idle policies' suspends and closes are events: they go through the pipeline.
+    idle_sweep = IdleSweep(config, namespaces, pipeline.run, metrics, clock)
     return Daemon(
         config,
         store,
@@ -248,4 +254,5 @@ def build(
         pipeline,
         service,
         fork_expiry,
+        idle_sweep,
     )

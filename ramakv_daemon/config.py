@@ -73,6 +73,8 @@ class Config:
     sqlite_commit_thread: bool = _default("sqlite_commit_thread")
     fork_hold_ttl_s: float = _default("fork_hold_ttl_s")
     max_forks_per_session: int = _default("max_forks_per_session")
+    idle_suspend_s: float = _default("idle_suspend_s")
+    idle_close_s: float = _default("idle_close_s")
     evict_locations: tuple[str, ...] = _default("evict_locations")
     ddr_budget_chunks: int = _default("ddr_budget_chunks")
     turn_in_flight_timeout_s: float = _default("turn_in_flight_timeout_s")
@@ -209,6 +211,9 @@ def _deployment_table(d: Deployment) -> dict[str, Any]:
         table["lmcache_url"] = d.lmcache_url
     if d.evict_locations is not None:
         table["evict_locations"] = list(d.evict_locations)
+    for name in ("idle_suspend_s", "idle_close_s"):
+        if getattr(d, name) is not None:
+            table[name] = getattr(d, name)
     if d.problems:
         table["problems"] = list(d.problems)
     return table

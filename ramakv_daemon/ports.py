@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from abc import ABC, abstractmethod
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
@@ -51,11 +52,57 @@ class ChunkLocations:
     locations: dict[str, list[str]] = field(default_factory=dict)
 
 
-class Backend(Protocol):
-    """The KV cache the daemon steers (LMCache's memory API, or a no-op)."""
+@dataclass(frozen=True, slots=True)
+class EvictRequest:
+    """One evict call as its body is written: the chunks still deliverable at that moment.
 
-    name: str
+    Attributes:
+        chunk_hashes: the chunks to evict (checked again just before the write).
+        mode: DELETE (every tier) or DEMOTE (DDR only, keep on disk).
+        generation: the eviction window's generation at the write (wall clock ns): a keep
+            of a newer generation cancels this delete in a deferring cache.
+        defer_s: how long a deferring cache waits before it deletes (0: at once; the
+            deferral fields are then not sent).
+        not_after_ns: the wall-clock deadline (ns) past which the cache must not act on
+            this delete any more (sent with a deferral only).
+    """
 
+    chunk_hashes: list[str]
+    mode: EvictMode
+    generation: int = 0
+    defer_s: float = 0.0
+    not_after_ns: int = 0
+
+    @property
+    def deferred(self) -> bool:
+        """True when the cache is asked to defer the delete (the deferral fields go out)."""
+        return self.defer_s > 0
+
+
+class SentEvict(NamedTuple):
+    """What a checked evict did: the call's result, the request as written (None when
+    nothing was left to send) and the monotonic time it was decided."""
+
+    result: BackendResult
+    request: EvictRequest | None
+    wrote_at: float
+
+
+# Run by the backend as an evict's body is written (the connection is ready): the
+# request with the chunks still deliverable then; its chunk list may be empty.
+WriteCheck = Callable[[list[str]], EvictRequest]
+
+
+class Backend(ABC):
+    """The KV cache the daemon steers (LMCache's memory API, or a no-op); every adapter
+    and test fake subclasses it. Methods never raise for network or server errors."""
+
+    name: str = "backend"
+    # True when the cache knows keeps (ascend_ext's memory API): a chunk referenced again
+    # inside its eviction window is then kept; False: nothing is sent, keeps are moot.
+    takes_keeps: bool = False
+
+    @abstractmethod
     async def prefetch(self, chunk_hashes: Sequence[str], tag: str) -> BackendResult:
         """Ask the cache to bring chunks up to DDR ahead of use.
 
@@ -65,35 +112,76 @@ class Backend(Protocol):
         Returns:
             BackendResult; never raises for network or server errors.
         """
-        ...
 
+    @abstractmethod
     async def evict(self, chunk_hashes: Sequence[str], mode: EvictMode) -> BackendResult:
-        """Remove chunks from the cache.
+        """Remove chunks from the cache (budget demotions: no recheck, no deferral).
 
         Args:
-            chunk_hashes: hashes whose global refcount reached 0.
+            chunk_hashes: hashes to evict.
             mode: DELETE (every tier) or DEMOTE (DDR only, keep on disk).
         Returns:
             BackendResult; never raises for network or server errors.
         """
-        ...
 
+    async def evict_checked(
+        self, chunk_hashes: Sequence[str], mode: EvictMode, at_write: WriteCheck
+    ) -> SentEvict:
+        """An outbox evict whose request is decided at the moment its body is written.
+
+        ``at_write`` runs when the body goes out, so a chunk referenced again while the
+        call waited for a connection is not in it; nothing is sent when no chunk is left.
+        This default decides first and then calls :meth:`evict` (a cache that acts inline
+        needs no more); an adapter that streams its body decides as it writes it.
+        """
+        request = at_write(list(chunk_hashes))
+        wrote_at = time.monotonic()
+        if not request.chunk_hashes:
+            return SentEvict(BackendResult(True), None, wrote_at)
+        return SentEvict(await self.evict(request.chunk_hashes, mode), request, wrote_at)
+
+    async def keep(self, chunk_hashes: Sequence[str], generation: int) -> BackendResult:
+        """Cancel deferred deletes of these chunks older than ``generation`` (only called
+        when :attr:`takes_keeps`); an empty list asks whether the cache honours deadlines
+        (its answer's ``expires``). The default knows no keeps: a 404, as a stock cache."""
+        return BackendResult(False, 404, f"{self.name} knows no keeps")
+
+    @abstractmethod
     async def query(self, chunk_hashes: Sequence[str]) -> tuple[BackendResult, ChunkLocations]:
         """Ask where chunks are.
 
         Returns:
             The call's result and hash -> tier names (empty when unknown).
         """
-        ...
 
+    @abstractmethod
     async def close(self) -> None:
         """Release connections."""
-        ...
 
 
 # ---- the session store --------------------------------------------------------------------
 class StoreError(Exception):
     """Persisting a change failed (disk full, read-only database, I/O error)."""
+
+
+class StoreFenced(StoreError):
+    """A fenced write found session rows another writer changed since this store last
+    loaded, claimed or wrote them (their version moved: another node took the session,
+    wrote or deleted it, or created a row this store never read). Nothing of the write
+    was stored: the transaction was rolled back whole (docs/scale-out.md, "Fencing").
+
+    Attributes:
+        sessions: the ids of those rows.
+    """
+
+    def __init__(self, sessions: Sequence[str]) -> None:
+        self.sessions = tuple(sessions)
+        shown = ", ".join(repr(s) for s in self.sessions[:5])
+        more = f" and {len(self.sessions) - 5} more" if len(self.sessions) > 5 else ""
+        super().__init__(
+            f"session {shown}{more} changed on another node since this node read it "
+            "(fenced: nothing written; the event is applied again on the stored state)"
+        )
 
 
 class StoreNotFound(StoreError):
@@ -105,10 +193,12 @@ class StoreInUse(StoreError):
 
     Attributes:
         holder: who holds it, as its lock says ("pid 123 (ram-a-kv)").
+        lock_token: the token of that hold, as its lock says ("" when unknown); the
+            holding daemon answers the same in ``GET /healthz`` (``store_lock``).
     """
 
-    def __init__(self, store: str, holder: str) -> None:
-        self.store, self.holder = store, holder
+    def __init__(self, store: str, holder: str, lock_token: str = "") -> None:
+        self.store, self.holder, self.lock_token = store, holder, lock_token
         super().__init__(f"{store} is in use by {holder}")
 
 
@@ -233,7 +323,14 @@ class SessionStore(Protocol):
         forks: dict[int, Fork | None] | None = None,
         next_fork_id: int | None = None,
     ) -> None:
-        """Apply everything in one transaction.
+        """Apply everything in one transaction: the fenced write.
+
+        Every session row written or deleted is conditional on the row's version being
+        the one this store last loaded (:meth:`load_all`), claimed or wrote, checked in
+        the same transaction (a row it never saw must not exist; a row it was told to
+        :meth:`disown` is never touched); each row written gets a new version. Forks,
+        outbox rows and answers go in that transaction, so they are stored exactly when
+        the session rows they belong with are.
 
         Args:
             sessions: session id -> new state, or None to delete the session.
@@ -244,8 +341,21 @@ class SessionStore(Protocol):
             forks: fork id -> open fork, or None when it ended.
             next_fork_id: the counter's new value (stored only if higher).
         Raises:
+            StoreFenced: a session row's version moved (named); nothing was written.
             StoreError: nothing was written.
         """
+        ...
+
+    def version(self, session_id: str) -> int | None:
+        """The version of ``session_id``'s row as this store last loaded, claimed or wrote
+        it, which its next write is conditional on; None: no row as far as this store
+        knows (its next write must create one)."""
+        ...
+
+    def disown(self, session_ids: Sequence[str]) -> None:
+        """Forget the rows of ``session_ids``: this node no longer owns them (the database
+        said another node does, or that they are gone), so the close that releases them
+        here deletes nothing, and a later write must create the row anew."""
         ...
 
     def problem(self) -> str | None:
@@ -462,6 +572,11 @@ class StoreAdmin(ABC):
             "pid 123 (ram-a-kv)" while a daemon has it open, None when nobody does (and
             always None for a shared store).
         """
+
+    def lock_token(self) -> str:
+        """The token of the hold on the store's lock now ("" when nobody holds it, or
+        for a shared store): the holding daemon says the same in ``GET /healthz``."""
+        return ""
 
     @abstractmethod
     async def close_sessions(self, cleanup: Cleanup) -> CleanupDone:

@@ -125,6 +125,8 @@ class Key:
         doc: one line for the README table and the editor's help.
         zero_means: numbers only: 0 is allowed and means this ("no cap"); else a number
             must be positive.
+        maximum: numbers only: the largest value allowed (a larger one is refused, never
+            clamped).
         choices: str only: one of these (case-insensitive).
         check: str only: a format rule; returns why a value breaks it, or None.
         secret: never shown in logs, --check-config or the editor.
@@ -138,6 +140,7 @@ class Key:
     default: Value
     doc: str
     zero_means: str | None = None
+    maximum: float | None = None
     choices: tuple[str, ...] = ()
     check: StrCheck | None = None
     secret: bool = False
@@ -218,6 +221,7 @@ KEYS: tuple[Key, ...] = (
         "a deferring cache (ascend_ext's memory API, 0..60 s) holds each delete this long "
         "and keeps a chunk referenced again meanwhile",
         zero_means="act at once",
+        maximum=60.0,
     ),
     Key(
         "auth_token",
@@ -265,6 +269,27 @@ KEYS: tuple[Key, ...] = (
         "int",
         64,
         "open forks one session may have; one more is refused naming the limit",
+    ),
+    # Idle policies (docs/namespaces.md "Idle policies"): an agent's tool pause is seconds
+    # to a minute, the hosted APIs' prompt caches keep a prefix 5 minutes: a session idle
+    # that long is with its human, so its DDR goes to the live ones (a suspend keeps the
+    # map and the chunks on disk; the next restore brings them back). A day without any
+    # event is a conversation left for good: its disk copies are freed (as fork holds).
+    Key(
+        "idle_suspend_s",
+        "float",
+        300.0,
+        "a session with no event for this long (seconds, from its stored last_event_ts) "
+        "is suspended by the daemon; per deployment too",
+        zero_means="never",
+    ),
+    Key(
+        "idle_close_s",
+        "float",
+        86400.0,
+        "a session with no event for this long (seconds; an idle suspend does not count) "
+        "is closed by the daemon; per deployment too",
+        zero_means="never",
     ),
     # Namespaces and the DDR budget (docs/namespaces.md):
     Key(
@@ -344,6 +369,18 @@ SECRET_KEYS = frozenset(k.name for k in KEYS if k.secret)
 
 
 def _number_problem(key: Key, value: object, shown: str) -> str | None:
+    problem = _sign_problem(key, value, shown)
+    if (
+        problem is None
+        and key.maximum is not None
+        and isinstance(value, int | float)
+        and value > key.maximum
+    ):
+        return f"must be <= {key.maximum:g}, got {shown}"
+    return problem
+
+
+def _sign_problem(key: Key, value: object, shown: str) -> str | None:
     if key.kind == "int":
         if not isinstance(value, int) or isinstance(value, bool):
             return f"must be an integer, got {shown}"

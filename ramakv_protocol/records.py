@@ -99,6 +99,7 @@ class EventNotes(TypedDict, total=False):
     source_session_id: str  # snapshot_restore from another session
     open_forks: int  # session_close: forks still open
     fork_depth: int  # session_fork: open forks after it
+    idle_s: float  # suspend/close with if_idle_since (an idle policy's): seconds idle
 
 
 class EventBody(TypedDict):

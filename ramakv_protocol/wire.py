@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Final
 
-PROTOCOL: Final = 2  # ?protocol=2 is required; the snapshot header says it too
+PROTOCOL: Final = 2  # served when ?protocol= is absent; the snapshot header says it too
 
 # ---- size bounds (docs/trace.md) -------------------------------------------------------
 # No trace message the daemon sends is larger than this, whatever the store holds.
@@ -21,7 +21,7 @@ MAX_HISTORY: Final = 1000
 
 # ---- close codes ------------------------------------------------------------------------
 SLOW_CLOSE_CODE: Final = 4008  # "you fell behind": reconnect with ?since=<last seq>&epoch=
-PROTOCOL_CLOSE_CODE: Final = 4010  # the client asked for (or assumed) another version
+PROTOCOL_CLOSE_CODE: Final = 4010  # the client asked for another version (?protocol=N)
 SHUTDOWN_CLOSE_CODE: Final = 1001  # RFC 6455 "going away": the daemon is stopping
 TOO_LARGE_CLOSE_CODE: Final = 1009  # RFC 6455 "message too big": over the client's limit
 

@@ -13,6 +13,7 @@ from typing import Any
 
 from ramakv_sdk.client import AsyncClient
 from ramakv_sdk.errors import DaemonUnavailable, RamAKvError
+from ramakv_sdk.results import Envelope
 
 log = logging.getLogger("ramakv_sdk")
 
@@ -73,7 +74,11 @@ class _Barrier:
     reached: asyncio.Future[None]
 
 
-_Item = _Barrier | tuple[dict[str, Any], "asyncio.Future[None] | None"]
+# (event, the source session's barrier to wait for, where its answer goes or None).
+_Item = (
+    _Barrier
+    | tuple[dict[str, Any], "asyncio.Future[None] | None", "asyncio.Future[Envelope | None] | None"]
+)
 
 
 class EventSender:
@@ -118,6 +123,20 @@ class EventSender:
 
     def submit(self, event: Mapping[str, Any]) -> bool:
         """Queue one event; False when it was dropped because the queue is full."""
+        return self._queue(event, None)
+
+    def submit_wait(self, event: Mapping[str, Any]) -> asyncio.Future[Envelope | None]:
+        """Queue one event in its session's order; the future gets the daemon's answer
+        envelope, or None when the event was dropped (queue full, daemon unavailable) or
+        could not be sent. It never raises."""
+        answer: asyncio.Future[Envelope | None] = asyncio.get_running_loop().create_future()
+        if not self._queue(event, answer):
+            answer.set_result(None)
+        return answer
+
+    def _queue(
+        self, event: Mapping[str, Any], answer: asyncio.Future[Envelope | None] | None
+    ) -> bool:
         if self.pending >= self.max_queue:
             self.stats.dropped_full += 1
             self._log.warn(
@@ -139,7 +158,7 @@ class EventSender:
             # (its turn_end or suspend must land before its map is copied).
             after = asyncio.get_running_loop().create_future()
             self._queues[source].append(_Barrier(after))
-        queue.append((dict(event), after))
+        queue.append((dict(event), after, answer))
         self.pending += 1
         self._idle.clear()
         return True
@@ -152,21 +171,25 @@ class EventSender:
                     if not item.reached.done():
                         item.reached.set_result(None)
                     continue
-                event, after = item
+                event, after, answer = item
+                env: Envelope | None = None
                 try:
                     if after is not None:
                         await after
-                    await self._send_one(event)
+                    env = await self._send_one(event)
                 finally:
                     self.pending -= 1
+                    if answer is not None and not answer.done():
+                        answer.set_result(env)
         finally:
             if self._queues.get(key) is queue:
                 del self._queues[key]
             if self.pending == 0:
                 self._idle.set()
 
-    async def _send_one(self, event: dict[str, Any]) -> None:
-        """Deliver one event; state changes are retried through a short outage."""
+    async def _send_one(self, event: dict[str, Any]) -> Envelope | None:
+        """Deliver one event (its answer envelope, None when it never got one); state
+        changes are retried through a short outage."""
         type_ = event.get("type")
         retry = type_ in RETRIED
         if retry and "event_id" not in event:
@@ -179,7 +202,7 @@ class EventSender:
                 outage = now - (self._down_since or now)
                 if not retry or outage >= self.retry_for:
                     self._drop_unavailable()
-                    return
+                    return None
                 await asyncio.sleep(min(self._down_until - now, self.retry_for - outage))
                 continue
             try:
@@ -194,20 +217,20 @@ class EventSender:
                 self._log.warn("down", "ram-a-kv daemon unavailable: %s", err)
                 if not retry or now - self._down_since >= self.retry_for:
                     self._drop_unavailable()
-                    return
+                    return None
                 continue
             except RamAKvError as err:
                 self.stats.failed += 1
                 self._log.warn("bad", "ram-a-kv event %s got a bad answer: %s", type_, err)
-                return
+                return None
             except (TypeError, ValueError) as err:  # json.dumps refused the payload
                 self.stats.failed += 1
                 self._log.warn("json", "ram-a-kv event %s dropped: not JSON: %s", type_, err)
-                return
+                return None
             except Exception:  # never let a bug here reach the host
                 self.stats.failed += 1
                 log.exception("ram-a-kv event %s could not be sent", type_)
-                return
+                return None
             break
         self._pause = 0.0
         self._down_since = None
@@ -219,6 +242,7 @@ class EventSender:
             self._log.warn(
                 f"failed:{type_}", "ram-a-kv event %s failed: %s", type_, env.get("error")
             )
+        return env
 
     def _drop_unavailable(self) -> None:
         self.stats.dropped_unavailable += 1

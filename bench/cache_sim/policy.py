@@ -6,7 +6,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from bench.cache_sim.store import TwoTierStore
-from ramakv_daemon.ports import BackendResult, ChunkLocations, EvictMode
+from ramakv_daemon.ports import Backend, BackendResult, ChunkLocations, EvictMode
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,7 +78,7 @@ class Clock:
         self.now = 0.0
 
 
-class SimBackend:
+class SimBackend(Backend):
     """A ports.Backend that applies the daemon's calls to the simulated store at sim time.
 
     It models the ascend_ext memory API (/memory/prefetch, /memory/evict with

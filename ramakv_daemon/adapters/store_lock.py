@@ -1,9 +1,11 @@
-"""One process per session store: an exclusive flock on ``<store>.lock`` holding its pid."""
+"""One process per session store: an exclusive flock on ``<store>.lock`` holding its pid,
+program and a token of this hold (ramakv-admin matches it against the daemon it talks to)."""
 
 from __future__ import annotations
 
 import contextlib
 import os
+import secrets
 from pathlib import Path
 
 try:
@@ -35,10 +37,26 @@ def holder_of(lock_path: str) -> str:
         text = Path(lock_path).read_text(encoding="utf-8", errors="replace").strip()
     except OSError:
         text = ""
-    pid, _, prog = text.partition(" ")
+    pid, prog, _ = _fields(text)
     if not pid.isdigit():
         return "another process (pid unknown)"
     return f"pid {pid}" + (f" ({prog})" if prog else "")
+
+
+def token_of(lock_path: str) -> str | None:
+    """The token the lock's holder wrote (see :attr:`StoreLock.token`), or None (no holder,
+    an unreadable file, or one written before tokens)."""
+    try:
+        text = Path(lock_path).read_text(encoding="utf-8", errors="replace").strip()
+    except OSError:
+        return None
+    return _fields(text)[2] or None
+
+
+def _fields(text: str) -> tuple[str, str, str]:
+    """``"<pid> <program> <token>"`` -> (pid, program, token); missing ones are ""."""
+    parts = text.split(" ")
+    return parts[0], " ".join(parts[1:2]), " ".join(parts[2:3])
 
 
 class StoreLock:
@@ -50,6 +68,9 @@ class StoreLock:
         self.path = lock_path_of(store)
         self.program = program
         self._fd: int | None = None
+        # New for each hold: a daemon restarted on the same file (same pid in a container)
+        # is told apart from the one a plan was made against.
+        self.token = ""
 
     @property
     def held(self) -> bool:
@@ -70,8 +91,9 @@ class StoreLock:
             os.close(fd)
             return False
         os.ftruncate(fd, 0)
-        os.pwrite(fd, f"{os.getpid()} {self.program}\n".encode(), 0)
-        self._fd = fd
+        token = secrets.token_hex(16)
+        os.pwrite(fd, f"{os.getpid()} {self.program} {token}\n".encode(), 0)
+        self._fd, self.token = fd, token
         return True
 
     def acquire_or_raise(self) -> None:
@@ -82,7 +104,7 @@ class StoreLock:
     def release(self) -> None:
         """Drop the lock (idempotent). The file stays: deleting it would race a waiter."""
         if self._fd is not None:
-            fd, self._fd = self._fd, None
+            fd, self._fd, self.token = self._fd, None, ""
             with contextlib.suppress(OSError):
                 os.ftruncate(fd, 0)
             with contextlib.suppress(OSError):

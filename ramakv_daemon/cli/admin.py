@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import sys
 import time
 from collections.abc import Coroutine
@@ -12,7 +13,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import TextIO
 
 from ramakv_daemon import config as config_mod
-from ramakv_daemon.cli.admin_daemon import apply_online, daemon_alive, daemon_url
+from ramakv_daemon.cli.admin_daemon import apply_online, daemon_url, holding_problem
 from ramakv_daemon.cli.admin_plan import describe, parse_duration, plan_for
 from ramakv_daemon.cli.admin_report import print_report, report
 from ramakv_daemon.config import Config, ConfigError
@@ -91,6 +92,10 @@ def main(argv: list[str] | None = None, out: TextIO | None = None) -> int:
     for w in warnings:
         if "not found" not in w:
             print(f"ramakv-admin: {w}", file=sys.stderr)
+    contradiction = _contradiction(args, cfg)
+    if contradiction:
+        print(f"ramakv-admin: {contradiction}", file=sys.stderr)
+        return EXIT_USAGE
     try:
         return _in_own_loop(_run(args, cfg, store_admin(cfg, args.db), out))
     except StoreNotFound as err:
@@ -99,6 +104,25 @@ def main(argv: list[str] | None = None, out: TextIO | None = None) -> int:
     except StoreError as err:
         print(f"ramakv-admin: {err}", file=sys.stderr)
         return EXIT_FAILED
+
+
+def _contradiction(args: argparse.Namespace, cfg: Config) -> str | None:
+    """Why ``--db`` and ``--config`` name two different stores, or None: acting on one
+    store while talking to the other's daemon would close the wrong sessions."""
+    if not args.config or not args.db:
+        return None
+    theirs = cfg.session_store_url or cfg.session_store_path
+    if args.db.startswith(config_mod.PG_SCHEMES) or theirs.startswith(config_mod.PG_SCHEMES):
+        same = args.db == theirs
+    else:
+        same = os.path.realpath(args.db) == os.path.realpath(theirs)
+    if same:
+        return None
+    shown = cfg.store_shown if cfg.session_store_url else theirs
+    return (
+        f"--db {args.db} contradicts --config {args.config}, whose store is {shown}: "
+        "give one of them (--db alone, with --url for its daemon)"
+    )
 
 
 def _in_own_loop(command: Coroutine[object, object, int]) -> int:
@@ -174,10 +198,13 @@ async def _cleanup(args: argparse.Namespace, cfg: Config, admin: StoreAdmin, out
     try:
         done = await admin.close_sessions(plan)
     except StoreInUse as busy:
+        # Through the daemon only if it is the one holding this store's lock: another
+        # daemon would close its own same-named sessions.
         url = daemon_url(cfg, args.url)
-        if await asyncio.to_thread(daemon_alive, url, cfg.auth_token):
+        problem = await asyncio.to_thread(holding_problem, url, cfg.auth_token, busy.lock_token)
+        if problem is None:
             return await asyncio.to_thread(apply_online, url, cfg.auth_token, plan, out)
-        return _refused(busy, plan, url)
+        return _refused(busy, plan, problem)
     if not admin.shared:
         print(f"done: {admin.shown} changed", file=out)
         return EXIT_OK
@@ -198,10 +225,10 @@ async def _cleanup(args: argparse.Namespace, cfg: Config, admin: StoreAdmin, out
     return EXIT_FAILED if done.forks_kept else EXIT_OK
 
 
-def _refused(busy: StoreInUse, plan: Cleanup | None, url: str = "") -> int:
+def _refused(busy: StoreInUse, plan: Cleanup | None, problem: str = "") -> int:
     print(
         f"ramakv-admin: {busy.store} is in use by {busy.holder} (its lock is held"
-        f"{'' if plan is None else ' and no daemon answers at ' + url}); stop it first",
+        f"{'' if plan is None else ' and ' + problem}); stop it first",
         file=sys.stderr,
     )
     return EXIT_RUNNING
@@ -222,14 +249,19 @@ async def _dry_run(
         print(f"with --yes: {where} is changed directly (no daemon holds it)", file=out)
         return
     url = daemon_url(cfg, args.url)
-    if through_daemon and await asyncio.to_thread(daemon_alive, url, cfg.auth_token):
+    problem = (
+        await asyncio.to_thread(holding_problem, url, cfg.auth_token, admin.lock_token())
+        if through_daemon
+        else None
+    )
+    if through_daemon and problem is None:
         print(
             f"with --yes: through the daemon at {url} ({holder} holds the store), "
-            "one session_close per listed session",
+            "one session_close per listed session, each only if no event reached it since",
             file=out,
         )
         return
-    why = "" if not through_daemon else f" and no daemon answers at {url}"
+    why = "" if not through_daemon else f" and {problem}"
     refused = f"with --yes: refused (exit {EXIT_RUNNING})"
     print(f"{refused}: {where} is in use by {holder}{why}", file=out)
 

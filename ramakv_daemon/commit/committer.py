@@ -13,7 +13,7 @@ from ramakv_daemon.core.change import Change
 from ramakv_daemon.core.fork import Fork, ForkIds
 from ramakv_daemon.core.manager import SessionManager
 from ramakv_daemon.core.session import Session
-from ramakv_daemon.ports import AnswerRowIn, EvictMode, SessionStore, StoreError
+from ramakv_daemon.ports import AnswerRowIn, EvictMode, SessionStore, StoreError, StoreFenced
 
 log = logging.getLogger("ramakv.store")
 
@@ -100,6 +100,9 @@ class GroupCommitter:
         self._last: asyncio.Future[None] | None = None
         self._inflight: list[_Pending] = []  # the batch whose write is under way
         self.last_error: str | None = None  # why the latest commit failed; None after a success
+        # Told, before any waiter resumes, of the sessions a fenced commit found changed
+        # by another node (routing.ownership: their copies here are stale).
+        self.on_fenced: Callable[[tuple[str, ...]], None] | None = None
 
     def start(self) -> None:
         """Start the writer task on the running loop."""
@@ -245,6 +248,14 @@ class GroupCommitter:
                 )
             else:
                 await self.store.write(sessions, rows, done, answers, prune)
+        except StoreFenced as err:
+            # Another node changed some of these rows: nothing was written. Undone as any
+            # failure (memory equals the database again); each event is refused with it,
+            # and the pipeline applies it again on the stored state.
+            if self.on_fenced is not None:
+                self.on_fenced(err.sessions)
+            self._fail(batch, err, fenced=True)
+            return
         except Exception as err:  # noqa: BLE001 - any failure must undo, not kill the loop
             self._fail(batch, err)
             return
@@ -263,7 +274,7 @@ class GroupCommitter:
             if p.future is not None and not p.future.done():
                 p.future.set_result(None)
 
-    def _fail(self, batch: list[_Pending], err: Exception) -> None:
+    def _fail(self, batch: list[_Pending], err: Exception, fenced: bool = False) -> None:
         failed = batch + self._pending
         self._pending = []
         for p in reversed(failed):
@@ -273,8 +284,11 @@ class GroupCommitter:
             if p.ticket is not None:
                 p.ticket.rolled_back()
         error = err if isinstance(err, StoreError) else StoreError(f"persistence failed: {err}")
-        self.last_error = str(error)
-        log.error("commit of %d writes failed, state rolled back: %s", len(failed), error)
+        if fenced:  # the store is fine: not a failure to report as one
+            log.warning("commit of %d writes fenced, state rolled back: %s", len(failed), error)
+        else:
+            self.last_error = str(error)
+            log.error("commit of %d writes failed, state rolled back: %s", len(failed), error)
         for p in failed:
             if p.future is not None and not p.future.done():
                 p.future.set_exception(error)

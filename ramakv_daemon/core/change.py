@@ -20,6 +20,9 @@ class Facts:
         evicted_count: chunks evicted, where the reply does not say it.
         open_forks: forks still held after a session_close.
         fork_depth: the session's open forks after a session_fork.
+        idle_s: how long the session had been idle when a conditioned suspend or close
+            (``if_idle_since``, an idle policy's) acted on it.
+        reason: why the sender sent it (a lifecycle event's optional ``reason`` field).
     """
 
     turn: int | None = None
@@ -28,6 +31,8 @@ class Facts:
     evicted_count: int | None = None
     open_forks: int | None = None
     fork_depth: int | None = None
+    idle_s: float | None = None
+    reason: str | None = None
 
     def as_notes(self) -> dict[str, object]:
         """The trace record's ``notes`` object: the facts that are set."""
@@ -44,6 +49,10 @@ class Facts:
             notes["open_forks"] = self.open_forks
         if self.fork_depth is not None:
             notes["fork_depth"] = self.fork_depth
+        if self.idle_s is not None:
+            notes["idle_s"] = self.idle_s
+        if self.reason is not None:
+            notes["reason"] = self.reason
         return notes
 
 

@@ -18,13 +18,17 @@ from ramakv_daemon.events.outcome import Outcome
 from ramakv_daemon.events.reactions import Reactions
 from ramakv_daemon.events.reads import Result, apply_settled
 from ramakv_daemon.handlers import Handler, Registry
-from ramakv_daemon.ports import StoreError
+from ramakv_daemon.ports import StoreError, StoreFenced
 from ramakv_daemon.routing.namespaces import Namespace, Namespaces
 from ramakv_daemon.routing.ownership import Ownership
 from ramakv_daemon.telemetry.log_text import loggable
 from ramakv_daemon.trace.records import TraceRecords
 
 log = logging.getLogger("ramakv")
+
+# A fenced commit (another node changed the session since this node read it) is applied
+# again on the stored state this many times in all; a session still moving then answers 503.
+FENCED_TRIES = 4
 
 
 class Pipeline:
@@ -76,10 +80,7 @@ class Pipeline:
         try:
             handler = self.registry.get(type_)  # validate
             check_required(handler.spec, payload)
-            if self.ownership.shared:  # a shared store: take the session over first
-                await self.ownership.before(handler.effects.takes_over, session_id)
-            ns = self.namespaces[self.namespaces.resolve(payload)]
-            o = await self._apply_and_commit(handler, type_, session_id, payload, ns, slot)
+            o = await self._fenced_tries(handler, type_, session_id, payload, slot)
         except StoreError as err:
             status, error = 503, str(err)
         except RamAKvError as err:
@@ -92,6 +93,41 @@ class Pipeline:
             return 200, o.reply()
         self.reactions.failed(type_, session_id, error, started)
         return status, {"ok": False, "type": type_, "error": error}
+
+    async def _fenced_tries(
+        self,
+        handler: Handler,
+        type_: str,
+        session_id: str | None,
+        payload: dict[str, Any],
+        slot: AnswerSlot | None,
+    ) -> Outcome:
+        """Apply and commit. A fenced commit (StoreFenced: nothing written, undone) is
+        applied again: ownership first releases the stale copy and claims the row as
+        stored, so the event acts on what another node acknowledged, never on the copy."""
+        for _ in range(FENCED_TRIES - 1):
+            try:
+                return await self._attempt(handler, type_, session_id, payload, slot)
+            except StoreFenced as err:
+                log.info(
+                    "event %s for %s applied again: %s", type_, loggable(session_id or ""), err
+                )
+                if slot is not None:
+                    slot.stored = None  # that answer was rolled back with its change
+        return await self._attempt(handler, type_, session_id, payload, slot)
+
+    async def _attempt(
+        self,
+        handler: Handler,
+        type_: str,
+        session_id: str | None,
+        payload: dict[str, Any],
+        slot: AnswerSlot | None,
+    ) -> Outcome:
+        if self.ownership.shared:  # a shared store: take the session over first
+            await self.ownership.before(handler.effects.takes_over, session_id)
+        ns = self.namespaces[self.namespaces.resolve(payload)]
+        return await self._apply_and_commit(handler, type_, session_id, payload, ns, slot)
 
     async def _apply_and_commit(
         self,

@@ -3,7 +3,7 @@
 from ramakv_daemon.core.change import Change
 from ramakv_daemon.core.errors import InvalidEvent
 from ramakv_daemon.core.events import session_id_of
-from ramakv_daemon.handlers.registry import HandlerContext, event
+from ramakv_daemon.handlers.registry import Effects, HandlerContext, event
 
 
 def fork_id_of(payload: dict) -> int | None:
@@ -23,6 +23,9 @@ def fork_id_of(payload: dict) -> int | None:
     "or unknown answers fork_end=false and changes nothing. Works after the parent's close",
     required=("session_id",),
     optional=("fork_id",),
+    # On a shared store the fork's hold lives with its parent session: a fork_end reaching
+    # a node the session is not on takes the session (and its forks) over to end it here.
+    effects=Effects(takes_over=True),
 )
 def session_fork_end(ctx: HandlerContext, payload: dict, now: float) -> Change:
     session_id = session_id_of(payload)

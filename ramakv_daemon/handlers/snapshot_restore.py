@@ -3,6 +3,7 @@
 from ramakv_daemon.core.budget import Turn
 from ramakv_daemon.core.change import Change
 from ramakv_daemon.core.events import optional_session_id, session_id_of
+from ramakv_daemon.handlers.reason import reason_of
 from ramakv_daemon.handlers.registry import Effects, HandlerContext, event
 
 
@@ -11,10 +12,13 @@ from ramakv_daemon.handlers.registry import Effects, HandlerContext, event
     "Restore session snapshot: load chunk_hashes from the session (or source_session_id), "
     "register references + prefetch",
     required=("session_id",),
-    optional=("source_session_id",),
+    optional=("source_session_id", "reason"),
     effects=Effects(turn=Turn.FINISH, grows=True, takes_over=True),
 )
 def snapshot_restore(ctx: HandlerContext, payload: dict, now: float) -> Change:
     session_id = session_id_of(payload)
     source = optional_session_id(payload, "source_session_id")
-    return ctx.manager.snapshot_restore(session_id, source, now)
+    reason = reason_of(payload)
+    change = ctx.manager.snapshot_restore(session_id, source, now)
+    change.facts.reason = reason
+    return change

@@ -1,16 +1,25 @@
-"""turn_start: prefetch the session's chunks before inference."""
+"""turn_start: prefetch the session's chunks before inference (unless told not to)."""
 
 from ramakv_daemon.core.budget import Turn
 from ramakv_daemon.core.change import Change
-from ramakv_daemon.core.events import session_id_of
+from ramakv_daemon.core.events import bool_of, session_id_of
 from ramakv_daemon.handlers.registry import Effects, HandlerContext, event
 
 
 @event(
     "turn_start",
-    "Pre-inference prefetch: daemon reads chunk_hashes from the session map and prefetches",
+    "Pre-inference prefetch: daemon reads chunk_hashes from the session map and prefetches "
+    "(prefetch: false marks the turn without prefetching, e.g. when nothing would wait for it)",
     required=("session_id",),
+    optional=("prefetch",),
     effects=Effects(turn=Turn.START, grows=True, reads=True, live_effect=True, takes_over=True),
 )
 def turn_start(ctx: HandlerContext, payload: dict, now: float) -> Change:
-    return ctx.manager.turn_start(session_id_of(payload), now)
+    session_id = session_id_of(payload)
+    prefetch = bool_of(payload, "prefetch", True)  # validated before anything applies
+    change = ctx.manager.turn_start(session_id, now)
+    if not prefetch:
+        # A prefetch nobody waits for races the prefill and only churns DDR (issue 23).
+        change.prefetch = []
+        change.data = {"prefetch_sent": False, "prefetch_count": 0}
+    return change

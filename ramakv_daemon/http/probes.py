@@ -24,8 +24,14 @@ def _answer(status: int, body: dict[str, Any]) -> web.Response:
 
 
 async def healthz(request: web.Request) -> web.Response:
-    """Alive: the event loop answers. Says nothing about the store or the backends."""
-    return _answer(200, {"ok": True, "status": "alive", "version": package_version()})
+    """Alive: the event loop answers. Says nothing about the store's or the backends'
+    health; ``store_lock`` (a SQLite file) is the token this daemon wrote into the store's
+    lock file, so ramakv-admin can tell that it talks to the daemon holding that file."""
+    body: dict[str, Any] = {"ok": True, "status": "alive", "version": package_version()}
+    token = getattr(request.app[DAEMON_KEY].store, "lock_token", "")
+    if token:
+        body["store_lock"] = token
+    return _answer(200, body)
 
 
 async def readiness(daemon: Daemon) -> dict[str, dict[str, Any]]:

@@ -63,7 +63,8 @@ def _int(request: web.Request, name: str) -> int | None:
 
 
 async def trace_handler(request: web.Request) -> web.StreamResponse:
-    """Stream the trace; ``protocol=2`` is required, ``since=SEQ&epoch=E`` resumes,
+    """Stream the trace; no ``protocol`` means the current one (2), another version is
+    refused with 4010, ``since=SEQ&epoch=E`` resumes,
     ``session=ID`` filters, ``history=N`` sends up to N recent records before a snapshot.
     """
     daemon = request.app[DAEMON_KEY]
@@ -74,9 +75,10 @@ async def trace_handler(request: web.Request) -> web.StreamResponse:
     peer = request.remote or "?"
     ws = web.WebSocketResponse(heartbeat=30)
     await ws.prepare(request)
-    if protocol != str(PROTOCOL):
-        said = f"protocol {protocol}" if protocol else "no protocol (trace protocol 1)"
-        FAILURES.warn(peer, f"refused: asked for {said}")
+    # A plain connect (websocat, a script that knows no versions) gets the current protocol;
+    # only an explicit version the daemon does not speak is refused.
+    if protocol and protocol != str(PROTOCOL):
+        FAILURES.warn(peer, f"refused: asked for protocol {protocol!r}")
         await ws.close(code=PROTOCOL_CLOSE_CODE, message=PROTOCOL_REASON.encode())
         return ws
     hub = daemon.trace

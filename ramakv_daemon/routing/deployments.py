@@ -1,4 +1,5 @@
-"""``[[deployments]]`` config entries: name, identity -> namespace, lmcache_url, DDR budget."""
+"""``[[deployments]]`` config entries: name, identity -> namespace, lmcache_url, DDR budget,
+idle policies."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ UNRESOLVED_PREFIX = "unresolved:"
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 _KEYS = frozenset(
     {"name", "namespace", "lmcache_url", "ddr_budget_chunks", "evict_locations", "identity"}
+    | {"idle_suspend_s", "idle_close_s"}
     | set(IDENTITY_FIELDS)
 )
 
@@ -29,6 +31,8 @@ class Deployment:
         ddr_budget_chunks: DDR budget in chunks (0 = no budget).
         evict_locations: tiers for refcount-zero eviction (None = the top-level setting).
         problems: why there is no namespace (empty when there is one).
+        idle_suspend_s, idle_close_s: this deployment's idle policies (None = the
+            top-level keys'; 0 = never).
     """
 
     name: str
@@ -37,6 +41,8 @@ class Deployment:
     ddr_budget_chunks: int = 0
     evict_locations: tuple[str, ...] | None = None
     problems: tuple[str, ...] = ()
+    idle_suspend_s: float | None = None
+    idle_close_s: float | None = None
 
     @property
     def key(self) -> str:
@@ -97,8 +103,21 @@ def parse_deployment(raw: Any, index: int) -> tuple[Deployment | None, list[str]
             locations = locations_of(raw["evict_locations"], f"{where}.evict_locations")
         except TypeError as err:
             warnings.append(f"{err}; using the top-level setting")
-    dep = Deployment(name, ns, url, budget, locations, tuple(why))
+    idle = {k: _idle_of(raw, k, where, warnings) for k in ("idle_suspend_s", "idle_close_s")}
+    dep = Deployment(name, ns, url, budget, locations, tuple(why), **idle)
     return dep, warnings
+
+
+def _idle_of(raw: dict[str, Any], key: str, where: str, warnings: list[str]) -> float | None:
+    """A deployment's idle policy: seconds >= 0, else None (the top-level key's) and a
+    warning naming the bad value."""
+    value = raw.get(key)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value < 1e12:
+        warnings.append(f"{where}: '{key}' must be a number of seconds >= 0; using the top-level")
+        return None
+    return float(value)
 
 
 def parse_deployments(value: Any) -> tuple[tuple[Deployment, ...], list[str]]:

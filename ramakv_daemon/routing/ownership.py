@@ -4,8 +4,10 @@ the database says another node took or closed (docs/scale-out.md)."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
+from contextvars import ContextVar
 from typing import Any
 
 from ramakv_daemon.core.session import Session
@@ -24,6 +26,10 @@ log = logging.getLogger("ramakv.ownership")
 # The safety net's default period (config ownership_check_s): a release missed without the
 # LISTEN connection dropping (one that failed, a lost notification) waits at most this long.
 DEFAULT_CHECK_S = 30.0
+
+# The session whose events this task runs for this node's own sake (a release's close and
+# fork ends, a sweep's act): they act on the copy here and never take the session over.
+_LOCAL: ContextVar[str | None] = ContextVar("ramakv_local_session", default=None)
 
 # The event pipeline's run(payload, None): a release is a session_close (or a fork_end)
 # without an event_id.
@@ -45,6 +51,13 @@ class Ownership:
     with it are ended here. A session an event touched since the question was asked, or
     one with a change still in doubt, is left alone: that change's commit takes it back
     (or, rolled back, the next check looks again).
+
+    Fencing: every write of a session row is conditional on the version this node last
+    read (the store's fenced write). A write that finds another version (a takeover this
+    node has not heard of yet) writes nothing and is undone here; the committer tells
+    :meth:`fenced`, which marks the copy stale: the next event for it first releases it
+    (the database decides, as above), then claims the row as stored and applies on that,
+    never on the stale copy (the pipeline applies a fenced event again).
 
     Owed releases: whatever takes a session from this node records in that transaction
     what it owes its cache (the store's owed rows); a node that held nothing in memory then
@@ -70,6 +83,10 @@ class Ownership:
         self.settled_chunks = 0  # evictions queued from owed rows (sessions lost while away)
         self._started = False  # owed rows wait for start-up's load (its refcounts)
         self._settling = asyncio.Lock()
+        # Sessions a fenced write found changed elsewhere: their copies here are stale
+        # until released (the next event for one releases it before it claims the row).
+        self._stale: set[str] = set()
+        self.fences = 0  # fenced commits (a session another node had changed)
 
     def serve(self, handle: Handle) -> None:
         """Release sessions through ``handle`` (the event pipeline, which itself asks this
@@ -78,6 +95,32 @@ class Ownership:
         if self._shared is not None:
             self._shared.on_release(self._notified)
             self._shared.on_reconnect(self.reconcile, self.check_s)
+            self.namespaces.committer.on_fenced = self.fenced
+
+    @staticmethod
+    @contextlib.contextmanager
+    def local(session_id: str) -> Iterator[None]:
+        """Within the block, events for ``session_id`` run by this task act on this node's
+        copy only: they never take the session over nor wait for its release (what a
+        release runs itself, and what a sweep acting on its own sessions wants). Their
+        writes are fenced all the same: a copy another node changed is refused."""
+        token = _LOCAL.set(session_id)
+        try:
+            yield
+        finally:
+            _LOCAL.reset(token)
+
+    def fenced(self, session_ids: tuple[str, ...]) -> None:
+        """A commit found these sessions' rows changed by another node (nothing written,
+        every change of that commit undone): their copies here are stale. Each is checked
+        against the database now (released when another node owns it or its row is gone),
+        and an event for one waits for that before it applies (called before any of the
+        refused events resumes)."""
+        self.fences += 1
+        log.info("fenced write: %d sessions changed on another node", len(session_ids))
+        for sid in session_ids:
+            self._stale.add(sid)
+            self._notified(sid, "")
 
     @property
     def shared_store(self) -> SharedSessionStore:
@@ -104,8 +147,10 @@ class Ownership:
 
         Returns without awaiting when the session is here and the LISTEN connection is up:
         the event then applies in the same step (a release's own close relies on it)."""
-        if not self.shared or not session_id or not takes_over:
+        if not self.shared or not session_id or not takes_over or _LOCAL.get() == session_id:
             return
+        if session_id in self._stale:
+            await self._unstale(session_id)
         releasing = self._releasing.get(session_id)
         if self._in_memory(session_id):
             if releasing is not None or self._listening():
@@ -132,6 +177,17 @@ class Ownership:
             len(session.unique_hashes()),
             len(claimed.forks),
         )
+
+    async def _unstale(self, session_id: str) -> None:
+        """A fenced write found ``session_id`` changed elsewhere: release the stale copy
+        (the database says who owns it) before the event claims the row as stored. Still
+        held afterwards (a change of it in doubt, the store away), the event goes on and
+        its write is fenced again, or answers 503."""
+        try:
+            await self.reconcile({session_id})
+        except StoreError as err:
+            log.info("cannot check the owner of fenced %r: %s", session_id, err)
+        self._stale.discard(session_id)
 
     def _listening(self) -> bool:
         listener = getattr(self.store, "listener", None)
@@ -215,12 +271,15 @@ class Ownership:
         forks = [f.fork_id for f in ns.manager.forks.of(session_id)]
         done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._releasing[session_id] = done
+        # The row is not ours any more: the close below must not delete it (or be fenced).
+        self.shared_store.disown([session_id])
         try:
             # No await between the check above and the close's apply: handle() applies in
             # its first step (before() returns at once for a session held here).
             payload = {"type": "session_close", "session_id": session_id, "namespace": key}
             assert self.handle is not None  # serve() ran at build
-            status, body = await self.handle(payload, None)
+            with self.local(session_id):
+                status, body = await self.handle(payload, None)
             moved = await self._end_moved_forks(ns.key, session_id, forks) if forks else 0
         finally:
             del self._releasing[session_id]
@@ -349,7 +408,8 @@ class Ownership:
             "namespace": key,
         }
         assert self.handle is not None  # serve() ran at build
-        status, body = await self.handle(payload, None)
+        with self.local(session_id):  # never take the parent over to end a fork here
+            status, body = await self.handle(payload, None)
         if status == 200 and body.get("data", {}).get("fork_end"):
             return True
         log.warning("ending fork %d (moved off this node) failed: %s", fork_id, body.get("error"))

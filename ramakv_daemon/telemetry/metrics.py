@@ -95,6 +95,18 @@ class DaemonMetrics:
         self.forks_expired = Counter(
             "ramakv_fork_holds_expired", "Fork holds released by fork_hold_ttl_s", registry=r
         )
+        self.idle_actions = Counter(
+            "ramakv_idle_policy_sessions",
+            "Sessions the idle policies suspended (idle_suspend_s) or closed (idle_close_s)",
+            ["namespace", "action"],
+            registry=r,
+        )
+        self.idle_sweep_seconds = Histogram(
+            "ramakv_idle_sweep_seconds",
+            "One idle-policy sweep over every namespace, start to end (in slices)",
+            buckets=_LATENCY_BUCKETS,
+            registry=r,
+        )
         self.dropped_subscribers = Counter(
             "ramakv_trace_dropped_subscribers", "Trace subscribers dropped for lag", registry=r
         )

@@ -34,6 +34,9 @@ def write_config(tmp_path: Path, url: str, *, with_old: bool = False) -> Path:
             {
                 "session_store_path": str(tmp_path / "sessions.db"),
                 "listen_addr": "127.0.0.1:9",  # nothing answers there
+                # The seeded ages are the tool's to act on, not the daemon's idle policies.
+                "idle_suspend_s": 0,
+                "idle_close_s": 0,
                 "deployments": deps,
             }
         )

@@ -84,6 +84,7 @@ def test_what_the_editor_accepts_the_daemon_loads_strictly() -> None:
         ("node_id", "  ", "must not be empty"),
         ("debug_dir", "", "must be a file system path"),
         ("evict_defer_s", "-1", "must be >= 0"),
+        ("evict_defer_s", "61", "must be <= 60"),
     ],
 )
 def test_the_editor_gives_the_schema_reason(name: str, text: str, why: str) -> None:
@@ -185,3 +186,19 @@ def test_the_sdk_tab_edits_what_the_sdk_reads(tmp_path: Path) -> None:
     config_io.write_atomic(path, merged)
     assert sdk_config.load_config(path) == sdk_config.SdkConfig("http://10.0.0.5:6998", "s3cret")
     assert not any(d.needs_restart for d in diffs)
+
+
+def test_a_value_out_of_range_is_refused_not_clamped(tmp_path: Path) -> None:
+    """evict_defer_s past the memory API's 60 s: refused naming the key, never clamped."""
+    from support.daemon_proc import run_to_exit, write_config
+
+    assert schema.value_problem("evict_defer_s", 60) is None
+    assert schema.value_problem("evict_defer_s", 61) == "must be <= 60, got 61"
+    assert schema.value_problem("evict_defer_s", 60.5) == "must be <= 60, got 60.5"
+    with pytest.raises(ConfigError, match="'evict_defer_s' must be <= 60, got 61"):
+        config_mod.from_mapping({"evict_defer_s": 61}, "f.toml", strict=True)
+    refused = run_to_exit(
+        tmp_path / "s.db", write_config(tmp_path / "c.toml", {"evict_defer_s": 61}), timeout=60
+    )
+    assert refused.returncode == 2
+    assert "'evict_defer_s' must be <= 60, got 61" in refused.stdout + refused.stderr

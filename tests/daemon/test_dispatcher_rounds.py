@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from ramakv_daemon.core.manager import SessionManager
 from ramakv_daemon.delivery.delivery_state import NamespaceState
 from ramakv_daemon.delivery.dispatcher import BackendDispatcher
-from ramakv_daemon.ports import BackendResult, ChunkLocations, EvictMode
+from ramakv_daemon.ports import Backend, BackendResult, ChunkLocations, EvictMode
 
 
 class IdleCommitter:
@@ -26,7 +26,7 @@ class IdleCommitter:
         return set()
 
 
-class GatedBackend:
+class GatedBackend(Backend):
     """A backend whose DELETE calls wait for a gate: the round's later batches wait too."""
 
     name = "gated"
@@ -57,7 +57,7 @@ async def test_a_chunk_referenced_during_an_earlier_batch_is_not_evicted() -> No
     manager, backend, committer = SessionManager(), GatedBackend(), IdleCommitter()
     d = BackendDispatcher(backend, NamespaceState(manager, committer))
     d.evictions_committed(["a"], ["b"], row=1)
-    round_ = asyncio.create_task(d._deliver_due())
+    round_ = asyncio.create_task(d.delivery.deliver_due())
     await backend.called.wait()  # DELETE [a] is out
     manager.turn_end("s", ["b"])  # b is wanted again (committed: the committer is idle)
     backend.gate.set()
@@ -70,11 +70,11 @@ async def test_an_intent_replaced_during_an_earlier_batch_is_delivered_as_the_ne
     manager, backend, committer = SessionManager(), GatedBackend(), IdleCommitter()
     d = BackendDispatcher(backend, NamespaceState(manager, committer))
     d.evictions_committed(["a"], ["b"], row=1)  # b: demote
-    round_ = asyncio.create_task(d._deliver_due())
+    round_ = asyncio.create_task(d.delivery.deliver_due())
     await backend.called.wait()  # DELETE [a] is out
     d.evictions_committed(["b"], [], row=2)  # meanwhile b's newer intent: delete
     backend.gate.set()
     await round_
-    await d._deliver_due()
+    await d.delivery.deliver_due()
     assert backend.calls == [("delete", ["a"]), ("delete", ["b"])]
     assert d.backlog == 0 and sorted(committer.forgotten) == [1, 2]

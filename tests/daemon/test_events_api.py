@@ -5,12 +5,12 @@ from __future__ import annotations
 from support.daemon_app import DaemonClient, RecordingBackend
 
 NINE = {
-    "turn_start": (["session_id"], []),
+    "turn_start": (["session_id"], ["prefetch"]),
     "turn_end": (["session_id", "kv_transfer_params"], ["debug_context"]),
-    "snapshot_restore": (["session_id"], ["source_session_id"]),
+    "snapshot_restore": (["session_id"], ["source_session_id", "reason"]),
     "session_map": (["session_id"], []),
-    "session_close": (["session_id"], []),
-    "session_suspend": (["session_id"], []),
+    "session_close": (["session_id"], ["if_idle_since", "reason"]),
+    "session_suspend": (["session_id"], ["if_idle_since", "reason"]),
     "session_fork": (["session_id"], []),
     "session_fork_end": (["session_id"], ["fork_id"]),
     "health": ([], []),
@@ -228,6 +228,36 @@ async def test_turn_start_unknown_session_prefetches_nothing(daemon: DaemonClien
         "prefetch_count": 0,
     }
     assert await daemon.ok("health") == {"status": "running", "sessions_count": 0}
+
+
+async def test_turn_start_prefetch_false_marks_the_turn_without_prefetching(
+    daemon: DaemonClient,
+) -> None:
+    kv = {"chunk_hashes": ["h-a", "h-b"]}
+    await daemon.ok("turn_end", session_id="p", kv_transfer_params=kv)
+    assert await daemon.ok("turn_start", session_id="p") == {
+        "prefetch_sent": True,
+        "prefetch_count": 2,
+    }
+    assert await daemon.ok("turn_start", session_id="p", prefetch=False) == {
+        "prefetch_sent": False,
+        "prefetch_count": 0,
+    }
+    assert await daemon.err("turn_start", session_id="p", prefetch="no") == (
+        "'prefetch' must be true or false"
+    )
+
+
+async def test_lifecycle_events_take_a_reason(daemon: DaemonClient) -> None:
+    kv = {"chunk_hashes": ["h-a"]}
+    await daemon.ok("turn_end", session_id="r", kv_transfer_params=kv)
+    for bad in ("", "x" * 65, 5, "two\nlines"):
+        assert "'reason' must be" in await daemon.err("session_suspend", session_id="r", reason=bad)
+    assert (await daemon.ok("session_suspend", session_id="r", reason="tool_pause"))["suspended"]
+    assert (await daemon.ok("snapshot_restore", session_id="r", reason="next_request"))[
+        "prefetch_count"
+    ] == 1
+    assert (await daemon.ok("session_close", session_id="r", reason="idle"))["closed"]
 
 
 async def test_list_events_reads_the_registry(daemon: DaemonClient) -> None:

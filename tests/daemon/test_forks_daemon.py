@@ -228,7 +228,9 @@ async def test_a_store_with_holds_from_before_fork_ids_opens(
     con.commit()
     con.close()
     clock = Clock()
-    d = await start_daemon(make_config(session_store_path=str(db)), clock=clock)
+    # Its rows were written at t=5 s: the idle policies (tested apart) would close them.
+    config = make_config(session_store_path=str(db), idle_suspend_s=0.0, idle_close_s=0.0)
+    d = await start_daemon(config, clock=clock)
     m = d.daemon.default.manager
     # Fresh ids in the old order; created at the migration (their real age is unknown).
     assert [(f.fork_id, f.session_id, f.hashes) for f in m.forks.values()] == [

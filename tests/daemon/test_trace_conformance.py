@@ -11,7 +11,7 @@ from typing import Any
 import aiohttp
 from support.daemon_app import DaemonClient
 
-from ramakv_daemon.ports import BackendResult, ChunkLocations, EvictMode
+from ramakv_daemon.ports import Backend, BackendResult, ChunkLocations, EvictMode
 from ramakv_protocol.conformance import problems, reply_problems
 
 TIMEOUT = 60.0
@@ -27,7 +27,7 @@ class Clock:
         return self.now
 
 
-class RefusingBackend:
+class RefusingBackend(Backend):
     """A backend that answers every eviction 503 (kept queued and retried; the trace
     says so with a ``backend`` record)."""
 

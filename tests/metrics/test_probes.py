@@ -29,7 +29,10 @@ def wait_ready(d: DaemonProcess, status: int) -> dict:
 
 def test_noop_daemon_is_alive_and_ready(daemon_proc: DaemonProcess) -> None:
     status, body = daemon_proc.get("/healthz")
+    token = body.pop("store_lock")  # the token of its hold on the store's lock
     assert status == 200 and body == {"ok": True, "status": "alive", "version": package_version()}
+    lock = daemon_proc.store.parent / (daemon_proc.store.name + ".lock")
+    assert lock.read_text().split() == [str(daemon_proc.proc.pid), "ram-a-kv", token]
     status, body = daemon_proc.get("/readyz")
     assert status == 200 and body["ok"] is True
     assert set(body["checks"]) == {"store", "backend", "outbox"}

@@ -8,7 +8,9 @@ import pytest
 from aiohttp import web
 from support.openai_engine import CHUNK_TOKENS, StandInEngine
 
-from ramakv_sdk.proxy import ProxySettings, make_app
+from ramakv_sdk.proxy import LIFECYCLE, SENDER, Lifecycle, ProxySettings, make_app
+from ramakv_sdk.proxy.clock import Clock
+from ramakv_sdk.sender import EventSender
 
 
 class RunningProxy:
@@ -19,10 +21,12 @@ class RunningProxy:
         self.url = url
 
     @property
-    def sender(self):  # noqa: ANN201
-        from ramakv_sdk.proxy import SENDER
-
+    def sender(self) -> EventSender:
         return self.runner.app[SENDER]
+
+    @property
+    def lifecycle(self) -> Lifecycle:
+        return self.runner.app[LIFECYCLE]
 
 
 @pytest.fixture
@@ -36,9 +40,15 @@ async def engine() -> AsyncIterator[StandInEngine]:
 async def start_proxy() -> AsyncIterator[Callable[..., Awaitable[RunningProxy]]]:
     runners: list[web.AppRunner] = []
 
-    async def start(upstream: str, daemon_url: str, **kw) -> RunningProxy:  # noqa: ANN003
+    async def start(
+        upstream: str,
+        daemon_url: str,
+        clock: Clock | None = None,
+        **kw,  # noqa: ANN003
+    ) -> RunningProxy:
         kw.setdefault("chunk_size", CHUNK_TOKENS)  # hash streamed turns as the stand-in does
-        runner = web.AppRunner(make_app(ProxySettings(upstream, daemon_url, **kw)), access_log=None)
+        app = make_app(ProxySettings(upstream, daemon_url, **kw), clock=clock)
+        runner = web.AppRunner(app, access_log=None)
         await runner.setup()
         site = web.TCPSite(runner, "127.0.0.1", 0)
         await site.start()

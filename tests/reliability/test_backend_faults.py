@@ -34,7 +34,7 @@ async def lm_daemon(
     """An in-process daemon on the LMCache backend at ``url``, short timeout and backoff."""
     cfg = make_config(noop_backend=False, lmcache_url=url, backend_timeout_s=BACKEND_TIMEOUT)
     d = await start_daemon(cfg)
-    d.daemon.default.dispatcher.base_backoff_s = 0.05
+    d.daemon.default.dispatcher.delivery.base_backoff_s = 0.05
     return d
 
 
@@ -132,7 +132,7 @@ async def test_fault_keeps_events_fast_and_evictions_queued_until_recovery(
     assert await metric_value(d, "ramakv_evict_outbox") == 0
     prefetches = fake_lmcache.calls("prefetch")
     # One whole delivery round, awaited (not a sleep): it retries no prefetch.
-    await d.daemon.default.dispatcher._deliver_due()
+    await d.daemon.default.dispatcher.delivery.deliver_due()
     assert fake_lmcache.calls("prefetch") == prefetches  # best effort: never retried
     d.assert_consistent()
     await ws.close()
@@ -179,7 +179,7 @@ async def test_prefetch_is_not_retried(
     await timed_ok(d, "turn_start", session_id="s1")
     await eventually(lambda: d.daemon.metrics.backend_errors.labels("prefetch")._value.get() == 1)
     await fake_lmcache.heal()
-    await d.daemon.default.dispatcher._deliver_due()  # one whole round, awaited
+    await d.daemon.default.dispatcher.delivery.deliver_due()  # one whole round, awaited
     assert fake_lmcache.calls("prefetch") == []
     assert await metric_value(d, "ramakv_backend_calls_total", op="prefetch") == 1
 
@@ -234,7 +234,7 @@ async def test_an_outage_backs_off_the_backend_not_each_chunk(
     # A failing backend pauses every eviction of it for the backoff: many turns' evictions
     # wait together and one batch probes, instead of each chunk retrying on its own clock.
     d = await lm_daemon(start_daemon, make_config, fake_lmcache.url)
-    d.daemon.default.dispatcher.base_backoff_s = 0.2
+    d.daemon.default.dispatcher.delivery.base_backoff_s = 0.2
     await fake_lmcache.set_failure("503")
     started = time.monotonic()
     for turn in range(40):

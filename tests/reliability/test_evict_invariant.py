@@ -87,7 +87,7 @@ async def rig(
         noop_backend=False, lmcache_url=fake.url, backend_timeout_s=2.0, evict_defer_s=30.0
     )
     d = await start_daemon(cfg, store=store(cfg.session_store_path) if store else None)
-    d.daemon.default.dispatcher.base_backoff_s = 0.05
+    d.daemon.default.dispatcher.delivery.base_backoff_s = 0.05
     probe = Probe(d, fake)
     fake.on_delete = probe
     return d, probe
@@ -189,7 +189,7 @@ async def test_a_release_still_being_committed_is_not_deliverable(
     await fake_lmcache.set_failure("503")  # the intent for aa waits in the outbox
     await d.turn_end("A", ["aa", "bb"])
     await d.turn_end("A", ["bb"])
-    await eventually(lambda: dispatcher._failures >= 1)
+    await eventually(lambda: dispatcher.delivery.failures >= 1)
     await d.turn_end("B", ["aa"])  # committed: aa is referenced again
     since = len(fake_lmcache.requests)
     store.gate = asyncio.Event()
@@ -200,7 +200,7 @@ async def test_a_release_still_being_committed_is_not_deliverable(
     await fake_lmcache.heal()
     dispatcher.poke()
     # The dispatcher looked at x and set it aside until the commit is decided.
-    await eventually(lambda: any(h == "aa" for _, _, h in dispatcher._later))
+    await eventually(lambda: any(h == "aa" for _, _, h in dispatcher.outbox.later))
     assert not received_evict(fake_lmcache, "aa", since)
     store.gate.set()
     store.gate = None

@@ -187,8 +187,8 @@ async def test_protocol_mismatch_raises_with_the_daemons_reason(
 ) -> None:
     import aiohttp
 
-    async with aiohttp.ClientSession() as http:  # an old client: no ?protocol=
-        async with http.ws_connect(f"{daemon_proc.url}/trace") as ws:
+    async with aiohttp.ClientSession() as http:  # a client of another version
+        async with http.ws_connect(f"{daemon_proc.url}/trace?protocol=1") as ws:
             msg = await ws.receive(timeout=120)
             assert ws.close_code == 4010 and "protocol 2 required" in msg.extra
 

@@ -1,6 +1,6 @@
-"""PostgreSQL store only: a session taken from a node (a claim, a write's takeover, an admin
-close) leaves that node an owed release, written in the same transaction; settling it puts
-its eviction intents in the node's outbox as it deletes the rows."""
+"""PostgreSQL store only: a session taken from a node (a claim, an admin close; a write
+never takes one over) leaves that node an owed release, written in the same transaction;
+settling it puts its eviction intents in the node's outbox as it deletes the rows."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from ramakv_daemon.adapters.postgres.admin import PostgresStoreAdmin
 from ramakv_daemon.adapters.postgres.store import PostgresSessionStore
 from ramakv_daemon.core.fork import Fork
 from ramakv_daemon.core.session import Session
-from ramakv_daemon.ports import Cleanup, EvictMode, OwedRelease
+from ramakv_daemon.ports import Cleanup, EvictMode, OwedRelease, StoreFenced
 
 
 @pytest.fixture
@@ -44,16 +44,19 @@ async def test_a_claim_leaves_the_old_owner_its_map_and_moved_forks_owed(
     assert len(await a.owed_releases()) == 2 and await b.owed_releases() == []
 
 
-async def test_a_write_that_takes_a_session_over_leaves_the_map_owed(
+async def test_a_write_never_takes_a_session_over_so_nothing_is_owed(
     nodes: list[PostgresSessionStore],
 ) -> None:
+    """Fencing: only a claim moves a session; b's blind write of a's row is refused."""
     a, b = nodes
     await a.write({"t": Session("t", ("p", "q"), 1)})
     await a.write({"t": Session("t", ("p", "r"), 2)})  # its own session: nothing owed
     assert await a.owed_releases() == []
-    await b.write({"t": Session("t", ("z",), 3)})
-    assert owed(await a.owed_releases()) == [("t", ("p", "r"))]
-    assert await b.owed_releases() == []
+    with pytest.raises(StoreFenced) as refused:
+        await b.write({"t": Session("t", ("z",), 3)})
+    assert refused.value.sessions == ("t",)
+    assert await a.owed_releases() == [] and await b.owed_releases() == []
+    assert await b.owners(["t"]) == {"t": "node-a"}
 
 
 async def test_an_admin_close_leaves_the_owner_its_map_owed(

@@ -19,11 +19,11 @@ from ramakv_daemon.config import Config
 from ramakv_daemon.core.manager import recompute_refcounts
 from ramakv_daemon.http.app import init_app
 from ramakv_daemon.http.keys import DAEMON_KEY
-from ramakv_daemon.ports import BackendResult, ChunkLocations, EvictMode
+from ramakv_daemon.ports import Backend, BackendResult, ChunkLocations, EvictMode
 from support.trace_wire import parse_metrics
 
 
-class RecordingBackend:
+class RecordingBackend(Backend):
     """A noop backend that records every call: ("prefetch"|"delete"|"demote", hashes)."""
 
     name = "recording"

@@ -79,7 +79,7 @@ def devserver(
     )
     url = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + 60
+        deadline = time.monotonic() + 300  # a hang guard: start-up imports torch + LMCache
         while True:
             try:
                 if httpx.get(url + "/health", timeout=1).status_code == 200:

@@ -93,7 +93,7 @@ class Rig:
             busy = [
                 ns.dispatcher
                 for ns in self.svc.namespaces
-                if ns.dispatcher._tasks or (ns.delivers and ns.dispatcher.backlog)
+                if ns.dispatcher.prefetcher.tasks or (ns.delivers and ns.dispatcher.backlog)
             ]
             if not busy:
                 return

@@ -15,6 +15,18 @@ Behaviour per request, by header:
 * ``X-Engine-Status: 503`` answer that status with an OpenAI error body
 * ``X-Engine-Delay: 0.01`` seconds between streamed chunks
 
+Tool calls, in vLLM 0.32's shapes (``--enable-auto-tool-choice --tool-call-parser ...``;
+tests/engine/test_tool_calls.py checks them against the real engine): a chat request with
+``tools`` answers with one call of a tool, arguments built from its JSON schema, when
+``tool_choice`` names that tool (``finish_reason: "stop"``, as OpenAI and vLLM answer a
+named choice), is ``"required"``, or is ``"auto"`` / absent and the last message is the
+user's (``finish_reason: "tool_calls"``; after a ``tool`` message it answers text, so an
+agent's loop ends). Non-streamed, ``message.tool_calls`` holds ``{id, type: "function",
+function: {name, arguments}}``; streamed, one delta carries ``{id, type, index, function:
+{name, arguments}}`` with the first piece of the arguments and the following ones the other
+pieces ``{index, function: {arguments}}``, the last of them with the finish reason (after a
+first chunk with the role). tests/proxy/data holds the real engine's answers these follow.
+
 ``GET /v1/models`` lists one model; any other path echoes method, path, query, headers and
 body as JSON (to check the proxy forwards everything unchanged). Every request is kept in
 ``engine.requests``. Run it alone: ``python tests/support/openai_engine.py --listen
@@ -25,6 +37,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import itertools
 import json
 import time
 from dataclasses import dataclass, field
@@ -57,6 +70,46 @@ def prompt_of(body: dict[str, Any]) -> str:
     return prompt if isinstance(prompt, str) else json.dumps(prompt)
 
 
+_CALL_IDS = itertools.count(1)
+_SAMPLE = {"string": "stand-in", "integer": 1, "number": 1.5, "boolean": True}
+
+
+def _arguments(schema: Any) -> str:
+    """JSON arguments for a tool: every property of its parameters' schema, sampled."""
+    props = schema.get("properties") if isinstance(schema, dict) else None
+    args = {
+        name: _SAMPLE.get(str(spec.get("type")) if isinstance(spec, dict) else "", "stand-in")
+        for name, spec in (props or {}).items()
+    }
+    return json.dumps(args)
+
+
+def tool_call_of(body: dict[str, Any]) -> tuple[dict[str, Any], str] | None:
+    """The call the stand-in makes for this chat request, and its finish_reason, or None."""
+    tools = [t for t in body.get("tools") or [] if isinstance(t, dict) and t.get("function")]
+    choice = body.get("tool_choice")
+    if not tools or choice == "none":
+        return None
+    finish = "tool_calls"
+    if isinstance(choice, dict):  # named: that tool, finish_reason "stop" (as vLLM, OpenAI)
+        name = (choice.get("function") or {}).get("name")
+        tools = [t for t in tools if t["function"].get("name") == name]
+        if not tools:
+            return None
+        finish = "stop"
+    elif choice in (None, "auto"):
+        messages = body.get("messages") or []
+        if not messages or not isinstance(messages[-1], dict) or messages[-1].get("role") != "user":
+            return None  # after a tool result: answer in words
+    fn = tools[0]["function"]
+    call = {
+        "id": f"chatcmpl-tool-{next(_CALL_IDS):016x}",
+        "type": "function",
+        "function": {"name": fn.get("name"), "arguments": _arguments(fn.get("parameters"))},
+    }
+    return call, finish
+
+
 @dataclass
 class StandInEngine:
     """The stand-in engine's state: settings and every request it saw."""
@@ -84,9 +137,27 @@ class StandInEngine:
             )
         params = self.kv_params(body, request.headers.get("X-Engine-Params", ""))
         chat = request.path.endswith("/chat/completions")
+        tool = tool_call_of(body) if chat else None
         if body.get("stream"):
             delay = float(request.headers.get("X-Engine-Delay", "0"))
-            return await self._stream(request, chat, delay)
+            return await self._stream(request, chat, delay, tool)
+        message: dict[str, Any] = {"role": "assistant", "content": self.reply}
+        finish = "stop"
+        if tool is not None:
+            call, finish = tool
+            # vLLM's whole ChatMessage: "" content for a named or required choice, the
+            # parser's None for an auto one
+            auto = body.get("tool_choice") in (None, "auto")
+            message = {
+                "role": "assistant",
+                "content": None if auto else "",
+                "refusal": None,
+                "annotations": None,
+                "audio": None,
+                "function_call": None,
+                "tool_calls": [call],
+                "reasoning": None,
+            }
         answer: dict[str, Any] = {
             "id": "cmpl-standin",
             "object": "chat.completion" if chat else "text_completion",
@@ -95,12 +166,8 @@ class StandInEngine:
             "choices": [
                 {
                     "index": 0,
-                    "finish_reason": "stop",
-                    **(
-                        {"message": {"role": "assistant", "content": self.reply}}
-                        if chat
-                        else {"text": self.reply}
-                    ),
+                    "finish_reason": finish,
+                    **({"message": message} if chat else {"text": self.reply}),
                 }
             ],
             "usage": {"prompt_tokens": 10, "completion_tokens": 7, "total_tokens": 17},
@@ -120,17 +187,25 @@ class StandInEngine:
             {"count": len(tokens), "max_model_len": 4096, "tokens": tokens, "token_strs": None}
         )
 
-    async def _stream(self, request: web.Request, chat: bool, delay: float) -> web.StreamResponse:
+    async def _stream(
+        self,
+        request: web.Request,
+        chat: bool,
+        delay: float,
+        tool: tuple[dict[str, Any], str] | None = None,
+    ) -> web.StreamResponse:
         out = web.StreamResponse(
             headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
         )
         await out.prepare(request)
         kind = "chat.completion.chunk" if chat else "text_completion"
 
-        def chunk(piece: str | None, finish: str | None = None) -> dict[str, Any]:
+        def chunk(
+            piece: str | None, finish: str | None = None, delta: dict[str, Any] | None = None
+        ) -> dict[str, Any]:
             choice: dict[str, Any] = {"index": 0, "finish_reason": finish}
             if chat:
-                choice["delta"] = {} if piece is None else {"content": piece}
+                choice["delta"] = delta or ({} if piece is None else {"content": piece})
             else:
                 choice["text"] = piece or ""
             return {
@@ -141,12 +216,32 @@ class StandInEngine:
                 "choices": [choice],
             }
 
-        for word in self.reply.split(" "):
-            await out.write(f"data: {json.dumps(chunk(word + ' '))}\n\n".encode())
-            if delay:
-                await asyncio.sleep(delay)
-        # As vLLM 0.32: the last chunk has the finish reason and no kv_transfer_params.
-        await out.write(f"data: {json.dumps(chunk(None, 'stop'))}\n\n".encode())
+        if tool is not None:
+            # As vLLM 0.32 (tests/proxy/data/vllm032_named_tool_call.sse): a role chunk, the
+            # call's head with the first piece of its arguments, the other pieces, the last
+            # one carrying the finish reason.
+            call, finish = tool
+            args = call["function"]["arguments"]
+            parts = [args[i : i + 8] for i in range(0, len(args), 8)] or [""]
+            head = {**call, "index": 0, "function": {**call["function"], "arguments": parts[0]}}
+            deltas = [{"tool_calls": [head]}] + [
+                {"tool_calls": [{"index": 0, "function": {"arguments": part}}]}
+                for part in parts[1:]
+            ]
+            pieces = [chunk(None, delta={"role": "assistant", "content": ""})]
+            pieces += [chunk(None, delta=d) for d in deltas[:-1]]
+            pieces.append(chunk(None, finish, delta=deltas[-1]))
+            for piece in pieces:
+                await out.write(f"data: {json.dumps(piece)}\n\n".encode())
+                if delay:
+                    await asyncio.sleep(delay)
+        else:
+            for word in self.reply.split(" "):
+                await out.write(f"data: {json.dumps(chunk(word + ' '))}\n\n".encode())
+                if delay:
+                    await asyncio.sleep(delay)
+            # As vLLM 0.32: the last chunk has the finish reason and no kv_transfer_params.
+            await out.write(f"data: {json.dumps(chunk(None, 'stop'))}\n\n".encode())
         await out.write(b"data: [DONE]\n\n")
         await out.write_eof()
         return out

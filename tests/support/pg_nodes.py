@@ -4,9 +4,12 @@ against what it owns, its /metrics read, the database asked directly."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import os
+import signal
 import time
 import urllib.request
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from typing import Any
 
 import asyncpg
@@ -81,3 +84,40 @@ async def sql(url: str, query: str, *args: Any) -> list[Any]:
         return list(await con.fetch(query, *args))
     finally:
         await con.close()
+
+
+async def listener_pid(url: str, node: str) -> int:
+    """The server process of ``node``'s LISTEN connection (named by its application_name)."""
+    rows = await sql(
+        url,
+        "SELECT pid FROM pg_stat_activity WHERE application_name = $1",
+        f"ram-a-kv {node} listen",
+    )
+    assert len(rows) == 1, f"node {node} has {len(rows)} LISTEN connections"
+    return int(rows[0]["pid"])
+
+
+@contextlib.asynccontextmanager
+async def unheard(url: str, node: str) -> AsyncIterator[None]:
+    """Within the block ``node`` hears no notification: the server process of its LISTEN
+    connection is stopped (SIGSTOP), so a takeover's notification waits there, and the node
+    still sees its connection up (no reconnect, no ownership check). This holds "the old
+    node has not processed the notification yet" open for as long as a test needs, instead
+    of racing it. Resumed (SIGCONT) on the way out, whatever happened."""
+    pid = await listener_pid(url, node)
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        yield
+    finally:
+        os.kill(pid, signal.SIGCONT)
+
+
+@contextlib.contextmanager
+def stopped(d: DaemonProcess) -> Iterator[None]:
+    """The daemon process is stopped (SIGSTOP) within the block, resumed on the way out."""
+    assert d.proc is not None
+    d.proc.send_signal(signal.SIGSTOP)
+    try:
+        yield
+    finally:
+        d.proc.send_signal(signal.SIGCONT)

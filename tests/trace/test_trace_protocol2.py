@@ -1,5 +1,6 @@
 """Protocol 2 specifics: bounded messages and resync, paged admin reads, history, filtered
-refcounts caused by other sessions, old clients refused with a reason."""
+refcounts caused by other sessions, a plain connect served, other versions refused with a
+reason."""
 
 from __future__ import annotations
 
@@ -8,19 +9,43 @@ from typing import Any
 import aiohttp
 import pytest
 from support.daemon_app import DaemonClient, StartDaemon
+from support.daemon_proc import DaemonProcess
 from support.trace_wire import apply_record, recv, recv_raw
 
 from ramakv_daemon.trace import protocol as trace_protocol
 
 
-async def test_old_client_gets_a_close_reason(daemon: DaemonClient) -> None:
-    ws = await daemon.client.ws_connect("/trace")
-    msg = await ws.receive(timeout=120)
-    assert msg.type == aiohttp.WSMsgType.CLOSE and ws.close_code == 4010
-    assert "trace protocol 2 required" in msg.extra
-    ws = await daemon.client.ws_connect("/trace?protocol=3")
-    await ws.receive(timeout=120)
-    assert ws.close_code == 4010
+async def turn_end(http: aiohttp.ClientSession, url: str, sid: str) -> dict[str, Any]:
+    """One turn_end over HTTP (the answer's envelope)."""
+    body = {"type": "turn_end", "session_id": sid, "kv_transfer_params": {"chunk_hashes": ["a"]}}
+    async with http.post(f"{url}/event", json=body) as resp:
+        return dict(await resp.json())
+
+
+async def test_a_plain_connect_gets_protocol_2_and_another_version_a_close_reason(
+    daemon_proc: DaemonProcess,
+) -> None:
+    """A real daemon process over a real websocket: no ``protocol`` (websocat, a script that
+    knows no versions) is served protocol 2; an explicit version it does not speak is closed
+    with 4010 and the reason, as before."""
+    async with aiohttp.ClientSession() as http:
+        assert (await turn_end(http, daemon_proc.url, "s1"))["ok"]
+        async with http.ws_connect(f"{daemon_proc.url}/trace") as ws:
+            snap = await recv(ws)
+            assert snap["kind"] == "snapshot" and snap["protocol"] == 2
+            assert set(snap["sessions"]) == {"s1"}
+            assert (await turn_end(http, daemon_proc.url, "s2"))["ok"]
+            live = await recv(ws)
+            assert live["kind"] == "event" and live["session_id"] == "s2"
+            assert live["seq"] == snap["seq"] + 1
+        for query in ("?protocol=2", "?protocol="):  # as the SDK and console ask; empty = absent
+            async with http.ws_connect(f"{daemon_proc.url}/trace{query}") as ws:
+                assert (await recv(ws))["kind"] == "snapshot"
+        for version in ("1", "3", "two"):
+            async with http.ws_connect(f"{daemon_proc.url}/trace?protocol={version}") as ws:
+                msg = await ws.receive(timeout=120)
+                assert msg.type == aiohttp.WSMsgType.CLOSE and ws.close_code == 4010
+                assert msg.extra == trace_protocol.PROTOCOL_REASON
 
 
 async def test_snapshot_parts_stay_under_the_bound(

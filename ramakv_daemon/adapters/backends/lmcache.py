@@ -5,11 +5,19 @@ from __future__ import annotations
 import json
 import logging
 import time
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Sequence
 
 import httpx
 
-from ramakv_daemon.ports import BackendResult, ChunkLocations, EvictMode
+from ramakv_daemon.ports import (
+    Backend,
+    BackendResult,
+    ChunkLocations,
+    EvictMode,
+    EvictRequest,
+    SentEvict,
+    WriteCheck,
+)
 
 log = logging.getLogger("ramakv.backend")
 
@@ -25,10 +33,11 @@ EVICT_CONNECTIONS = 4
 PREFETCH_CONNECTIONS = 32
 
 
-class LMCacheBackend:
+class LMCacheBackend(Backend):
     """Steers an LMCache memory API (ascend_ext) at ``base_url``; never raises on I/O errors."""
 
     name = "lmcache"
+    takes_keeps = True
 
     def __init__(
         self,
@@ -85,34 +94,34 @@ class LMCacheBackend:
         return result
 
     async def evict_checked(
-        self,
-        chunk_hashes: Sequence[str],
-        mode: EvictMode,
-        recheck: Callable[[list[str]], list[str]],
-        extra: dict | None = None,
-    ) -> tuple[BackendResult, list[str], float]:
-        """An evict whose hashes are decided at the moment the body is written.
+        self, chunk_hashes: Sequence[str], mode: EvictMode, at_write: WriteCheck
+    ) -> SentEvict:
+        """An evict whose request is decided at the moment the body is written.
 
-        ``recheck`` runs when the connection is ready and the body goes out (a streamed
+        ``at_write`` runs when the connection is ready and the body goes out (a streamed
         body is produced only then), so a chunk referenced again while the request waited
-        for a connection or a connect is not in it. Returns the result, the hashes that
-        were sent and the (monotonic) time they were decided; nothing is sent when none is
-        left. ``extra`` goes into the body as is (generation, defer_s).
+        for a connection or a connect is not in it. The deferral fields (defer_s,
+        generation, not_after_ns) go out with a deferred request only.
         """
-        sent: list[str] = []
+        written: list[EvictRequest] = []
         decided = [0.0]
         locations = self.demote_locations if mode == EvictMode.DEMOTE else self.delete_locations
 
         async def body() -> AsyncIterator[bytes]:
-            sent.extend(recheck(list(chunk_hashes)))
+            request = at_write(list(chunk_hashes))
+            written.append(request)
             decided[0] = time.monotonic()
-            payload: dict = {"chunk_hashes": sent, **(extra or {})}
+            payload: dict[str, object] = {"chunk_hashes": request.chunk_hashes}
+            if request.deferred:
+                payload["defer_s"] = request.defer_s
+                payload["generation"] = request.generation
+                payload["not_after_ns"] = request.not_after_ns
             if locations:
                 payload["locations"] = locations
             yield json.dumps(payload).encode()
 
         result, _ = await self._post("/memory/evict", None, len(chunk_hashes), stream=body())
-        return result, sent, decided[0]
+        return SentEvict(result, written[0] if written else None, decided[0])
 
     async def keep(self, chunk_hashes: Sequence[str], generation: int) -> BackendResult:
         """POST /memory/keep {chunk_hashes, generation}: cancel older deferred deletes."""

@@ -5,12 +5,12 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 
-from ramakv_daemon.ports import BackendResult, ChunkLocations, EvictMode
+from ramakv_daemon.ports import Backend, BackendResult, ChunkLocations, EvictMode
 
 log = logging.getLogger("ramakv.backend")
 
 
-class NoopBackend:
+class NoopBackend(Backend):
     """Answers ok to prefetch/evict and an empty map to query."""
 
     name = "noop"

@@ -75,6 +75,14 @@ MIGRATIONS: tuple[tuple[int, str, tuple[str, ...]], ...] = (
             "CREATE INDEX owed_releases_node ON owed_releases (node_id)",
         ),
     ),
+    (
+        4,
+        "sessions.version: every write is conditional on the version its node read (fencing)",
+        (
+            "CREATE SEQUENCE session_versions",
+            "ALTER TABLE sessions ADD COLUMN version BIGINT NOT NULL DEFAULT 0",
+        ),
+    ),
 )
 LATEST_VERSION = MIGRATIONS[-1][0]
 

@@ -4,50 +4,63 @@ from __future__ import annotations
 
 RELEASE_CHANNEL = "ramakv_release"
 
-# One statement per commit for all of its sessions (arrays, not a row per call). `prev`
-# row-locks the rows another node owns before the upsert takes them: a concurrent takeover
-# waits for the lock and then sees the new owner, so two nodes never both believe they took
-# a session from the same owner. Every sub-statement reads the snapshot from before the
-# upsert, so `prev` names the owner the session had, and `owed` records, in the same
-# transaction, the map that owner committed: what it owes its own cache (OWED_NOTE).
+# FENCING (docs/scale-out.md): every session row carries a version, taken from one
+# sequence by every write and every claim, so a version is never reused, not even by a row
+# deleted and created again. A node writes a row only at the version it last loaded,
+# claimed or wrote (`expected`), in the statement that writes it: a row another node took,
+# wrote or deleted meanwhile is left as it is, and the store then fails the whole
+# transaction (StoreFenced). A write never takes a session over: only CLAIM_SESSION does.
+# One statement per commit for all of its sessions (arrays, not a row per call): rows this
+# node holds are updated at their expected version; new ones (`expected` NULL) are inserted
+# only where no row exists. Both return what they wrote, with the new version; a session
+# missing from the result was fenced. The UPDATE's row lock makes a concurrent claim wait
+# (or, after it, re-reads the row and finds another version).
 UPSERT_SESSIONS = """
 WITH incoming AS (
     SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::bigint[], $5::bool[],
-                         $6::float8[])
-        AS t(session_id, namespace, map_json, turn_count, suspended, last_event_ts)
-), prev AS (
-    SELECT s.session_id, s.owner, s.namespace, s.map_json FROM sessions s
-    JOIN incoming i USING (session_id) WHERE s.owner <> $7 FOR UPDATE OF s
+                         $6::float8[], $7::bigint[])
+        AS t(session_id, namespace, map_json, turn_count, suspended, last_event_ts, expected)
+), updated AS (
+    UPDATE sessions s SET namespace = i.namespace, map_json = i.map_json,
+        turn_count = i.turn_count, suspended = i.suspended,
+        last_event_ts = i.last_event_ts, version = nextval('session_versions')
+    FROM incoming i
+    WHERE s.session_id = i.session_id AND i.expected IS NOT NULL
+        AND s.version = i.expected AND s.owner = $8
+    RETURNING s.session_id, s.version
+), inserted AS (
+    INSERT INTO sessions (session_id, namespace, map_json, turn_count, suspended,
+                          last_event_ts, owner, version)
+    SELECT session_id, namespace, map_json, turn_count, suspended, last_event_ts, $8,
+           nextval('session_versions')
+    FROM incoming WHERE expected IS NULL
+    ON CONFLICT (session_id) DO NOTHING
+    RETURNING session_id, version
+)
+SELECT session_id, version FROM updated UNION ALL SELECT session_id, version FROM inserted
+"""
+# A node deletes only a row it holds at the version it expects; what it deleted comes back
+# (a session missing was fenced: another node took, wrote or deleted it).
+DELETE_SESSIONS = """
+DELETE FROM sessions s USING unnest($1::text[], $2::bigint[]) AS d(session_id, expected)
+WHERE s.session_id = d.session_id AND s.version = d.expected AND s.owner = $3
+RETURNING s.session_id
+"""
+# Take one session now (an event arrived for a session another node owns): the row lock,
+# a new version (the old owner's next write is fenced), and the row as it was, so the new
+# owner starts from the old owner's map. No row back: stored nowhere, or this node's.
+CLAIM_SESSION = """
+WITH prev AS (
+    SELECT session_id, owner, namespace, map_json FROM sessions
+    WHERE session_id = $1 AND owner <> $2 FOR UPDATE
 ), owed AS (
     INSERT INTO owed_releases (node_id, namespace, session_id, hashes_json)
     SELECT owner, namespace, session_id, map_json FROM prev
 ), up AS (
-    INSERT INTO sessions (session_id, namespace, map_json, turn_count, suspended,
-                          last_event_ts, owner)
-    SELECT session_id, namespace, map_json, turn_count, suspended, last_event_ts, $7
-    FROM incoming
-    ON CONFLICT (session_id) DO UPDATE SET namespace = excluded.namespace,
-        map_json = excluded.map_json, turn_count = excluded.turn_count,
-        suspended = excluded.suspended, last_event_ts = excluded.last_event_ts,
-        owner = excluded.owner
-)
-SELECT session_id, owner FROM prev
-"""
-# A node deletes only what it still owns: a session another node took meanwhile stays.
-DELETE_SESSIONS = "DELETE FROM sessions WHERE session_id = ANY($1::text[]) AND owner = $2"
-# Take one session now (an event arrived for a session another node owns): the same row
-# lock, and the row as it was, so the new owner starts from the old owner's map.
-CLAIM_SESSION = """
-WITH prev AS (
-    SELECT session_id, owner, namespace, map_json FROM sessions WHERE session_id = $1
-    FOR UPDATE
-), owed AS (
-    INSERT INTO owed_releases (node_id, namespace, session_id, hashes_json)
-    SELECT owner, namespace, session_id, map_json FROM prev WHERE owner <> $2
-), up AS (
-    UPDATE sessions s SET owner = $2 FROM prev WHERE s.session_id = prev.session_id
+    UPDATE sessions s SET owner = $2, version = nextval('session_versions') FROM prev
+    WHERE s.session_id = prev.session_id
     RETURNING s.session_id, s.map_json, s.turn_count, s.suspended, s.last_event_ts,
-              s.namespace
+              s.namespace, s.version
 )
 SELECT up.*, prev.owner AS previous_owner FROM up JOIN prev USING (session_id)
 """
@@ -63,7 +76,7 @@ SELECT_OWED = (
 DELETE_OWED = "DELETE FROM owed_releases WHERE node_id = $1 AND id = ANY($2::bigint[])"
 DELETE_OWED_OF = "DELETE FROM owed_releases WHERE node_id = $1 AND session_id = ANY($2::text[])"
 SELECT_OWNED = (
-    "SELECT session_id, map_json, turn_count, suspended, last_event_ts, namespace "
+    "SELECT session_id, map_json, turn_count, suspended, last_event_ts, namespace, version "
     "FROM sessions WHERE owner = $1"
 )
 UPSERT_FORK = (

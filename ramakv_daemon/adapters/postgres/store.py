@@ -31,6 +31,7 @@ from ramakv_daemon.ports import (  # Claimed, ReleaseCallback: re-exported
     ReleaseCallback,
     StoredAnswer,
     StoreError,
+    StoreFenced,
 )
 
 if TYPE_CHECKING:  # checked with the `postgres` extra installed
@@ -83,6 +84,10 @@ class PostgresSessionStore:
         self.schema_version = 0
         self.last_error = ""
         self.write_failures = 0
+        self.fenced_writes = 0  # writes refused because a row's version moved
+        # session id -> the version of its row this node last loaded, claimed or wrote:
+        # what its next write is conditional on (fencing; absent: no row, as we know it).
+        self._versions: dict[str, int] = {}
 
     # ---- life cycle ------------------------------------------------------------------
     async def open(self) -> None:
@@ -267,7 +272,17 @@ class PostgresSessionStore:
     async def load_all(self) -> list[Session]:
         """The sessions this node owns (corrupt rows are skipped and logged)."""
         rows = await self.fetch(sql.SELECT_OWNED, self.node_id)
-        return decode_sessions(tuple(r) for r in rows)
+        self._versions = {r[0]: int(r[6]) for r in rows}
+        return decode_sessions(tuple(r)[:6] for r in rows)
+
+    def version(self, session_id: str) -> int | None:
+        """The version of ``session_id``'s row this node last loaded, claimed or wrote."""
+        return self._versions.get(session_id)
+
+    def disown(self, session_ids: Sequence[str]) -> None:
+        """Forget rows this node no longer owns: writes never touch them again."""
+        for sid in session_ids:
+            self._versions.pop(sid, None)
 
     async def load_forks(self) -> LoadedForks:
         """This node's open forks, oldest first, and the next fork id (above any node's)."""
@@ -296,7 +311,7 @@ class PostgresSessionStore:
         try:
             async with self.need_pool().acquire() as con, con.transaction():
                 row = await con.fetchrow(sql.CLAIM_SESSION, session_id, self.node_id)
-                if row is None or row["previous_owner"] == self.node_id:
+                if row is None:
                     return None
                 fork_rows = await con.fetch(
                     sql.CLAIM_FORKS, session_id, self.node_id, row["previous_owner"]
@@ -306,6 +321,7 @@ class PostgresSessionStore:
             self._failed(err)
             raise StoreError(f"cannot take over session {session_id!r}: {err}") from err
         self.last_error = ""
+        self._versions[session_id] = int(row["version"])
         sessions = decode_sessions([tuple(row)[:6]])
         forks = tuple(f for f in (decode_fork(*r) for r in fork_rows) if f is not None)
         return Claimed(sessions[0], row["previous_owner"], forks) if sessions else None
@@ -338,12 +354,13 @@ class PostgresSessionStore:
         forks: dict[int, Fork | None] | None = None,
         next_fork_id: int | None = None,
     ) -> None:
-        """One transaction, committed (WAL flushed) before it returns; sessions another
-        node owns are taken over (that node is told), deletes touch only owned rows."""
+        """One transaction, committed (WAL flushed) before it returns, fenced: each session
+        row only at the version this node last read (StoreFenced, nothing written, when
+        one moved); a write never takes a session over (only :meth:`claim` does)."""
         pool = self.need_pool()
         try:
             async with pool.acquire() as con, con.transaction():
-                await self._write_in(
+                written, deleted = await self._write_in(
                     con,
                     sessions,
                     outbox_add or [],
@@ -353,12 +370,19 @@ class PostgresSessionStore:
                     forks or {},
                     next_fork_id,
                 )
+        except StoreFenced:  # the database is fine: the rows moved (rolled back whole)
+            self.fenced_writes += 1
+            raise
         except ForkIdTaken as err:  # the database is fine: only this commit fails
             raise StoreError(f"persistence failed: {err}") from err
         except DB_ERRORS as err:
             self._failed(err)
             raise StoreError(f"persistence failed: {err}") from err
         self.last_error = ""
+        # Committed: the next write of each row is conditional on what this one wrote.
+        self._versions.update(written)
+        for sid in deleted:
+            self._versions.pop(sid, None)
 
     def _failed(self, err: BaseException) -> None:
         self.write_failures += 1
@@ -376,24 +400,45 @@ class PostgresSessionStore:
         prune_before: float | None,
         forks: dict[int, Fork | None],
         next_fork_id: int | None,
-    ) -> None:
+    ) -> tuple[dict[str, int], list[str]]:
+        """The transaction's statements; the rows written (id -> new version) and deleted.
+
+        Raises:
+            StoreFenced: a session row is not at the version this node expects.
+        """
         node = self.node_id
+        versions = self._versions
+        written: dict[str, int] = {}
+        fenced: list[str] = []
         upserts = [s for s in sessions.values() if s is not None]
         if upserts:
-            taken = await con.fetch(
+            ids = [s.session_id for s in upserts]
+            rows = await con.fetch(
                 sql.UPSERT_SESSIONS,
-                [s.session_id for s in upserts],
+                ids,
                 [s.namespace for s in upserts],
                 [_dumps(s.chunk_hashes) for s in upserts],
                 [s.turn_count for s in upserts],
                 [s.suspended for s in upserts],
                 [s.last_event_ts for s in upserts],
+                [versions.get(sid) for sid in ids],
                 node,
             )
-            await self.notify(con, [(r["session_id"], r["owner"]) for r in taken])
-        deletes = [sid for sid, s in sessions.items() if s is None]
+            written = {r[0]: int(r[1]) for r in rows}
+            if len(written) < len(ids):
+                fenced.extend(sid for sid in ids if sid not in written)
+        # A session this node holds no row of (created and closed before any commit, or
+        # disowned: released after another node took it) has nothing to delete.
+        deletes = [sid for sid, s in sessions.items() if s is None and sid in versions]
         if deletes:
-            await con.execute(sql.DELETE_SESSIONS, deletes, node)
+            rows = await con.fetch(
+                sql.DELETE_SESSIONS, deletes, [versions[sid] for sid in deletes], node
+            )
+            if len(rows) < len(deletes):
+                gone = {r[0] for r in rows}
+                fenced.extend(sid for sid in deletes if sid not in gone)
+        if fenced:
+            raise StoreFenced(fenced)  # rolls the whole transaction back
         live = [f for f in forks.values() if f is not None]
         for f in live:  # forks are rare: one statement each, to see a taken id
             kept = await con.fetchval(
@@ -425,3 +470,4 @@ class PostgresSessionStore:
             await con.executemany(sql.UPSERT_ANSWER, event_ids)
         if prune_before is not None:
             await con.execute(sql.PRUNE_ANSWERS, prune_before)
+        return written, deletes

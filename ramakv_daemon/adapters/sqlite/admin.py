@@ -12,7 +12,7 @@ from typing import TypeVar
 
 from ramakv_daemon.adapters.sqlite.forks import SELECT_FORKS, SELECT_LEGACY_HOLDS
 from ramakv_daemon.adapters.sqlite.schema import SELECT_SESSIONS
-from ramakv_daemon.adapters.store_lock import StoreLock, holder_of
+from ramakv_daemon.adapters.store_lock import StoreLock, holder_of, lock_path_of, token_of
 from ramakv_daemon.adapters.store_rows import decode_fork, decode_sessions, pending_evictions
 from ramakv_daemon.core.fork import Fork
 from ramakv_daemon.ports import (
@@ -187,6 +187,10 @@ class SqliteStoreAdmin(StoreAdmin):
         with exclusive(self.path) as (free, holder):
             return None if free else holder
 
+    def lock_token(self) -> str:
+        with exclusive(self.path) as (free, _):
+            return "" if free else token_of(lock_path_of(self.path)) or ""
+
     async def close_sessions(self, cleanup: Cleanup) -> CleanupDone:
         """Under the lock, in one transaction: the sessions deleted, the planned forks
         ended, their evictions queued for the daemon's next start."""
@@ -217,7 +221,7 @@ class SqliteStoreAdmin(StoreAdmin):
         """``act()`` while holding the store's lock; StoreInUse when a daemon holds it."""
         with exclusive(self.path) as (free, holder):
             if not free:
-                raise StoreInUse(self.path, holder)
+                raise StoreInUse(self.path, holder, token_of(lock_path_of(self.path)) or "")
             self._guarded(act)
 
     def _guarded(self, fn: Callable[..., T], *args: object) -> T:

@@ -43,6 +43,7 @@ from ramakv_daemon.ports import (
     OutboxRowIn,
     StoredAnswer,
     StoreError,
+    StoreFenced,
 )
 
 T = TypeVar("T")
@@ -72,6 +73,17 @@ def _is_busy(err: BaseException | None) -> bool:
 
 
 _LOAD_BATCH = 256  # sessions per fetch at start-up
+
+
+def _existing(db: sqlite3.Connection, session_ids: list[str]) -> list[str]:
+    """Those of ``session_ids`` that have a stored row (in chunks: SQLite's variable limit)."""
+    found: list[str] = []
+    for i in range(0, len(session_ids), 500):
+        part = session_ids[i : i + 500]
+        marks = ",".join("?" * len(part))
+        rows = db.execute(f"SELECT session_id FROM sessions WHERE session_id IN ({marks})", part)
+        found.extend(r[0] for r in rows)
+    return found
 
 
 class SqliteSessionStore:
@@ -121,6 +133,23 @@ class SqliteSessionStore:
         # SQLite keeps the WAL beside the real file when the path is a symlink.
         self._wal_path = os.path.realpath(path) + "-wal"
         self._checkpointer: sqlite3.Connection | None = None
+        # Fencing (the port's write contract): session id -> the version of its row as this
+        # store loaded or wrote it. The file is this store's alone while open (its lock),
+        # so no other writer can move a row: versions count this store's own writes, and
+        # what the transaction checks is that a row it creates does not exist already
+        # (one it never loaded). Absent: no row, as this store knows.
+        self._versions: dict[str, int] = {}
+        self._version_seq = 0
+
+    def version(self, session_id: str) -> int | None:
+        """The version of ``session_id``'s row this store last loaded or wrote."""
+        return self._versions.get(session_id)
+
+    def disown(self, session_ids: Sequence[str]) -> None:
+        """Forget rows: writes never touch them again (the port's contract; a store one
+        daemon has to itself never needs it)."""
+        for sid in session_ids:
+            self._versions.pop(sid, None)
 
     async def open(self) -> None:
         """Create the parent directory, take the store's lock, open the file (a new one is
@@ -165,6 +194,12 @@ class SqliteSessionStore:
         except (OSError, sqlite3.Error) as err:
             await self.close()
             raise StoreError(f"cannot open session store {self.path}: {err}") from err
+
+    @property
+    def lock_token(self) -> str:
+        """The token of this daemon's hold on the store's lock ("" without one: an
+        in-memory store, or not open): ``GET /healthz`` says it as ``store_lock``."""
+        return self._lock.token if self._lock is not None else ""
 
     def _open_checkpointer(self) -> sqlite3.Connection:
         # Opened with the others, never later: a connection opened after the WAL was
@@ -242,7 +277,10 @@ class SqliteSessionStore:
                 # Batches, not fetchall: each batch's JSON text (~12 KB a session at 512
                 # hashes) is freed before the next one arrives and its memory reused,
                 # instead of the whole table's text being faulted in at once.
+                versions = self._versions
                 while rows := await cur.fetchmany(_LOAD_BATCH):
+                    # Every stored row, a corrupt one too: writing it replaces it.
+                    versions.update((r[0], 0) for r in rows)
                     out.extend(decode_sessions(rows))
                     gc.collect(0)
         except sqlite3.Error as err:
@@ -464,14 +502,21 @@ class SqliteSessionStore:
     ) -> None:
         db = self._writer
         assert db is not None
+        versions = self._versions
         upserts = [s for s in sessions.values() if s is not None]
-        deletes = [(sid,) for sid, s in sessions.items() if s is None]
+        # A session with no row here (created and closed before a commit) has none to delete.
+        deletes = [(sid,) for sid, s in sessions.items() if s is None and sid in versions]
+        created = [s.session_id for s in upserts if s.session_id not in versions]
 
         def dumps(value: object) -> str:
             return orjson.dumps(value).decode()
 
         try:
             db.execute("BEGIN IMMEDIATE")
+            if created:
+                fenced = _existing(db, created)
+                if fenced:
+                    raise StoreFenced(fenced)
             if upserts:
                 db.executemany(
                     UPSERT_SESSION,
@@ -524,10 +569,18 @@ class SqliteSessionStore:
                     db.execute("ROLLBACK")
                 except sqlite3.Error:
                     log.exception("rollback after a failed write also failed")
+            if isinstance(err, StoreFenced):
+                raise
             raise StoreError(f"persistence failed: {err}") from err
+        if upserts:
+            self._version_seq += 1
+            versions.update((s.session_id, self._version_seq) for s in upserts)
+        for (sid,) in deletes:
+            versions.pop(sid, None)
 
     async def close(self) -> None:
         """Close both connections and the writer thread (idempotent)."""
+        self._versions = {}
         if self._watcher is not None:
             watcher, self._watcher = self._watcher, None
             watcher.cancel()

@@ -1,29 +1,32 @@
-"""``ramakv-proxy``: an OpenAI-compatible reverse proxy that reports turns to ram-a-kv."""
+"""The proxy application: forwards every request unchanged, reports named sessions' turns."""
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import logging
-import sys
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
 
 import aiohttp
 from aiohttp import web
+from prometheus_client import CollectorRegistry
 from yarl import URL
 
 from ramakv_sdk import events, prompt_hashes
 from ramakv_sdk.client import AsyncClient
-from ramakv_sdk.config import DEFAULT_DAEMON_URL, load_config
-from ramakv_sdk.kvparams import SseScanner, from_json_body, session_id_of
+from ramakv_sdk.proxy.answers import Answer, StreamScanner, read_json_answer
+from ramakv_sdk.proxy.clock import Clock, LoopClock
+from ramakv_sdk.proxy.landing import LandingWait
+from ramakv_sdk.proxy.lifecycle import Lifecycle, Outcome
+from ramakv_sdk.proxy.metrics import proxy_registry, render
+from ramakv_sdk.proxy.naming import session_of
+from ramakv_sdk.proxy.settings import ProxySettings
 from ramakv_sdk.sender import EventSender
-from ramakv_sdk.version import add_version_flag
 
 log = logging.getLogger("ramakv_proxy")
 
 TURN_PATHS = frozenset({"/v1/chat/completions", "/v1/completions"})
 STATS_PATH = "/_ramakv/stats"
+METRICS_PATH = "/_ramakv/metrics"
 # Hop-by-hop headers (RFC 9110 7.6.1) and the ones aiohttp recomputes itself.
 DROP_REQUEST = frozenset(
     {
@@ -42,37 +45,24 @@ DROP_REQUEST = frozenset(
 DROP_RESPONSE = DROP_REQUEST - {"host"}
 
 
-@dataclass(frozen=True, slots=True)
-class ProxySettings:
-    """Where to forward, where to report, and how sessions are named."""
-
-    upstream: str
-    daemon_url: str = DEFAULT_DAEMON_URL
-    token: str | None = None
-    session_header: str = "X-Session-Id"
-    daemon_timeout: float = 2.0
-    retry_for: float = 5.0
-    max_body_bytes: int = 256 * 1024 * 1024
-    #: LMCache's chunk_size and save_unfull_chunk, to hash a streamed turn's tokenised prompt
-    #: exactly as the engine's connector does (vLLM streams carry no kv_transfer_params).
-    chunk_size: int = 256
-    save_unfull_chunk: bool = False
-
-
 SETTINGS = web.AppKey("settings", ProxySettings)
 UPSTREAM = web.AppKey("upstream", aiohttp.ClientSession)
 SENDER = web.AppKey("sender", EventSender)
+LIFECYCLE = web.AppKey("lifecycle", Lifecycle)
 # Upstreams already warned about answers without chunk_hashes (once each, not per turn).
 WARNED = web.AppKey("warned_no_hashes", set)
 TOKENIZE_CHECK = web.AppKey("tokenize_check", prompt_hashes.TokenizeCheck)
+REGISTRY = web.AppKey("registry", CollectorRegistry)
 
 
-def make_app(settings: ProxySettings) -> web.Application:
-    """The proxy application; the upstream session and the event sender live with it."""
+def make_app(settings: ProxySettings, clock: Clock | None = None) -> web.Application:
+    """The proxy application; the upstream session, the event sender and the session
+    lifecycle (its timers on ``clock``, the event loop's by default) live with it."""
     app = web.Application(client_max_size=settings.max_body_bytes)
     app[SETTINGS] = settings
     app[WARNED] = set()
     app[TOKENIZE_CHECK] = prompt_hashes.TokenizeCheck()
+    app[REGISTRY] = proxy_registry(lambda: app[SENDER], lambda: app[LIFECYCLE])
 
     async def resources(app: web.Application) -> AsyncIterator[None]:
         # auto_decompress=False: bytes go to the client exactly as the engine sent them.
@@ -83,20 +73,39 @@ def make_app(settings: ProxySettings) -> web.Application:
         )
         client = AsyncClient(settings.daemon_url, settings.daemon_timeout, settings.token)
         app[SENDER] = EventSender(client, retry_for=settings.retry_for)
+        time = clock or LoopClock()
+        landing = LandingWait(client, time, settings.restore_poll_ms / 1000)
+        app[LIFECYCLE] = Lifecycle(settings, app[SENDER], time, landing)
         yield
+        app[LIFECYCLE].close()
         await app[UPSTREAM].close()
         await app[SENDER].aclose(timeout=5.0)
 
     app.cleanup_ctx.append(resources)
     app.router.add_get(STATS_PATH, stats)
+    app.router.add_get(METRICS_PATH, metrics)
     app.router.add_route("*", "/{tail:.*}", forward)
     return app
 
 
 async def stats(request: web.Request) -> web.Response:
-    """The proxy's own counters of events sent to the daemon."""
+    """The proxy's own counters: events sent to the daemon, lifecycle decisions."""
     sender = request.app[SENDER]
-    return web.json_response({**sender.stats.as_dict(), "pending": sender.pending})
+    life = request.app[LIFECYCLE]
+    return web.json_response(
+        {
+            **sender.stats.as_dict(),
+            "pending": sender.pending,
+            "lifecycle": {**life.stats.as_dict(), "sessions": life.sessions},
+        }
+    )
+
+
+async def metrics(request: web.Request) -> web.Response:
+    """The same counters as Prometheus text."""
+    return web.Response(
+        body=render(request.app[REGISTRY]), content_type="text/plain", charset="utf-8"
+    )
 
 
 def _upstream_error(err: BaseException, upstream: str) -> web.Response:
@@ -109,13 +118,28 @@ def _upstream_error(err: BaseException, upstream: str) -> web.Response:
 async def forward(request: web.Request) -> web.StreamResponse:
     """Forward any request unchanged; report turns of requests that name a session."""
     settings = request.app[SETTINGS]
-    sender = request.app[SENDER]
     body = await request.read() if request.body_exists else None
     sid = None
     if request.method == "POST" and request.path in TURN_PATHS:
-        sid = session_id_of(request.headers.get(settings.session_header), body or b"")
-    if sid is not None:
-        sender.submit({"type": "turn_start", "session_id": sid})
+        named = session_of(request.headers.get(settings.session_header), body or b"")
+        sid = named[0] if named else None
+    if sid is None:
+        return (await _forward(request, body, None))[0]
+    life = request.app[LIFECYCLE]
+    outcome = Outcome.DISCONNECTED  # unless the answer went out whole (a cancel included)
+    try:
+        await life.begin(sid)
+        response, outcome = await _forward(request, body, sid)
+        return response
+    finally:
+        life.end(sid, outcome)
+
+
+async def _forward(
+    request: web.Request, body: bytes | None, sid: str | None
+) -> tuple[web.StreamResponse, Outcome]:
+    """Send the request upstream and relay its answer; how it ended, for the lifecycle."""
+    settings = request.app[SETTINGS]
     headers = [(k, v) for k, v in request.headers.items() if k.lower() not in DROP_REQUEST]
     # encoded=True: the path and query go upstream byte for byte (no re-quoting).
     url = URL(settings.upstream + request.rel_url.raw_path_qs, encoded=True)
@@ -142,9 +166,9 @@ async def forward(request: web.Request) -> web.StreamResponse:
             )
         except (aiohttp.ClientError, OSError, TimeoutError) as err:
             log.warning("upstream %s unavailable: %s", settings.upstream, err)
-            return _upstream_error(err, settings.upstream)
+            return _upstream_error(err, settings.upstream), Outcome.FAILED
         async with upstream:
-            return await _relay(request, upstream, sid, sender, tokenized)
+            return await _relay(request, upstream, sid, request.app[SENDER], tokenized)
     finally:
         if tokenized is not None and not tokenized.done():
             tokenized.cancel()
@@ -156,8 +180,9 @@ async def _relay(
     sid: str | None,
     sender: EventSender,
     tokenized: asyncio.Future[dict | None] | None = None,
-) -> web.StreamResponse:
-    """Copy the engine's answer to the client chunk by chunk; then send turn_end."""
+) -> tuple[web.StreamResponse, Outcome]:
+    """Copy the engine's answer to the client chunk by chunk; then send turn_end. Also
+    says how the request ended (a tool call, a client gone mid-answer...)."""
     out = web.StreamResponse(status=upstream.status, reason=upstream.reason)
     for k, v in upstream.headers.items():
         if k.lower() not in DROP_RESPONSE:
@@ -167,7 +192,7 @@ async def _relay(
     watch = sid is not None and upstream.status == 200
     ctype = upstream.headers.get("Content-Type", "")
     encoding = upstream.headers.get("Content-Encoding", "")
-    scanner = SseScanner() if watch and ctype.startswith("text/event-stream") else None
+    scanner = StreamScanner() if watch and ctype.startswith("text/event-stream") else None
     kept: list[bytes] | None = [] if watch and scanner is None else None
     complete = False
     try:
@@ -182,16 +207,19 @@ async def _relay(
         complete = True
     except (ConnectionResetError, aiohttp.ClientError) as err:
         log.info("stream for session %s ended early: %s", sid, err)
+    answer = Answer()
     if watch and sid is not None:
         if scanner is not None:
             scanner.close()
-            params = scanner.params  # an engine that streams them; vLLM 0.32 does not
+            answer = scanner.answer
+            params = answer.params  # an engine that streams them; vLLM 0.32 does not
             if not events.has_chunk_hashes(params) and tokenized is not None and complete:
                 params = await tokenized
                 if request.app[TOKENIZE_CHECK].agrees is False:
                     params = None  # hashing the tokenised prompt gave the engine's hashes wrong
         else:
-            params = from_json_body(b"".join(kept or ()), encoding)
+            answer = read_json_answer(b"".join(kept or ()), encoding)
+            params = answer.params
             if tokenized is not None and params is not None and events.has_chunk_hashes(params):
                 request.app[TOKENIZE_CHECK].compare(
                     await tokenized,
@@ -204,7 +232,11 @@ async def _relay(
             sender.submit(events.turn_end(sid, params))
         elif complete:
             _warn_no_hashes(request.app, request.app[SETTINGS].upstream)
-    return out
+    if not complete:
+        return out, Outcome.DISCONNECTED
+    if upstream.status != 200:
+        return out, Outcome.FAILED
+    return out, Outcome.TOOL_CALL if answer.tool_call else Outcome.ANSWERED
 
 
 def _warn_no_hashes(app: web.Application, upstream: str) -> None:
@@ -218,86 +250,3 @@ def _warn_no_hashes(app: web.Application, upstream: str) -> None:
         "them (is ascend_ext's connector configured?)",
         upstream,
     )
-
-
-def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(
-        prog="ramakv-proxy",
-        description="OpenAI-compatible reverse proxy that sends turn_start/turn_end to "
-        "ram-a-kv for requests naming a session (X-Session-Id header, else 'user').",
-    )
-    p.add_argument("--upstream", required=True, help="engine base URL, e.g. http://127.0.0.1:8000")
-    p.add_argument("--listen", default="127.0.0.1:8001", help="HOST:PORT (127.0.0.1:8001)")
-    p.add_argument(
-        "--daemon",
-        help="ram-a-kv URL (default: daemon_url from "
-        "~/.config/ram-a-kv/config.toml, else " + DEFAULT_DAEMON_URL + ")",
-    )
-    p.add_argument("--token", help="daemon bearer token (default: auth_token from the config)")
-    p.add_argument(
-        "--session-header",
-        default="X-Session-Id",
-        help="request header carrying the session id (X-Session-Id)",
-    )
-    p.add_argument(
-        "--chunk-size",
-        type=int,
-        default=256,
-        help="LMCache chunk_size of the engine, to hash streamed turns (256)",
-    )
-    p.add_argument(
-        "--save-unfull-chunk",
-        action="store_true",
-        help="the engine's LMCache has save_unfull_chunk: true",
-    )
-    p.add_argument("--log-level", default="INFO", help="DEBUG, INFO, WARNING (INFO)")
-    add_version_flag(p)
-    return p.parse_args(argv)
-
-
-def settings_from(args: argparse.Namespace) -> ProxySettings:
-    """ProxySettings from the flags and the SDK config (its token only for its own URL)."""
-    cfg = load_config()
-    daemon = (args.daemon or (cfg.daemon_url if cfg else DEFAULT_DAEMON_URL)).rstrip("/")
-    token = args.token
-    if token is None and cfg is not None and cfg.auth_token and daemon == cfg.daemon_url:
-        token = cfg.auth_token
-    return ProxySettings(
-        upstream=args.upstream.rstrip("/"),
-        daemon_url=daemon,
-        token=token,
-        session_header=args.session_header,
-        chunk_size=args.chunk_size,
-        save_unfull_chunk=args.save_unfull_chunk,
-    )
-
-
-def main(argv: list[str] | None = None) -> int:
-    """Entry point of the ``ramakv-proxy`` console script."""
-    args = parse_args(argv)
-    logging.basicConfig(
-        level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
-    )
-    host, _, port = args.listen.rpartition(":")
-    if not host or not port.isdigit():
-        print(f"ramakv-proxy: --listen must be HOST:PORT, got {args.listen!r}", file=sys.stderr)
-        return 2
-    settings = settings_from(args)
-    log.info(
-        "ramakv-proxy on %s -> %s, reporting to %s",
-        args.listen,
-        settings.upstream,
-        settings.daemon_url,
-    )
-    try:
-        web.run_app(
-            make_app(settings), host=host.strip("[]"), port=int(port), print=None, access_log=None
-        )
-    except OSError as err:
-        log.error("cannot listen on %s: %s", args.listen, err)
-        return 1
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -1,0 +1,20 @@
+"""The optional ``reason`` a lifecycle event carries (who decided it and why, e.g. the
+proxy's ``tool_pause``); the trace record shows it as ``notes.reason``."""
+
+from typing import Any
+
+from ramakv_daemon.core.errors import InvalidEvent
+
+MAX_REASON_CHARS = 64
+
+
+def reason_of(payload: dict[str, Any]) -> str | None:
+    """The validated ``reason`` field, or None when absent or null."""
+    value = payload.get("reason")
+    if value is None:
+        return None
+    if not isinstance(value, str) or not value or len(value) > MAX_REASON_CHARS:
+        raise InvalidEvent(f"'reason' must be a string of 1 to {MAX_REASON_CHARS} characters")
+    if not value.isprintable():
+        raise InvalidEvent("'reason' must be printable text")
+    return value

@@ -1,0 +1,151 @@
+"""The ``ramakv-proxy`` command line: flags, the SDK config, and serving the app."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+
+from aiohttp import web
+
+from ramakv_sdk.config import DEFAULT_DAEMON_URL, load_config
+from ramakv_sdk.proxy.app import make_app
+from ramakv_sdk.proxy.naming import SOURCES
+from ramakv_sdk.proxy.settings import TURN_START_PREFETCH, ProxySettings
+from ramakv_sdk.version import add_version_flag
+
+log = logging.getLogger("ramakv_proxy")
+
+_DEFAULTS = ProxySettings(upstream="")
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(
+        prog="ramakv-proxy",
+        description="OpenAI-compatible reverse proxy that reports the turns of requests "
+        "naming a session to ram-a-kv (" + ", then ".join(SOURCES) + ") and infers the "
+        "session's lifecycle: a tool call then a pause suspends it, its next request "
+        "restores it, a client leaving or a long idle closes it.",
+    )
+    p.add_argument("--upstream", required=True, help="engine base URL, e.g. http://127.0.0.1:8000")
+    p.add_argument("--listen", default="127.0.0.1:8001", help="HOST:PORT (127.0.0.1:8001)")
+    p.add_argument(
+        "--daemon",
+        help="ram-a-kv URL (default: daemon_url from "
+        "~/.config/ram-a-kv/config.toml, else " + DEFAULT_DAEMON_URL + ")",
+    )
+    p.add_argument("--token", help="daemon bearer token (default: auth_token from the config)")
+    p.add_argument(
+        "--session-header",
+        default=_DEFAULTS.session_header,
+        help=f"request header carrying the session id ({_DEFAULTS.session_header})",
+    )
+    p.add_argument(
+        "--chunk-size",
+        type=int,
+        default=256,
+        help="LMCache chunk_size of the engine, to hash streamed turns (256)",
+    )
+    p.add_argument(
+        "--save-unfull-chunk",
+        action="store_true",
+        help="the engine's LMCache has save_unfull_chunk: true",
+    )
+    p.add_argument(
+        "--tool-pause-suspend-s",
+        type=float,
+        default=_DEFAULTS.tool_pause_suspend_s,
+        help="suspend a session this long after an answer calling a tool, when no new "
+        f"request came (0 = never; {_DEFAULTS.tool_pause_suspend_s})",
+    )
+    p.add_argument(
+        "--restore-wait-ms",
+        type=int,
+        default=_DEFAULTS.restore_wait_ms,
+        help="a restored session's request waits at most this long for its chunks to be in "
+        f"DDR (0 = do not wait; {_DEFAULTS.restore_wait_ms})",
+    )
+    p.add_argument(
+        "--session-idle-close-s",
+        type=float,
+        default=_DEFAULTS.session_idle_close_s,
+        help="close a session after this long without a request "
+        f"(0 = never; {_DEFAULTS.session_idle_close_s:g})",
+    )
+    p.add_argument(
+        "--no-close-on-disconnect",
+        dest="close_on_disconnect",
+        action="store_false",
+        help="keep a session whose client left mid-answer (default: close it)",
+    )
+    p.add_argument(
+        "--turn-start-prefetch",
+        choices=TURN_START_PREFETCH,
+        default=_DEFAULTS.turn_start_prefetch,
+        help="off: turn_start asks for no prefetch (a prefetch nobody waits for only races the "
+        "prefill); wait: prefetch and wait as after a restore (off)",
+    )
+    p.add_argument("--log-level", default="INFO", help="DEBUG, INFO, WARNING (INFO)")
+    add_version_flag(p)
+    return p.parse_args(argv)
+
+
+def settings_from(args: argparse.Namespace) -> ProxySettings:
+    """ProxySettings from the flags and the SDK config (its token only for its own URL)."""
+    cfg = load_config()
+    daemon = (args.daemon or (cfg.daemon_url if cfg else DEFAULT_DAEMON_URL)).rstrip("/")
+    token = args.token
+    if token is None and cfg is not None and cfg.auth_token and daemon == cfg.daemon_url:
+        token = cfg.auth_token
+    return ProxySettings(
+        upstream=args.upstream.rstrip("/"),
+        daemon_url=daemon,
+        token=token,
+        session_header=args.session_header,
+        chunk_size=args.chunk_size,
+        save_unfull_chunk=args.save_unfull_chunk,
+        tool_pause_suspend_s=args.tool_pause_suspend_s,
+        restore_wait_ms=args.restore_wait_ms,
+        session_idle_close_s=args.session_idle_close_s,
+        close_on_disconnect=args.close_on_disconnect,
+        turn_start_prefetch=args.turn_start_prefetch,
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of the ``ramakv-proxy`` console script."""
+    args = parse_args(argv)
+    logging.basicConfig(
+        level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+    host, _, port = args.listen.rpartition(":")
+    if not host or not port.isdigit():
+        print(f"ramakv-proxy: --listen must be HOST:PORT, got {args.listen!r}", file=sys.stderr)
+        return 2
+    try:
+        settings = settings_from(args)
+    except ValueError as err:
+        print(f"ramakv-proxy: {err}", file=sys.stderr)
+        return 2
+    log.info(
+        "ramakv-proxy on %s -> %s, reporting to %s; tool pause suspend %gs, restore wait "
+        "%d ms, idle close %gs",
+        args.listen,
+        settings.upstream,
+        settings.daemon_url,
+        settings.tool_pause_suspend_s,
+        settings.restore_wait_ms,
+        settings.session_idle_close_s,
+    )
+    try:
+        web.run_app(
+            make_app(settings), host=host.strip("[]"), port=int(port), print=None, access_log=None
+        )
+    except OSError as err:
+        log.error("cannot listen on %s: %s", args.listen, err)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

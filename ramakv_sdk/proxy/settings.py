@@ -1,0 +1,58 @@
+"""ProxySettings: where the proxy forwards and reports, and its session lifecycle policy."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ramakv_sdk.config import DEFAULT_DAEMON_URL
+
+#: What the proxy's own turn_start asks of the daemon for a session it did not suspend.
+TURN_START_PREFETCH = ("off", "wait")
+
+
+@dataclass(frozen=True, slots=True)
+class ProxySettings:
+    """Where to forward, where to report, how sessions are named and when they pause.
+
+    The lifecycle fields (docs/proxy.md, "Session lifecycle"): ``tool_pause_suspend_s``
+    seconds after an answer that calls a tool with no new request, the session is
+    suspended (0 = never); its next request restores it and waits at most
+    ``restore_wait_ms`` for the prefetch to land in DDR (0 = do not wait); a session with
+    no request for ``session_idle_close_s`` is closed (0 = never), and so is one whose
+    client leaves mid-answer when ``close_on_disconnect``. ``turn_start_prefetch`` is
+    ``"off"`` (the proxy's turn_start asks for no prefetch: its chunks are in DDR unless
+    the proxy suspended it) or ``"wait"`` (prefetch and wait for it as after a restore).
+    """
+
+    upstream: str
+    daemon_url: str = DEFAULT_DAEMON_URL
+    token: str | None = None
+    session_header: str = "X-Session-ID"
+    daemon_timeout: float = 2.0
+    retry_for: float = 5.0
+    max_body_bytes: int = 256 * 1024 * 1024
+    #: LMCache's chunk_size and save_unfull_chunk, to hash a streamed turn's tokenised prompt
+    #: exactly as the engine's connector does (vLLM streams carry no kv_transfer_params).
+    chunk_size: int = 256
+    save_unfull_chunk: bool = False
+    tool_pause_suspend_s: float = 2.0
+    restore_wait_ms: int = 1000
+    session_idle_close_s: float = 900.0
+    close_on_disconnect: bool = True
+    turn_start_prefetch: str = "off"
+    #: How often the bounded wait asks where a restored session's chunks are.
+    restore_poll_ms: int = 10
+
+    def __post_init__(self) -> None:
+        for name in ("tool_pause_suspend_s", "session_idle_close_s"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"{name} must be >= 0 (0 = off), got {getattr(self, name)}")
+        if self.restore_wait_ms < 0:
+            raise ValueError(f"restore_wait_ms must be >= 0, got {self.restore_wait_ms}")
+        if self.restore_poll_ms <= 0:
+            raise ValueError(f"restore_poll_ms must be > 0, got {self.restore_poll_ms}")
+        if self.turn_start_prefetch not in TURN_START_PREFETCH:
+            raise ValueError(
+                f"turn_start_prefetch must be one of {TURN_START_PREFETCH}, "
+                f"got {self.turn_start_prefetch!r}"
+            )
