@@ -1,7 +1,7 @@
 """`make bench`: every benchmark, side by side, into bench/results/latest.{json,md}.
 
 Usage: python -m bench [--quick] [--only NAME[,NAME]] — names: throughput, recovery, memory,
-sdk, proxy, cache, console, engine, admin_stall, idle_sweep, scale_out, guard_costs.
+sdk, proxy, cache, console, engine, admin_stall, idle_sweep, scale_out, guard_costs, startup.
 """
 
 from __future__ import annotations
@@ -44,6 +44,14 @@ def _recovery(quick: bool) -> tuple[dict, str]:
 
     res = recovery.run((1000, 5000) if quick else (1000, 10000, 50000))
     return res, recovery.table(res)
+
+
+def _startup(quick: bool) -> tuple[dict, str]:
+    from bench import startup
+
+    sizes = (10_000,) if quick else (10_000, 50_000)
+    res = startup.run(sizes, seconds=15.0 if quick else 30.0, empty_runs=5 if quick else 10)
+    return res, startup.table(res)
 
 
 def _memory(quick: bool) -> tuple[dict, str]:
@@ -149,6 +157,7 @@ def _guard_costs(quick: bool) -> tuple[dict, str]:
 BENCHES: dict[str, Callable[[bool], tuple[dict, str]]] = {
     "throughput": _throughput,
     "recovery": _recovery,
+    "startup": _startup,
     "memory": _memory,
     "sdk": _sdk,
     "proxy": _proxy,

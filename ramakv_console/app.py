@@ -28,6 +28,7 @@ from ramakv_console.screens.sessions import SessionsScreen
 from ramakv_console.screens.trace import TraceScreen
 from ramakv_console.state import STATUS, Changes, ConsoleState
 from ramakv_console.themes import DEFAULT_THEME, load_themes
+from ramakv_console.widgets.session_table import SessionTable
 
 
 def readable(data: Any) -> str:
@@ -40,6 +41,8 @@ def readable(data: Any) -> str:
         parts.append(f"{k}={shown}")
     return ", ".join(parts) or "ok"
 
+
+SHARED_READ_MAX = 200  # up to this many sessions every one is re-read, else the shown rows
 
 VIEWS = {
     "sessions": "Sessions",
@@ -105,6 +108,8 @@ class ConsoleApp(App[None]):
         self.theme_dirs = theme_dirs
         self.flush_every = flush_every
         self._pending: list[dict[str, Any]] = []
+        self._shared_stale = False  # a record said shown shared counts may be old
+        self._shared_reading = False
 
     def on_mount(self) -> None:
         self._install_themes()
@@ -157,6 +162,42 @@ class ConsoleApp(App[None]):
         self.last_changes = self.state.apply(batch)
         self.revision += 1
         self.post_message(Daemon.StateUpdated(self.last_changes))
+        self._shared_stale = self._shared_stale or self.last_changes.shared_stale
+        if self._shared_stale and not self._shared_reading:
+            self._shared_stale, self._shared_reading = False, True
+            self.read_shared()
+
+    def shared_targets(self) -> list[str]:
+        """The sessions whose shared_count to re-read: every one up to SHARED_READ_MAX,
+        else those on screen (the session table's rows, the open session's detail)."""
+        ids = self.state.sessions
+        if len(ids) <= SHARED_READ_MAX:
+            return list(ids)
+        shown: list[str] = []
+        for table in self.screen.query(SessionTable):
+            shown.extend(table.visible_ids())
+        if isinstance(self.screen, SessionDetailScreen):
+            shown.append(self.screen.session_id)
+        return shown[:SHARED_READ_MAX]
+
+    @work(group="shared-read")
+    async def read_shared(self) -> None:
+        """Re-read the shown sessions' shared_count: a chunk crossing 1 <-> 2 changes
+        it for holders the trace record does not list (docs/trace.md)."""
+        try:
+            ids = self.shared_targets()
+            if not ids:
+                return
+            self.state.ask_shared(ids)
+            env = await self.send_event(
+                {"type": "list_sessions", "session_ids": ids, "limit": len(ids)}, quiet=True
+            )
+            if env.get("ok"):
+                changes = self.state.apply_shared((env.get("data") or {}).get("sessions") or ())
+                self.revision += 1
+                self.post_message(Daemon.StateUpdated(changes))
+        finally:
+            self._shared_reading = False
 
     # ---- talking to the daemon ----------------------------------------------------------
     async def send_event(self, event: dict[str, Any], quiet: bool = False) -> dict[str, Any]:

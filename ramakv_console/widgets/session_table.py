@@ -98,6 +98,11 @@ class SessionTable(ScrollView, can_focus=True):
         """The cells of a shown session's row."""
         return self.cells(sid)
 
+    def visible_ids(self) -> list[str]:
+        """The sessions of the rows on screen."""
+        top = int(self.scroll_offset.y)
+        return [str(key[1]) for key in self.index[top : top + max(1, self.size.height)]]
+
     def move_cursor(self, row: int) -> None:
         """Put the cursor on ``row`` and scroll it into view."""
         self.cursor_row = max(0, min(row, len(self.index) - 1))

@@ -23,6 +23,9 @@ def describe(rec: dict[str, Any]) -> str:
     for key in ("prefetch", "evict", "demote"):
         if rec.get(key):
             parts.append(f"{key}={len(rec[key])}")
+    reason = (rec.get("notes") or {}).get("reason")
+    if reason:  # who decided a lifecycle event and why (ramakv-proxy: tool_pause, idle...)
+        parts.append(f"reason={reason}")
     return "  ".join(p for p in parts if p)
 
 

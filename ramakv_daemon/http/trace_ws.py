@@ -147,7 +147,6 @@ async def _snapshot(daemon: Daemon, session: str | None) -> AsyncIterator[str]:
         hub.epoch,
         session,
         ns.owner(session) if session is not None else None,
-        daemon.shared,
         daemon.config.node_id if daemon.ownership.shared else "",
     )
     async for text in messages(frozen):

@@ -1,5 +1,7 @@
-"""``python -m ramakv_sdk.proxy``: the ramakv-proxy command (the demo and benchmarks use it)."""
+"""``python -m ramakv_sdk.proxy``: the same as the ``ramakv-proxy`` console script."""
 
-from ramakv_sdk.proxy import main
+import sys
 
-raise SystemExit(main())
+from ramakv_sdk.proxy.cli import main
+
+sys.exit(main())

@@ -134,8 +134,8 @@ async def test_snapshot_then_deltas_reproduce_daemon_state(daemon: DaemonClient)
     assert fresh["seq"] == state["seq"]
     assert fresh["totals"] == state["totals"]
 
-    # shared_count is computed when a session's summary is sent: others' later changes
-    # can move it, so it is compared only through the fresh snapshot itself.
+    # Deltas carry the shared_count of the sessions they list; others' values moved by a
+    # record's shared_changed are re-read with list_sessions (test_trace_shared_counts).
     def counts(sessions: dict[str, Any]) -> dict[str, Any]:
         return {k: {f: v for f, v in s.items() if f != "shared_count"} for k, s in sessions.items()}
 
