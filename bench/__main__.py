@@ -1,8 +1,8 @@
 """`make bench`: every benchmark, side by side, into bench/results/latest.{json,md}.
 
 Usage: python -m bench [--quick] [--only NAME[,NAME]] — names: throughput, recovery, memory,
-sdk, proxy, cache, console, engine, admin_stall, idle_sweep, scale_out, guard_costs, startup,
-slow_keep.
+sdk, proxy, cache, console, engine, agent, admin_stall, idle_sweep, scale_out, guard_costs,
+startup, slow_keep.
 """
 
 from __future__ import annotations
@@ -138,6 +138,18 @@ def _engine(quick: bool) -> tuple[dict, str]:
     return res, engine_bench.table(res)
 
 
+def _agent(quick: bool) -> tuple[dict, str]:
+    from ascend_ext.tiny_engine import vllm_available
+
+    why = vllm_available()
+    if why is not None:
+        return {"skipped": why}, f"skipped: {why}"
+    from bench import agent_bench
+
+    res = agent_bench.run(quick=quick)
+    return res, agent_bench.table(res)
+
+
 def _scale_out(quick: bool) -> tuple[dict, str]:
     from bench import scale_out
 
@@ -173,6 +185,7 @@ BENCHES: dict[str, Callable[[bool], tuple[dict, str]]] = {
     "cache": _cache,
     "console": _console,
     "engine": _engine,
+    "agent": _agent,
     "admin_stall": _admin_stall,
     "idle_sweep": _idle_sweep,
     "scale_out": _scale_out,

@@ -196,7 +196,15 @@ class IdleSweep:
 
     async def _act(self, ns: Namespace, type_: str, sid: str, since: float) -> str:
         """Send one conditioned event; "suspend", "close", "" (no longer idle) or "failed"."""
-        payload = {"type": type_, "session_id": sid, "namespace": ns.key, FIELD: since}
+        # The reason names the policy on the trace (notes.reason), beside notes.idle_s.
+        reason = "idle_close_s" if type_ == "session_close" else "idle_suspend_s"
+        payload = {
+            "type": type_,
+            "session_id": sid,
+            "namespace": ns.key,
+            FIELD: since,
+            "reason": reason,
+        }
         # On a shared store the sweep acts on this node's copy only: never taking the
         # session over from the node another event moved it to (its write is fenced).
         with Ownership.local(sid):

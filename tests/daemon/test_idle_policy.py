@@ -75,7 +75,7 @@ async def test_suspend_then_close_through_the_pipeline(start_daemon, make_config
 
     suspends = [r for r in records(d, seq) if r.get("type") == "session_suspend"]
     assert len(suspends) == 1 and suspends[0]["session_id"] == "p"
-    assert suspends[0]["notes"]["idle_s"] == 300.0
+    assert suspends[0]["notes"] == {"idle_s": 300.0, "reason": "idle_suspend_s"}
     assert suspends[0]["data"] == {"evicted_count": 1, "suspended": True}
 
     clock.now = t0 + 3600
@@ -86,7 +86,9 @@ async def test_suspend_then_close_through_the_pipeline(start_daemon, make_config
     await d.settle()
     assert "a" in backend.of("delete")
     closes = [r for r in records(d, seq) if r.get("type") == "session_close"]
-    assert [(r["session_id"], r["notes"]["idle_s"]) for r in closes] == [("p", 3600.0)]
+    assert [(r["session_id"], r["notes"]) for r in closes] == [
+        ("p", {"idle_s": 3600.0, "reason": "idle_close_s"})
+    ]
     metrics = await (await d.client.get("/metrics")).text()
     assert 'ramakv_idle_policy_sessions_total{action="suspend",namespace="default"} 2.0' in metrics
     assert 'ramakv_idle_policy_sessions_total{action="close",namespace="default"} 1.0' in metrics
