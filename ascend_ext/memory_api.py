@@ -13,6 +13,7 @@ from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
 
 from ascend_ext import forwarding
+from ascend_ext.api_server_start import start_or_raise
 from ascend_ext.deferred_evict import parse_defer, parse_generation, parse_not_after
 from ascend_ext.memory_ops import MemoryOps, parse_hashes, parse_locations, parse_lookup_id
 from ascend_ext.request_error import RequestError
@@ -183,7 +184,8 @@ def install() -> None:
     """Hook the memory API into lmcache's internal API server (call before it is built).
 
     Wraps ``api_server._build_app`` so every app gets these routes, and
-    ``InternalAPIServer.__init__`` so each app learns its port offset and its workers.
+    ``InternalAPIServer.__init__`` so each app learns its port offset and its workers;
+    replaces ``InternalAPIServer.start`` so a server that cannot listen fails start-up.
     """
     global _INSTALLED
     if _INSTALLED:
@@ -213,4 +215,6 @@ def install() -> None:
 
     api_server._build_app = build_app
     api_server.InternalAPIServer.__init__ = init
+    # A port in use fails the engine's start-up, naming it (lmcache would serve without us).
+    api_server.InternalAPIServer.start = start_or_raise
     _INSTALLED = True

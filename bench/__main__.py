@@ -1,7 +1,8 @@
 """`make bench`: every benchmark, side by side, into bench/results/latest.{json,md}.
 
 Usage: python -m bench [--quick] [--only NAME[,NAME]] — names: throughput, recovery, memory,
-sdk, proxy, cache, console, engine, agent, admin_stall, idle_sweep, scale_out, guard_costs.
+sdk, proxy, cache, console, engine, agent, admin_stall, idle_sweep, scale_out, guard_costs,
+startup, slow_keep.
 """
 
 from __future__ import annotations
@@ -44,6 +45,14 @@ def _recovery(quick: bool) -> tuple[dict, str]:
 
     res = recovery.run((1000, 5000) if quick else (1000, 10000, 50000))
     return res, recovery.table(res)
+
+
+def _startup(quick: bool) -> tuple[dict, str]:
+    from bench import startup
+
+    sizes = (10_000,) if quick else (10_000, 50_000)
+    res = startup.run(sizes, seconds=15.0 if quick else 30.0, empty_runs=5 if quick else 10)
+    return res, startup.table(res)
 
 
 def _memory(quick: bool) -> tuple[dict, str]:
@@ -111,8 +120,9 @@ def _idle_sweep(quick: bool) -> tuple[dict, str]:
 def _console(quick: bool) -> tuple[dict, str]:
     from bench import console_scale
 
-    scales = [(4000, 22), (10_000, 512)] if quick else [(4000, 22), (50_000, 512)]
-    res = console_scale.run(scales)
+    churn = console_scale.parse_case(console_scale.CHURN_CASE, 500.0)
+    top = (10_000, 512, 1000.0) if quick else (50_000, 512, 1000.0)
+    res = console_scale.run([(4000, 22, 1000.0), churn, top])
     return res, console_scale.table(res)
 
 
@@ -158,9 +168,17 @@ def _guard_costs(quick: bool) -> tuple[dict, str]:
     return res, guard_costs.table(res)
 
 
+def _slow_keep(quick: bool) -> tuple[dict, str]:
+    from bench import slow_keep
+
+    res = slow_keep.run(seconds=5.0 if quick else 10.0)
+    return res, slow_keep.table(res)
+
+
 BENCHES: dict[str, Callable[[bool], tuple[dict, str]]] = {
     "throughput": _throughput,
     "recovery": _recovery,
+    "startup": _startup,
     "memory": _memory,
     "sdk": _sdk,
     "proxy": _proxy,
@@ -172,6 +190,7 @@ BENCHES: dict[str, Callable[[bool], tuple[dict, str]]] = {
     "idle_sweep": _idle_sweep,
     "scale_out": _scale_out,
     "guard_costs": _guard_costs,
+    "slow_keep": _slow_keep,
 }
 
 

@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import resource
 import statistics
 import subprocess
 import sys
@@ -79,6 +80,12 @@ def _proxy(upstream: str, daemon_url: str, log: Path) -> Iterator[str]:
                 f"127.0.0.1:{port}",
                 "--log-level",
                 "WARNING",
+                # The schedule's host sends suspend, restore and close itself: the proxy's
+                # inferred lifecycle (tool pauses, idle closes) stays out of the comparison.
+                "--tool-pause-suspend-s",
+                "0",
+                "--session-idle-close-s",
+                "0",
             ],
             stdout=out,
             stderr=subprocess.STDOUT,
@@ -263,6 +270,11 @@ def _await_gap(other: Side) -> None:
         time.sleep(left)
 
 
+def _own_cpu_s() -> float:
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
 def _line(xs: list[float], ys: list[float]) -> tuple[float, float]:
     """Least-squares intercept and slope."""
     mx, my = statistics.fmean(xs), statistics.fmean(ys)
@@ -421,14 +433,14 @@ def run(
             cal_alone = _calibrate(alone.engine, shape, reps=1, salt=2)
             time.sleep(GAP_S)
             alone.last_answer = steered.last_answer = time.perf_counter()
-            t1 = time.perf_counter()
+            t1, cpu1 = time.perf_counter(), _own_cpu_s()
             for i, block in enumerate(blocks(steps)):
                 pair = (alone, steered) if i % 2 == 0 else (steered, alone)
                 for side, other in (pair, pair[::-1]):
                     _await_gap(other)
                     for step in block:
                         side.play(step)
-            t2 = time.perf_counter()
+            t2, cpu2 = time.perf_counter(), _own_cpu_s()
             differ = [
                 i
                 for i, (a, b) in enumerate(zip(alone.turns, steered.turns, strict=True))
@@ -470,6 +482,8 @@ def run(
         "calibration_alone": cal_alone,
         "calibration_s": round(t1 - t0, 1),
         "workload_s": round(t2 - t1, 1),
+        # The harness's own CPU over the workload (it shares the engines' cores).
+        "harness_cpu_s": round(cpu2 - cpu1, 1),
         **phases,
         **split,
         "floor_tokens": floor_tokens(steps),
@@ -508,7 +522,8 @@ def table(res: dict[str, Any]) -> str:
         f"Model {sh['model']} ({sh['chunk_mib']} MiB a chunk), DDR {sh['ddr_chunks']} / disk "
         f"{sh['disk_chunks']} chunks, disk O_DIRECT {res['disk_odirect_in_log']}; "
         f"{res['steps']} steps in blocks of {res['block_turns']} turns, {res['gap_s']} s "
-        f"between the sides; workload {res['workload_s']} s.",
+        f"between the sides; workload {res['workload_s']} s"
+        f" (harness CPU {res.get('harness_cpu_s', '-')} s).",
         f"Unavoidable recompute (new tokens): {res['floor_tokens']} tokens.",
         f"recompute gain {res['recompute_gain']} (target {TARGETS['recompute_gain']}), TTFT "
         f"reduction mean {res['ttft_mean_reduction']} / p50 {res['ttft_p50_reduction']} / p90 "

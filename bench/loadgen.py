@@ -2,13 +2,21 @@
 
 Written by hand rather than using aiohttp's client because the generator must be cheaper per
 request than the servers it measures; a raw protocol is about 3x cheaper here.
+
+As a process (``python -m bench.loadgen HOST PORT --bodies FILE --rate R``) the requests are
+encoded once before the clock starts and the generator can run niced, so that on a small
+machine it takes as little as possible of the cores the measured processes run on; it
+reports the CPU it used.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import itertools
 import json
+import os
+import resource
 import sys
 import time
 from collections.abc import Callable
@@ -26,8 +34,7 @@ def build_request(host: str, port: int, path: str, body: bytes) -> bytes:
 async def _worker(
     host: str,
     port: int,
-    path: str,
-    bodies: Callable[[int], bytes],
+    request_for: Callable[[int], bytes],
     deadline: float,
     latencies: list[float],
     errors: list[int],
@@ -51,7 +58,7 @@ async def _worker(
                 if next_at > now:
                     await asyncio.sleep(next_at - now)
                 next_at += 1.0 / rate_per_worker
-            req = build_request(host, port, path, bodies(worker_id * 1_000_000 + i))
+            req = request_for(worker_id * 1_000_000 + i)
             i += 1
             t0 = time.perf_counter()
             writer.write(req)
@@ -81,8 +88,16 @@ async def run_load(
     seconds: float,
     path: str = "/event",
     rate: float | None = None,
+    encoded: bool = False,
 ) -> dict[str, float]:
-    """Drive ``concurrency`` keep-alive connections for ``seconds``; return rate and latencies."""
+    """Drive ``concurrency`` keep-alive connections for ``seconds``; return rate and latencies.
+
+    ``encoded``: ``bodies`` gives whole requests (build_request's), not JSON bodies.
+    """
+
+    def request_for(i: int) -> bytes:
+        return build_request(host, port, path, bodies(i))
+
     latencies: list[float] = []
     errors: list[int] = []
     start = time.perf_counter()
@@ -93,8 +108,7 @@ async def run_load(
             _worker(
                 host,
                 port,
-                path,
-                bodies,
+                bodies if encoded else request_for,
                 deadline,
                 latencies,
                 errors,
@@ -124,19 +138,44 @@ async def run_load(
 
 
 def main() -> None:
-    """CLI for a quick manual run: loadgen.py HOST PORT JSON_BODY."""
+    """CLI: ``loadgen.py HOST PORT (JSON_BODY | --bodies FILE)``; prints one JSON object
+    (rate, latencies, ``cpu_s``: the generator's own CPU seconds, ``ended_at``: time.time()
+    when the last answer came)."""
     p = argparse.ArgumentParser()
     p.add_argument("host")
     p.add_argument("port", type=int)
-    p.add_argument("body")
+    p.add_argument("body", nargs="?")
+    p.add_argument("--bodies", help="a file of JSON bodies, one a line, sent in turn")
     p.add_argument("--concurrency", type=int, default=32)
     p.add_argument("--seconds", type=float, default=5)
+    p.add_argument("--rate", type=float, help="requests/s in all (default: as fast as it can)")
+    p.add_argument("--nice", type=int, default=0, help="lower this process's priority by N")
     a = p.parse_args()
-    body = a.body.encode()
+    if a.nice:
+        os.nice(a.nice)
+    if a.bodies:
+        with open(a.bodies, "rb") as fh:
+            bodies = [line.rstrip(b"\n") for line in fh if line.strip()]
+    else:
+        bodies = [a.body.encode()]
+    requests = [build_request(a.host, a.port, "/event", b) for b in bodies]  # before the clock
+    turn = itertools.count()  # one order over all workers: each request the next body
     res = asyncio.run(
-        run_load(a.host, a.port, lambda i: body, concurrency=a.concurrency, seconds=a.seconds)
+        run_load(
+            a.host,
+            a.port,
+            lambda _i: requests[next(turn) % len(requests)],
+            concurrency=a.concurrency,
+            seconds=a.seconds,
+            rate=a.rate,
+            encoded=True,
+        )
     )
-    json.dump(res, sys.stdout, indent=1)
+    res["ended_at"] = time.time()
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    res["cpu_s"] = usage.ru_utime + usage.ru_stime
+    json.dump(res, sys.stdout)
+    print()
 
 
 if __name__ == "__main__":

@@ -1,4 +1,5 @@
-"""The Textual app: modes for each view, the trace worker, theme loading, event sending."""
+"""The Textual app: the composition root of the console. It builds the shared context and
+the screens (each given the context, never the app), follows the trace, sends events."""
 
 from __future__ import annotations
 
@@ -12,11 +13,11 @@ from typing import Any
 from textual import work
 from textual.app import App, SystemCommand
 from textual.binding import Binding
-from textual.reactive import reactive
 from textual.screen import Screen
 from textual.widgets import Select
 
 from ramakv_console import config_io
+from ramakv_console.context import Catalogue, Connection, ConsoleContext
 from ramakv_console.daemon_link import DaemonLink, LinkDown, open_link, token_for
 from ramakv_console.messages import Daemon, Sessions
 from ramakv_console.screens.config_editor import ConfigScreen
@@ -26,8 +27,9 @@ from ramakv_console.screens.refcounts import RefcountsScreen
 from ramakv_console.screens.session_detail import SessionDetailScreen
 from ramakv_console.screens.sessions import SessionsScreen
 from ramakv_console.screens.trace import TraceScreen
-from ramakv_console.state import STATUS, Changes, ConsoleState
+from ramakv_console.state import STATUS, ConsoleState
 from ramakv_console.themes import DEFAULT_THEME, load_themes
+from ramakv_console.widgets.session_table import SessionTable
 
 
 def readable(data: Any) -> str:
@@ -40,6 +42,8 @@ def readable(data: Any) -> str:
         parts.append(f"{k}={shown}")
     return ", ".join(parts) or "ok"
 
+
+SHARED_READ_MAX = 200  # up to this many sessions every one is re-read, else the shown rows
 
 VIEWS = {
     "sessions": "Sessions",
@@ -55,13 +59,6 @@ class ConsoleApp(App[None]):
 
     CSS_PATH = "app.tcss"
     TITLE = "ram-a-kv console"
-    MODES = {
-        "sessions": SessionsScreen,
-        "refcounts": RefcountsScreen,
-        "trace": TraceScreen,
-        "fire": FireEventScreen,
-        "config": ConfigScreen,
-    }
     DEFAULT_MODE = "sessions"
     BINDINGS = [
         Binding("1", "view('sessions')", "Sessions"),
@@ -72,12 +69,6 @@ class ConsoleApp(App[None]):
         Binding("question_mark,f1", "help", "Help"),
         Binding("q", "quit", "Quit"),
     ]
-
-    revision: reactive[int] = reactive(0, init=False)
-    connection: reactive[tuple[bool, str]] = reactive((False, "connecting"))
-    connection_error: reactive[str] = reactive("")
-    catalogue: reactive[dict[str, Any]] = reactive(dict)  # contract and admin events
-    admin_events: frozenset[str] = frozenset()  # which of them list_events calls admin
 
     def __init__(
         self,
@@ -99,12 +90,44 @@ class ConsoleApp(App[None]):
             url, token if token is not None else token_for(url, self.sdk_config_path)
         )
         self.state = ConsoleState(clock=clock)
-        self.last_changes = Changes()
+        self.ctx = ConsoleContext(self, url, self.state, self.send_event)
         self.daemon_config_path = daemon_config or config_io.daemon_config_path()
         self.wanted_theme = theme
         self.theme_dirs = theme_dirs
         self.flush_every = flush_every
         self._pending: list[dict[str, Any]] = []
+        self._shared_stale = False  # a record said shown shared counts may be old
+        self._shared_reading = False
+        ctx = self.ctx
+        for mode, build in {
+            "sessions": lambda: SessionsScreen(ctx),
+            "refcounts": lambda: RefcountsScreen(ctx),
+            "trace": lambda: TraceScreen(ctx),
+            "fire": lambda: FireEventScreen(ctx),
+            "config": lambda: ConfigScreen(self.daemon_config_path, self.sdk_config_path),
+        }.items():
+            self.add_mode(mode, build)
+
+    # What the trace and list_events said, for callers outside the views (tests, probes).
+    @property
+    def connection(self) -> tuple[bool, str]:
+        """(connected, detail) of the trace connection."""
+        return self.ctx.connection.connected, self.ctx.connection.detail
+
+    @property
+    def connection_error(self) -> str:
+        """What kind of failure the trace connection had ("" while connected)."""
+        return self.ctx.connection.error
+
+    @property
+    def catalogue(self) -> dict[str, Any]:
+        """Every event list_events named (contract and admin)."""
+        return self.ctx.catalogue.events
+
+    @property
+    def admin_events(self) -> frozenset[str]:
+        """The events list_events calls admin."""
+        return self.ctx.catalogue.admin
 
     def on_mount(self) -> None:
         self._install_themes()
@@ -135,28 +158,72 @@ class ConsoleApp(App[None]):
     @work(exclusive=True, group="trace")
     async def follow_trace(self) -> None:
         """Read trace records into a buffer that ``flush`` applies in batches."""
+        pending = self._pending
         async for rec in self.link.trace():
-            self._pending.append(rec)
+            pending.append(rec)
             if rec.get("kind") == STATUS:
-                connected, detail = bool(rec.get("connected")), str(rec.get("detail", ""))
-                self.connection_error = "" if connected else str(rec.get("error") or "")
-                self.connection = (connected, detail)
-                self.post_message(Daemon.ConnectionChanged(connected, detail))
+                connected = bool(rec.get("connected"))
+                self.ctx.connection = Connection(
+                    connected,
+                    str(rec.get("detail", "")),
+                    "" if connected else str(rec.get("error") or ""),
+                )
+                self.ctx.connection_changed.publish(self.ctx.connection)
+                self.post_message(Daemon.ConnectionChanged(connected, self.ctx.connection.detail))
                 if connected:
                     self.load_catalogue()
 
     def flush(self) -> None:
         """Apply what arrived since the last flush, then let every view catch up once.
 
-        Records are coalesced: at most one redraw per ``flush_every`` (0.1 s), whatever the
-        event rate, and each view's work follows what the batch changed.
+        Records are coalesced: at most one batch per ``flush_every`` (0.1 s), whatever the
+        event rate, and each view's work follows what the batch changed. The views hear it
+        through ``ctx.updated`` (a signal: no app-wide reactive, so no full-screen repaint
+        per batch; each view redraws only the lines it changed).
         """
         if not self._pending:
             return
-        batch, self._pending = self._pending, []
-        self.last_changes = self.state.apply(batch)
-        self.revision += 1
-        self.post_message(Daemon.StateUpdated(self.last_changes))
+        batch = self._pending[:]
+        self._pending.clear()  # the same list: follow_trace appends to it
+        changes = self.state.apply(batch)
+        self.ctx.updated.publish(changes)
+        self.post_message(Daemon.StateUpdated(changes))
+        self._shared_stale = self._shared_stale or changes.shared_stale
+        if self._shared_stale and not self._shared_reading:
+            self._shared_stale, self._shared_reading = False, True
+            self.read_shared()
+
+    def shared_targets(self) -> list[str]:
+        """The sessions whose shared_count to re-read: every one up to SHARED_READ_MAX,
+        else those on screen (the session table's rows, the open session's detail)."""
+        ids = self.state.sessions
+        if len(ids) <= SHARED_READ_MAX:
+            return list(ids)
+        shown: list[str] = []
+        for table in self.screen.query(SessionTable):
+            shown.extend(table.visible_ids())
+        if isinstance(self.screen, SessionDetailScreen):
+            shown.append(self.screen.session_id)
+        return shown[:SHARED_READ_MAX]
+
+    @work(group="shared-read")
+    async def read_shared(self) -> None:
+        """Re-read the shown sessions' shared_count: a chunk crossing 1 <-> 2 changes
+        it for holders the trace record does not list (docs/trace.md)."""
+        try:
+            ids = self.shared_targets()
+            if not ids:
+                return
+            self.state.ask_shared(ids)
+            env = await self.send_event(
+                {"type": "list_sessions", "session_ids": ids, "limit": len(ids)}, quiet=True
+            )
+            if env.get("ok"):
+                changes = self.state.apply_shared((env.get("data") or {}).get("sessions") or ())
+                self.ctx.updated.publish(changes)
+                self.post_message(Daemon.StateUpdated(changes))
+        finally:
+            self._shared_reading = False
 
     # ---- talking to the daemon ----------------------------------------------------------
     async def send_event(self, event: dict[str, Any], quiet: bool = False) -> dict[str, Any]:
@@ -183,8 +250,13 @@ class ConsoleApp(App[None]):
         if env.get("ok"):
             data = env.get("data") or {}
             admin = dict(data.get("admin_events") or {})
-            self.admin_events = frozenset(admin)  # before the catalogue: its watchers read it
-            self.catalogue = {**dict(data.get("events") or {}), **admin}
+            self.ctx.catalogue = Catalogue(
+                {**dict(data.get("events") or {}), **admin}, frozenset(admin)
+            )
+            self.ctx.catalogue_loaded.publish(self.ctx.catalogue)
+
+    def on_daemon_reload_catalogue(self, _msg: Daemon.ReloadCatalogue) -> None:
+        self.load_catalogue()
 
     def on_sessions_act(self, msg: Sessions.Act) -> None:
         self.run_session_action(msg.event_type, msg.session_id)
@@ -199,7 +271,10 @@ class ConsoleApp(App[None]):
             self.notify(f"{event_type} {session_id} failed: {env.get('error')}", severity="error")
 
     def on_sessions_open(self, msg: Sessions.Open) -> None:
-        self.push_screen(SessionDetailScreen(msg.session_id))
+        self.push_screen(SessionDetailScreen(self.ctx, msg.session_id))
+
+    async def on_sessions_fire(self, msg: Sessions.Fire) -> None:
+        await self.open_fire(msg.session_id)
 
     # ---- navigation ---------------------------------------------------------------------
     async def action_view(self, mode: str) -> None:

@@ -27,6 +27,10 @@ class Daemon:
         changes: Changes
 
     @dataclass
+    class ReloadCatalogue(Message):
+        """Ask list_events again (the fire-event form's event list)."""
+
+    @dataclass
     class EventAnswered(Message):
         """An event the operator sent came back (ok or not)."""
 
@@ -49,6 +53,12 @@ class Sessions:
 
         event_type: str
         session_id: str
+
+    @dataclass
+    class Fire(Message):
+        """Open the fire-event form with this session prefilled (None: no session)."""
+
+        session_id: str | None
 
 
 class Chunks:

@@ -59,10 +59,14 @@ class Changes:
     chunks: dict[str, int] = field(default_factory=dict)  # hash -> new refcount (0 = gone)
     events: list[dict[str, Any]] = field(default_factory=list)
     dropped_events: int = 0  # records of this batch not kept for the logs (a burst)
+    # A record said that sessions it did not list may have a new shared_count
+    # (delta.shared_changed): the app re-reads the shown rows' values (list_sessions).
+    shared_stale: bool = False
 
     def merge(self, other: Changes) -> None:
         """Fold ``other`` into this one."""
         self.reset = self.reset or other.reset
+        self.shared_stale = self.shared_stale or other.shared_stale
         self.sessions |= other.sessions
         self.chunks.update(other.chunks)
         self.events.extend(other.events)
@@ -97,6 +101,8 @@ class ConsoleState:
         self.node_id = ""  # the daemon's node, on a store shared by several ("" otherwise)
         self.loading = False  # a snapshot's parts are still arriving
         self.event_times: deque[float] = deque(maxlen=20000)
+        # Sessions whose shared_count was asked for and not sent since (see ask_shared).
+        self.asking: set[str] = set()
 
     # ---- derived views ----------------------------------------------------------------
     def references(self) -> int:
@@ -166,7 +172,25 @@ class ConsoleState:
         return out
 
     # ---- updates ------------------------------------------------------------------------
+    def ask_shared(self, sids: Iterable[str]) -> None:
+        """Note that the shared_count of ``sids`` is being read (list_sessions)."""
+        self.asking = set(sids)
+
+    def apply_shared(self, rows: Iterable[Mapping[str, Any]]) -> Changes:
+        """Take the shared_count of list_sessions rows asked for with :meth:`ask_shared`;
+        a session sent by the trace since the question keeps the trace's (newer) value."""
+        changes = Changes()
+        for row in rows:
+            sid, value = row.get("session_id"), row.get("shared_count")
+            view = self.sessions.get(sid) if isinstance(sid, str) else None
+            if view is not None and sid in self.asking and isinstance(value, int):
+                view.shared_count = value
+                changes.sessions.add(view.session_id)
+        self.asking = set()
+        return changes
+
     def _put(self, sid: str, value: Any, changes: Changes) -> None:
+        self.asking.discard(sid)
         old = self.sessions.get(sid)
         if old is not None and old.state == "suspended":
             self.suspended -= 1
@@ -207,26 +231,39 @@ class ConsoleState:
             self.loading = False
         return changes
 
-    def apply_event(self, rec: EventRecord, keep: bool = True) -> Changes:
-        """Apply one event record's delta (and remember it for the logs when ``keep``)."""
+    def apply_event(
+        self, rec: EventRecord, keep: bool = True, into: Changes | None = None
+    ) -> Changes:
+        """Apply one event record's delta (and remember it for the logs when ``keep``);
+        what it changed is added to ``into`` (a batch's, so no Changes per record)."""
         logged = cast(dict[str, Any], rec)  # the logs keep records as plain dicts
-        changes = Changes(events=[logged] if keep else [])
+        changes = Changes() if into is None else into
         if keep:
             self.events.append(logged)
+            changes.events.append(logged)
         self.event_times.append(time.monotonic())
         if isinstance(rec.get("seq"), int):
             self.seq = rec["seq"]
         totals = rec.get("totals")
         if isinstance(totals, dict):
             self.totals = totals
-        delta = rec.get("delta") or {}
-        for sid, value in (delta.get("sessions") or {}).items():
-            self._put(sid, value, changes)
-        forks = delta.get("forks") or {}
+        delta = rec.get("delta")
+        if not delta:
+            return changes
+        sessions = delta.get("sessions")
+        if sessions:
+            for sid, value in sessions.items():
+                self._put(sid, value, changes)
+        forks = delta.get("forks")
         if forks:
             changes.sessions |= self._put_forks(forks)
-        for h, n in (delta.get("refcounts") or {}).items():
-            changes.chunks[h] = int(n or 0)
+        refcounts = delta.get("refcounts")
+        if refcounts:
+            chunks = changes.chunks
+            for h, n in refcounts.items():
+                chunks[h] = int(n or 0)
+        if delta.get("shared_changed"):
+            changes.shared_stale = True
         return changes
 
     def apply(self, records: Iterable[dict[str, Any]], keep_last: int = 500) -> Changes:
@@ -260,7 +297,7 @@ class BatchApplier(TraceReader[None]):
     def on_event(self, msg: EventRecord) -> None:
         keep = self.skip <= 0
         self.skip -= 1
-        self.total.merge(self.state.apply_event(msg, keep))
+        self.state.apply_event(msg, keep, self.total)
 
     def other(self, msg: Mapping[str, object]) -> None:
         if msg.get("kind") == STATUS:  # the link's own connection markers go to the logs

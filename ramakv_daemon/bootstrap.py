@@ -3,8 +3,6 @@ stops them (the HTTP app, the benchmarks and the tests all build the daemon here
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import logging
 import time
 from collections.abc import Callable
@@ -15,11 +13,16 @@ from ramakv_daemon.adapters.backends.factory import lmcache_factory
 from ramakv_daemon.adapters.backends.noop import NoopBackend
 from ramakv_daemon.adapters.sqlite.store import SqliteSessionStore
 from ramakv_daemon.commit.committer import GroupCommitter
+from ramakv_daemon.commit.ledger import OutboxLedger
 from ramakv_daemon.commit.restore import restore
 from ramakv_daemon.config import Config
+from ramakv_daemon.core.budget import BudgetState
 from ramakv_daemon.core.events import Limits
 from ramakv_daemon.core.fork import ForkIds
-from ramakv_daemon.delivery.evict_window import report_window
+from ramakv_daemon.core.manager import SessionManager
+from ramakv_daemon.delivery.delivery_state import NamespaceState
+from ramakv_daemon.delivery.dispatcher import BackendDispatcher
+from ramakv_daemon.delivery.window_report import report_window
 from ramakv_daemon.events.budget_policy import BudgetPolicy
 from ramakv_daemon.events.debug_files import DebugWriter
 from ramakv_daemon.events.idempotency import AnswerCache, EventIds
@@ -32,16 +35,21 @@ from ramakv_daemon.events.reactions import (
     warn_forced,
 )
 from ramakv_daemon.events.service import EventService
-from ramakv_daemon.handlers import DEFAULT_REGISTRY, Registry
-from ramakv_daemon.ports import Backend, SessionStore
-from ramakv_daemon.routing.namespaces import BackendFactory, Namespace, Namespaces
+from ramakv_daemon.handlers import DEFAULT_REGISTRY, HandlerContext, Registry
+from ramakv_daemon.ports import (
+    Backend,
+    BackendFactory,
+    BackendResult,
+    OutboxFeed,
+    SessionStore,
+)
+from ramakv_daemon.routing.namespaces import Namespace, Namespaces, backend_of
 from ramakv_daemon.routing.ownership import Ownership
 from ramakv_daemon.sweeps.fork_expiry import ForkExpiry
 from ramakv_daemon.sweeps.idle_policy import IdleSweep
 from ramakv_daemon.telemetry.metrics import DaemonMetrics
 from ramakv_daemon.trace.hub import TraceHub
 from ramakv_daemon.trace.records import TraceRecords, publish_backend_failure
-from ramakv_daemon.trace.shared_counts import SharedCounts
 
 log = logging.getLogger("ramakv")
 
@@ -57,6 +65,56 @@ def make_backend(config: Config) -> Backend:
         timeout=config.backend_timeout_s,
         delete_locations=config.evict_locations or None,
     )
+
+
+@dataclass(frozen=True, slots=True)
+class NamespaceParts:
+    """What every namespace is built from (:meth:`build`, called on a namespace's first use:
+    configured ones at start-up, those found only in the database as they are loaded)."""
+
+    config: Config
+    registry: Registry
+    limits: Limits
+    feed: OutboxFeed
+    default_backend: Backend
+    backend_factory: BackendFactory
+    on_result: Callable[[str, int, BackendResult], None] | None
+    on_failure: Callable[[str, int, BackendResult, int], None] | None
+    on_window: Callable[[str, str, list[str], float], None] | None
+
+    def build(self, namespaces: Namespaces, key: str) -> Namespace:
+        """Namespace ``key``'s manager, handler context, dispatcher and budget."""
+        cfg, dep = self.config, namespaces.deployments.get(key)
+        manager = SessionManager(
+            turn_start_prefetch=cfg.turn_start_prefetch,
+            max_sessions=cfg.max_sessions,
+            namespace=key,
+            fork_ids=namespaces.fork_ids,
+            max_forks_per_session=cfg.max_forks_per_session,
+        )
+        ctx = HandlerContext(
+            manager,
+            self.limits,
+            self.registry,
+            namespaces.managers,
+            namespaces.describe,
+            node_id=cfg.node_id if cfg.session_store_url else "",
+        )
+        backend, own, budget = backend_of(key, dep, cfg, self.default_backend, self.backend_factory)
+        dispatcher = BackendDispatcher(
+            backend,
+            NamespaceState(manager, self.feed),
+            # The noop backend sends nothing: counted, its "calls" would read as steering.
+            None if backend.name == "noop" else self.on_result,
+            self.on_failure,
+            namespace=key,
+            defer_s=cfg.evict_defer_s,
+            on_window=None if self.on_window is None else partial(self.on_window, key),
+        )
+        budget_state = BudgetState(
+            budget, cfg.turn_in_flight_timeout_s, cfg.budget_check_interval_s
+        )
+        return Namespace(key, manager, ctx, dispatcher, budget_state, dep, own)
 
 
 def make_store(config: Config) -> SessionStore:
@@ -85,7 +143,6 @@ class Daemon:
     trace: TraceHub
     committer: GroupCommitter
     namespaces: Namespaces
-    shared: SharedCounts
     records: TraceRecords
     ownership: Ownership
     answers: AnswerCache
@@ -93,7 +150,6 @@ class Daemon:
     service: EventService
     fork_expiry: ForkExpiry
     idle_sweep: IdleSweep
-    _warm_task: asyncio.Task[int] | None = field(default=None, repr=False)
     _subscribers_closed: bool = field(default=False, repr=False)
 
     @property
@@ -134,11 +190,6 @@ class Daemon:
             if ns.delivers:
                 ns.dispatcher.start()
         await self.ownership.start()  # what a shared store says was lost while away
-        # Every stored session's shared_count, in the background: snapshots then need
-        # no refcount lookups (seconds of them at 50,000 sessions x 512 chunks).
-        self._warm_task = asyncio.get_running_loop().create_task(
-            self.shared.warm(self.namespaces.managers), name="shared-counts"
-        )
         await self.fork_expiry.start()
         await self.idle_sweep.start()
 
@@ -151,10 +202,6 @@ class Daemon:
 
     async def stop(self) -> None:
         """Close subscribers, flush commits and backend calls, close the store."""
-        if self._warm_task is not None and not self._warm_task.done():
-            self._warm_task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._warm_task
         await self.idle_sweep.close()
         await self.fork_expiry.close()
         self.close_subscribers()
@@ -198,27 +245,27 @@ def build(
         on_drop=metrics.dropped_subscribers.inc,
     )
     fork_ids = ForkIds()  # one counter for the whole store: fork ids are unique in it
-    committer = GroupCommitter(store, fork_ids, metrics.commit, config.idempotency_ttl_s)
-    namespaces = Namespaces(
+    ledger = OutboxLedger()  # what commits leave for delivery, and delivery for them
+    committer = GroupCommitter(store, fork_ids, ledger, metrics.commit, config.idempotency_ttl_s)
+    parts = NamespaceParts(
         config,
         registry,
         Limits(config.max_hashes_per_event, config.max_hash_bytes),
-        committer,
-        fork_ids,
+        ledger,
         backend,
         backend_factory or lmcache_factory(config),
         metrics.backend,
         partial(publish_backend_failure, trace),
         partial(report_window, metrics, trace.publish),
     )
+    namespaces = Namespaces(config, committer, fork_ids, parts.build)
     namespaces.setup()
-    shared = SharedCounts()
-    records = TraceRecords(trace, namespaces, shared)
+    records = TraceRecords(trace, namespaces)
     ownership = Ownership(store, namespaces)
     reactions = Reactions(
         [
             warn_forced,
-            BudgetPolicy(metrics),
+            BudgetPolicy(metrics, clock),
             send_prefetch,
             publish_event(records),
             publish_budget(records),
@@ -247,7 +294,6 @@ def build(
         trace,
         committer,
         namespaces,
-        shared,
         records,
         ownership,
         answers,

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
+from ramakv_daemon.core.events import JsonObject
 from ramakv_daemon.routing.deployments import Deployment, parse_deployments
 from ramakv_protocol import config_schema as schema
 from ramakv_protocol.config_schema import (
@@ -117,7 +118,7 @@ class ConfigError(ValueError):
 
 
 def from_mapping(
-    data: dict[str, Any], source: str = "<mapping>", strict: bool = False
+    data: JsonObject, source: str = "<mapping>", strict: bool = False
 ) -> tuple[Config, list[str]]:
     """Build a Config from parsed TOML; returns it and human-readable warnings.
 
@@ -126,7 +127,7 @@ def from_mapping(
     """
     warnings: list[str] = []
     errors: list[str] = []
-    values: dict[str, Any] = {}
+    values: JsonObject = {}
     for key, value in data.items():
         if key == "deployments":
             values[key], more = parse_deployments(value)
@@ -186,9 +187,9 @@ def load_for_cli(cli_path: str | None) -> tuple[Config, list[str]]:
     return load_explicit(cli_path) if cli_path else load(None)
 
 
-def effective(cfg: Config) -> dict[str, Any]:
+def effective(cfg: Config) -> JsonObject:
     """The config as TOML-ready values (auth_token hidden): what ``--check-config`` prints."""
-    out: dict[str, Any] = {}
+    out: JsonObject = {}
     for f in fields(Config):
         value = getattr(cfg, f.name)
         if f.name in SECRET_KEYS:
@@ -201,8 +202,8 @@ def effective(cfg: Config) -> dict[str, Any]:
     return out
 
 
-def _deployment_table(d: Deployment) -> dict[str, Any]:
-    table: dict[str, Any] = {
+def _deployment_table(d: Deployment) -> JsonObject:
+    table: JsonObject = {
         "name": d.name,
         "namespace": d.namespace or "",
         "ddr_budget_chunks": d.ddr_budget_chunks,

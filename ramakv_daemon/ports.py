@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import asyncio
 import time
 from abc import ABC, abstractmethod
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Any, NamedTuple, Protocol, runtime_checkable
+from typing import NamedTuple, Protocol, runtime_checkable
 
+from ramakv_daemon.core.events import JsonObject
 from ramakv_daemon.core.fork import Fork
 from ramakv_daemon.core.session import Session
 
@@ -42,7 +44,7 @@ class BackendResult:
     ok: bool
     status: int = 0
     detail: str = ""
-    body: dict[str, Any] | None = None  # decoded JSON: its shape is the backend's
+    body: JsonObject | None = None  # decoded JSON: its shape is the backend's
 
 
 @dataclass(frozen=True, slots=True)
@@ -159,28 +161,56 @@ class Backend(ABC):
         """Release connections."""
 
 
+# Builds a deployment's own backend: (lmcache_url, evict_locations) -> Backend.
+BackendFactory = Callable[[str, tuple[str, ...]], Backend]
+
+
+# ---- the committed outbox, as delivery reads it ------------------------------------------
+class CommittedRow(NamedTuple):
+    """Evictions a commit made durable, all of one stored outbox row (0: none stored, best
+    effort), for one namespace."""
+
+    row_id: int
+    delete: Sequence[str]
+    demote: Sequence[str]
+
+
+class Unkept(NamedTuple):
+    """Chunks kept in the cache for a change that was rolled back: evicted again if
+    nothing references them now (best effort: no stored row)."""
+
+    hashes: tuple[str, ...]
+
+
+class OutboxFeed(Protocol):
+    """What one namespace's delivery reads of committed state, and gives back; it never
+    calls the committer or the pipeline (commit/ledger.py implements it)."""
+
+    def subscribe(self, namespace: str, wake: asyncio.Event) -> None: ...  # set on new items
+
+    def take(self, namespace: str) -> list[CommittedRow | Unkept]: ...  # in commit order
+
+    def in_doubt(self, namespace: str, hashes: list[str]) -> set[str]: ...  # uncommitted
+
+    def retire(self, row_ids: list[int]) -> None: ...  # rows no entry waits for any more
+
+
 # ---- the session store --------------------------------------------------------------------
 class StoreError(Exception):
     """Persisting a change failed (disk full, read-only database, I/O error)."""
 
 
 class StoreFenced(StoreError):
-    """A fenced write found session rows another writer changed since this store last
-    loaded, claimed or wrote them (their version moved: another node took the session,
-    wrote or deleted it, or created a row this store never read). Nothing of the write
-    was stored: the transaction was rolled back whole (docs/scale-out.md, "Fencing").
-
-    Attributes:
-        sessions: the ids of those rows.
-    """
+    """A fenced write found the rows of ``sessions`` changed since this store last loaded,
+    claimed or wrote them (another node took, wrote, deleted or created one): nothing of
+    the write was stored, its transaction rolled back whole (docs/scale-out.md)."""
 
     def __init__(self, sessions: Sequence[str]) -> None:
         self.sessions = tuple(sessions)
         shown = ", ".join(repr(s) for s in self.sessions[:5])
-        more = f" and {len(self.sessions) - 5} more" if len(self.sessions) > 5 else ""
         super().__init__(
-            f"session {shown}{more} changed on another node since this node read it "
-            "(fenced: nothing written; the event is applied again on the stored state)"
+            f"session {shown} changed on another node since this node read it (fenced: "
+            "nothing written; the event is applied again on the stored state)"
         )
 
 
@@ -323,14 +353,10 @@ class SessionStore(Protocol):
         forks: dict[int, Fork | None] | None = None,
         next_fork_id: int | None = None,
     ) -> None:
-        """Apply everything in one transaction: the fenced write.
-
-        Every session row written or deleted is conditional on the row's version being
-        the one this store last loaded (:meth:`load_all`), claimed or wrote, checked in
-        the same transaction (a row it never saw must not exist; a row it was told to
-        :meth:`disown` is never touched); each row written gets a new version. Forks,
-        outbox rows and answers go in that transaction, so they are stored exactly when
-        the session rows they belong with are.
+        """Apply everything in one transaction: the fenced write. Each session row is
+        written or deleted only at the version this store last loaded, claimed or wrote,
+        checked in that transaction (a row it never saw must not exist, a disowned one is
+        never touched); a row written gets a new version.
 
         Args:
             sessions: session id -> new state, or None to delete the session.
@@ -341,21 +367,17 @@ class SessionStore(Protocol):
             forks: fork id -> open fork, or None when it ended.
             next_fork_id: the counter's new value (stored only if higher).
         Raises:
-            StoreFenced: a session row's version moved (named); nothing was written.
-            StoreError: nothing was written.
+            StoreError: nothing was written (StoreFenced: a row's version moved).
         """
         ...
 
     def version(self, session_id: str) -> int | None:
-        """The version of ``session_id``'s row as this store last loaded, claimed or wrote
-        it, which its next write is conditional on; None: no row as far as this store
-        knows (its next write must create one)."""
+        """The version of the row this store last loaded, claimed or wrote, which its next
+        write is conditional on; None: no row as it knows (a write must create one)."""
         ...
 
     def disown(self, session_ids: Sequence[str]) -> None:
-        """Forget the rows of ``session_ids``: this node no longer owns them (the database
-        said another node does, or that they are gone), so the close that releases them
-        here deletes nothing, and a later write must create the row anew."""
+        """Forget rows this node no longer owns: its release's close deletes nothing."""
         ...
 
     def problem(self) -> str | None:
@@ -406,11 +428,12 @@ class SharedSessionStore(SessionStore, Protocol):
         ...
 
     async def claim(self, session_id: str) -> Claimed | None:
-        """Take a session from the node that owns it, atomically, telling that node.
+        """Take a session from its node, atomically, telling that node; the row gets a new
+        version (the old owner's writes of its copy are fenced from now).
 
         Returns:
-            The row as the previous owner committed it; None when it is stored nowhere or
-            this node owns it already.
+            The row as the previous owner committed it (an own row as stored, with its
+            forks: an adopt a failed commit rolled back); None when stored nowhere.
         Raises:
             StoreError: nothing was taken.
         """
@@ -426,6 +449,10 @@ class SharedSessionStore(SessionStore, Protocol):
 
     async def owners(self, session_ids: list[str]) -> dict[str, str]:
         """Session id -> owning node, for the stored ones among ``session_ids``."""
+        ...
+
+    async def stored_versions(self, session_ids: list[str]) -> dict[str, int]:
+        """Session id -> its row's version now (is this node's copy current?)."""
         ...
 
     def on_release(self, callback: ReleaseCallback | None) -> None:

@@ -30,7 +30,9 @@ class SessionSummary(TypedDict):
     state: SessionState
     turn_count: int
     chunk_count: int  # the map's length, repeats included
-    shared_count: int | None  # None: the daemon's start-up pass has not reached it yet
+    # distinct chunks of the map another session holds, as of the record (None: an older
+    # daemon's start-up pass had not reached the session yet; this one always sends it)
+    shared_count: int | None
     fork_holds: int
     forks: list[ForkSummary]
     last_event_ts: float
@@ -78,6 +80,8 @@ class Delta(TypedDict):
     sessions: dict[str, SessionSummary | None]  # None: the session is gone
     refcounts: dict[str, int]  # 0: dropped from the table
     forks: NotRequired[dict[str, ForkSummary | None]]  # fork id -> summary; None: ended
+    # True: sessions not in ``sessions`` may have a new shared_count (list_sessions has it)
+    shared_changed: NotRequired[bool]
 
 
 class Omitted(TypedDict):
@@ -131,12 +135,11 @@ class EventRecord(EventBody):
     epoch: str
 
 
-class BackendRecord(TypedDict):
-    """A backend call that failed (delivery is retried; ``backlog`` waits)."""
+class BackendBody(TypedDict):
+    """A backend call that failed (delivery is retried; ``backlog`` waits), as the daemon
+    builds it, before the hub numbers it."""
 
     kind: Literal["backend"]
-    seq: int
-    epoch: str
     ts: float
     op: str  # prefetch, evict_delete, evict_demote
     count: int
@@ -146,12 +149,17 @@ class BackendRecord(TypedDict):
     backlog: int
 
 
-class BudgetRecord(TypedDict):
-    """A DDR budget pass that demoted sessions."""
+class BackendRecord(BackendBody):
+    """A backend record as sent: numbered."""
 
-    kind: Literal["budget"]
     seq: int
     epoch: str
+
+
+class BudgetBody(TypedDict):
+    """A DDR budget pass that demoted sessions, before the hub numbers it."""
+
+    kind: Literal["budget"]
     ts: float
     namespace: str
     victims: list[str]
@@ -161,21 +169,36 @@ class BudgetRecord(TypedDict):
     budget: int
 
 
+class BudgetRecord(BudgetBody):
+    """A budget record as sent: numbered."""
+
+    seq: int
+    epoch: str
+
+
 WindowOutcome = Literal["kept", "missed", "exposed", "repeated"]
 
 
-class EvictWindowRecord(TypedDict):
-    """An eviction window's outcome (ascend_ext's evict window)."""
+class EvictWindowBody(TypedDict):
+    """An eviction window's outcome (ascend_ext's evict window), before the hub numbers it."""
 
     kind: Literal["evict_window"]
-    seq: int
-    epoch: str
     ts: float
     outcome: WindowOutcome
     count: int
     hashes: list[str]  # the first few
     namespace: NotRequired[str]
 
+
+class EvictWindowRecord(EvictWindowBody):
+    """An evict_window record as sent: numbered."""
+
+    seq: int
+    epoch: str
+
+
+# What the daemon hands its hub to number and publish.
+RecordBody = EventBody | BackendBody | BudgetBody | EvictWindowBody
 
 TraceRecord = (
     SnapshotHeader | SnapshotPart | EventRecord | BackendRecord | BudgetRecord | EvictWindowRecord

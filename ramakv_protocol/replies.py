@@ -84,6 +84,7 @@ class SessionRow(TypedDict):
     state: ListedState
     turn_count: int
     chunk_count: int
+    shared_count: int  # distinct chunks of the map another session holds (closed: 0)
     fork_holds: int  # open forks
     forks: list[ForkRow]
     last_event_ts: float

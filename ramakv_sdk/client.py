@@ -196,12 +196,20 @@ class AsyncClient(AsyncClosing):
         state: Literal["active", "suspended", "closed"] | None = None,
         limit: int | None = None,
         offset: int | None = None,
+        session_ids: list[str] | None = None,
     ) -> ListSessionsData:
         """``{"total": n, "sessions": [{session_id, state, turn_count, chunk_count,
-        fork_holds, forks, last_event_ts}]}``; ``total`` counts every match, not just this
-        page; a closed session with open forks is listed with state ``"closed"``."""
+        shared_count, fork_holds, forks, last_event_ts}]}``; ``total`` counts every match,
+        not just this page; a closed session with open forks is listed with state
+        ``"closed"``; ``session_ids`` keeps only those sessions."""
         event: dict[str, Any] = {"type": "list_sessions"}
-        for key, value in (("state", state), ("limit", limit), ("offset", offset)):
+        pairs = (
+            ("state", state),
+            ("limit", limit),
+            ("offset", offset),
+            ("session_ids", session_ids),
+        )
+        for key, value in pairs:
             if value is not None:
                 event[key] = value
         return cast(ListSessionsData, await self.send(event))

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, cast
+from typing import Any
 
 from rich.markup import escape
 from textual import work
@@ -17,9 +17,6 @@ from ramakv_console.messages import Config
 from ramakv_console.screens.confirm import ConfirmDialog
 from ramakv_console.widgets.config_form import ConfigForm
 from ramakv_console.widgets.key_bar import KeyBar
-
-if TYPE_CHECKING:
-    from ramakv_console.app import ConsoleApp
 
 
 class ConfigScreen(Screen[None]):
@@ -38,7 +35,6 @@ class ConfigScreen(Screen[None]):
             "daemon": daemon_path or config_io.daemon_config_path(),
             "sdk": sdk_path or config_io.sdk_config_path(),
         }
-        self._given = daemon_path is not None or sdk_path is not None
         self.specs = {"daemon": config_io.DAEMON_FIELDS, "sdk": config_io.SDK_FIELDS}
         self.originals: dict[str, dict[str, Any]] = {"daemon": {}, "sdk": {}}
 
@@ -52,9 +48,6 @@ class ConfigScreen(Screen[None]):
 
     def on_mount(self) -> None:
         self.sub_title = "Config"
-        if not self._given:  # the app knows --config and the SDK path
-            app = cast("ConsoleApp", self.app)
-            self.paths = {"daemon": app.daemon_config_path, "sdk": app.sdk_config_path}
         self.action_reload()
 
     def action_reload(self) -> None:

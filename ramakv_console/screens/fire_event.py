@@ -12,7 +12,8 @@ from textual.containers import Horizontal, Vertical
 from textual.screen import Screen
 from textual.widgets import Button, Input, Label, Select, Static, Switch, TextArea
 
-from ramakv_console.app_access import console_app
+from ramakv_console.context import Catalogue, ConsoleContext
+from ramakv_console.messages import Daemon
 from ramakv_console.widgets.connection_banner import ConnectionBanner
 from ramakv_console.widgets.event_form import EventForm
 from ramakv_console.widgets.key_bar import KeyBar
@@ -27,12 +28,13 @@ class FireEventScreen(Screen[None]):
         Binding("escape", "leave_field", "Leave field", show=False),
     ]
 
-    def __init__(self, **kwargs: Any) -> None:
-        super().__init__(**kwargs)
+    def __init__(self, ctx: ConsoleContext) -> None:
+        super().__init__()
+        self.ctx = ctx
         self.prefill: dict[str, Any] = {}
 
     def compose(self) -> ComposeResult:
-        yield ConnectionBanner(id="banner")
+        yield ConnectionBanner(self.ctx, id="banner")
         with Horizontal(id="fire"):
             with Vertical(id="fire-left"):
                 yield Select[str]([], prompt="event type", id="event-type")
@@ -47,25 +49,26 @@ class FireEventScreen(Screen[None]):
 
     def on_mount(self) -> None:
         self.sub_title = "Fire an event"
-        self.watch(self.app, "catalogue", self._fill_types)
+        self.ctx.catalogue_loaded.subscribe(self, self._fill_types, immediate=True)
+        self._fill_types(self.ctx.catalogue)
 
-    def _fill_types(self, catalogue: dict[str, Any]) -> None:
+    def _fill_types(self, catalogue: Catalogue) -> None:
         select = self.query_one("#event-type", Select)
         current = select.value
-        admin = console_app(self).admin_events
+        admin = catalogue.admin
         # The nine contract events first, then the admin ones (labelled).
-        names = sorted(catalogue, key=lambda n: (n in admin, n))
+        names = sorted(catalogue.events, key=lambda n: (n in admin, n))
         select.set_options((f"{n} (admin)" if n in admin else n, n) for n in names)
-        if isinstance(current, str) and current in catalogue:
+        if isinstance(current, str) and current in catalogue.events:
             select.value = current
-        elif "turn_end" in catalogue and not isinstance(current, str):
+        elif "turn_end" in catalogue.events and not isinstance(current, str):
             select.value = "turn_end"
 
     async def choose(self, event_type: str, **values: Any) -> None:
         """Select ``event_type`` and prefill fields (used by 'e' on a session)."""
         self.prefill = values
         select = self.query_one("#event-type", Select)
-        if event_type in console_app(self).catalogue:
+        if event_type in self.ctx.catalogue.events:
             if select.value == event_type:
                 await self._load(event_type)
             else:
@@ -97,7 +100,7 @@ class FireEventScreen(Screen[None]):
             self.query_one("#event-type", Select).focus()
 
     async def _load(self, event_type: str) -> None:
-        spec = console_app(self).catalogue.get(event_type, {})
+        spec = self.ctx.catalogue.events.get(event_type, {})
         self.query_one("#event-description", Static).update(
             f"[b]{event_type}[/b]: {spec.get('description', '')}"
         )
@@ -131,7 +134,7 @@ class FireEventScreen(Screen[None]):
         """POST the event and show the envelope verbatim."""
         answer = self.query_one("#answer", Static)
         answer.update(f"sending {json.dumps(event)} …")
-        envelope = await console_app(self).send_event(event)
+        envelope = await self.ctx.send(event)
         answer.set_classes("answer-ok" if envelope.get("ok") else "answer-failed")
         answer.update(
             "request:\n"
@@ -141,4 +144,4 @@ class FireEventScreen(Screen[None]):
         )
 
     def action_reload(self) -> None:
-        console_app(self).load_catalogue()
+        self.post_message(Daemon.ReloadCatalogue())

@@ -13,9 +13,10 @@ from textual.screen import Screen
 from textual.widgets import Input, Label
 from textual.widgets.button import ButtonVariant
 
-from ramakv_console.app_access import console_app
+from ramakv_console.context import ConsoleContext
 from ramakv_console.messages import Chunks
 from ramakv_console.screens.confirm import ConfirmDialog
+from ramakv_console.state import Changes
 from ramakv_console.widgets.connection_banner import ConnectionBanner
 from ramakv_console.widgets.key_bar import KeyBar
 from ramakv_console.widgets.refcount_table import PAGE, RefcountTable
@@ -54,18 +55,19 @@ class RefcountsScreen(Screen[None]):
     ]
     REFRESH_S = 3.0  # while showing, the page is fetched again this often (at least)
 
-    def __init__(self, **kwargs: Any) -> None:
-        super().__init__(**kwargs)
+    def __init__(self, ctx: ConsoleContext) -> None:
+        super().__init__()
+        self.ctx = ctx
         self._fetching = False
         self._fetched_at = 0.0
         self._took = 0.0
 
     def compose(self) -> ComposeResult:
-        yield StatsHeader(id="stats")
-        yield ConnectionBanner(id="banner")
+        yield StatsHeader(self.ctx, id="stats")
+        yield ConnectionBanner(self.ctx, id="banner")
         yield Input(placeholder="/ find a chunk hash (prefix)", id="hash-find")
         yield Label("", id="refcount-status")
-        yield RefcountTable(id="refcounts")
+        yield RefcountTable(self.ctx.send, id="refcounts")
         yield KeyBar()
 
     @property
@@ -75,7 +77,7 @@ class RefcountsScreen(Screen[None]):
 
     def on_mount(self) -> None:
         self.sub_title = "Refcounts"
-        self.watch(self.app, "revision", self._on_revision, init=False)
+        self.ctx.updated.subscribe(self, self._state_updated, immediate=True)
         self.set_interval(1.0, self._tick)
         self._status()
         self.table.focus()
@@ -108,9 +110,9 @@ class RefcountsScreen(Screen[None]):
             self._took = self._fetched_at - t0
         self._status()
 
-    def _on_revision(self, _revision: int) -> None:
+    def _state_updated(self, changes: Changes) -> None:
         if self.is_current:
-            self.table.apply_refcounts(console_app(self).last_changes.chunks)
+            self.table.apply_refcounts(changes.chunks)
 
     def _status(self) -> None:
         t = self.table
@@ -168,7 +170,7 @@ class RefcountsScreen(Screen[None]):
     @work(exclusive=True, group="evict")
     async def evict_flow(self, hashes: list[str]) -> None:
         """Dry run, show the plan, confirm; force needs a second confirmation."""
-        send = console_app(self).send_event
+        send = self.ctx.send
         dry = await send({"type": "chunk_evict", "chunk_hashes": hashes, "dry_run": True})
         if not dry.get("ok"):
             self.notify(f"chunk_evict dry run failed: {dry.get('error')}", severity="error")

@@ -5,7 +5,6 @@ from __future__ import annotations
 from textual.binding import Binding
 from textual.screen import Screen
 
-from ramakv_console.app_access import console_app
 from ramakv_console.messages import Sessions
 from ramakv_console.screens.confirm import ConfirmDialog
 
@@ -51,6 +50,5 @@ class SessionActionsMixin(Screen[None]):
             answer,
         )
 
-    async def action_fire_for_session(self) -> None:
-        sid = self.selected_session()
-        await console_app(self).open_fire(session_id=sid)
+    def action_fire_for_session(self) -> None:
+        self.post_message(Sessions.Fire(self.selected_session()))

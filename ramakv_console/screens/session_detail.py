@@ -8,9 +8,9 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.widgets import Label, Static
 
-from ramakv_console.app_access import console_app
+from ramakv_console.context import ConsoleContext
 from ramakv_console.screens.session_actions import SESSION_BINDINGS, SessionActionsMixin
-from ramakv_console.state import ConsoleState
+from ramakv_console.state import Changes, ConsoleState
 from ramakv_console.widgets.chunk_map_table import ChunkMapTable
 from ramakv_console.widgets.connection_banner import ConnectionBanner
 from ramakv_console.widgets.key_bar import KeyBar
@@ -22,23 +22,24 @@ class SessionDetailScreen(SessionActionsMixin):
 
     BINDINGS = [Binding("escape", "app.pop_screen", "Back"), *SESSION_BINDINGS]
 
-    def __init__(self, session_id: str) -> None:
+    def __init__(self, ctx: ConsoleContext, session_id: str) -> None:
         super().__init__()
+        self.ctx = ctx
         self.session_id = session_id
         self._shown_turns: tuple[int, int, str] | None = None
 
     @property
     def state(self) -> ConsoleState:
-        """The app's mirror of daemon state."""
-        return console_app(self).state
+        """The console's mirror of daemon state."""
+        return self.ctx.state
 
     def compose(self) -> ComposeResult:
         yield Static("", id="detail-summary")
-        yield ConnectionBanner(id="banner")
+        yield ConnectionBanner(self.ctx, id="banner")
         yield Label(
             "Chunk map (in order; highlighted = also held by other sessions)", classes="section"
         )
-        yield ChunkMapTable(self.session_id, id="chunk-map")
+        yield ChunkMapTable(self.session_id, self.ctx.send, id="chunk-map")
         yield Label("Recent events", classes="section")
         yield TraceLog(session_id=self.session_id, id="session-events")
         yield KeyBar()
@@ -47,7 +48,7 @@ class SessionDetailScreen(SessionActionsMixin):
         self.sub_title = f"Session {self.session_id}"
         self._summary()
         self.query_one(TraceLog).show(self.state.session_events(self.session_id))
-        self.watch(self.app, "revision", self._on_revision, init=False)
+        self.ctx.updated.subscribe(self, self._state_updated, immediate=True)
         self.set_interval(1.0, self._summary)  # "last event … ago" ticks
         self.query_one(ChunkMapTable).focus()
         self.reload_map()
@@ -80,8 +81,7 @@ class SessionDetailScreen(SessionActionsMixin):
             + (f"\n[red]map: {escape(table.error)}[/red]" if table.error else "")
         )
 
-    def _on_revision(self, _revision: int) -> None:
-        changes = console_app(self).last_changes
+    def _state_updated(self, changes: Changes) -> None:
         s = self.state.sessions.get(self.session_id)
         if changes.reset or self.session_id in changes.sessions:
             now = (s.turn_count, s.chunk_count, s.state) if s else None

@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.widgets import Input, Label
 
-from ramakv_console.app_access import console_app
+from ramakv_console.context import ConsoleContext
 from ramakv_console.screens.session_actions import SESSION_BINDINGS, SessionActionsMixin
+from ramakv_console.state import Changes
 from ramakv_console.widgets.connection_banner import ConnectionBanner
 from ramakv_console.widgets.key_bar import KeyBar
 from ramakv_console.widgets.session_table import SORTS, SessionTable
@@ -27,22 +26,22 @@ class SessionsScreen(SessionActionsMixin):
         Binding("escape", "clear_filter", "Clear filter", show=False),
     ]
 
-    def __init__(self, **kwargs: Any) -> None:
-        super().__init__(**kwargs)
-        self._stale = False
+    def __init__(self, ctx: ConsoleContext) -> None:
+        super().__init__()
+        self.ctx = ctx
         self._status_text = ""
 
     def compose(self) -> ComposeResult:
-        yield StatsHeader(id="stats")
-        yield ConnectionBanner(id="banner")
+        yield StatsHeader(self.ctx, id="stats")
+        yield ConnectionBanner(self.ctx, id="banner")
         yield Input(placeholder="/ filter by session id", id="session-filter")
         yield Label("", id="table-status")
-        yield SessionTable(id="sessions")
+        yield SessionTable(self.ctx.state, id="sessions")
         yield KeyBar()
 
     def on_mount(self) -> None:
         self.sub_title = "Sessions"
-        self.watch(self.app, "revision", self._on_revision, init=False)
+        self.ctx.updated.subscribe(self, self._state_updated, immediate=True)
         self._status()
         self.table.focus()
 
@@ -51,25 +50,22 @@ class SessionsScreen(SessionActionsMixin):
         """The session table."""
         return self.query_one(SessionTable)
 
-    def _on_revision(self, _revision: int) -> None:
-        if not self.is_current:  # another view is showing: catch up when it comes back
-            self._stale = True
-            return
-        self.table.apply(console_app(self).last_changes)
-        self._status()
+    def _state_updated(self, changes: Changes) -> None:
+        # Also while another view shows: keeping the index costs O(log n) a changed row
+        # and nothing is drawn, so coming back needs no re-index of every session.
+        self.table.apply(changes)
+        if self.is_current:
+            self._status()
 
     def on_screen_resume(self) -> None:
-        if self._stale:
-            self._stale = False
-            self.table.rebuild()
-            self._status()
+        self._status()
         self.table.focus()  # typed text never lands in the filter box by surprise
 
     def _status(self) -> None:
         t = self.table
-        total = len(console_app(self).state.sessions)
+        total = len(self.ctx.state.sessions)
         parts = [f"showing {t.row_count} of {total}", f"sort: {t.sort_key}"]
-        if console_app(self).state.loading:
+        if self.ctx.state.loading:
             parts.append("loading…")
         if t.filter_text:
             parts.append(f"filter: '{t.filter_text}' (esc clears)")

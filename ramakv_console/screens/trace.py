@@ -7,7 +7,8 @@ from textual.binding import Binding
 from textual.screen import Screen
 from textual.widgets import Input, Label
 
-from ramakv_console.app_access import console_app
+from ramakv_console.context import ConsoleContext
+from ramakv_console.state import Changes
 from ramakv_console.widgets.connection_banner import ConnectionBanner
 from ramakv_console.widgets.key_bar import KeyBar
 from ramakv_console.widgets.stats_header import StatsHeader
@@ -25,9 +26,13 @@ class TraceScreen(Screen[None]):
         Binding("escape", "clear_filter", "Clear filter", show=False),
     ]
 
+    def __init__(self, ctx: ConsoleContext) -> None:
+        super().__init__()
+        self.ctx = ctx
+
     def compose(self) -> ComposeResult:
-        yield StatsHeader(id="stats")
-        yield ConnectionBanner(id="banner")
+        yield StatsHeader(self.ctx, id="stats")
+        yield ConnectionBanner(self.ctx, id="banner")
         yield Input(placeholder="/ filter by event type or session id", id="trace-filter")
         yield Label("", id="trace-status")
         yield TraceLog(id="trace-log")
@@ -40,16 +45,14 @@ class TraceScreen(Screen[None]):
 
     def on_mount(self) -> None:
         self.sub_title = "Trace"
-        self.log_widget.show(console_app(self).state.events)
-        self.watch(self.app, "revision", self._on_revision, init=False)
+        self.log_widget.show(self.ctx.state.events)
+        self.ctx.updated.subscribe(self, self._state_updated, immediate=True)
         self._status()
         self.log_widget.focus()
 
-    def _on_revision(self, _revision: int) -> None:
-        if not self.is_current:  # redrawn from the history when it shows again
-            self._stale = True
-            return
-        changes = console_app(self).last_changes
+    def _state_updated(self, changes: Changes) -> None:
+        # Also while another view shows: a write costs little (a line-API log, at most
+        # 4 a second), and coming back needs no redraw from the history.
         if changes.dropped_events and not self.log_widget.paused:
             self.log_widget.note(f"… {changes.dropped_events} events of a burst not shown")
         self.log_widget.add(changes.events)
@@ -57,9 +60,7 @@ class TraceScreen(Screen[None]):
             self._status()
 
     def on_screen_resume(self) -> None:
-        if getattr(self, "_stale", False):
-            self._stale = False
-            self._redraw()
+        self._status()
         self.log_widget.focus()
 
     def _status(self) -> None:
@@ -72,7 +73,7 @@ class TraceScreen(Screen[None]):
         self.query_one("#trace-status", Label).update(" · ".join(parts))
 
     def _redraw(self) -> None:
-        self.log_widget.show(console_app(self).state.events)
+        self.log_widget.show(self.ctx.state.events)
         self._status()
 
     def on_input_changed(self, event: Input.Changed) -> None:

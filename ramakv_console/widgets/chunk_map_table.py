@@ -7,7 +7,7 @@ from typing import Any
 from rich.text import Text
 from textual.widgets import DataTable
 
-from ramakv_console.app_access import console_app
+from ramakv_console.context import Sender
 
 PAGE = 500
 
@@ -27,9 +27,10 @@ class ChunkMapTable(DataTable[Any]):
 
     DEFAULT_CSS = "ChunkMapTable { height: 2fr; }"
 
-    def __init__(self, session_id: str, **kwargs: Any) -> None:
+    def __init__(self, session_id: str, send: Sender, **kwargs: Any) -> None:
         super().__init__(cursor_type="row", zebra_stripes=True, **kwargs)
         self.session_id = session_id
+        self.send = send
         self.hashes: list[str] = []
         self.others: dict[str, int] = {}
         self.total = 0
@@ -44,7 +45,7 @@ class ChunkMapTable(DataTable[Any]):
 
     async def load(self) -> None:
         """Fetch the whole map, page by page, and redraw."""
-        send = console_app(self).send_event
+        send = self.send
         rows: list[dict[str, Any]] = []
         while True:
             env = await send(

@@ -2,24 +2,29 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from textual.widgets import Static
 
-from ramakv_console.app_access import console_app
+from ramakv_console.context import Connection, ConsoleContext
 
 
 class ConnectionBanner(Static):
     """Hidden while connected; says what went wrong and what happens next otherwise."""
 
-    def on_mount(self) -> None:
-        self.watch(self.app, "connection_error", self._show)
-        self.watch(self.app, "connection", self._show)
+    def __init__(self, ctx: ConsoleContext, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.ctx = ctx
 
-    def _show(self, _value: object = None) -> None:
-        connected, detail = console_app(self).connection
-        error = console_app(self).connection_error
-        self.display = not connected
-        url = console_app(self).url
-        detail = detail or "connecting"
+    def on_mount(self) -> None:
+        self.ctx.connection_changed.subscribe(self, self._show, immediate=True)
+        self._show(self.ctx.connection)
+
+    def _show(self, connection: Connection) -> None:
+        error = connection.error
+        self.display = not connection.connected
+        url = self.ctx.url
+        detail = connection.detail or "connecting"
         if error == "unauthorized":
             text = (
                 f"Daemon at {url} refused the console's token: {detail}. Start the "

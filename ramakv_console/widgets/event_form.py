@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 from textual.containers import VerticalScroll
@@ -24,22 +25,27 @@ class EventForm(VerticalScroll):
         super().__init__(**kwargs)
         self.event_type = ""
         self.fields: list[FieldInput] = []
+        self._loading = asyncio.Lock()
 
     async def load(self, event_type: str, spec: dict[str, Any]) -> None:
-        """Show the fields of ``event_type``."""
-        self.event_type = event_type
-        self.fields = form_fields(spec)
-        await self.remove_children()
-        widgets: list[Widget] = []
-        if not self.fields:
-            widgets.append(Label("This event takes no fields.", classes="field-label"))
-        for f in self.fields:
-            star = " *" if f.required else ""
-            widgets.append(
-                Label(f"[b]{f.name}[/b]{star} [dim]{f.hint}[/dim]", classes="field-label")
-            )
-            widgets.append(self._input(f))
-        await self.mount_all(widgets)
+        """Show the fields of ``event_type``. Loads run one after the other (picking a
+        type while the default one is still being built must not mix their fields), and
+        ``event_type`` names the form only once its fields are there."""
+        async with self._loading:
+            fields = form_fields(spec)
+            await self.remove_children()
+            widgets: list[Widget] = []
+            if not fields:
+                widgets.append(Label("This event takes no fields.", classes="field-label"))
+            for f in fields:
+                star = " *" if f.required else ""
+                widgets.append(
+                    Label(f"[b]{f.name}[/b]{star} [dim]{f.hint}[/dim]", classes="field-label")
+                )
+                widgets.append(self._input(f))
+            await self.mount_all(widgets)
+            self.fields = fields
+            self.event_type = event_type
 
     @staticmethod
     def _input(f: FieldInput) -> Widget:

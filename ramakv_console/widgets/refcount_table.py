@@ -6,7 +6,7 @@ from typing import Any
 
 from textual.widgets import DataTable
 
-from ramakv_console.app_access import console_app
+from ramakv_console.context import Sender
 
 MARK = "●"
 PAGE = 200
@@ -21,8 +21,9 @@ class RefcountTable(DataTable[Any]):
 
     DEFAULT_CSS = "RefcountTable { height: 1fr; }"
 
-    def __init__(self, **kwargs: Any) -> None:
+    def __init__(self, send: Sender, **kwargs: Any) -> None:
         super().__init__(cursor_type="row", zebra_stripes=True, **kwargs)
+        self.send = send
         self.find_text = ""
         self.page_offset = 0
         self.total = 0
@@ -39,7 +40,7 @@ class RefcountTable(DataTable[Any]):
 
     async def load(self) -> None:
         """Ask the daemon for the current page (chunk_top with the find text as prefix)."""
-        send = console_app(self).send_event
+        send = self.send
         event: dict[str, Any] = {"type": "chunk_top", "limit": PAGE, "offset": self.page_offset}
         if self.find_text:
             event["prefix"] = self.find_text

@@ -3,23 +3,28 @@
 50,000 sessions do not fit a DataTable (every row is a widget-side object with cells and
 measured widths). Here a row is a key in a SortedList; a change moves only the rows it
 touched (O(log n) each) and a repaint renders the lines on screen, whatever the total.
+A line is built straight from segments (no Text per cell) and kept by what it shows, so
+a row that only moved, or a repaint of rows that did not change, costs a lookup.
 """
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
+from rich.cells import cell_len, set_cell_size
 from rich.segment import Segment
 from rich.style import Style
 from rich.text import Text
 from sortedcontainers import SortedList
 from textual.binding import Binding
+from textual.cache import LRUCache
 from textual.events import Click
 from textual.geometry import Region, Size
 from textual.scroll_view import ScrollView
 from textual.strip import Strip
+from textual.timer import Timer
 
-from ramakv_console.app_access import console_app
 from ramakv_console.messages import Sessions
 from ramakv_console.state import Changes, ConsoleState, SessionView
 
@@ -35,6 +40,44 @@ COLUMNS = (
 SORTS = ("id", "state", "turns", "chunks", "age")
 WIDTHS = {"state": 10, "turns": 6, "chunks": 7, "shared": 7, "forks": 10, "age": 10}
 MAX_ID_WIDTH = 40
+# Under a stream whose rows move on screen (sorted by age or turns: every event moves its
+# row to the top), the whole table repaints at most this often; keys still answer at once.
+PAINT_EVERY = 0.25
+
+HEAD = Style(bold=True, reverse=True)
+CURSOR = Style(reverse=True)  # the cursor row while the table has focus
+CURSOR_UNFOCUSED = Style(underline=True)
+ACTIVE = Style(color="green")
+SUSPENDED = Style(color="yellow")
+DIM = Style(dim=True)
+SHARED = Style(bold=True, color="cyan")
+
+Part = tuple[str, Style | None]  # a piece of a cell's text and its style
+Cell = tuple[Part, ...]
+HEAD_CELLS: tuple[Cell, ...] = tuple(((label, None),) for _, label in COLUMNS)
+
+
+def width_of(text: str) -> int:
+    """Terminal cells ``text`` takes (ids and numbers are ASCII: one cell a character)."""
+    return len(text) if text.isascii() else cell_len(text)
+
+
+def fit(parts: Cell, width: int) -> list[Part]:
+    """A cell's parts cut to ``width`` cells (an ellipsis where cut), the last padded to it
+    (the padding takes its style: spaces look the same, and it saves a segment)."""
+    out: list[Part] = []
+    room = width
+    for i, (text, style) in enumerate(parts):
+        n = width_of(text)
+        if n > room or (n == room and i < len(parts) - 1):
+            out.append((set_cell_size(text, room - 1) + "…", style))
+            return out
+        out.append((text, style))
+        room -= n
+    if room:
+        text, style = out[-1]
+        out[-1] = (text + " " * room, style)
+    return out
 
 
 def sort_key(mode: str, s: SessionView) -> tuple[Any, str]:
@@ -64,8 +107,9 @@ class SessionTable(ScrollView, can_focus=True):
         Binding("enter", "open", "Detail", show=False),
     ]
 
-    def __init__(self, **kwargs: Any) -> None:
+    def __init__(self, state: ConsoleState, **kwargs: Any) -> None:
         super().__init__(**kwargs)
+        self.state = state
         self.filter_text = ""
         self.show_suspended = True
         self.sort_key = "id"
@@ -73,11 +117,11 @@ class SessionTable(ScrollView, can_focus=True):
         self.keys: dict[str, tuple[Any, str]] = {}  # sid -> its key in ``index``
         self.cursor_row = 0
         self.id_width = 8
-
-    @property
-    def state(self) -> ConsoleState:
-        """The app's mirror of daemon state."""
-        return console_app(self).state
+        # (cells, row style, id width) -> the whole line's strip; lines repaint often
+        # (ages tick, rows move) but few of them change.
+        self._strips: LRUCache[tuple[Any, ...], Strip] = LRUCache(1024)
+        self._painted_at = 0.0  # time.monotonic() of the last whole repaint by ``apply``
+        self._paint_timer: Timer | None = None  # a whole repaint waiting for PAINT_EVERY
 
     # ---- DataTable-like surface (tests and screens use it) -----------------------------
     @property
@@ -97,6 +141,11 @@ class SessionTable(ScrollView, can_focus=True):
     def get_row(self, sid: str) -> tuple[Any, ...]:
         """The cells of a shown session's row."""
         return self.cells(sid)
+
+    def visible_ids(self) -> list[str]:
+        """The sessions of the rows on screen."""
+        top = int(self.scroll_offset.y)
+        return [str(key[1]) for key in self.index[top : top + max(1, self.size.height)]]
 
     def move_cursor(self, row: int) -> None:
         """Put the cursor on ``row`` and scroll it into view."""
@@ -118,18 +167,18 @@ class SessionTable(ScrollView, can_focus=True):
     def wants(self, sid: str) -> bool:
         """True when the session passes the id filter and the suspended toggle."""
         s = self.state.sessions.get(sid)
-        if s is None:
-            return False
+        return s is not None and self._passes(s, self.filter_text.lower())
+
+    def _passes(self, s: SessionView, text: str) -> bool:
         if not self.show_suspended and s.state == "suspended":
             return False
-        text = self.filter_text.lower()
-        return text in sid.lower() or (bool(text) and text in s.namespace.lower())
+        return not text or text in s.session_id.lower() or text in s.namespace.lower()
 
     def cells(self, sid: str) -> tuple[Any, ...]:
-        """The row's cell values."""
+        """The row's cell values (DataTable-like: numbers as numbers, styled text as Text)."""
         s = self.state.sessions[sid]
         state = Text(s.state, style="yellow" if s.state == "suspended" else "green")
-        if s.namespace:  # only deployments other than the default one are labelled
+        if s.namespace:
             state.append(f" {s.namespace[:12]}", style="dim")
         shared = s.shared_count
         shown: Any = (
@@ -137,13 +186,36 @@ class SessionTable(ScrollView, can_focus=True):
         )
         return (sid, state, s.turn_count, s.chunk_count, shown, s.fork_holds, self.state.age(sid))
 
+    def _cells(self, sid: str) -> tuple[Cell, ...]:
+        s = self.state.sessions[sid]
+        state: Cell = ((s.state, SUSPENDED if s.state == "suspended" else ACTIVE),)
+        if s.namespace:  # only deployments other than the default one are labelled
+            state += ((f" {s.namespace[:12]}", DIM),)
+        shared = s.shared_count
+        shown: Part = ("…", None) if shared is None else (str(shared), SHARED if shared else None)
+        return (
+            ((sid, None),),
+            state,
+            ((str(s.turn_count), None),),
+            ((str(s.chunk_count), None),),
+            (shown,),
+            ((str(s.fork_holds), None),),
+            ((self.state.age(sid), None),),
+        )
+
     # ---- updates ------------------------------------------------------------------------
     def rebuild(self) -> None:
         """Re-index every row (start-up, snapshot, filter or sort change)."""
         current = self.selected_id()
         mode = self.sort_key
         sessions = self.state.sessions
-        self.keys = {sid: sort_key(mode, s) for sid, s in sessions.items() if self.wants(sid)}
+        text = self.filter_text.lower()
+        if not text and self.show_suspended:  # every row: no test per session
+            self.keys = {sid: sort_key(mode, s) for sid, s in sessions.items()}
+        else:
+            self.keys = {
+                sid: sort_key(mode, s) for sid, s in sessions.items() if self._passes(s, text)
+            }
         self.index = SortedList(self.keys.values())
         longest = max((len(sid) for sid in self.keys), default=8)
         self.id_width = max(8, min(MAX_ID_WIDTH, longest))
@@ -167,13 +239,17 @@ class SessionTable(ScrollView, can_focus=True):
         shifted = False  # rows on screen moved: repaint all of it
         lines: set[int] = set()  # else only these rows changed in place
         index = self.index
+        text = self.filter_text.lower()
+        # The keys on screen: a row that stays in place is looked up only when it is
+        # among them (most changed rows are off screen).
+        shown = (index[top], index[min(bottom, len(index)) - 1]) if top < len(index) else None
         for sid in changes.sessions:
             old = self.keys.get(sid)
-            key = sort_key(mode, sessions[sid]) if self.wants(sid) else None
+            s = sessions.get(sid)
+            key = sort_key(mode, s) if s is not None and self._passes(s, text) else None
             if old is not None and key == old:
-                pos = index.index(old)  # same place: only its cells may differ
-                if top <= pos < bottom:
-                    lines.add(pos)
+                if shown is not None and shown[0] <= old <= shown[1]:
+                    lines.add(index.index(old))  # same place: only its cells may differ
                 continue
             if old is not None:
                 del self.keys[sid]
@@ -192,42 +268,64 @@ class SessionTable(ScrollView, can_focus=True):
             self.cursor_row = self.get_row_index(current)
         self.cursor_row = max(0, min(self.cursor_row, len(index) - 1))
         if shifted:
-            self.refresh()
-        else:
+            self._repaint_all()
+        elif self._paint_timer is None:  # else the coming repaint draws these lines too
             width = self.size.width
             for pos in lines:
                 self.refresh(Region(0, pos - top + 1, width, 1))
+
+    def _repaint_all(self) -> None:
+        """Repaint every line now, or PAINT_EVERY after the last such repaint."""
+        wait = self._painted_at + PAINT_EVERY - time.monotonic()
+        if wait <= 0:
+            self._paint_now()
+        elif self._paint_timer is None:
+            self._paint_timer = self.set_timer(wait, self._paint_now)
+
+    def _paint_now(self) -> None:
+        self._paint_timer = None
+        self._painted_at = time.monotonic()
+        self.refresh()
 
     def _resize(self) -> None:
         width = self.id_width + sum(WIDTHS.values()) + len(WIDTHS) + 2
         self.virtual_size = Size(width, len(self.index) + 1)
 
     # ---- drawing -------------------------------------------------------------------------
-    def _line(self, values: tuple[Any, ...], style: Style | None = None) -> list[Segment]:
-        segments: list[Segment] = [Segment(" ", style)]
-        widths = (self.id_width, *WIDTHS.values())
-        for value, width in zip(values, widths, strict=True):
-            text = value.copy() if isinstance(value, Text) else Text(str(value))
-            text.truncate(width, overflow="ellipsis", pad=True)
-            for seg in text.render(self.app.console):
-                segments.append(
-                    Segment(
-                        seg.text,
-                        (style + seg.style) if style and seg.style else (seg.style or style),
-                    )
-                )
-            segments.append(Segment(" ", style))
-        return segments
+    def _line(
+        self, cells: tuple[Cell, ...], style: Style | None, scroll_x: int, width: int
+    ) -> Strip:
+        """The row as shown (cut to the view), cached by what it shows; neighbouring pieces
+        of one style share a segment (fewer segments: less for Textual to cut and style)."""
+        key = (cells, style, self.id_width, scroll_x, width)
+        strip = self._strips.get(key)
+        if strip is None:
+            texts: list[str] = [" "]
+            styles: list[Style | None] = [None]
+            widths = (self.id_width, *WIDTHS.values())
+            for cell, cell_width in zip(cells, widths, strict=True):
+                for text, part_style in (*fit(cell, cell_width), (" ", None)):
+                    if part_style is styles[-1]:
+                        texts[-1] += text
+                    else:
+                        texts.append(text)
+                        styles.append(part_style)
+            whole = Strip(
+                [
+                    Segment(t, (style + st) if style and st else (st or style))
+                    for t, st in zip(texts, styles, strict=True)
+                ]
+            )
+            strip = whole.crop(scroll_x, scroll_x + width).extend_cell_length(width, style)
+            self._strips[key] = strip
+        return strip
 
     def render_line(self, y: int) -> Strip:
         width = self.size.width
-        scroll_x = int(self.scroll_offset.x)
+        scroll_x, scroll_y = self.scroll_offset
         if y == 0:
-            head = Style(bold=True, reverse=True)
-            labels = tuple(label for _, label in COLUMNS)
-            strip = Strip(self._line(labels, head))
-            return strip.crop(scroll_x, scroll_x + width).extend_cell_length(width, head)
-        row = int(self.scroll_offset.y) + y - 1
+            return self._line(HEAD_CELLS, HEAD, scroll_x, width)
+        row = scroll_y + y - 1
         if row >= len(self.index):
             return Strip.blank(width)
         sid = str(self.index[row][1])
@@ -235,9 +333,8 @@ class SessionTable(ScrollView, can_focus=True):
             return Strip.blank(width)
         style: Style | None = None
         if row == self.cursor_row:
-            style = Style(reverse=True) if self.has_focus else Style(underline=True)
-        strip = Strip(self._line(self.cells(sid), style))
-        return strip.crop(scroll_x, scroll_x + width).extend_cell_length(width, style)
+            style = CURSOR if self.has_focus else CURSOR_UNFOCUSED
+        return self._line(self._cells(sid), style, scroll_x, width)
 
     # ---- keys ----------------------------------------------------------------------------
     def _follow_cursor(self) -> None:

@@ -11,7 +11,7 @@ from typing import Any
 import orjson
 
 from ramakv_daemon.core.fork import Fork
-from ramakv_daemon.core.session import Session
+from ramakv_daemon.core.session import Session, share_prefix
 from ramakv_daemon.ports import OutboxEntry, OutboxRow, PendingEviction, mode_of
 
 log = logging.getLogger("ramakv.store")
@@ -95,8 +95,14 @@ def loads_json(text: str) -> object:
         return json.loads(text)
 
 
-def decode_sessions(rows: Iterable[Sequence[Any]]) -> list[Session]:
-    """Stored rows as sessions; rows whose JSON is corrupt are skipped with a warning."""
+def decode_sessions(
+    rows: Iterable[Sequence[Any]], anchors: dict[str, tuple[str, ...]] | None = None
+) -> list[Session]:
+    """Stored rows as sessions; rows whose JSON is corrupt are skipped with a warning.
+
+    ``anchors``: kept by the caller across batches of one load; maps sharing a prefix
+    then share its strings (core.session.share_prefix).
+    """
     out: list[Session] = []
     decode = loads_json  # start-up decodes every stored map: the fast decoder pays
     for sid, map_json, turn_count, suspended, ts, ns in rows:
@@ -106,9 +112,11 @@ def decode_sessions(rows: Iterable[Sequence[Any]]) -> list[Session]:
                 raise ValueError("map_json is not a list of strings")
             chunk_hashes = tuple(hashes)
             # str.join raises TypeError on a non-string: one C-level check per list.
-            # Stored hashes are not interned: that costs 10x the decode at start-up
-            # and saves only the shared chunks' duplicate strings.
+            # Stored hashes are not interned: that costs 10x the decode at start-up;
+            # maps that begin alike share their common prefix's strings instead.
             "".join(chunk_hashes)
+            if anchors is not None:
+                chunk_hashes = share_prefix(chunk_hashes, anchors)
         except (ValueError, TypeError) as err:
             log.warning("skipping stored session %r: %s", sid, err)
             continue

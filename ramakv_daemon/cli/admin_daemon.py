@@ -10,6 +10,7 @@ import urllib.request
 from typing import Any, TextIO
 
 from ramakv_daemon.config import Config
+from ramakv_daemon.core.events import JsonObject
 from ramakv_daemon.ports import Cleanup
 
 EXIT_OK, EXIT_FAILED = 0, 1
@@ -28,7 +29,7 @@ def _headers(token: str) -> dict[str, str]:
     return {"Authorization": f"Bearer {token}"} if token else {}
 
 
-def post_event(url: str, token: str, body: dict[str, Any], timeout: float = 5.0) -> Any:
+def post_event(url: str, token: str, body: JsonObject, timeout: float = 5.0) -> Any:
     """POST one event to the daemon; its decoded JSON answer."""
     req = urllib.request.Request(
         url + "/event",
@@ -36,7 +37,7 @@ def post_event(url: str, token: str, body: dict[str, Any], timeout: float = 5.0)
         method="POST",
         headers={"Content-Type": "application/json", **_headers(token)},
     )
-    with urllib.request.urlopen(req, timeout=timeout) as resp:  # noqa: S310 - operator URL
+    with urllib.request.urlopen(req, timeout=timeout) as resp:  # operator URL
         return json.loads(resp.read())
 
 
@@ -45,7 +46,7 @@ def holding_problem(url: str, token: str, lock_token: str) -> str | None:
     ``GET /healthz`` says the token the lock file holds), else why it is not."""
     req = urllib.request.Request(url + "/healthz", headers=_headers(token))
     try:
-        with urllib.request.urlopen(req, timeout=2.0) as resp:  # noqa: S310 - operator URL
+        with urllib.request.urlopen(req, timeout=2.0) as resp:  # operator URL
             body = json.loads(resp.read())
     except urllib.error.HTTPError as err:
         return f"the daemon at {url} answers HTTP {err.code} to GET /healthz"

@@ -3,23 +3,24 @@
 from __future__ import annotations
 
 from collections import Counter
-from typing import Any, TextIO
+from typing import TextIO
 
 from ramakv_daemon.config import Config
+from ramakv_daemon.core.events import JsonObject
 from ramakv_daemon.ports import AdminView
 from ramakv_daemon.routing.deployments import DEFAULT_NAMESPACE
 
 IDLE_BUCKETS = ((60, "<1m"), (600, "<10m"), (3600, "<1h"), (86400, "<1d"), (604800, "<7d"))
 
 
-def report(view: AdminView, cfg: Config, now: float) -> dict[str, Any]:
+def report(view: AdminView, cfg: Config, now: float) -> JsonObject:
     """The report's JSON document (``owners`` only for a store several nodes share)."""
     configured = {DEFAULT_NAMESPACE: "default"}
     budgets = {DEFAULT_NAMESPACE: cfg.ddr_budget_chunks}
     for d in cfg.deployments:
         configured[d.key] = d.name
         budgets[d.key] = d.ddr_budget_chunks
-    spaces: dict[str, dict[str, Any]] = {}
+    spaces: dict[str, JsonObject] = {}
     refs: dict[str, Counter[str]] = {}
     for s in view.sessions:
         row = spaces.setdefault(s.namespace, _empty_row(s.namespace, configured, budgets))
@@ -43,7 +44,7 @@ def report(view: AdminView, cfg: Config, now: float) -> dict[str, Any]:
         budget = row["ddr_budget_chunks"]
         row["budget_use"] = round(len(counts) / budget, 3) if budget else None
         row["outbox"] = dict(row["outbox"])
-    rep: dict[str, Any] = {
+    rep: JsonObject = {
         "namespaces": dict(sorted(spaces.items())),
         "unconfigured": sorted(ns for ns in spaces if ns not in configured),
         "sessions_total": len(view.sessions),
@@ -53,7 +54,7 @@ def report(view: AdminView, cfg: Config, now: float) -> dict[str, Any]:
     return rep
 
 
-def _empty_row(ns: str, configured: dict[str, str], budgets: dict[str, int]) -> dict[str, Any]:
+def _empty_row(ns: str, configured: dict[str, str], budgets: dict[str, int]) -> JsonObject:
     return {
         "deployment": configured.get(ns),
         "configured": ns in configured,
@@ -75,7 +76,7 @@ def _bucket(age: float | None) -> str:
     return ">=7d"
 
 
-def print_report(rep: dict[str, Any], out: TextIO) -> None:
+def print_report(rep: JsonObject, out: TextIO) -> None:
     """The report as text."""
     if "owners" in rep:
         print(

@@ -7,8 +7,9 @@ import json
 import sys
 import tomllib
 from pathlib import Path
-from typing import Any, TextIO
+from typing import TextIO
 
+from ramakv_daemon.core.events import JsonObject
 from ramakv_daemon.core.identity import (  # noqa: F401  (re-exported)
     IDENTITY_FIELDS,
     canonical_json,
@@ -19,7 +20,7 @@ from ramakv_daemon.core.identity import (  # noqa: F401  (re-exported)
 from ramakv_sdk.version import add_version_flag
 
 
-def read_fields(path: str) -> dict[str, Any]:
+def read_fields(path: str) -> JsonObject:
     """Identity fields from a JSON, TOML or KEY=VALUE (.env) file; ``-`` reads stdin."""
     text = sys.stdin.read() if path == "-" else Path(path).read_text(encoding="utf-8")
     stripped = text.lstrip()

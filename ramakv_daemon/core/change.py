@@ -72,7 +72,6 @@ class Change:
         evict_demote: hashes released by a suspend: drop from DDR, keep on disk.
         facts: extra facts for the trace and logs (never in ``data``).
         debug_context: a turn_end's debug context, for its debug file (never traced).
-        namespace: the namespace whose manager produced the change (set by the service).
     """
 
     data: dict[str, object] = field(default_factory=dict)
@@ -86,7 +85,6 @@ class Change:
     evict_demote: list[str] = field(default_factory=list)
     facts: Facts = field(default_factory=Facts)
     debug_context: dict[str, object] | None = None
-    namespace: str = ""
 
     @property
     def evicted_count(self) -> int:

@@ -7,6 +7,10 @@ from typing import Any
 
 from ramakv_daemon.core.errors import InvalidEvent, MissingField
 
+# A decoded JSON object (an event's payload, a reply, a record on its way to the wire):
+# its values are whatever the JSON held, checked where they are read.
+JsonObject = dict[str, Any]
+
 MAX_SESSION_ID_BYTES = 1024
 # debug_context is written with json.dumps(indent=2), which recurses per level: far below
 # Python's recursion limit, and deeper than any real message list.
@@ -39,14 +43,14 @@ class Limits:
     max_hash_bytes: int = 100
 
 
-def check_required(spec: EventSpec, payload: dict[str, Any]) -> None:
+def check_required(spec: EventSpec, payload: JsonObject) -> None:
     """Raise MissingField for the first required field absent from ``payload``."""
     for name in spec.required:
         if name not in payload:
             raise MissingField(name)
 
 
-def session_id_of(payload: dict[str, Any], field: str = "session_id") -> str:
+def session_id_of(payload: JsonObject, field: str = "session_id") -> str:
     """The validated session id in ``field``.
 
     Raises:
@@ -70,14 +74,14 @@ def session_id_of(payload: dict[str, Any], field: str = "session_id") -> str:
     return value
 
 
-def optional_session_id(payload: dict[str, Any], field: str) -> str | None:
+def optional_session_id(payload: JsonObject, field: str) -> str | None:
     """A validated optional session id, or None when absent or null."""
     if payload.get(field) is None:
         return None
     return session_id_of(payload, field)
 
 
-def chunk_hashes_of(value: Any, limits: Limits, field: str = "chunk_hashes") -> list[str]:
+def chunk_hashes_of(value: object, limits: Limits, field: str = "chunk_hashes") -> list[str]:
     """Validate a chunk hash list (returned as a new list of the same strings).
 
     Hashes are not interned: most chunks belong to one session, and the interned-string
@@ -108,7 +112,7 @@ def chunk_hashes_of(value: Any, limits: Limits, field: str = "chunk_hashes") -> 
     return _chunk_hashes_slow(value, limits, field)
 
 
-def _chunk_hashes_slow(value: list[Any], limits: Limits, field: str) -> list[str]:
+def _chunk_hashes_slow(value: list[object], limits: Limits, field: str) -> list[str]:
     """Check each hash in turn; raises on the first bad one with its index."""
     out: list[str] = []
     for i, h in enumerate(value):
@@ -132,7 +136,7 @@ def _chunk_hashes_slow(value: list[Any], limits: Limits, field: str) -> list[str
     return out
 
 
-def object_of(payload: dict[str, Any], field: str) -> dict[str, Any] | None:
+def object_of(payload: JsonObject, field: str) -> JsonObject | None:
     """An optional JSON object field; None when absent or null."""
     value = payload.get(field)
     if value is None:
@@ -142,7 +146,7 @@ def object_of(payload: dict[str, Any], field: str) -> dict[str, Any] | None:
     return value
 
 
-def bool_of(payload: dict[str, Any], field: str, default: bool = False) -> bool:
+def bool_of(payload: JsonObject, field: str, default: bool = False) -> bool:
     """An optional boolean field."""
     value = payload.get(field, default)
     if value is None:
@@ -152,16 +156,17 @@ def bool_of(payload: dict[str, Any], field: str, default: bool = False) -> bool:
     return value
 
 
-def check_depth(value: Any, limit: int, field: str) -> None:
+def check_depth(value: object, limit: int, field: str) -> None:
     """Raise InvalidEvent when ``value`` nests lists/objects more than ``limit`` deep.
 
     Iterative, so no input can make the check itself recurse; runs before anything is
     applied, so a refused event changes nothing.
     """
-    stack: list[tuple[Any, int]] = [(value, 1)]
+    stack: list[tuple[object, int]] = [(value, 1)]
     while stack:
         node, depth = stack.pop()
         if depth > limit:
             raise InvalidEvent(f"'{field}' is nested more than {limit} levels deep")
-        children = node.values() if isinstance(node, dict) else node
-        stack.extend((c, depth + 1) for c in children if isinstance(c, dict | list))
+        if isinstance(node, dict | list):  # only containers are pushed (and the root)
+            children = node.values() if isinstance(node, dict) else node
+            stack.extend((c, depth + 1) for c in children if isinstance(c, dict | list))

@@ -6,7 +6,8 @@ import hashlib
 import json
 import re
 from collections.abc import Mapping
-from typing import Any
+
+from ramakv_daemon.core.events import JsonObject
 
 # Every field that makes two deployments' KV chunks incompatible. Order is documentation
 # only: the canonical JSON sorts keys.
@@ -34,7 +35,7 @@ _HEX40 = re.compile(r"^[0-9a-f]{40}$")
 _HEX64 = re.compile(r"^[0-9a-f]{64}$")
 
 
-def problems(fields: Mapping[str, Any]) -> list[str]:
+def problems(fields: Mapping[str, object]) -> list[str]:
     """Why ``fields`` name no namespace: one line per missing, empty, "auto" or bad field."""
     out: list[str] = []
     for name in IDENTITY_FIELDS:
@@ -47,6 +48,8 @@ def problems(fields: Mapping[str, Any]) -> list[str]:
             out.append(f"{name}: must be a positive integer, got {value!r}")
         elif name in STRING_FIELDS and not isinstance(value, str):
             out.append(f"{name}: must be a string, got {value!r}")
+        elif not isinstance(value, str):
+            continue  # an int field, checked above
         elif name == "model_revision" and not _HEX40.match(value.strip().lower()):
             out.append("model_revision: must be the full 40-hex commit sha")
         elif name == "chat_template_sha256" and not _HEX64.match(value.strip().lower()):
@@ -54,7 +57,7 @@ def problems(fields: Mapping[str, Any]) -> list[str]:
     return out
 
 
-def _as_int(value: Any) -> int | None:
+def _as_int(value: object) -> int | None:
     if isinstance(value, bool):
         return None
     if isinstance(value, int):
@@ -65,7 +68,7 @@ def _as_int(value: Any) -> int | None:
     return None
 
 
-def canonical_fields(fields: Mapping[str, Any]) -> dict[str, Any] | None:
+def canonical_fields(fields: Mapping[str, object]) -> JsonObject | None:
     """The identity fields, normalised (ints as ints, hex lower-case), or None if incomplete.
 
     Fields outside :data:`IDENTITY_FIELDS` (a deployment's name, its URL) are ignored: they
@@ -73,7 +76,7 @@ def canonical_fields(fields: Mapping[str, Any]) -> dict[str, Any] | None:
     """
     if problems(fields):
         return None
-    out: dict[str, Any] = {}
+    out: JsonObject = {}
     for name in STRING_FIELDS:
         value = str(fields[name]).strip()
         if name in ("model_revision", "chat_template_sha256"):
@@ -84,7 +87,7 @@ def canonical_fields(fields: Mapping[str, Any]) -> dict[str, Any] | None:
     return out
 
 
-def canonical_json(fields: Mapping[str, Any]) -> str | None:
+def canonical_json(fields: Mapping[str, object]) -> str | None:
     """Sorted keys, no spaces, ASCII: the exact text that is hashed; None if incomplete."""
     canon = canonical_fields(fields)
     if canon is None:
@@ -92,7 +95,7 @@ def canonical_json(fields: Mapping[str, Any]) -> str | None:
     return json.dumps(canon, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
 
 
-def namespace_of(fields: Mapping[str, Any]) -> str | None:
+def namespace_of(fields: Mapping[str, object]) -> str | None:
     """``kvp-`` + the first 32 hex chars of sha256(canonical JSON); None when incomplete.
 
     None means "no namespace": the daemon then steers nothing for that deployment (a miss

@@ -88,14 +88,6 @@ class SessionManager:
         """session id -> its open forks' hashes, oldest first (the budget's view)."""
         return {sid: [f.hashes for f in self.forks.of(sid)] for sid in self.forks.parents()}
 
-    def session_dict(self, session_id: str) -> dict[str, object]:
-        """The session's JSON shape with its open forks (summaries and their hashes)."""
-        out = self.sessions[session_id].to_dict()
-        forks = self.forks.of(session_id)
-        out["fork_holds"] = [list(f.hashes) for f in forks]
-        out["forks"] = [f.summary() for f in forks]
-        return out
-
     # ---- mutation helpers ------------------------------------------------------------
     def _put(self, change: Change, session: Session) -> None:
         sid = session.session_id

@@ -63,3 +63,34 @@ class Session:
 def unique(hashes: tuple[str, ...] | list[str]) -> tuple[str, ...]:
     """Deduplicate keeping first occurrences in order."""
     return tuple(dict.fromkeys(hashes))
+
+
+def share_prefix(hashes: tuple[str, ...], anchors: dict[str, tuple[str, ...]]) -> tuple[str, ...]:
+    """``hashes``, its common prefix with the last map seen that began with the same hash
+    made of that map's string objects (equal strings: the same map).
+
+    For a bulk load: maps built from a common system prompt then hold one string per
+    prompt chunk instead of one per session (at 50,000 sessions x 64 shared chunks, 3.2 M
+    strings of 80 bytes less), and counting them hits the same table entry. ``anchors``
+    (first hash -> newest such map) is the caller's, kept across calls; the prefix is found
+    by bisection with C-level tuple comparisons (a few us a map).
+    """
+    if not hashes:
+        return hashes
+    first = hashes[0]
+    prev = anchors.get(first)
+    if prev is None:
+        anchors[first] = hashes
+        return hashes
+    lo, hi = 1, min(len(prev), len(hashes))  # prev[:lo] == hashes[:lo] always holds
+    if prev[:hi] == hashes[:hi]:
+        lo = hi
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if prev[:mid] == hashes[:mid]:
+            lo = mid
+        else:
+            hi = mid
+    out = prev[:lo] + hashes[lo:]
+    anchors[first] = out
+    return out

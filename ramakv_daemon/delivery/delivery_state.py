@@ -1,12 +1,14 @@
-"""What eviction delivery may ask of the rest of the daemon: one namespace's live
-references and the commits still in doubt, and nothing more."""
+"""What eviction delivery may read of the rest of the daemon: one namespace's live
+references and the committed outbox (ports.OutboxFeed), and nothing more."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Container, Mapping
 from typing import Protocol
 
 from ramakv_daemon.core.manager import SessionManager
+from ramakv_daemon.ports import CommittedRow, OutboxFeed, Unkept
 
 
 class DeliveryState(Protocol):
@@ -25,6 +27,14 @@ class DeliveryState(Protocol):
         """Chunks a suspended session's stored map lists (demoted, not deleted)."""
         ...
 
+    def subscribe(self, wake: asyncio.Event) -> None:
+        """Set ``wake`` whenever committed items arrive."""
+        ...
+
+    def committed(self) -> list[CommittedRow | Unkept]:
+        """The items committed since the last call, in commit order."""
+        ...
+
     def in_doubt(self, hashes: list[str]) -> set[str]:
         """Those of ``hashes`` whose refcount an uncommitted change moved."""
         ...
@@ -34,22 +44,14 @@ class DeliveryState(Protocol):
         ...
 
 
-class Commits(Protocol):
-    """The group committer as delivery sees it."""
-
-    def touched(self, namespace: str, hashes: list[str]) -> set[str]: ...
-
-    def forget_rows(self, row_ids: list[int]) -> None: ...
-
-
 class NamespaceState:
-    """:class:`DeliveryState` of one namespace: its manager and the group committer."""
+    """:class:`DeliveryState` of one namespace: its manager and the committed outbox."""
 
-    __slots__ = ("_commits", "_manager")
+    __slots__ = ("_feed", "_manager")
 
-    def __init__(self, manager: SessionManager, commits: Commits) -> None:
+    def __init__(self, manager: SessionManager, feed: OutboxFeed) -> None:
         self._manager = manager
-        self._commits = commits
+        self._feed = feed
 
     @property
     def namespace(self) -> str:
@@ -61,8 +63,14 @@ class NamespaceState:
     def parked(self) -> Container[str]:
         return self._manager.parked
 
+    def subscribe(self, wake: asyncio.Event) -> None:
+        self._feed.subscribe(self._manager.namespace, wake)
+
+    def committed(self) -> list[CommittedRow | Unkept]:
+        return self._feed.take(self._manager.namespace)
+
     def in_doubt(self, hashes: list[str]) -> set[str]:
-        return self._commits.touched(self._manager.namespace, hashes)
+        return self._feed.in_doubt(self._manager.namespace, hashes)
 
     def forget_rows(self, rows: list[int]) -> None:
-        self._commits.forget_rows(rows)
+        self._feed.retire(rows)

@@ -54,7 +54,9 @@ class BackendDispatcher:
         self.on_result = on_result
         self.defer_s = min(max(defer_s, 0.0), 60.0)  # the memory API takes 0..60 s
         self.window = EvictWindow(self.defer_s, on_window)
-        self.outbox = Outbox(state.forget_rows, asyncio.Event())
+        wake = asyncio.Event()
+        state.subscribe(wake)  # set when a commit leaves rows for this namespace
+        self.outbox = Outbox(state.forget_rows, wake)
         self.keeps = Keeps(backend, self.window, state, self._report)
         self.prefetcher = Prefetcher(backend, self._report, on_result)
         self.delivery = EvictDelivery(
@@ -74,6 +76,7 @@ class BackendDispatcher:
     def load(self, row_id: int, entries: Sequence[tuple[str, str]]) -> None:
         """One stored outbox row left from a previous run (rows in commit order); its
         entries are delivered again if still unreferenced."""
+        self.delivery.ingest()
         delete = [h for h, m in entries if m == EvictMode.DELETE.value]
         demote = [h for h, m in entries if m == EvictMode.DEMOTE.value]
         self.outbox.repeat.update(delete)
@@ -87,7 +90,9 @@ class BackendDispatcher:
         self.outbox.flush_rows()
 
     def evictions_committed(self, delete: list[str], demote: list[str], row: int = 0) -> None:
-        """Queue evictions whose outbox row ``row`` is durable now."""
+        """Queue evictions whose outbox row ``row`` is durable now (written by another
+        transaction than a commit's: ownership's settled releases)."""
+        self.delivery.ingest()
         self.outbox.add(delete, demote, row)
 
     def prefetch(self, session_id: str | None, hashes: list[str]) -> None:
@@ -104,17 +109,6 @@ class BackendDispatcher:
         """The keep a just-applied change needs before its commit (see :class:`Keeps`)."""
         return self.keeps.keep_for(prev_counts)
 
-    def rolled_back(self, kept: list[str]) -> None:
-        """The change that got these chunks kept was rolled back: those unreferenced now
-        were kept in the cache for nothing, so evict them again (best effort: no stored
-        row; a crash before it leaves them to the cache's own LRU)."""
-        refs, parked = self.state.references(), self.state.parked()
-        free = [h for h in kept if h not in refs]
-        if free:
-            self.outbox.add(
-                [h for h in free if h not in parked], [h for h in free if h in parked], 0
-            )
-
     # ---- life cycle ------------------------------------------------------------------
     def start(self) -> None:
         """Start the delivery and keep loops."""
@@ -124,6 +118,7 @@ class BackendDispatcher:
     @property
     def backlog(self) -> int:
         """Evictions not yet confirmed by the backend."""
+        self.delivery.ingest()
         return len(self.outbox)
 
     def _report(self, op: str, count: int, result: BackendResult) -> None:
@@ -138,12 +133,6 @@ class BackendDispatcher:
             )
         if self.on_result is not None:
             self.on_result(op, count, result)
-
-    def poke(self) -> None:
-        """Retry everything now (operator action, tests)."""
-        self.outbox.promote(float("inf"))
-        self.delivery.paused_until = 0.0
-        self.outbox.wake.set()
 
     async def drain(self, timeout: float = 5.0) -> None:
         """Wait for in-flight prefetches and one delivery round (shutdown, tests)."""

@@ -11,7 +11,7 @@ from ramakv_daemon.delivery.delivery_state import DeliveryState
 from ramakv_daemon.delivery.evict_window import EvictWindow
 from ramakv_daemon.delivery.keeps import RECHECK_S, Keeps
 from ramakv_daemon.delivery.outbox import Intent, Outbox
-from ramakv_daemon.ports import Backend, BackendResult, EvictMode, EvictRequest
+from ramakv_daemon.ports import Backend, BackendResult, CommittedRow, EvictMode, EvictRequest
 
 log = logging.getLogger("ramakv.backend")
 
@@ -50,10 +50,29 @@ class EvictDelivery:
         self.on_window = on_window
         self.defer_s = defer_s
         self.base_backoff_s = base_backoff_s
+        self.max_backoff_s = MAX_BACKOFF_S  # the longest pause after failures in a row
         self.failures = 0
         self.paused_until = 0.0
         self._runner: asyncio.Task[None] | None = None
         self._closing = False
+
+    def ingest(self) -> None:
+        """Queue what was committed since the last look (every read of the outbox looks
+        first, so it is as current as if the commit had queued it itself)."""
+        items = self.state.committed()
+        if not items:
+            return
+        outbox = self.outbox
+        for item in items:
+            if isinstance(item, CommittedRow):
+                outbox.add(item.delete, item.demote, item.row_id)
+                continue
+            # Kept for a change that was rolled back: unreferenced now, it was kept in the
+            # cache for nothing, so evict it again.
+            refs, parked = self.state.references(), self.state.parked()
+            free = [h for h in item.hashes if h not in refs]
+            if free:
+                outbox.add([h for h in free if h not in parked], [h for h in free if h in parked])
 
     def start(self) -> None:
         """Start the delivery loop."""
@@ -73,18 +92,19 @@ class EvictDelivery:
                 return
             try:
                 await self.deliver_due()
-            except Exception:  # noqa: BLE001 - backends must not raise; if one does, back off
+            except Exception:  # backends must not raise; if one does, back off
                 log.exception("eviction delivery failed unexpectedly; retrying after backoff")
                 self._back_off()
 
     def _back_off(self) -> None:
         """One more failure in a row: pause every delivery to the backend for longer."""
         self.failures += 1
-        backoff = min(MAX_BACKOFF_S, self.base_backoff_s * 2 ** (self.failures - 1))
+        backoff = min(self.max_backoff_s, self.base_backoff_s * 2 ** (self.failures - 1))
         self.paused_until = time.monotonic() + backoff
 
     async def deliver_due(self) -> None:
         """One delivery round: every due intent, in batches of one mode each."""
+        self.ingest()
         now = time.monotonic()
         outbox = self.outbox
         outbox.settle(now)
@@ -127,6 +147,7 @@ class EvictDelivery:
         One referenced again is forgotten, or, while a commit is in flight (the new
         reference may yet be rolled back), looked at again shortly.
         """
+        self.ingest()
         outbox = self.outbox
         entries = outbox.entries
         part = [h for h in batch if (e := entries.get(h)) is not None and e.mode is mode]
@@ -173,6 +194,7 @@ class EvictDelivery:
         result, request, wrote_at = await self.backend.evict_checked(hashes, mode, at_write)
         sent = request.chunk_hashes if request is not None else []
         answered_at = time.monotonic()
+        self.ingest()  # a newer intent committed while the call was out stays queued
         deferred = bool(result.ok and result.body and "deferred" in result.body)
         expires = bool(deferred and result.body and result.body.get("expires") is True)
         # A 4xx or a 503 (no engine there) says nothing was done; a 500 may be partial
@@ -214,6 +236,7 @@ class EvictDelivery:
 
     async def drain(self, timeout: float) -> None:
         """One delivery round of what is queued (shutdown, tests)."""
+        self.ingest()
         if self.outbox.entries:
             try:
                 await asyncio.wait_for(self.deliver_due(), timeout)

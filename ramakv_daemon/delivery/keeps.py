@@ -100,7 +100,7 @@ class Keeps:
                 return
             try:
                 await self._send_keeps()
-            except Exception:  # noqa: BLE001 - backends must not raise; retry shortly
+            except Exception:  # backends must not raise; retry shortly
                 log.exception("keep delivery failed unexpectedly")
                 self._due = time.monotonic() + RECHECK_S
 
@@ -117,7 +117,7 @@ class Keeps:
                 return  # learned meanwhile from another answer
             try:
                 result = await backend.keep([], window.generation())
-            except Exception:  # noqa: BLE001 - backends must not raise; learned later then
+            except Exception:  # backends must not raise; learned later then
                 log.exception("keep probe failed unexpectedly")
                 return
             if result.ok:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import heapq
 from collections import deque
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from typing import NamedTuple
 
 from ramakv_daemon.ports import EvictMode
@@ -56,7 +56,7 @@ class Outbox:
     def __contains__(self, chunk_hash: object) -> bool:
         return chunk_hash in self.entries
 
-    def add(self, delete: list[str], demote: list[str], row: int = 0) -> None:
+    def add(self, delete: Sequence[str], demote: Sequence[str], row: int = 0) -> None:
         """Queue evictions whose outbox row ``row`` is durable now (hot path: kept inline)."""
         if not (delete or demote):
             return

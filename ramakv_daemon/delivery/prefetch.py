@@ -6,7 +6,6 @@ import asyncio
 import logging
 import time
 from collections.abc import Callable, Coroutine
-from typing import Any
 
 from ramakv_daemon.ports import Backend, BackendResult, EvictMode
 
@@ -69,7 +68,7 @@ class Prefetcher:
         if hashes:
             self._spawn(self._demote(hashes))
 
-    def _spawn(self, work: Coroutine[Any, Any, None]) -> asyncio.Task[None]:
+    def _spawn(self, work: Coroutine[None, None, None]) -> asyncio.Task[None]:
         task = asyncio.get_running_loop().create_task(work)
         self.tasks.add(task)
         task.add_done_callback(self.tasks.discard)

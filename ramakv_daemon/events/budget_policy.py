@@ -4,10 +4,12 @@ demotion pass when over budget (each event's spec says what it means for the bud
 from __future__ import annotations
 
 import logging
-import time
+from collections.abc import Callable
 
 from ramakv_daemon.events.outcome import Outcome
+from ramakv_daemon.events.reactions import FollowUp
 from ramakv_daemon.telemetry.metrics import DaemonMetrics
+from ramakv_protocol.records import BudgetBody
 
 log = logging.getLogger("ramakv")
 
@@ -17,22 +19,24 @@ WARN_EVERY_S = 60.0
 class BudgetPolicy:
     """A reaction: runs the namespace's budget bookkeeping after each applied event."""
 
-    def __init__(self, metrics: DaemonMetrics) -> None:
+    def __init__(self, metrics: DaemonMetrics, clock: Callable[[], float]) -> None:
+        """``clock``: the wall clock events read (injected: tests move it by hand)."""
         self.metrics = metrics
+        self.clock = clock
         self._warned: dict[str, float] = {}  # namespace -> last over-budget warning
 
-    def __call__(self, o: Outcome) -> None:
-        """Set ``o.prefetch`` (a session back from demotion is prefetched whole) and
-        ``o.budget_record`` when a pass demoted sessions; send the demotions."""
+    def __call__(self, o: Outcome, follow: FollowUp) -> None:
+        """Set ``follow.prefetch`` (a session back from demotion is prefetched whole) and
+        ``follow.budget_record`` when a pass demoted sessions; send the demotions."""
         ns = o.ns
         b = ns.budget
         if not b.budget or o.delta is None:  # no budget, or a query (changes nothing)
             return
-        m, now, sid = ns.manager, time.time(), o.session_id
+        m, now, sid = ns.manager, self.clock(), o.session_id
         session = m.sessions.get(sid) if sid else None
         back = b.observe(o.effects.turn, sid, session is not None, now)
         if back and not o.change.prefetch and session is not None and not session.suspended:
-            o.prefetch = list(session.unique_hashes())
+            follow.prefetch = list(session.unique_hashes())
         if not b.due(o.effects.grows, len(m.refcounts), now):  # cheap test first
             return
         holds = m.fork_holds_by_session() if len(m.forks) else None
@@ -51,7 +55,7 @@ class BudgetPolicy:
                 plan.usage_after,
                 plan.budget,
             )
-        o.budget_record = {
+        record: BudgetBody = {
             "kind": "budget",
             "ts": now,
             "namespace": ns.key,
@@ -61,3 +65,4 @@ class BudgetPolicy:
             "usage_after": plan.usage_after,
             "budget": plan.budget,
         }
+        follow.budget_record = record

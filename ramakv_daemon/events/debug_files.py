@@ -11,9 +11,9 @@ import os
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
 from urllib.parse import quote
 
+from ramakv_daemon.core.events import JsonObject
 from ramakv_daemon.telemetry.log_text import loggable
 
 log = logging.getLogger("ramakv")
@@ -39,7 +39,7 @@ def debug_path(debug_dir: str, session_id: str, turn: int) -> Path:
     return Path(debug_dir) / f"kvcache_debug_{safe_id(session_id)}_{turn}.json"
 
 
-def wants_debug_file(debug_context: dict[str, Any] | None) -> bool:
+def wants_debug_file(debug_context: JsonObject | None) -> bool:
     """True when the context carries messages or timing."""
     return debug_context is not None and ("messages" in debug_context or "timing" in debug_context)
 
@@ -49,7 +49,7 @@ def write_debug_file(
     session_id: str,
     turn: int,
     chunk_hashes: list[str],
-    debug_context: dict[str, Any],
+    debug_context: JsonObject,
 ) -> Path:
     """Write the file atomically (a private temp file + rename), mode 0600 in a 0700
     directory; returns its path. Raises OSError."""
@@ -114,7 +114,7 @@ class DebugWriter:
         return asyncio.ensure_future(self._write(session_id, turn, chunk_hashes, context))
 
     async def _write(
-        self, session_id: str, turn: int, chunk_hashes: list[str], context: dict[str, Any]
+        self, session_id: str, turn: int, chunk_hashes: list[str], context: JsonObject
     ) -> bool:
         try:
             path = await asyncio.to_thread(

@@ -9,11 +9,12 @@ import time
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Protocol
 
 import orjson
 from blake3 import blake3
 
+from ramakv_daemon.core.events import JsonObject
 from ramakv_daemon.ports import StoreError
 from ramakv_daemon.telemetry.log_text import utf8
 
@@ -22,7 +23,7 @@ class TooDeep(ValueError):
     """The request nests deeper than any event may (orjson's limit, 255 levels)."""
 
 
-def request_digest(payload: dict[str, Any]) -> str:
+def request_digest(payload: JsonObject) -> str:
     """A digest of the whole request (keys sorted): equal for a retry of the same event.
 
     Raises:
@@ -39,7 +40,7 @@ def request_digest(payload: dict[str, Any]) -> str:
     return blake3(text).hexdigest(length=16)
 
 
-def reused(event_id: str, type_: Any) -> dict[str, Any]:
+def reused(event_id: str, type_: object) -> JsonObject:
     """The answer to a request that reuses ``event_id`` for a different event."""
     return {
         "ok": False,
@@ -54,7 +55,7 @@ class Remembered:
     """One answer and the digest of the request it answered ("" = unknown: older files)."""
 
     digest: str
-    body: dict[str, Any]
+    body: JsonObject
 
     def matches(self, digest: str) -> bool:
         return not self.digest or self.digest == digest
@@ -76,13 +77,13 @@ class AnswerCache:
     def __init__(self, capacity: int) -> None:
         self.capacity = max(1, capacity)
         self._answers: OrderedDict[str, Remembered] = OrderedDict()
-        self.inflight: dict[str, tuple[str, asyncio.Future[tuple[int, dict[str, Any]]]]] = {}
+        self.inflight: dict[str, tuple[str, asyncio.Future[tuple[int, JsonObject]]]] = {}
 
     def get(self, event_id: str) -> Remembered | None:
         """The remembered answer, or None."""
         return self._answers.get(event_id)
 
-    def remember(self, event_id: str, body: dict[str, Any], digest: str = "") -> None:
+    def remember(self, event_id: str, body: JsonObject, digest: str = "") -> None:
         """Keep ``body`` as the answer to ``event_id``; forget the oldest past capacity."""
         self._answers[event_id] = Remembered(digest, body)
         self._answers.move_to_end(event_id)
@@ -99,8 +100,8 @@ class AnswerWriter(Protocol):
     def submit_answer(self, answer: tuple[str, str, float, str]) -> asyncio.Future[None]: ...
 
 
-Reply = tuple[int, dict[str, Any]]
-Run = Callable[[dict[str, Any], AnswerSlot | None], Awaitable[Reply]]
+Reply = tuple[int, JsonObject]
+Run = Callable[[JsonObject, AnswerSlot | None], Awaitable[Reply]]
 
 
 class EventIds:
@@ -118,7 +119,7 @@ class EventIds:
         self.writer = writer
         self.run = run
 
-    async def handle(self, payload: dict[str, Any]) -> Reply:
+    async def handle(self, payload: JsonObject) -> Reply:
         """An event with an ``event_id``: the first answer, or apply it and keep its answer."""
         event_id = payload["event_id"]
         if not isinstance(event_id, str) or not 0 < len(event_id) <= 200 or not utf8(event_id):
@@ -158,7 +159,7 @@ class EventIds:
             if not fut.done():
                 fut.cancel()
 
-    async def _keep_alone(self, slot: AnswerSlot, body: dict[str, Any]) -> Reply:
+    async def _keep_alone(self, slot: AnswerSlot, body: JsonObject) -> Reply:
         """The answer of an event that changed nothing (closing an unknown session, a
         read), committed alone; when that fails nothing is kept and a retry applies."""
         try:

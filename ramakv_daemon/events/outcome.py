@@ -1,5 +1,5 @@
 """One applied event on its way through the pipeline: its change and what follows it,
-as named, typed fields (the group committer's ticket for it)."""
+as named, typed fields."""
 
 from __future__ import annotations
 
@@ -8,9 +8,9 @@ import json
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
 
 from ramakv_daemon.core.change import Change
+from ramakv_daemon.core.events import JsonObject
 from ramakv_daemon.events.idempotency import AnswerSlot
 from ramakv_daemon.events.reads import Delta
 from ramakv_daemon.handlers.registry import Effects
@@ -33,15 +33,15 @@ class Outcome:
         delta: the trace delta, taken right after the apply (before any await).
         kept: chunks a keep was asked for because this change referenced them again
             (evicted again if it is rolled back).
-        prefetch: what is sent to the cache after it (set by the budget policy, which may
-            add a demoted session's map; None: the change's own).
-        budget_record: the trace record of the budget pass it triggered, if any.
-        published: its trace record went out (at its commit, in apply order).
         touched: sessions the record concerns beyond its delta (a fork expiry's parents).
         debug: the debug file's write (True when written); the commit waits for it.
+        published: its trace record went out (at its commit, in apply order).
         sealed: the reply is final (its answer was taken for the store).
-        on_committed: what publishes its trace record at its commit (None: published by
-            whoever submitted it).
+        debug_written: the sealed reply says its debug file was written (the change's
+            own data is never modified: the reply's data is a copy then).
+
+    Built whole by the pipeline (or the fork expiry); afterwards only its own methods
+    change it (sealing the reply, noting the publication).
     """
 
     type_: str
@@ -53,23 +53,23 @@ class Outcome:
     slot: AnswerSlot | None = None
     delta: Delta | None = None
     kept: Sequence[str] = ()
-    prefetch: list[str] | None = None
-    budget_record: dict[str, Any] | None = None
-    published: bool = False
     touched: Sequence[str] = ()
     debug: asyncio.Future[bool] | None = None
+    published: bool = False
     sealed: bool = False
-    on_committed: Callable[[Outcome], None] | None = None
+    debug_written: bool = False
 
     @property
     def data(self) -> dict[str, object]:
         """The reply's data."""
+        if self.debug_written:
+            return {**self.change.data, "debug_written": True}
         return self.change.data
 
-    def reply(self) -> dict[str, Any]:
+    def reply(self) -> JsonObject:
         """The reply body; final once sealed."""
         self.seal()
-        return {"ok": True, "type": self.type_, "data": self.change.data}
+        return {"ok": True, "type": self.type_, "data": self.data}
 
     def seal(self) -> None:
         """Make the reply final: what completes it (the debug file) counts if done now."""
@@ -80,9 +80,9 @@ class Outcome:
         if debug is None or not debug.done() or debug.cancelled():
             return  # not written (yet): the reply says debug_written false
         if debug.exception() is None and debug.result():
-            self.change.data["debug_written"] = True
+            self.debug_written = True
 
-    # ---- the group committer's ticket -----------------------------------------------
+    # ---- what its change record calls at the commit ---------------------------------
     def answer(self) -> AnswerRowIn | None:
         """The event_id answer stored with the change: the final reply."""
         slot = self.slot
@@ -91,20 +91,11 @@ class Outcome:
         slot.stored = json.dumps(self.reply())
         return (slot.event_id, slot.stored, time.time(), slot.digest)
 
-    def evictions_durable(self, row: int) -> None:
-        c = self.change
-        self.ns.dispatcher.evictions_committed(c.evict_delete, c.evict_demote, row)
-
-    def committed(self) -> None:
-        """Durable: its trace record goes out now, in apply order (replies resume later,
-        in any order; reads answer from committed state, so none of them can be published
-        carrying an older map than a write already published). The record carries the
-        final reply's data, as the stored answer does."""
+    def committed(self, publish: Callable[[Outcome], None]) -> None:
+        """Durable: its trace record goes out now (``publish``), in apply order (replies
+        resume later, in any order; reads answer from committed state, so none of them
+        can be published carrying an older map than a write already published). The
+        record carries the final reply's data, as the stored answer does."""
         self.seal()
-        if self.on_committed is not None:
-            self.on_committed(self)
-            self.published = True
-
-    def rolled_back(self) -> None:
-        if self.kept:
-            self.ns.dispatcher.rolled_back(list(self.kept))
+        publish(self)
+        self.published = True

@@ -7,11 +7,12 @@ import logging
 import time
 from collections.abc import Callable
 from functools import partial
-from typing import Any
 
 from ramakv_daemon.commit.committer import GroupCommitter
+from ramakv_daemon.commit.record import ChangeRecord
+from ramakv_daemon.core.change import Change
 from ramakv_daemon.core.errors import InvalidEvent, RamAKvError
-from ramakv_daemon.core.events import check_required
+from ramakv_daemon.core.events import JsonObject, check_required
 from ramakv_daemon.events.debug_files import DebugWriter
 from ramakv_daemon.events.idempotency import AnswerSlot, Reply
 from ramakv_daemon.events.outcome import Outcome
@@ -60,7 +61,7 @@ class Pipeline:
         self.debug = debug
         self.clock = clock
 
-    async def run(self, payload: dict[str, Any], slot: AnswerSlot | None) -> Reply:
+    async def run(self, payload: JsonObject, slot: AnswerSlot | None) -> Reply:
         """One decoded event; returns (HTTP status, response envelope). ``slot``: its
         event_id's answer, stored with its change when it has one."""
         started = time.perf_counter()
@@ -99,21 +100,35 @@ class Pipeline:
         handler: Handler,
         type_: str,
         session_id: str | None,
-        payload: dict[str, Any],
+        payload: JsonObject,
         slot: AnswerSlot | None,
     ) -> Outcome:
         """Apply and commit. A fenced commit (StoreFenced: nothing written, undone) is
         applied again: ownership first releases the stale copy and claims the row as
         stored, so the event acts on what another node acknowledged, never on the copy."""
+        effects = handler.effects
+        # A changing event that writes no row of its session (refused, or a no-op) is
+        # checked against the stored version instead: no fence sees it (reads never are).
+        check = self.ownership.shared and effects.takes_over and not effects.reads
         for _ in range(FENCED_TRIES - 1):
             try:
-                return await self._attempt(handler, type_, session_id, payload, slot)
+                o = await self._attempt(handler, type_, session_id, payload, slot)
+            except RamAKvError:
+                if not check or not await self.ownership.stale_copy(session_id):
+                    raise
+                continue  # refused from a stale copy: applied again on the stored row
             except StoreFenced as err:
                 log.info(
                     "event %s for %s applied again: %s", type_, loggable(session_id or ""), err
                 )
                 if slot is not None:
                     slot.stored = None  # that answer was rolled back with its change
+                continue
+            wrote = o.change.writes and session_id in o.change.prev_sessions
+            if wrote or not check or not await self.ownership.stale_copy(session_id):
+                return o
+            if slot is not None:  # answered from a stale copy: applied again
+                slot.stored = None
         return await self._attempt(handler, type_, session_id, payload, slot)
 
     async def _attempt(
@@ -121,33 +136,39 @@ class Pipeline:
         handler: Handler,
         type_: str,
         session_id: str | None,
-        payload: dict[str, Any],
+        payload: JsonObject,
         slot: AnswerSlot | None,
     ) -> Outcome:
+        new_fork_id = None
         if self.ownership.shared:  # a shared store: take the session over first
-            await self.ownership.before(handler.effects.takes_over, session_id)
+            # The new fork's id first: before() hands over with no await left before the
+            # apply, so a release cannot close the session in between.
+            if handler.apply is not None:
+                new_fork_id = await self.ownership.fork_id(handler.effects.store_fork_id)
+            fork_id = payload.get("fork_id")  # a fork_end's fork may be on another node
+            await self.ownership.before(handler.effects.takes_over, session_id, fork_id)
         ns = self.namespaces[self.namespaces.resolve(payload)]
-        return await self._apply_and_commit(handler, type_, session_id, payload, ns, slot)
+        return await self._apply_and_commit(
+            handler, type_, session_id, payload, ns, slot, new_fork_id
+        )
 
     async def _apply_and_commit(
         self,
         handler: Handler,
         type_: str,
         session_id: str | None,
-        payload: dict[str, Any],
+        payload: JsonObject,
         ns: Namespace,
         slot: AnswerSlot | None,
+        fork_id: int | None = None,
     ) -> Outcome:
+        """``fork_id``: the id a shared store handed out for the fork this event opens."""
         if handler.query is not None:  # asks the backend; changes nothing
             change = await handler.query(ns.ctx, payload, ns.dispatcher.backend)
-            change.namespace = ns.key
             return Outcome(type_, session_id, change, ns, handler.effects, slot=slot)
         # Callable[..., Result]: a handler whose spec says store_fork_id takes fork_id too.
         apply: Callable[..., Result] | None = handler.apply
         assert apply is not None  # a handler has one or the other
-        fork_id = None
-        if self.ownership.shared:  # a shared store hands out fork ids
-            fork_id = await self.ownership.fork_id(handler.effects.store_fork_id)
         if fork_id is not None:
             # Only a handler whose spec says store_fork_id takes it (no other gets one).
             apply = partial(apply, fork_id=fork_id)
@@ -158,32 +179,45 @@ class Pipeline:
             ns.ctx,
             self.namespaces.managers,
             self.committer,
-            self.records.delta,
+            partial(self.records.delta, namespace=ns.key),
             self.clock,
         )
-        change.namespace = ns.key
-        o = Outcome(type_, session_id, change, ns, handler.effects, 0.0, slot, delta)
-        if o.delta is None:
+        if delta is None:
             # Taken now, before any await, so it is this event's alone.
-            o.delta = self.records.delta(change)
+            delta = self.records.delta(change, ns.key)
+        debug = None
         if self.debug is not None and handler.effects.debug_file:
-            o.debug = self._debug_file(o)
+            debug = self._debug_file(session_id, ns, change)
+        # The eviction path starts here: a chunk this change references again while its
+        # evict may still act gets a keep its commit waits for (gate); the change's own
+        # evictions go to the outbox in its commit, and delivery takes them from there.
+        keep = ns.dispatcher.keep_for(change.prev_counts) if change.durable else None
+        kept = keep[1] if keep is not None else ()
+        o = Outcome(
+            type_, session_id, change, ns, handler.effects, 0.0, slot, delta, kept, debug=debug
+        )
         if change.writes:
-            o.on_committed = self.records.event
-            keep = ns.dispatcher.keep_for(change.prev_counts) if change.durable else None
-            if keep is not None:
-                o.kept = keep[1]
-            await self.committer.submit(
-                change, ns.manager, o, keep[0] if keep is not None else None, o.debug
+            record = ChangeRecord.of(
+                ns.key,
+                change,
+                ns.manager,
+                kept=kept,
+                answer=o.answer,
+                publish=partial(o.committed, self.records.event),
+                gate=keep[0] if keep is not None else None,
+                ready=debug,
             )
+            await self.committer.submit(record)
         elif o.debug is not None:
             await o.debug
         return o  # its reply is sealed at its commit, else when it is built
 
-    def _debug_file(self, o: Outcome) -> asyncio.Future[bool] | None:
+    def _debug_file(
+        self, session_id: str | None, ns: Namespace, change: Change
+    ) -> asyncio.Future[bool] | None:
         """Start the debug file of a turn: the session's map and turn count right now."""
         assert self.debug is not None
-        sid = o.session_id or ""
-        session = o.ns.manager.sessions.get(sid)
+        sid = session_id or ""
+        session = ns.manager.sessions.get(sid)
         hashes = list(session.chunk_hashes) if session else []
-        return self.debug.start(sid, o.change.facts.turn or 0, hashes, o.change.debug_context)
+        return self.debug.start(sid, change.facts.turn or 0, hashes, change.debug_context)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 
 from ramakv_daemon.core.manager import SessionManager
 from ramakv_daemon.events.outcome import Outcome
@@ -13,21 +14,38 @@ from ramakv_daemon.telemetry.log_text import loggable
 from ramakv_daemon.telemetry.metrics import DaemonMetrics
 from ramakv_daemon.telemetry.state_log import log_state
 from ramakv_daemon.trace.records import TraceRecords
+from ramakv_protocol.records import BudgetBody
 
 log = logging.getLogger("ramakv")
 
-Reaction = Callable[[Outcome], None]
+
+@dataclass(slots=True)
+class FollowUp:
+    """What the reactions decide for one event, beside its outcome (the budget policy
+    writes it, the later steps read it).
+
+    Attributes:
+        prefetch: what is sent to the cache after it (a demoted session back is prefetched
+            whole; None: the change's own).
+        budget_record: the trace record of the budget pass it triggered, if any.
+    """
+
+    prefetch: list[str] | None = None
+    budget_record: BudgetBody | None = None
 
 
-def warn_forced(o: Outcome) -> None:
+Reaction = Callable[[Outcome, FollowUp], None]
+
+
+def warn_forced(o: Outcome, _f: FollowUp) -> None:
     """A chunk_evict with force dropped references: say so in the log."""
     if o.change.facts.forced:
         log.warning("chunk_evict force: released references %s", o.data.get("released"))
 
 
-def send_prefetch(o: Outcome) -> None:
+def send_prefetch(o: Outcome, f: FollowUp) -> None:
     """Bring the event's chunks into DDR (after the budget chose them)."""
-    o.ns.dispatcher.prefetch(o.session_id, o.change.prefetch if o.prefetch is None else o.prefetch)
+    o.ns.dispatcher.prefetch(o.session_id, o.change.prefetch if f.prefetch is None else f.prefetch)
 
 
 class Reactions:
@@ -52,8 +70,9 @@ class Reactions:
 
     def succeeded(self, o: Outcome) -> None:
         """Run every step, then count and log the event."""
+        follow = FollowUp()
         for step in self.steps:
-            step(o)
+            step(o, follow)
         elapsed = time.perf_counter() - o.started
         self.metrics.event(o.type_, True, elapsed)
         if log.isEnabledFor(logging.INFO):
@@ -83,7 +102,7 @@ class Reactions:
 def publish_event(records: TraceRecords) -> Reaction:
     """The event's trace record, unless its commit published it already."""
 
-    def publish(o: Outcome) -> None:
+    def publish(o: Outcome, _f: FollowUp) -> None:
         if not o.published:
             records.event(o)
 
@@ -93,8 +112,8 @@ def publish_event(records: TraceRecords) -> Reaction:
 def publish_budget(records: TraceRecords) -> Reaction:
     """The budget pass's record, after the event's."""
 
-    def publish(o: Outcome) -> None:
-        if o.budget_record is not None:
-            records.hub.publish(o.budget_record)
+    def publish(o: Outcome, f: FollowUp) -> None:
+        if f.budget_record is not None:
+            records.hub.publish(f.budget_record)
 
     return publish

@@ -6,16 +6,17 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable, Generator, Mapping
 from contextlib import ExitStack
-from typing import Any
 
 from ramakv_daemon.commit.committer import GroupCommitter
 from ramakv_daemon.core.change import Change
 from ramakv_daemon.core.errors import RamAKvError
+from ramakv_daemon.core.events import JsonObject
 from ramakv_daemon.core.manager import SessionManager
 from ramakv_daemon.handlers.registry import ApplyFn, Effects, HandlerContext
+from ramakv_protocol import records
 
 Result = Change | Generator[None, None, Change]
-Delta = dict[str, Any]  # a trace record's "delta": sessions, refcounts (and forks)
+Delta = records.Delta  # a trace record's "delta": sessions, refcounts (and forks)
 
 
 def empty_delta() -> Delta:
@@ -26,7 +27,7 @@ def empty_delta() -> Delta:
 async def apply_settled(
     effects: Effects,
     apply: ApplyFn,
-    payload: dict[str, Any],
+    payload: JsonObject,
     ctx: HandlerContext,
     managers: Mapping[str, SessionManager],
     committer: GroupCommitter,
@@ -69,7 +70,7 @@ async def apply_settled(
 async def read_committed(
     effects: Effects,
     apply: ApplyFn,
-    payload: dict[str, Any],
+    payload: JsonObject,
     ctx: HandlerContext,
     managers: Mapping[str, SessionManager],
     committer: GroupCommitter,
@@ -95,7 +96,6 @@ async def read_committed(
                 stack.enter_context(manager.as_committed(pending))
         result = first_step(apply(ctx, payload, now))  # may raise: the answer
         if not isinstance(result, Generator):
-            result.namespace = ctx.manager.namespace  # its delta reads that manager
             taken = delta(result)
     change, sliced = await finish_read(result)
     return change, taken if taken is not None else sliced

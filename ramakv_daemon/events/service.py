@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from ramakv_daemon.events.idempotency import EventIds, Reply
 from ramakv_daemon.events.pipeline import Pipeline
 
@@ -15,7 +13,7 @@ class EventService:
         self.pipeline = pipeline
         self.event_ids = event_ids
 
-    async def handle(self, payload: Any) -> Reply:
+    async def handle(self, payload: object) -> Reply:
         """Handle one decoded JSON body; returns (HTTP status, response envelope).
 
         An ``event_id`` makes the event idempotent: a retry gets the first answer back

@@ -1,10 +1,9 @@
 """backend_query (admin): ask the cache backend where chunks are."""
 
-from typing import Any
-
 from ramakv_daemon.core.change import Change
 from ramakv_daemon.core.events import chunk_hashes_of
 from ramakv_daemon.handlers.registry import HandlerContext, query_event
+from ramakv_daemon.ports import Backend
 
 
 @query_event(
@@ -12,7 +11,7 @@ from ramakv_daemon.handlers.registry import HandlerContext, query_event
     "Admin: ask the cache backend which tiers hold each chunk (noop backend: none)",
     required=("chunk_hashes",),
 )
-async def backend_query(ctx: HandlerContext, payload: dict, backend: Any) -> Change:
+async def backend_query(ctx: HandlerContext, payload: dict, backend: Backend) -> Change:
     hashes = chunk_hashes_of(payload.get("chunk_hashes"), ctx.limits)
     result, where = await backend.query(hashes)
     return Change(

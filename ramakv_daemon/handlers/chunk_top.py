@@ -5,12 +5,12 @@ from __future__ import annotations
 import asyncio
 import heapq
 import time
-from typing import Any
 
 from ramakv_daemon.core.change import Change
 from ramakv_daemon.core.errors import InvalidEvent
 from ramakv_daemon.handlers.list_sessions import int_field
 from ramakv_daemon.handlers.registry import HandlerContext, query_event
+from ramakv_daemon.ports import Backend
 
 MAX_LIMIT = 500
 MAX_OFFSET = 100_000
@@ -34,7 +34,7 @@ class _Worse(str):
     "and limit (up to 500); 'prefix' keeps the hashes starting with it",
     optional=("limit", "offset", "prefix"),
 )
-async def chunk_top(ctx: HandlerContext, payload: dict, backend: Any) -> Change:
+async def chunk_top(ctx: HandlerContext, payload: dict, backend: Backend) -> Change:
     limit = int_field(payload, "limit", 100, MAX_LIMIT)
     offset = int_field(payload, "offset", 0, MAX_OFFSET)
     prefix = payload.get("prefix") or ""

@@ -1,17 +1,36 @@
 """list_sessions (admin): one summary row per session, filterable and paged, in slices."""
 
 import heapq
+import time
 from collections.abc import Generator
 from itertools import islice
 
 from ramakv_daemon.core.change import Change
 from ramakv_daemon.core.errors import InvalidEvent
 from ramakv_daemon.core.fork import Fork
+from ramakv_daemon.core.manager import SessionManager
 from ramakv_daemon.core.session import Session
 from ramakv_daemon.handlers.registry import READ, HandlerContext, event
+from ramakv_daemon.trace.protocol import shared_count
 
 MAX_LIMIT = 10000
-SLICE = 2000  # sessions filtered, ids sorted or rows built per loop iteration
+SLICE = 2000  # sessions filtered or ids sorted per loop iteration
+# Rows are built for at most this long between two yields: each computes its shared_count
+# (2-12 us at 512 chunks, up to ~1 ms for a suspended or forked session looked up in a
+# table of millions).
+ROW_SLICE_SECONDS = 0.003
+
+
+def ids_field(payload: dict) -> set[str] | None:
+    """The optional ``session_ids`` filter (at most MAX_LIMIT strings)."""
+    ids = payload.get("session_ids")
+    if ids is None:
+        return None
+    if not isinstance(ids, list) or not all(isinstance(i, str) for i in ids):
+        raise InvalidEvent("'session_ids' must be a list of strings")
+    if len(ids) > MAX_LIMIT:
+        raise InvalidEvent(f"'session_ids' has {len(ids)} ids, more than {MAX_LIMIT}")
+    return set(ids)
 
 
 def int_field(payload: dict, name: str, default: int, maximum: int) -> int:
@@ -25,11 +44,12 @@ def int_field(payload: dict, name: str, default: int, maximum: int) -> int:
 
 @event(
     "list_sessions",
-    "Admin: list sessions (id, state, turn_count, chunk_count, fork_holds, forks with "
-    "fork_id and age_s, last_event_ts), sorted by id; a closed session with open forks is "
-    'listed with state "closed"; every namespace unless the event names one (rows '
-    "outside the unnamed default namespace carry 'namespace')",
-    optional=("state", "limit", "offset"),
+    "Admin: list sessions (id, state, turn_count, chunk_count, shared_count, fork_holds, "
+    "forks with fork_id and age_s, last_event_ts), sorted by id; session_ids keeps only "
+    'those; a closed session with open forks is listed with state "closed"; every '
+    "namespace unless the event names one (rows outside the unnamed default namespace "
+    "carry 'namespace')",
+    optional=("state", "limit", "offset", "session_ids"),
     effects=READ,
 )
 def list_sessions(ctx: HandlerContext, payload: dict, now: float) -> Generator[None, None, Change]:
@@ -41,21 +61,24 @@ def list_sessions(ctx: HandlerContext, payload: dict, now: float) -> Generator[N
         raise InvalidEvent('\'state\' must be "active", "suspended" or "closed"')
     limit = int_field(payload, "limit", 1000, MAX_LIMIT)
     offset = int_field(payload, "offset", 0, 2**31)
+    only = ids_field(payload)
     if payload.get("namespace") is not None:
         managers = [ctx.manager]
     else:
         managers = list(ctx.every().values())
     # The snapshot (sessions and forks are immutable values): the state of this moment.
     states: dict[str, str] = {}
-    owner: dict[str, tuple[str, Session | None, list[Fork]]] = {}
+    owner: dict[str, tuple[SessionManager, Session | None, list[Fork]]] = {}
     for m in managers:
         for sid in m.forks.parents():  # closed parents first: a live session overrides
-            states[sid] = "closed"
-            owner[sid] = (m.namespace, None, list(m.forks.of(sid)))
+            if only is None or sid in only:
+                states[sid] = "closed"
+                owner[sid] = (m, None, list(m.forks.of(sid)))
         forked = set(m.forks.parents())
-        for sid, s in m.sessions.items():
+        chosen = m.sessions.items() if only is None else _picked(m.sessions, only)
+        for sid, s in chosen:
             states[sid] = s.state
-            owner[sid] = (m.namespace, s, list(m.forks.of(sid)) if sid in forked else [])
+            owner[sid] = (m, s, list(m.forks.of(sid)) if sid in forked else [])
     yield
     items = list(states.items())
     runs: list[list[str]] = []
@@ -75,34 +98,43 @@ def list_sessions(ctx: HandlerContext, payload: dict, now: float) -> Generator[N
             pass
         skip -= step
         yield
-    picked = islice(merged, limit)
-    while True:
-        batch = list(islice(picked, SLICE))
-        for sid in batch:
-            namespace, live, forks = owner[sid]
-            row = {
-                "session_id": sid,
-                "state": states[sid],
-                "turn_count": live.turn_count if live else 0,
-                "chunk_count": len(live.chunk_hashes) if live else 0,
-                "fork_holds": len(forks),
-                "forks": [
-                    {
-                        "fork_id": f.fork_id,
-                        "created_ts": f.created_ts,
-                        "age_s": round(f.age(now), 3),
-                        "chunk_count": len(f.hashes),
-                    }
-                    for f in forks
-                ],
-                "last_event_ts": live.last_event_ts if live else 0.0,
-            }
-            if namespace:
-                row["namespace"] = namespace
-            if ctx.node_id:  # a shared store: the node that owns it (this one)
-                row["owner"] = ctx.node_id
-            rows.append(row)
-        if len(batch) < SLICE:
-            break
-        yield
+    deadline = time.perf_counter() + ROW_SLICE_SECONDS
+    for i, sid in enumerate(islice(merged, limit)):
+        if i % 16 == 15 and time.perf_counter() > deadline:
+            yield
+            deadline = time.perf_counter() + ROW_SLICE_SECONDS
+        m, live, forks = owner[sid]
+        namespace = m.namespace
+        # As of the slice that builds the row (the trace's summaries are as of their
+        # record): a few hundred rows, what the console asks for, take one slice.
+        table = m.refcounts
+        shared = shared_count(live, table.counts, forks, table.shared) if live else 0
+        row = {
+            "session_id": sid,
+            "state": states[sid],
+            "turn_count": live.turn_count if live else 0,
+            "chunk_count": len(live.chunk_hashes) if live else 0,
+            "shared_count": shared,
+            "fork_holds": len(forks),
+            "forks": [
+                {
+                    "fork_id": f.fork_id,
+                    "created_ts": f.created_ts,
+                    "age_s": round(f.age(now), 3),
+                    "chunk_count": len(f.hashes),
+                }
+                for f in forks
+            ],
+            "last_event_ts": live.last_event_ts if live else 0.0,
+        }
+        if namespace:
+            row["namespace"] = namespace
+        if ctx.node_id:  # a shared store: the node that owns it (this one)
+            row["owner"] = ctx.node_id
+        rows.append(row)
     return Change(data={"total": total, "sessions": rows})
+
+
+def _picked(sessions: dict[str, Session], only: set[str]) -> list[tuple[str, Session]]:
+    """The sessions named in ``only`` that exist."""
+    return [(sid, s) for sid in only if (s := sessions.get(sid)) is not None]

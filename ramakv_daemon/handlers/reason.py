@@ -1,14 +1,13 @@
 """The optional ``reason`` a lifecycle event carries (who decided it and why, e.g. the
 proxy's ``tool_pause``); the trace record shows it as ``notes.reason``."""
 
-from typing import Any
-
 from ramakv_daemon.core.errors import InvalidEvent
+from ramakv_daemon.core.events import JsonObject
 
 MAX_REASON_CHARS = 64
 
 
-def reason_of(payload: dict[str, Any]) -> str | None:
+def reason_of(payload: JsonObject) -> str | None:
     """The validated ``reason`` field, or None when absent or null."""
     value = payload.get("reason")
     if value is None:

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Generator, Mapping
 from dataclasses import dataclass
-from typing import Any
 
 from ramakv_daemon.core.budget import Turn
 from ramakv_daemon.core.change import Change
 from ramakv_daemon.core.errors import UnknownEventType
-from ramakv_daemon.core.events import EventSpec, Limits
+from ramakv_daemon.core.events import EventSpec, JsonObject, Limits
 from ramakv_daemon.core.manager import SessionManager
+from ramakv_daemon.ports import Backend
 
 
 @dataclass(slots=True)
@@ -25,7 +25,7 @@ class HandlerContext:
     limits: Limits
     registry: Registry
     namespaces: Mapping[str, SessionManager] | None = None
-    namespace_info: Callable[[], list[dict[str, Any]]] | None = None
+    namespace_info: Callable[[], list[JsonObject]] | None = None
     node_id: str = ""  # on a shared store: this node, owner of every session in memory
 
     def every(self) -> Mapping[str, SessionManager]:
@@ -35,9 +35,9 @@ class HandlerContext:
 
 # A handler returns its change, or (a sliced read) a generator that yields between slices
 # and returns the change (ramakv_daemon.events.reads runs it).
-ApplyFn = Callable[[HandlerContext, dict[str, Any], float], Change | Generator[None, None, Change]]
+ApplyFn = Callable[[HandlerContext, JsonObject, float], Change | Generator[None, None, Change]]
 # Read-only handlers that must ask the backend: they get the backend from the service.
-QueryFn = Callable[[HandlerContext, dict[str, Any], Any], Awaitable[Change]]
+QueryFn = Callable[[HandlerContext, JsonObject, Backend], Awaitable[Change]]
 
 
 @dataclass(frozen=True, slots=True)

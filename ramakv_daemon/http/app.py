@@ -6,9 +6,8 @@ import hmac
 import json
 import logging
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Mapping
 from functools import partial
-from typing import Any
 
 import orjson
 from aiohttp import web
@@ -26,7 +25,7 @@ from ramakv_daemon.telemetry.gauges import refresh_gauges
 log = logging.getLogger("ramakv")
 
 
-def _json(status: int, body: dict, headers: Any = None) -> web.Response:
+def _json(status: int, body: dict, headers: Mapping[str, str] | None = None) -> web.Response:
     # The standard encoder on purpose: replies keep the documented `{"ok": true, ...}`
     # spacing, and a reply is small (orjson would save a few µs).
     kept = {k: v for k, v in (headers or {}).items() if k.lower() in ("allow", "retry-after")}
@@ -90,7 +89,7 @@ async def json_errors(request: web.Request, handler: Handler) -> web.StreamRespo
         if not text or text == f"{exc.status}: {exc.reason}":  # aiohttp's default text
             text = exc.reason
         return _json(exc.status, {"ok": False, "error": text}, headers=exc.headers)
-    except Exception:  # noqa: BLE001 - the answer stays JSON; the traceback goes to the log
+    except Exception:  # the answer stays JSON; the traceback goes to the log
         log.exception("unhandled error answering %s %s", request.method, request.path)
         return _json(500, {"ok": False, "error": "internal error (see the daemon's log)"})
 

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import asyncio
 import json
-from typing import Any
 
 from aiohttp import web
 
 from ramakv_daemon.bootstrap import Daemon
+from ramakv_daemon.core.events import JsonObject
 from ramakv_daemon.http.keys import DAEMON_KEY
 from ramakv_daemon.ports import Backend
 from ramakv_sdk.version import package_version
@@ -19,7 +19,7 @@ PROBE_HASH = "-0"
 BACKEND_PROBE_S = 2.0  # a probe answers within this even when a backend hangs
 
 
-def _answer(status: int, body: dict[str, Any]) -> web.Response:
+def _answer(status: int, body: JsonObject) -> web.Response:
     return web.Response(status=status, text=json.dumps(body), content_type="application/json")
 
 
@@ -27,16 +27,16 @@ async def healthz(request: web.Request) -> web.Response:
     """Alive: the event loop answers. Says nothing about the store's or the backends'
     health; ``store_lock`` (a SQLite file) is the token this daemon wrote into the store's
     lock file, so ramakv-admin can tell that it talks to the daemon holding that file."""
-    body: dict[str, Any] = {"ok": True, "status": "alive", "version": package_version()}
+    body: JsonObject = {"ok": True, "status": "alive", "version": package_version()}
     token = getattr(request.app[DAEMON_KEY].store, "lock_token", "")
     if token:
         body["store_lock"] = token
     return _answer(200, body)
 
 
-async def readiness(daemon: Daemon) -> dict[str, dict[str, Any]]:
+async def readiness(daemon: Daemon) -> dict[str, JsonObject]:
     """Every check by name: {"ok": bool, "detail": str}."""
-    checks: dict[str, dict[str, Any]] = {"store": _store_check(daemon)}
+    checks: dict[str, JsonObject] = {"store": _store_check(daemon)}
     probes: dict[str, Backend] = {}
     for ns in daemon.namespaces:
         if ns.delivers and ns.steered:
@@ -56,7 +56,7 @@ async def readyz(request: web.Request) -> web.Response:
     return _answer(200 if ok else 503, {"ok": ok, "checks": checks})
 
 
-def _store_check(daemon: Daemon) -> dict[str, Any]:
+def _store_check(daemon: Daemon) -> JsonObject:
     problem = getattr(daemon.store, "problem", None)
     why = problem() if problem is not None else None
     if why is None and daemon.committer.last_error is not None:
@@ -66,7 +66,7 @@ def _store_check(daemon: Daemon) -> dict[str, Any]:
     return {"ok": True, "detail": "writable (the last commit succeeded)"}
 
 
-async def _backend_check(backend: Backend, daemon: Daemon) -> dict[str, Any]:
+async def _backend_check(backend: Backend, daemon: Daemon) -> JsonObject:
     if backend.name == "noop":
         return {"ok": True, "detail": "noop backend (nothing is steered)"}
     limit = min(BACKEND_PROBE_S, daemon.config.backend_timeout_s)
@@ -79,7 +79,7 @@ async def _backend_check(backend: Backend, daemon: Daemon) -> dict[str, Any]:
     return {"ok": True, "detail": f"answers queries ({backend.name})"}
 
 
-def _outbox_check(daemon: Daemon) -> dict[str, Any]:
+def _outbox_check(daemon: Daemon) -> JsonObject:
     backlog = sum(ns.dispatcher.backlog for ns in daemon.namespaces)
     bound = daemon.config.ready_max_evict_backlog
     if bound and backlog > bound:

@@ -115,15 +115,23 @@ async def trace_handler(request: web.Request) -> web.StreamResponse:
             if reader in done:
                 getter.cancel()
                 break
-            message = getter.result()
-            if message is None:
+            # Everything already queued goes out in this turn of the loop: one message a
+            # turn fell behind whenever the loop was busy (the start-up shared-count warm-up
+            # takes a slice of every turn: 10 s of it left a follower 6 s behind).
+            texts: list[str | None] = [getter.result()]
+            while texts[-1] is not None and not sub.queue.empty():
+                texts.append(sub.queue.get_nowait())
+            closing = texts[-1] is None
+            out = [t for t in texts if t is not None]
+            if skip_to:  # already in the snapshot sent after a resync record
+                out = [t for t in out if orjson.loads(t).get("seq", 0) > skip_to]
+            if out:
+                skip_to = await _send_all(ws, daemon, session, out)
+            if closing:
                 shutdown = sub.close_reason == SHUTDOWN_REASON
                 code = SHUTDOWN_CLOSE_CODE if shutdown else SLOW_CLOSE_CODE
                 await ws.close(code=code, message=(sub.close_reason or "").encode()[:120])
                 break
-            if skip_to and orjson.loads(message).get("seq", 0) <= skip_to:
-                continue  # already in the snapshot sent after a resync record
-            skip_to = await _send_all(ws, daemon, session, [message])
     except (ConnectionError, asyncio.CancelledError):
         pass
     except Exception as err:  # a client gone mid-send: one line, never a traceback per try
@@ -147,7 +155,6 @@ async def _snapshot(daemon: Daemon, session: str | None) -> AsyncIterator[str]:
         hub.epoch,
         session,
         ns.owner(session) if session is not None else None,
-        daemon.shared,
         daemon.config.node_id if daemon.ownership.shared else "",
     )
     async for text in messages(frozen):

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Any
 
+from ramakv_daemon.core.events import JsonObject
 from ramakv_daemon.core.identity import IDENTITY_FIELDS, is_namespace, namespace_of, problems
 from ramakv_protocol.config_schema import url_problem
 
@@ -55,14 +55,14 @@ class Deployment:
         return self.namespace is not None
 
 
-def locations_of(value: Any, where: str) -> tuple[str, ...]:
+def locations_of(value: object, where: str) -> tuple[str, ...]:
     """A list of tier names (empty = every tier)."""
     if not isinstance(value, list) or not all(isinstance(v, str) and v for v in value):
         raise TypeError(f'{where} must be a list of tier names, e.g. ["LocalCPUBackend"]')
     return tuple(value)
 
 
-def parse_deployment(raw: Any, index: int) -> tuple[Deployment | None, list[str]]:
+def parse_deployment(raw: object, index: int) -> tuple[Deployment | None, list[str]]:
     """One ``[[deployments]]`` table; returns it (None if unusable) and warnings."""
     where = f"deployments[{index}]"
     if not isinstance(raw, dict):
@@ -108,7 +108,7 @@ def parse_deployment(raw: Any, index: int) -> tuple[Deployment | None, list[str]
     return dep, warnings
 
 
-def _idle_of(raw: dict[str, Any], key: str, where: str, warnings: list[str]) -> float | None:
+def _idle_of(raw: JsonObject, key: str, where: str, warnings: list[str]) -> float | None:
     """A deployment's idle policy: seconds >= 0, else None (the top-level key's) and a
     warning naming the bad value."""
     value = raw.get(key)
@@ -120,7 +120,7 @@ def _idle_of(raw: dict[str, Any], key: str, where: str, warnings: list[str]) -> 
     return float(value)
 
 
-def parse_deployments(value: Any) -> tuple[tuple[Deployment, ...], list[str]]:
+def parse_deployments(value: object) -> tuple[tuple[Deployment, ...], list[str]]:
     """The whole ``[[deployments]]`` array; duplicate names or namespaces are dropped."""
     if not isinstance(value, list):
         return (), ["'deployments' must be an array of tables ([[deployments]]); ignored"]

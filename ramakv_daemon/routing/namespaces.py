@@ -5,26 +5,21 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from functools import partial
-from typing import Any
 
 from ramakv_daemon.adapters.backends.noop import NoopBackend
 from ramakv_daemon.commit.committer import GroupCommitter
 from ramakv_daemon.config import Config
 from ramakv_daemon.core.budget import BudgetState
 from ramakv_daemon.core.errors import IllegalTransition, InvalidEvent
-from ramakv_daemon.core.events import Limits
+from ramakv_daemon.core.events import JsonObject
 from ramakv_daemon.core.fork import ForkIds
 from ramakv_daemon.core.manager import SessionManager
-from ramakv_daemon.delivery.delivery_state import NamespaceState
 from ramakv_daemon.delivery.dispatcher import BackendDispatcher
-from ramakv_daemon.handlers import HandlerContext, Registry
-from ramakv_daemon.ports import Backend
+from ramakv_daemon.handlers import HandlerContext
+from ramakv_daemon.ports import Backend, BackendFactory
 from ramakv_daemon.routing.deployments import DEFAULT_NAMESPACE, Deployment, default_namespace
 
 log = logging.getLogger("ramakv")
-
-BackendFactory = Callable[[str, tuple[str, ...]], Backend]
 
 
 class UnsteeredBackend(NoopBackend):
@@ -70,6 +65,45 @@ class Namespace:
         return self.deployment is not None and self.deployment.steered
 
 
+def backend_of(
+    key: str,
+    dep: Deployment | None,
+    config: Config,
+    default_backend: Backend,
+    factory: BackendFactory,
+) -> tuple[Backend, Backend | None, int]:
+    """A namespace's backend, the one it owns (closed at stop; None: the shared default)
+    and its DDR budget in chunks."""
+    if key == DEFAULT_NAMESPACE:
+        return default_backend, None, config.ddr_budget_chunks
+    if dep is None or not dep.steered:
+        if dep is not None:
+            # Loud, once: a miss is always preferred to a wrong hit.
+            log.error(
+                "deployment %r has no valid identity (%s): its events are accepted "
+                "and recorded under %r, but NO prefetch or evict is sent",
+                dep.name,
+                "; ".join(dep.problems),
+                key,
+            )
+        else:
+            log.warning(
+                "namespace %r is in the database but not configured: its sessions are "
+                "kept (never deleted automatically), nothing is sent to any cache; "
+                "ramakv-admin purge-namespace removes them",
+                key,
+            )
+        unsteered = UnsteeredBackend()
+        return unsteered, unsteered, 0
+    if dep.lmcache_url is None and dep.evict_locations is None:
+        return default_backend, None, dep.ddr_budget_chunks
+    own = factory(
+        dep.lmcache_url or config.lmcache_url,
+        dep.evict_locations if dep.evict_locations is not None else config.evict_locations,
+    )
+    return own, own, dep.ddr_budget_chunks
+
+
 class Namespaces:
     """namespace key -> :class:`Namespace`, plus resolving an event's namespace.
 
@@ -82,30 +116,17 @@ class Namespaces:
     def __init__(
         self,
         config: Config,
-        registry: Registry,
-        limits: Limits,
         committer: GroupCommitter,
         fork_ids: ForkIds,
-        default_backend: Backend,
-        backend_factory: BackendFactory,
-        on_result: Callable[..., None] | None,
-        on_failure: Callable[..., None] | None,
-        on_window: Callable[[str, str, list[str], float], None] | None = None,
+        build: Callable[[Namespaces, str], Namespace],
     ) -> None:
-        """``committer``: every namespace's changes commit through it, and their
-        dispatchers ask it what is still in doubt; ``fork_ids``: the store-wide fork id
-        counter (the committer stores it); ``on_window(namespace, outcome, hashes,
-        seconds)``: the eviction window's reports (see
-        :class:`ramakv_daemon.delivery.evict_window.EvictWindow`)."""
-        self.on_window = on_window
+        """``committer``: every namespace's changes commit through it; ``fork_ids``: the
+        store-wide fork id counter (the committer stores it); ``build(namespaces, key)``:
+        a namespace's parts (the composition root's, bootstrap.build_namespace)."""
         self.config = config
-        self.registry = registry
-        self.limits = limits
         self.committer = committer
-        self.default_backend = default_backend
-        self.backend_factory = backend_factory
-        self.on_result = on_result
-        self.on_failure = on_failure
+        self.fork_ids = fork_ids  # one counter for the whole store: fork ids are unique
+        self.build = build
         self.default = default_namespace(config.deployments)
         self.deployments = {d.key: d for d in config.deployments}
         self.aliases: dict[str, str] = {}
@@ -114,7 +135,6 @@ class Namespaces:
             self.aliases[d.key] = d.key
         self.by_key: dict[str, Namespace] = {}
         self.managers: dict[str, SessionManager] = {}
-        self.fork_ids = fork_ids  # one counter for the whole store: fork ids are unique
 
     def __iter__(self) -> Iterator[Namespace]:
         return iter(self.by_key.values())
@@ -136,74 +156,8 @@ class Namespaces:
         found = self.by_key.get(key)
         if found is not None:
             return found
-        dep = self.deployments.get(key)
-        cfg = self.config
-        manager = SessionManager(
-            turn_start_prefetch=cfg.turn_start_prefetch,
-            max_sessions=cfg.max_sessions,
-            namespace=key,
-            fork_ids=self.fork_ids,
-            max_forks_per_session=cfg.max_forks_per_session,
-        )
-        self.managers[key] = manager
-        ctx = HandlerContext(
-            manager,
-            self.limits,
-            self.registry,
-            self.managers,
-            self.describe,
-            node_id=cfg.node_id if cfg.session_store_url else "",
-        )
-        own: Backend | None = None
-        if key == DEFAULT_NAMESPACE:
-            backend = self.default_backend
-            budget = cfg.ddr_budget_chunks
-        elif dep is None or not dep.steered:
-            backend = own = UnsteeredBackend()
-            budget = 0
-            if dep is not None:
-                # Loud, once: a miss is always preferred to a wrong hit.
-                log.error(
-                    "deployment %r has no valid identity (%s): its events are accepted "
-                    "and recorded under %r, but NO prefetch or evict is sent",
-                    dep.name,
-                    "; ".join(dep.problems),
-                    key,
-                )
-            else:
-                log.warning(
-                    "namespace %r is in the database but not configured: its sessions are "
-                    "kept (never deleted automatically), nothing is sent to any cache; "
-                    "ramakv-admin purge-namespace removes them",
-                    key,
-                )
-        else:
-            budget = dep.ddr_budget_chunks
-            if dep.lmcache_url is None and dep.evict_locations is None:
-                backend = self.default_backend
-            else:
-                backend = own = self.backend_factory(
-                    dep.lmcache_url or cfg.lmcache_url,
-                    dep.evict_locations if dep.evict_locations is not None else cfg.evict_locations,
-                )
-        dispatcher = BackendDispatcher(
-            backend,
-            NamespaceState(manager, self.committer),
-            self.on_result,
-            self.on_failure,
-            namespace=key,
-            defer_s=cfg.evict_defer_s,
-            on_window=None if self.on_window is None else partial(self.on_window, key),
-        )
-        ns = Namespace(
-            key,
-            manager,
-            ctx,
-            dispatcher,
-            BudgetState(budget, cfg.turn_in_flight_timeout_s, cfg.budget_check_interval_s),
-            dep,
-            own,
-        )
+        ns = self.build(self, key)
+        self.managers[key] = ns.manager
         self.by_key[key] = ns
         return ns
 
@@ -219,7 +173,7 @@ class Namespaces:
                 return key
         return None
 
-    def resolve(self, payload: dict[str, Any]) -> str:
+    def resolve(self, payload: JsonObject) -> str:
         """The namespace an event is for.
 
         ``namespace`` absent or null: the session's own namespace when it exists, else the
@@ -253,7 +207,7 @@ class Namespaces:
                 f"session '{session_id}' belongs to namespace '{owner}', not '{key}'"
             )
 
-    def describe(self) -> list[dict[str, Any]]:
+    def describe(self) -> list[JsonObject]:
         """One row per namespace (list_namespaces, ramakv-admin)."""
         rows = []
         for ns in self:

@@ -8,8 +8,9 @@ import contextlib
 import logging
 from collections.abc import Awaitable, Callable, Iterator
 from contextvars import ContextVar
-from typing import Any
 
+from ramakv_daemon.commit.record import ChangeRecord
+from ramakv_daemon.core.events import JsonObject
 from ramakv_daemon.core.session import Session
 from ramakv_daemon.ports import (
     EvictMode,
@@ -33,7 +34,7 @@ _LOCAL: ContextVar[str | None] = ContextVar("ramakv_local_session", default=None
 
 # The event pipeline's run(payload, None): a release is a session_close (or a fork_end)
 # without an event_id.
-Handle = Callable[[dict[str, Any], None], Awaitable[tuple[int, dict[str, Any]]]]
+Handle = Callable[[JsonObject, None], Awaitable[tuple[int, JsonObject]]]
 
 
 class Ownership:
@@ -140,23 +141,31 @@ class Ownership:
     def _in_memory(self, session_id: str) -> bool:
         return any(session_id in m.sessions for m in self.namespaces.managers.values())
 
-    async def before(self, takes_over: bool, session_id: str | None) -> None:
+    async def before(
+        self, takes_over: bool, session_id: str | None, fork_id: object = None
+    ) -> None:
         """Take ``session_id`` over when another node owns it and the event acts on it
         (``takes_over``: its spec says so; reads such as session_map answer from this
-        node's memory and never move a session). StoreError: nothing done.
+        node's memory and never move a session). StoreError: nothing done. ``fork_id``:
+        the fork a session_fork_end names, if any.
 
-        Returns without awaiting when the session is here and the LISTEN connection is up:
-        the event then applies in the same step (a release's own close relies on it)."""
+        Returns without awaiting when the session is here and the LISTEN connection is up
+        (and a named fork is here too): the event then applies in the same step."""
         if not self.shared or not session_id or not takes_over or _LOCAL.get() == session_id:
             return
         if session_id in self._stale:
             await self._unstale(session_id)
         releasing = self._releasing.get(session_id)
-        if self._in_memory(session_id):
-            if releasing is not None or self._listening():
-                return  # a release's own close, or any notification would have come
-            await self._verify(session_id)
-        elif releasing is not None:
+        if self._in_memory(session_id) and releasing is None:
+            if not self._listening():
+                await self._verify(session_id)
+            elif await self._fork_elsewhere(fork_id):
+                # Opened on another node since this copy was taken: the copy is stale,
+                # and ending nothing here writes nothing a fence would refuse.
+                await self._unstale(session_id)
+            else:
+                return  # any notification would have come
+        elif releasing is not None:  # (its own events run local(): they never get here)
             self.release_waits += 1
             log.info("an event for %r waits for its release to commit first", session_id)
             await asyncio.shield(releasing)
@@ -168,7 +177,18 @@ class Ownership:
         session = claimed.session
         if self.namespaces.owner(session_id) is not None:  # an event adopted it meanwhile
             return
-        self.namespaces.add(session.namespace).manager.adopt(session, claimed.forks)
+        ns = self.namespaces.add(session.namespace)
+        # Forks held here already (an own row's, kept in memory) are not adopted twice.
+        forks = [f for f in claimed.forks if f.fork_id not in ns.manager.forks]
+        change = ns.manager.adopt(session, forks)
+        # Through the committer, in order with the changes applied before it: a failed
+        # (or fenced) commit of those undoes their refcounts by value, and must undo this
+        # adopt first, not put back counts from before it. Undone, the row stays this
+        # node's and the event's retry claims it again (a claim returns an own row).
+        await self.namespaces.committer.submit(ChangeRecord.of(ns.key, change, ns.manager))
+        if claimed.previous_owner == self.shared_store.node_id:
+            log.info("took back session %r (this node's row, not held here)", session_id)
+            return
         self.takeovers += 1
         log.info(
             "took over session %r from node %r (%d chunks, %d open forks)",
@@ -177,6 +197,35 @@ class Ownership:
             len(session.unique_hashes()),
             len(claimed.forks),
         )
+
+    async def stale_copy(self, session_id: str | None) -> bool:
+        """An event that acts on ``session_id`` wrote no row of it here: refused
+        (suspended, not found, ...) or a no-op (a suspend of a suspended copy). Nothing
+        was written, so no fence can tell it came from a stale copy: True when the stored
+        row is not the version this node read (marked stale: the event is applied again
+        after the release and claim). One query, only for such events."""
+        if not self.shared or not session_id or _LOCAL.get() == session_id:
+            return False
+        store = self.shared_store
+        try:
+            stored = (await store.stored_versions([session_id])).get(session_id)
+        except StoreError:
+            return False
+        if stored == store.version(session_id):
+            return False
+        log.info("a refusal of %r came from a stale copy: applied again", session_id)
+        self._stale.add(session_id)
+        return True
+
+    async def _fork_elsewhere(self, fork_id: object) -> bool:
+        """True when ``fork_id`` (an id a fork_end names) is not held here but another
+        node holds its row (one query, only for an id unknown here)."""
+        if not isinstance(fork_id, int) or isinstance(fork_id, bool):
+            return False
+        if any(fork_id in m.forks for m in self.namespaces.managers.values()):
+            return False
+        holder = (await self.shared_store.fork_owners_of([fork_id])).get(fork_id)
+        return holder is not None and holder != self.shared_store.node_id
 
     async def _unstale(self, session_id: str) -> None:
         """A fenced write found ``session_id`` changed elsewhere: release the stale copy
@@ -218,7 +267,7 @@ class Ownership:
             due, self._due = self._due, set()
             try:
                 await self.reconcile(due)
-            except Exception as err:  # noqa: BLE001 - the periodic check tries again
+            except Exception as err:  # the periodic check tries again
                 log.warning("checking %d notified sessions failed: %s", len(due), err)
 
     def _in_doubt(self, ns: Namespace) -> set[str]:

@@ -9,6 +9,7 @@ import logging
 from collections.abc import Callable
 
 from ramakv_daemon.commit.committer import GroupCommitter
+from ramakv_daemon.commit.record import ChangeRecord
 from ramakv_daemon.events.outcome import Outcome
 from ramakv_daemon.handlers.registry import NO_EFFECTS
 from ramakv_daemon.ports import StoreError
@@ -68,11 +69,9 @@ class ForkExpiry:
             change = ns.manager.expire_forks(self.clock(), ttl)
             if change is None:
                 continue
-            change.namespace = ns.key
-            o = Outcome("fork_expire", None, change, ns, NO_EFFECTS)
-            o.delta = self.records.delta(change)
+            delta = self.records.delta(change, ns.key)  # before the await: this change's
             try:
-                await self.committer.submit(change, ns.manager, o)
+                await self.committer.submit(ChangeRecord.of(ns.key, change, ns.manager))
             except StoreError as err:  # rolled back: the next pass tries again
                 log.error("fork expiry not persisted (will retry): %s", err)
                 continue
@@ -89,7 +88,8 @@ class ForkExpiry:
                     f" namespace={ns.key}" if ns.key else "",
                 )
             total += len(expired)
-            o.touched = sorted({str(r["session_id"]) for r in expired})
+            touched = sorted({str(r["session_id"]) for r in expired})
+            o = Outcome("fork_expire", None, change, ns, NO_EFFECTS, delta=delta, touched=touched)
             self.records.event(o)
             self.metrics.forks_expired.inc(len(expired))
         return total
@@ -100,5 +100,5 @@ class ForkExpiry:
             await asyncio.sleep(interval)
             try:
                 await self.expire_forks()
-            except Exception:  # noqa: BLE001 - the loop must outlive one bad pass
+            except Exception:  # the loop must outlive one bad pass
                 log.exception("fork expiry pass failed")

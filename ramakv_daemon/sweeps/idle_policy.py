@@ -11,18 +11,19 @@ import math
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any
 
 from ramakv_daemon.config import Config
+from ramakv_daemon.core.events import JsonObject
 from ramakv_daemon.handlers.idle_condition import FIELD
 from ramakv_daemon.routing.namespaces import Namespace, Namespaces
+from ramakv_daemon.routing.ownership import Ownership
 from ramakv_daemon.telemetry.log_text import loggable
 from ramakv_daemon.telemetry.metrics import DaemonMetrics
 
 log = logging.getLogger("ramakv")
 
 # The pipeline's run(payload, None): the sweep's events carry no event_id.
-Run = Callable[[dict[str, Any], None], Awaitable[tuple[int, dict[str, Any]]]]
+Run = Callable[[JsonObject, None], Awaitable[tuple[int, JsonObject]]]
 
 # Sessions looked at per loop step: at 50,000 sessions a whole look is ~20 ms of Python,
 # in 1,000s no step holds the loop for more than about half a millisecond.
@@ -204,7 +205,10 @@ class IdleSweep:
             FIELD: since,
             "reason": reason,
         }
-        status, body = await self.run(payload, None)
+        # On a shared store the sweep acts on this node's copy only: never taking the
+        # session over from the node another event moved it to (its write is fenced).
+        with Ownership.local(sid):
+            status, body = await self.run(payload, None)
         if not body.get("ok"):
             # A store away (503) or a session that moved: the next sweep looks again.
             log.warning(
@@ -226,6 +230,6 @@ class IdleSweep:
         while True:
             try:
                 await self.sweep()
-            except Exception:  # noqa: BLE001 - the loop must outlive one bad pass
+            except Exception:  # the loop must outlive one bad pass
                 log.exception("idle policy sweep failed")
             await asyncio.sleep(interval)

@@ -6,13 +6,15 @@ import asyncio
 import logging
 import secrets
 from collections import deque
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 import orjson
 
+from ramakv_daemon.core.events import JsonObject
 from ramakv_daemon.trace.protocol import SLOW_CLOSE_CODE, bounded, encode
+from ramakv_protocol.records import RecordBody
 from ramakv_protocol.wire import slow_reason
 
 __all__ = ["SLOW_CLOSE_CODE", "Subscriber", "TraceHub", "encode"]
@@ -112,14 +114,15 @@ class TraceHub:
         self.dropped_total = 0
         self.on_drop = on_drop
 
-    def publish(self, record: dict[str, Any]) -> int:
-        """Number ``record``, keep it for replay and offer it to every subscriber."""
+    def publish(self, body: RecordBody, touched: Sequence[str] = ()) -> int:
+        """Number ``body``, keep it for replay and offer it to every subscriber.
+        ``touched``: sessions it concerns beyond its session_id and delta (a fork
+        expiry's parents), for ?session= filtering only, never sent."""
         self.seq += 1
+        record = cast(JsonObject, body)  # numbered in place: it becomes the sent record
         record["seq"] = self.seq
         record["epoch"] = self.epoch
-        # Sessions a record concerns beyond its session_id and delta (a fork expiry's
-        # parents): for ?session= filtering only, never sent.
-        extra = tuple(record.pop("_touched", ()))
+        extra = tuple(touched)
         delta = record.get("delta", {})
         message = bounded(record)
         sid = record.get("session_id")

@@ -4,96 +4,104 @@ a budget pass's; and the delta an event record carries."""
 from __future__ import annotations
 
 import time
-from typing import Any
+from typing import cast
 
 from ramakv_daemon.core.change import Change
+from ramakv_daemon.core.events import MAX_SESSION_ID_BYTES
 from ramakv_daemon.core.manager import SessionManager
 from ramakv_daemon.events.outcome import Outcome
 from ramakv_daemon.events.reads import Delta
 from ramakv_daemon.ports import BackendResult
 from ramakv_daemon.routing.namespaces import Namespaces
 from ramakv_daemon.trace.hub import TraceHub, cut
-from ramakv_daemon.trace.protocol import summary
-from ramakv_daemon.trace.shared_counts import SharedCounts
+from ramakv_daemon.trace.protocol import fork_summary, shares_moved, summary
 from ramakv_daemon.trace.snapshot import totals
-from ramakv_protocol.records import SessionSummary
+from ramakv_protocol.records import EventBody, EventNotes, SessionSummary
 
 
 class TraceRecords:
     """Builds records from the namespaces' state and publishes them on the hub."""
 
-    def __init__(self, hub: TraceHub, namespaces: Namespaces, shared: SharedCounts) -> None:
+    def __init__(self, hub: TraceHub, namespaces: Namespaces) -> None:
         self.hub = hub
         self.namespaces = namespaces
-        self.shared = shared  # every summary built refreshes the snapshot's shared_count
 
-    def delta(self, c: Change) -> Delta:
+    def delta(self, c: Change, namespace: str) -> Delta:
         """What the event changed, as it stands now: session summaries (protocol 2 sends
-        no maps) and the refcounts."""
-        manager = self.namespaces.managers[c.namespace]
+        no maps), the refcounts, and ``shared_changed`` when sessions not listed may have
+        a new shared_count (a chunk crossed 1 <-> 2: finding its other holders would cost
+        a scan of every map or a holder index; readers ask list_sessions instead)."""
+        manager = self.namespaces.managers[namespace]
         counts = manager.refcounts.counts
         delta: Delta = {
             "sessions": {sid: self._summary(manager, sid) for sid in c.prev_sessions},
             "refcounts": {h: counts.get(h, 0) for h in c.prev_counts},
         }
+        if shares_moved(c.prev_counts, counts, manager.parked, len(manager.forks)):
+            delta["shared_changed"] = True
         if c.prev_forks:  # fork id -> its summary, or None once ended
             forks = manager.forks
             delta["forks"] = {
-                str(fid): (f.summary() if (f := forks.get(fid)) is not None else None)
+                str(fid): (fork_summary(f) if (f := forks.get(fid)) is not None else None)
                 for fid in c.prev_forks
             }
         return delta
 
     def _summary(self, manager: SessionManager, sid: str) -> SessionSummary | None:
-        """A session's trace summary now (None when gone); its shared_count is kept for
-        snapshots (see shared_counts)."""
+        """A session's trace summary now (None when gone)."""
         s = manager.sessions.get(sid)
         if s is None:
-            self.shared.put(manager.namespace, sid, None)
             return None
-        row = summary(s, manager.refcounts.counts, manager.forks.of(sid))
-        self.shared.put(manager.namespace, sid, row["shared_count"])
-        return row
+        table = manager.refcounts
+        return summary(s, table.counts, manager.forks.of(sid), table.shared)
 
     def event(self, o: Outcome) -> None:
         """An applied event's record."""
         c = o.change
-        record: dict[str, Any] = {
+        record: EventBody = {
             "kind": "event",
             "ts": time.time(),
             "type": o.type_,
             "session_id": o.session_id,
             "ok": True,
-            "data": c.data,
-            "delta": o.delta or self.delta(c),
+            "data": o.data,
+            "delta": o.delta or self.delta(c, o.ns.key),
             "prefetch": c.prefetch,
             "evict": c.evict_delete,
             "demote": c.evict_demote,
             "totals": totals(self.namespaces.managers),
         }
-        if c.namespace:
-            record["namespace"] = c.namespace
-        if o.touched:
-            record["_touched"] = o.touched
+        if o.ns.key:
+            record["namespace"] = o.ns.key
         notes = c.facts.as_notes()
         if notes:
-            record["notes"] = notes
-        self.hub.publish(record)
+            record["notes"] = cast(EventNotes, notes)  # core stays free of the protocol
+        self.hub.publish(record, o.touched)
 
     def failed(self, type_: str, session_id: str | None, error: str) -> None:
-        """A refused event's record. Its strings are cut: they are the client's, of any
-        size, and the ring must not keep megabytes of them."""
+        """A refused event's record. The client's other strings are cut (they are of any
+        size, and the ring must not keep megabytes of them); a session_id a session could
+        have (at most MAX_SESSION_ID_BYTES) is kept whole, so ``?session=`` finds it."""
         self.hub.publish(
             {
                 "kind": "event",
                 "ts": time.time(),
                 "type": cut(type_),
-                "session_id": cut(session_id),
+                "session_id": session_id if _could_name_a_session(session_id) else cut(session_id),
                 "ok": False,
                 "error": cut(error, 500),
                 "delta": {"sessions": {}, "refcounts": {}},
             }
         )
+
+
+def _could_name_a_session(session_id: object) -> bool:
+    """A string no longer than a valid session id (longer ones name no session)."""
+    if not isinstance(session_id, str):
+        return session_id is None
+    if len(session_id) <= MAX_SESSION_ID_BYTES // 4:  # 4 bytes per character at most
+        return True
+    return len(session_id.encode("utf-8", "surrogatepass")) <= MAX_SESSION_ID_BYTES
 
 
 def publish_backend_failure(

@@ -6,8 +6,8 @@ import asyncio
 import time
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass
-from typing import Any
 
+from ramakv_daemon.core.events import JsonObject
 from ramakv_daemon.core.fork import Fork
 from ramakv_daemon.core.manager import SessionManager
 from ramakv_daemon.core.session import Session
@@ -15,11 +15,9 @@ from ramakv_daemon.trace.protocol import (
     MAX_MESSAGE_BYTES,
     PART_BYTES,
     PROTOCOL,
-    UNKNOWN,
     encode,
     summary,
 )
-from ramakv_daemon.trace.shared_counts import SharedCounts
 from ramakv_protocol.records import SnapshotHeader, Totals
 
 # One slice of work between two yields to the event loop.
@@ -30,12 +28,13 @@ SLICE_SECONDS = 0.003
 class Frozen:
     """One namespace as frozen: its sessions (immutable values, listed at C speed: no
     per-session work happens before the first await), its open forks by parent, and its
-    live refcounts."""
+    live refcounts and shared chunks."""
 
     namespace: str
     counts: Mapping[str, int]
     sessions: list[Session]
     forks: dict[str, list[Fork]]
+    shared: set[str]
 
 
 @dataclass(slots=True)
@@ -51,7 +50,6 @@ class FrozenSnapshot:
     orphan_forks: list[Fork]  # open forks of closed parents (a fork outlives its parent)
     chunks: list[str]  # with a session filter: the chunks whose refcounts are sent
     counts: Mapping[str, int]
-    shared: SharedCounts | None = None
 
 
 def totals(managers: Mapping[str, SessionManager]) -> Totals:
@@ -79,7 +77,6 @@ def freeze(
     epoch: str,
     session: str | None = None,
     owner: str | None = None,
-    shared: SharedCounts | None = None,
     node_id: str = "",
 ) -> FrozenSnapshot:
     """The snapshot at ``seq``; with ``session`` only that session and its chunks.
@@ -103,21 +100,22 @@ def freeze(
         m = managers[owner] if owner is not None else default
         s = m.sessions.get(session)
         forks = m.forks.of(session)
+        listed = [s] if s is not None else []
         rows = [
-            Frozen(m.namespace, m.refcounts.counts, [s] if s is not None else [], {session: forks})
+            Frozen(m.namespace, m.refcounts.counts, listed, {session: forks}, m.refcounts.shared)
         ]
         orphans = forks if s is None else []
         chunks = sorted(held_chunks(s, forks))
         header["totals"]["sessions"] = int(s is not None)
-        return FrozenSnapshot(seq, epoch, header, rows, orphans, chunks, m.refcounts.counts, shared)
+        return FrozenSnapshot(seq, epoch, header, rows, orphans, chunks, m.refcounts.counts)
     rows, orphans = [], []
     for key, m in managers.items():
         counts = m.refcounts.counts
         book = m.forks
         by_parent = {sid: book.of(sid) for sid in book.parents()}
-        rows.append(Frozen(key, counts, list(m.sessions.values()), by_parent))
+        rows.append(Frozen(key, counts, list(m.sessions.values()), by_parent, m.refcounts.shared))
         orphans.extend(f for sid, fs in by_parent.items() if sid not in m.sessions for f in fs)
-    return FrozenSnapshot(seq, epoch, header, rows, orphans, [], default.refcounts.counts, shared)
+    return FrozenSnapshot(seq, epoch, header, rows, orphans, [], default.refcounts.counts)
 
 
 async def messages(frozen: FrozenSnapshot) -> AsyncIterator[str]:
@@ -125,21 +123,17 @@ async def messages(frozen: FrozenSnapshot) -> AsyncIterator[str]:
     saying ``"last": true``; the loop gets a turn every SLICE_SECONDS of work."""
     yield encode(frozen.header)
     # A SnapshotPart whose session summaries are spliced in as JSON text (Part.encode).
-    base: dict[str, Any] = {"kind": "snapshot_sessions", "seq": frozen.seq, "epoch": frozen.epoch}
+    base: JsonObject = {"kind": "snapshot_sessions", "seq": frozen.seq, "epoch": frozen.epoch}
     part = Part()
     index = 0
     deadline = time.perf_counter() + SLICE_SECONDS
-    known = frozen.shared.get if frozen.shared is not None else None
     none: list[Fork] = []
     for ns in frozen.rows:
         for i, s in enumerate(ns.sessions):
-            # A value not computed yet (the start-up pass is still running) is sent as
-            # null rather than computed here: at 50,000 x 512 that would take seconds.
-            cached = known(ns.namespace, s.session_id) if known is not None else None
-            if cached is None and known is not None:
-                cached = UNKNOWN
+            # shared_count as of encoding (like the refcounts): about 12 us a session
+            # against the small shared set (trace.protocol.shared_count).
             forks = ns.forks.get(s.session_id, none)
-            part.add_session(encode(summary(s, ns.counts, forks, cached)))
+            part.add_session(encode(summary(s, ns.counts, forks, ns.shared)))
             if part.size >= PART_BYTES:
                 yield part.encode(base, index, False)
                 index, part = index + 1, Part()
@@ -179,7 +173,7 @@ class Part:
         self.forks.append(text)
         self.size += len(text) + 1
 
-    def encode(self, base: dict[str, Any], index: int, last: bool) -> str:
+    def encode(self, base: JsonObject, index: int, last: bool) -> str:
         """The part's JSON text (the summaries spliced in)."""
         head = encode({**base, "part": index, "last": last, "refcounts": self.refcounts})
         return (

@@ -1,4 +1,4 @@
-"""``python -m ramakv_sdk.proxy``: the ramakv-proxy command (the benchmarks start it so)."""
+"""``python -m ramakv_sdk.proxy``: the same as the ``ramakv-proxy`` console script."""
 
 import sys
 

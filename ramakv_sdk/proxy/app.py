@@ -126,7 +126,9 @@ async def forward(request: web.Request) -> web.StreamResponse:
     if sid is None:
         return (await _forward(request, body, None))[0]
     life = request.app[LIFECYCLE]
-    outcome = Outcome.DISCONNECTED  # unless the answer went out whole (a cancel included)
+    # A failure until the relay says otherwise: an unexpected error (or a cancelled
+    # handler) must not close the session; only a client seen leaving does.
+    outcome = Outcome.FAILED
     try:
         await life.begin(sid)
         response, outcome = await _forward(request, body, sid)

@@ -50,7 +50,9 @@ class ManualClock:
     """Time that moves only when :meth:`advance` is called (deterministic tests).
 
     Timers due by the new time run in time order inside ``advance``; sleepers due by
-    then are woken (they resume when the caller next yields to the loop).
+    then are woken (they resume when the caller next yields to the loop). A sleep never
+    ends by itself: code that polls with it (the restore wait against a real cache) waits
+    until the test advances the clock.
     """
 
     def __init__(self, start: float = 1000.0) -> None:

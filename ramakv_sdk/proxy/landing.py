@@ -41,6 +41,9 @@ class LandingWait:
         self.client = client
         self.clock = clock
         self.poll_s = poll_s
+        # A noop backend (nothing is steered) never says where chunks are: once seen, the
+        # wait is skipped.
+        self.noop = False
 
     async def _where(self, hashes: list[str]) -> dict[str, list[str]] | None:
         where: dict[str, list[str]] = {}
@@ -49,7 +52,9 @@ class LandingWait:
                 {"type": "backend_query", "chunk_hashes": hashes[i : i + QUERY_BATCH]}
             )
             data = env.get("data") if env.get("ok") else None
-            if not isinstance(data, dict) or not data.get("ok") or data.get("backend") == "noop":
+            if isinstance(data, dict) and data.get("backend") == "noop":
+                self.noop = True
+            if not isinstance(data, dict) or not data.get("ok") or self.noop:
                 return None
             where.update(data.get("locations") or {})
         return where
@@ -57,6 +62,8 @@ class LandingWait:
     async def wait(self, session_id: str, deadline: float) -> Landing:
         """Wait until the session's chunks held anywhere are in DDR, or ``deadline``."""
         started = self.clock.now()
+        if self.noop:
+            return Landing("unknown")
         try:
             env = await self.client.raw({"type": "session_map", "session_id": session_id})
             data = env.get("data") if env.get("ok") else None

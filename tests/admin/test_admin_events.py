@@ -40,7 +40,7 @@ ALL = ["sys", "a1", "a2", "b1", "c1", "c2", "s1", "nope"]
 
 async def test_admin_events_are_listed(daemon: DaemonClient) -> None:
     events = (await daemon.ok("list_events"))["admin_events"]
-    assert events["list_sessions"]["optional"] == ["state", "limit", "offset"]
+    assert events["list_sessions"]["optional"] == ["state", "limit", "offset", "session_ids"]
     assert events["chunk_info"]["required"] == ["chunk_hashes"]
     assert events["chunk_evict"]["required"] == ["chunk_hashes"]
     assert events["chunk_evict"]["optional"] == ["dry_run", "force"]
@@ -63,6 +63,7 @@ async def test_list_sessions_rows_filter_and_paging(daemon: DaemonClient) -> Non
         "state",
         "turn_count",
         "chunk_count",
+        "shared_count",
         "fork_holds",
         "forks",
         "last_event_ts",

@@ -66,3 +66,50 @@ def test_scheduler_internal_api_server_knows_its_workers():
         f"http://127.0.0.1:{start + 1}",
         f"http://127.0.0.1:{start + 2}",
     ]
+
+
+def _scheduler_server(port_start: int):  # type: ignore[no-untyped-def]
+    from lmcache.v1.config import LMCacheEngineConfig
+    from lmcache.v1.internal_api_server.api_server import InternalAPIServer
+
+    from ascend_ext.memory_api import install
+
+    install()
+    config = LMCacheEngineConfig.from_defaults(
+        internal_api_server_enabled=True,
+        internal_api_server_port_start=port_start,
+        internal_api_server_host="127.0.0.1",
+    )
+    manager = SimpleNamespace(
+        lmcache_engine=None,
+        config=config,
+        lmcache_engine_metadata=SimpleNamespace(world_size=1, local_world_size=1),
+    )
+    return InternalAPIServer(manager)
+
+
+def test_a_memory_api_port_in_use_fails_the_start_naming_it():
+    """The port held by a real listening socket: start() raises naming it, instead of the
+    engine serving on with no memory API."""
+    import socket
+
+    from ascend_ext.api_server_start import MemoryApiBindError
+
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        server = _scheduler_server(port)  # the scheduler listens on port_start itself
+        with pytest.raises(MemoryApiBindError, match=f"cannot listen on port {port} "):
+            server.start()
+
+
+def test_a_free_memory_api_port_is_listening_when_start_returns():
+    port = free_port()
+    server = _scheduler_server(port)
+    server.start()
+    try:
+        r = httpx.post(f"http://127.0.0.1:{port}/memory/query", json={"chunk_hashes": []})
+        assert r.status_code != 0  # answered: it was listening when start() returned
+    finally:
+        server.stop()

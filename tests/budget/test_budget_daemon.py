@@ -122,9 +122,9 @@ async def test_budget_trace_record_marks_demote(tmp_path, two_fakes) -> None:
         seen: list[dict] = []
         publish = r.svc.trace.publish
 
-        def spy(record):
+        def spy(record, *touched):
             seen.append(record)
-            return publish(record)
+            return publish(record, *touched)
 
         r.svc.trace.publish = spy  # type: ignore[method-assign]
         await r.turn_end("a", ["0001"])

@@ -67,3 +67,29 @@ def test_table_keeps_working_after_the_rebuild() -> None:
     assert m.parked == {"b": 1, "c": 1}
     m.turn_end("s1", ["c", "d"])
     assert m.refcounts.as_dict() == recompute_refcounts(m.sessions.values())
+
+
+@given(
+    maps=st.lists(
+        st.lists(st.sampled_from(["s1", "s2", "s3", "a", "b", "c"]), max_size=6), max_size=8
+    )
+)
+def test_share_prefix_keeps_every_map_equal_and_shares_its_strings(maps: list[list[str]]) -> None:
+    """Each map comes back equal (fresh string objects, as a decoder makes them); a prefix
+    common with the last map of the same first hash is made of that map's objects."""
+    from ramakv_daemon.core.session import share_prefix
+
+    anchors: dict[str, tuple[str, ...]] = {}
+    last: dict[str, tuple[str, ...]] = {}
+    for m in maps:
+        fresh = tuple("".join(list(h)) for h in m)  # new objects, equal values
+        out = share_prefix(fresh, anchors)
+        assert out == fresh
+        if fresh and fresh[0] in last:
+            prev = last[fresh[0]]
+            k = 0
+            while k < min(len(prev), len(fresh)) and prev[k] == fresh[k]:
+                k += 1
+            assert all(out[i] is prev[i] for i in range(k))
+        if fresh:
+            last[fresh[0]] = out

@@ -11,6 +11,10 @@ from ramakv_daemon.core.refcount import RefcountTable
 HASHES = st.lists(st.sampled_from(["a", "b", "c", "d"]), max_size=8)
 
 
+def _shared(table: RefcountTable) -> set[str]:
+    return {h for h, n in table.as_dict().items() if n >= 2}
+
+
 def _model_incr(model: dict[str, int], hashes: list[str]) -> None:
     for h in hashes:
         model[h] = model.get(h, 0) + 1
@@ -27,6 +31,7 @@ def test_incr_decr_match_one_at_a_time_model(
     table.incr(add, changed)
     _model_incr(model, add)
     assert table.as_dict() == model
+    assert table.shared == _shared(table)
     before = table.as_dict()
     need: dict[str, int] = {}
     for h in drop:
@@ -41,10 +46,18 @@ def test_incr_decr_match_one_at_a_time_model(
         model[h] -= 1
     assert sorted(zeros) == sorted(h for h in need if model[h] == 0)
     assert table.as_dict() == {h: n for h, n in model.items() if n}
+    assert table.shared == _shared(table)
     table.restore(changed)  # undo both steps: back to the state after `start`
     expect: dict[str, int] = {}
     _model_incr(expect, start)
     assert table.as_dict() == expect
+    assert table.shared == _shared(table)
+
+
+def test_replace_all_finds_the_shared_chunks() -> None:
+    table = RefcountTable()
+    table.replace_all({"a": 1, "b": 2, "c": 7})
+    assert table.shared == {"b", "c"} and table.total_references() == 10
 
 
 def test_changed_keeps_the_first_previous_count() -> None:

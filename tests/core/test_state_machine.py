@@ -248,6 +248,11 @@ class ManagerMachine(RuleBasedStateMachine):
         )
 
     @invariant()
+    def shared_set_is_the_chunks_counted_twice(self) -> None:
+        counts = self.m.refcounts.as_dict()
+        assert self.m.refcounts.shared == {h for h, n in counts.items() if n >= 2}
+
+    @invariant()
     def forks_match_model(self) -> None:
         assert {
             f.fork_id: (f.session_id, f.hashes, f.created_ts) for f in self.m.forks.values()

@@ -1,4 +1,4 @@
-"""A group commit hands every change's evictions to delivery before any waiter resumes."""
+"""A group commit leaves every change's evictions for delivery before any waiter resumes."""
 
 from __future__ import annotations
 
@@ -7,27 +7,10 @@ from pathlib import Path
 
 from ramakv_daemon.adapters.sqlite.store import SqliteSessionStore
 from ramakv_daemon.commit.committer import GroupCommitter
+from ramakv_daemon.commit.ledger import OutboxLedger
+from ramakv_daemon.commit.record import ChangeRecord
 from ramakv_daemon.core.change import Change
 from ramakv_daemon.core.manager import SessionManager
-
-
-class Recorder:
-    """A submitter's ticket that records each change's evictions as they become durable."""
-
-    def __init__(self, change: Change, seen: list[tuple[list[str], int]]) -> None:
-        self.change, self.seen = change, seen
-
-    def answer(self) -> None:
-        return None
-
-    def evictions_durable(self, row: int) -> None:
-        self.seen.append((self.change.evict_delete, row))
-
-    def committed(self) -> None:
-        pass
-
-    def rolled_back(self) -> None:
-        pass
 
 
 async def test_all_of_a_rows_evictions_are_registered_before_the_first_reply(
@@ -38,19 +21,18 @@ async def test_all_of_a_rows_evictions_are_registered_before_the_first_reply(
     # evictions were registered, a crash would lose those acknowledged evictions.
     store = SqliteSessionStore(str(tmp_path / "s.db"))
     await store.open()
-    seen: list[tuple[list[str], int]] = []
-    manager = SessionManager()
-    committer = GroupCommitter(store, manager.fork_ids)
+    manager, ledger = SessionManager(), OutboxLedger()
+    committer = GroupCommitter(store, manager.fork_ids, ledger)
     committer.start()
 
     def submit(change: Change) -> asyncio.Future[None]:
-        return committer.submit(change, manager, Recorder(change, seen))
+        return committer.submit(ChangeRecord.of("", change, manager))
 
     try:
         first = submit(Change(durable=True, evict_delete=["a", "b"]))
         second = submit(Change(durable=True, evict_delete=["c"]))
         await first
-        assert seen == [(["a", "b"], 1), (["c"], 1)]  # both, before the first waiter ran
+        assert ledger.take("") == [(1, ["a", "b"], []), (1, ["c"], [])]  # both, before it ran
         await second
     finally:
         await committer.close()

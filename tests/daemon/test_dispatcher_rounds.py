@@ -5,25 +5,11 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Sequence
 
+from ramakv_daemon.commit.ledger import OutboxLedger
 from ramakv_daemon.core.manager import SessionManager
 from ramakv_daemon.delivery.delivery_state import NamespaceState
 from ramakv_daemon.delivery.dispatcher import BackendDispatcher
 from ramakv_daemon.ports import Backend, BackendResult, ChunkLocations, EvictMode
-
-
-class IdleCommitter:
-    """No commit in flight; outbox rows whose entries are all delivered are collected."""
-
-    busy = False
-
-    def __init__(self) -> None:
-        self.forgotten: list[int] = []
-
-    def forget_rows(self, rows: list[int]) -> None:
-        self.forgotten.extend(rows)
-
-    def touched(self, namespace: str, hashes: list[str]) -> set[str]:
-        return set()
 
 
 class GatedBackend(Backend):
@@ -54,8 +40,12 @@ class GatedBackend(Backend):
 
 
 async def test_a_chunk_referenced_during_an_earlier_batch_is_not_evicted() -> None:
-    manager, backend, committer = SessionManager(), GatedBackend(), IdleCommitter()
-    d = BackendDispatcher(backend, NamespaceState(manager, committer))
+    manager, backend, ledger = (
+        SessionManager(),
+        GatedBackend(),
+        OutboxLedger(),
+    )  # no commit in flight
+    d = BackendDispatcher(backend, NamespaceState(manager, ledger))
     d.evictions_committed(["a"], ["b"], row=1)
     round_ = asyncio.create_task(d.delivery.deliver_due())
     await backend.called.wait()  # DELETE [a] is out
@@ -63,12 +53,16 @@ async def test_a_chunk_referenced_during_an_earlier_batch_is_not_evicted() -> No
     backend.gate.set()
     await round_
     assert backend.calls == [("delete", ["a"])]
-    assert d.backlog == 0 and committer.forgotten == [1]  # b's intent dropped, row done
+    assert d.backlog == 0 and ledger.take_retired() == [1]  # b's intent dropped, row done
 
 
 async def test_an_intent_replaced_during_an_earlier_batch_is_delivered_as_the_new_one() -> None:
-    manager, backend, committer = SessionManager(), GatedBackend(), IdleCommitter()
-    d = BackendDispatcher(backend, NamespaceState(manager, committer))
+    manager, backend, ledger = (
+        SessionManager(),
+        GatedBackend(),
+        OutboxLedger(),
+    )  # no commit in flight
+    d = BackendDispatcher(backend, NamespaceState(manager, ledger))
     d.evictions_committed(["a"], ["b"], row=1)  # b: demote
     round_ = asyncio.create_task(d.delivery.deliver_due())
     await backend.called.wait()  # DELETE [a] is out
@@ -77,4 +71,4 @@ async def test_an_intent_replaced_during_an_earlier_batch_is_delivered_as_the_ne
     await round_
     await d.delivery.deliver_due()
     assert backend.calls == [("delete", ["a"]), ("delete", ["b"])]
-    assert d.backlog == 0 and sorted(committer.forgotten) == [1, 2]
+    assert d.backlog == 0 and sorted(ledger.take_retired()) == [1, 2]

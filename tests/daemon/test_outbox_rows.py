@@ -84,14 +84,18 @@ async def test_re_evicted_hash_moves_to_the_newer_row(start_daemon: Any, make_co
     backend = FlakyBackend()
     backend.refuse = {"x"}
     d = await start_daemon(cfg, backend=backend)
+    d.daemon.default.dispatcher.delivery.max_backoff_s = 0.2  # retried soon after the heal
     await d.turn_end("a", ["x", "y"])
     await d.ok("session_close", session_id="a")  # row 1: x, y (x refused, y with it)
     await settle(d)
     await d.turn_end("b", ["x"])  # x referenced again: its old intent must not be sent
     await settle(d)
     await d.ok("session_close", session_id="b")  # row 2: x again
-    backend.refuse = set()
-    d.daemon.default.dispatcher.poke()
+    backend.refuse = set()  # the retry after the backoff delivers x
+    for _ in range(12000):  # hang guard; waits for the delivery and the row's deletion
+        if backend.of("delete").count("x") and not rows(cfg.session_store_path):
+            break
+        await asyncio.sleep(0.01)
     await settle(d)
     assert backend.of("delete").count("x") == 1
     assert rows(cfg.session_store_path) == []

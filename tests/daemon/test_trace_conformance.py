@@ -137,7 +137,7 @@ def test_the_checker_names_what_is_wrong() -> None:
 
 def test_evict_window_records_conform() -> None:
     """The evict window's notices (published only with an Ascend-side window open)."""
-    from ramakv_daemon.delivery.evict_window import window_record
+    from ramakv_daemon.delivery.window_report import window_record
 
     for outcome in ("kept", "missed", "exposed", "repeated"):
         for key in ("", "kvp-0123"):

@@ -14,7 +14,7 @@ import sys
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -62,7 +62,9 @@ def steering_daemon(
 class ProxyProcess:
     """``ramakv-proxy`` in front of the engine, reporting to the daemon."""
 
-    def __init__(self, upstream: str, daemon_url: str, log_path: Path) -> None:
+    def __init__(
+        self, upstream: str, daemon_url: str, log_path: Path, extra_args: tuple[str, ...] = ()
+    ) -> None:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         exe = Path(sys.executable).with_name("ramakv-proxy")
@@ -79,6 +81,7 @@ class ProxyProcess:
                 f"127.0.0.1:{self.port}",
                 "--chunk-size",
                 "256",
+                *extra_args,
             ],
             stdout=self._log,
             stderr=subprocess.STDOUT,
@@ -119,4 +122,21 @@ def proxy(
     try:
         yield p
     finally:
+        p.stop()
+
+
+@pytest.fixture(scope="module")
+def proxy_factory(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[Callable[..., ProxyProcess]]:
+    """Start ramakv-proxy processes with more flags (``make(upstream, daemon, *flags)``)."""
+    made: list[ProxyProcess] = []
+
+    def make(upstream: str, daemon_url: str, *flags: str) -> ProxyProcess:
+        log = tmp_path_factory.mktemp("proxy") / "proxy.log"
+        made.append(ProxyProcess(upstream, daemon_url, log, extra_args=flags))
+        return made[-1]
+
+    yield make
+    for p in made:
         p.stop()

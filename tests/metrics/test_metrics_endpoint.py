@@ -7,7 +7,7 @@ import platform
 from collections.abc import Sequence
 
 from prometheus_client.parser import text_string_to_metric_families
-from support.daemon_app import DaemonClient, StartDaemon
+from support.daemon_app import DaemonClient, RecordingBackend, StartDaemon
 from support.trace_wire import recv
 
 from ramakv_daemon.adapters.backends.noop import NoopBackend
@@ -59,8 +59,8 @@ async def test_metrics_parse_and_families(daemon: DaemonClient) -> None:
         assert families[name].documentation
 
 
-async def test_counters_move_as_events_are_sent(daemon: DaemonClient) -> None:
-    d = daemon
+async def test_counters_move_as_events_are_sent(start_daemon: StartDaemon) -> None:
+    d = await start_daemon(backend=RecordingBackend())
     m0 = await d.metrics()
     await d.turn_end("a", ["sys", "a1", "a2"])
     await d.turn_end("b", ["sys", "b1"])
@@ -104,8 +104,8 @@ async def test_counters_move_as_events_are_sent(daemon: DaemonClient) -> None:
     assert val(await d.metrics(), "ramakv_trace_subscribers") == 0
 
 
-async def test_evictions_counted(daemon: DaemonClient) -> None:
-    d = daemon
+async def test_evictions_counted(start_daemon: StartDaemon) -> None:
+    d = await start_daemon(backend=RecordingBackend())
     await d.turn_end("a", ["x", "y"])
     await d.ok("session_close", session_id="a")
     m = await wait_for(d, "ramakv_backend_chunks_total", 2, op="evict_delete")
@@ -167,3 +167,36 @@ async def test_build_info_process_metrics_and_no_created_series(daemon: DaemonCl
     assert "_created" not in text  # counters and histograms without their *_created twins
     assert val(m, "process_resident_memory_bytes") > 0
     assert val(m, "process_open_fds") > 0
+
+
+class CountedNoop(NoopBackend):
+    """The noop backend (name "noop"), telling the test when the daemon called it."""
+
+    def __init__(self) -> None:
+        self.called: list[str] = []
+
+    async def prefetch(self, chunk_hashes: Sequence[str], tag: str) -> BackendResult:
+        result = await super().prefetch(chunk_hashes, tag)
+        self.called.append("prefetch")
+        return result
+
+    async def evict(self, chunk_hashes: Sequence[str], mode: EvictMode) -> BackendResult:
+        result = await super().evict(chunk_hashes, mode)
+        self.called.append(mode.value)
+        return result
+
+
+async def test_a_noop_backend_counts_no_backend_calls(start_daemon: StartDaemon) -> None:
+    """A noop daemon sends nothing: no ramakv_backend_* sample says it did."""
+    backend = CountedNoop()
+    d = await start_daemon(backend=backend)
+    await d.turn_end("a", ["x", "y"])
+    await d.ok("turn_start", session_id="a")
+    await d.ok("session_close", session_id="a")
+    for _ in range(12000):  # hang guard: the dispatcher calls the backend after the reply
+        if {"prefetch", "delete"} <= set(backend.called):
+            break
+        await asyncio.sleep(0.01)
+    # The counting follows each call within the same step of the dispatcher's task.
+    m = await d.metrics()
+    assert not [k for k in m if k[0].startswith("ramakv_backend_")], sorted(m)

@@ -14,7 +14,9 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 from support.ns_rig import config, ident
 
 from ramakv_daemon.adapters.backends.noop import NoopBackend
+from ramakv_daemon.bootstrap import NamespaceParts
 from ramakv_daemon.commit.committer import GroupCommitter
+from ramakv_daemon.commit.ledger import OutboxLedger
 from ramakv_daemon.core.errors import RamAKvError
 from ramakv_daemon.core.events import Limits
 from ramakv_daemon.core.fork import ForkIds
@@ -34,18 +36,20 @@ def build(tmp) -> Namespaces:
     cfg = config(
         tmp, [{"name": "qwen", **ident()}, {"name": "other", **ident(model_id="other/model")}]
     )
-    fork_ids = ForkIds()
-    spaces = Namespaces(
+    fork_ids, ledger = ForkIds(), OutboxLedger()
+    parts = NamespaceParts(
         cfg,
         DEFAULT_REGISTRY,
         Limits(),
-        GroupCommitter(None, fork_ids),  # type: ignore[arg-type]
-        fork_ids,
+        ledger,
         NoopBackend(),
         lambda url, loc: NoopBackend(),
         None,
         None,
+        None,
     )
+    committer = GroupCommitter(None, fork_ids, ledger)  # type: ignore[arg-type]
+    spaces = Namespaces(cfg, committer, fork_ids, parts.build)
     spaces.setup()
     return spaces
 

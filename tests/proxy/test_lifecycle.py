@@ -262,3 +262,34 @@ async def test_stats_and_metrics_show_the_decisions(daemon_proc, engine, start_p
     assert "ramakv_proxy_suspends_total 1.0" in text
     assert 'ramakv_proxy_events_total{outcome="sent"} 3.0' in text
     assert 'ramakv_proxy_restores_total{wait="landed"} 0.0' in text
+
+
+async def test_turn_start_prefetch_off_by_default_and_wait_on_request(
+    daemon_proc, engine, start_proxy
+) -> None:
+    """The proxy's turn_start asks for no prefetch unless --turn-start-prefetch wait."""
+    plain = {"model": "m", "messages": ASK["messages"]}
+
+    async def prefetches(sid: str) -> list[bool]:
+        out: list[bool] = []
+        async with aiohttp.ClientSession() as http:
+            url = f"{daemon_proc.url}/trace?protocol=2&since=0&session={sid}"
+            async with http.ws_connect(url) as ws:
+                while True:
+                    try:
+                        msg = await ws.receive_json(timeout=0.5)
+                    except TimeoutError:
+                        return out
+                    if msg.get("type") == "turn_start":
+                        out.append(msg["data"]["prefetch_sent"])
+
+    off = await start_proxy(engine.url, daemon_proc.url, clock=ManualClock())
+    waits = await start_proxy(
+        engine.url, daemon_proc.url, clock=ManualClock(), turn_start_prefetch="wait"
+    )
+    for proxy, sid in ((off, "off"), (waits, "waits")):
+        await chat(proxy, plain, sid)
+        await chat(proxy, plain, sid)  # the second turn_start finds a map to prefetch
+        assert await proxy.sender.flush(10)
+    assert await prefetches("off") == [False, False]
+    assert await prefetches("waits") == [False, True]  # the first: an unknown session

@@ -93,6 +93,7 @@ async def test_fault_keeps_events_fast_and_evictions_queued_until_recovery(
     fault: str, start_daemon: Any, make_config: Any, fake_lmcache: FakeLMCacheServer
 ) -> None:
     d = await lm_daemon(start_daemon, make_config, fake_lmcache.url)
+    d.daemon.default.dispatcher.delivery.max_backoff_s = 0.2  # retried soon after a heal
     fake_lmcache.put(["a", "b", "c"])
     ws = await d.client.ws_connect("/trace?protocol=2")
     assert (await ws.receive_json(timeout=120))["kind"] == "snapshot"
@@ -123,8 +124,7 @@ async def test_fault_keeps_events_fast_and_evictions_queued_until_recovery(
     assert db_outbox(d.config.session_store_path) == {"a": "delete", "b": "delete"}
     assert "a" in fake_lmcache.tiers  # nothing evicted yet
 
-    await fake_lmcache.heal()
-    d.daemon.default.dispatcher.poke()
+    await fake_lmcache.heal()  # the next retry (within 0.2 s) delivers it
     await eventually(lambda: d.daemon.default.dispatcher.backlog == 0)
     assert "a" not in fake_lmcache.tiers and "b" not in fake_lmcache.tiers
     assert "c" in fake_lmcache.tiers
@@ -142,6 +142,7 @@ async def test_rereferenced_chunk_is_dropped_from_the_outbox_never_evicted(
     start_daemon: Any, make_config: Any, fake_lmcache: FakeLMCacheServer
 ) -> None:
     d = await lm_daemon(start_daemon, make_config, fake_lmcache.url)
+    d.daemon.default.dispatcher.delivery.max_backoff_s = 0.2  # retried soon after a heal
     fake_lmcache.put(["a0", "b0", "cafe", "c0"])
     await fake_lmcache.set_failure("503")
     await d.turn_end("s1", ["cafe", "a0", "b0"])
@@ -155,8 +156,7 @@ async def test_rereferenced_chunk_is_dropped_from_the_outbox_never_evicted(
     mark = len(fake_lmcache.requests)
     await d.turn_end("s2", ["a0"])  # a0 is wanted again before the retry
     await d.ok("snapshot_restore", session_id="t")  # so is c0
-    await fake_lmcache.heal()
-    d.daemon.default.dispatcher.poke()
+    await fake_lmcache.heal()  # the next retry (within 0.2 s) delivers it
     await eventually(lambda: d.daemon.default.dispatcher.backlog == 0)
     # b0 may have been tried again (and refused) before the heal; a0 and c0 never.
     assert set(evicted_since(fake_lmcache, mark)) == {"b0"}

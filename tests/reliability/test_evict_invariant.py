@@ -185,6 +185,7 @@ async def test_a_release_still_being_committed_is_not_deliverable(
     d, probe = await rig(start_daemon, make_config, fake_lmcache, LockedStore)
     store: LockedStore = d.daemon.store  # type: ignore[assignment]
     dispatcher = d.daemon.default.dispatcher
+    dispatcher.delivery.max_backoff_s = 0.2  # retried soon after the heal, not in 60 s
     fake_lmcache.put(["aa", "bb"])
     await fake_lmcache.set_failure("503")  # the intent for aa waits in the outbox
     await d.turn_end("A", ["aa", "bb"])
@@ -197,8 +198,7 @@ async def test_a_release_still_being_committed_is_not_deliverable(
         d.post({"type": "turn_end", "session_id": "B", "kv_transfer_params": {"chunk_hashes": []}})
     )
     await eventually(lambda: "aa" not in d.daemon.default.manager.refcounts)  # applied, in doubt
-    await fake_lmcache.heal()
-    dispatcher.poke()
+    await fake_lmcache.heal()  # the next retry (within 0.2 s) looks at aa
     # The dispatcher looked at x and set it aside until the commit is decided.
     await eventually(lambda: any(h == "aa" for _, _, h in dispatcher.outbox.later))
     assert not received_evict(fake_lmcache, "aa", since)
@@ -224,6 +224,7 @@ async def test_fault_mix_never_evicts_a_referenced_chunk(
     d, probe = await rig(start_daemon, make_config, fake_lmcache, LockedStore)
     store: LockedStore = d.daemon.store  # type: ignore[assignment]
     store.rng = random.Random(seed)
+    d.daemon.default.dispatcher.delivery.max_backoff_s = 0.2  # retried soon after a heal
     pool = [f"{i:02x}" for i in range(24)]
     fake_lmcache.put(pool)
     statuses: list[int] = []
@@ -255,8 +256,7 @@ async def test_fault_mix_never_evicts_a_referenced_chunk(
     await asyncio.gather(weather(), *(session(f"s{i}") for i in range(8)))
     assert 503 in statuses and 200 in statuses
     store.rng = None
-    await fake_lmcache.heal()
-    d.daemon.default.dispatcher.poke()
+    await fake_lmcache.heal()  # the next retry (within 0.2 s) delivers the rest
     await eventually(
         lambda: (
             d.daemon.default.dispatcher.backlog == 0

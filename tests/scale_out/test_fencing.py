@@ -143,3 +143,30 @@ async def test_an_event_reaching_the_old_node_applies_on_what_the_new_node_ackno
     assert sessions_of(b) == set()
     assert sessions_of(a) == ({"k"} if event == "session_close" else {"s", "k"})
     await check_refcounts_match_owned(a)
+
+
+async def test_an_idle_sweep_on_a_stale_copy_never_takes_the_session_back(
+    daemon_proc_factory: Callable[..., DaemonProcess],
+    postgres_server: PostgresServer,
+) -> None:
+    """Node a's idle policy finds its copy of s idle after b took s over unheard: its
+    suspend is fenced, a releases the copy, and s stays b's, active (the sweep acts on
+    this node's own sessions only: it never claims one)."""
+    url = postgres_server.create_database()
+    config = {"session_store_url": url, "ownership_check_s": 3600.0, "idle_close_s": 0.0}
+    a = daemon_proc_factory(config={**config, "node_id": "a", "idle_suspend_s": 1.0})
+    b = daemon_proc_factory(config={**config, "node_id": "b", "idle_suspend_s": 0.0})
+    turn_end(a, A_MAPS[0])
+    async with unheard(url, "a"):
+        with stopped(a):
+            turn_end(b, B_MAPS[0])  # b claims s: a's copy is stale, its clock old
+
+        async def a_released() -> bool:
+            return "s" not in sessions_of(a)
+
+        await until(a_released, "node a's idle sweep to find its copy stale")
+        assert await stored(url) == ("b", 2, '["sys","a1","b4"]', False)
+    assert sessions_of(b) == {"s"}
+    assert "fenced write" in a.log()
+    await check_refcounts_match_owned(a)
+    await check_refcounts_match_owned(b)

@@ -18,6 +18,7 @@ MODULES = (
     "ramakv_sdk.kvparams",
     "ramakv_sdk.cli",
     "ramakv_sdk.proxy",
+    "ramakv_sdk.hooks",
 )
 
 

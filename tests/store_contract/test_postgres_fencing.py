@@ -101,12 +101,16 @@ async def test_two_nodes_creating_one_session_only_the_first_commit_wins(
     assert await row(a, "new") == ("node-b", 2, '["a","b"]')
 
 
-async def test_a_claim_of_a_session_this_node_owns_changes_nothing(
+async def test_a_claim_of_a_session_this_node_owns_returns_its_row_owing_nothing(
     nodes: list[PostgresSessionStore],
 ) -> None:
     a, _ = nodes
-    await a.write({"s": Session("s", ("x",), 1)})
+    await a.write({"s": Session("s", ("x",), 1)}, forks={3: Fork(3, "s", ("x",), 1.0)})
     version = a.version("s")
-    assert await a.claim("s") is None
-    assert a.version("s") == version
-    await a.write({"s": Session("s", ("x",), 2)})  # still at its own version
+    claimed = await a.claim("s")
+    assert claimed is not None and claimed.previous_owner == "node-a"
+    assert claimed.session == Session("s", ("x",), 1)
+    assert [f.fork_id for f in claimed.forks] == [3]
+    assert a.version("s") not in (None, version)
+    assert await a.owed_releases() == []
+    await a.write({"s": Session("s", ("x",), 2)})  # at the claimed version

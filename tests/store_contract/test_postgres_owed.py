@@ -40,7 +40,9 @@ async def test_a_claim_leaves_the_old_owner_its_map_and_moved_forks_owed(
     assert claimed is not None and claimed.previous_owner == "node-a"
     assert owed(await a.owed_releases()) == [("s", ("x", "y")), ("s", ("x",))]
     assert await b.owed_releases() == []
-    assert await b.claim("s") is None  # b owns it already: nothing more owed by anyone
+    again = await b.claim("s")  # b owns it already: its row back, nothing more owed
+    assert again is not None and again.previous_owner == "node-b"
+    assert [f.fork_id for f in again.forks] == [7]
     assert len(await a.owed_releases()) == 2 and await b.owed_releases() == []
 
 

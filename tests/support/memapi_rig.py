@@ -62,7 +62,7 @@ def serve(app: Any) -> Iterator[str]:
 
 @contextmanager
 def devserver(
-    *args: str, port: int | None = None, hash_seed: str = "random"
+    *args: str, port: int | None = None, hash_seed: str = "random", start_timeout: float = 300.0
 ) -> Iterator[tuple[str, subprocess.Popen]]:
     """``python -m ascend_ext.devserver`` in a child process; yields (url, process).
 
@@ -79,7 +79,8 @@ def devserver(
     )
     url = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + 60
+        # a hang guard: start-up imports torch + LMCache
+        deadline = time.monotonic() + start_timeout
         while True:
             try:
                 if httpx.get(url + "/health", timeout=1).status_code == 200:

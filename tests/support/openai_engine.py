@@ -7,7 +7,6 @@ LMCache's default ``save_unfull_chunk: false``), ``[]`` under one chunk. With ``
 true`` they stream SSE chunks and, as real vLLM 0.32, **no** kv_transfer_params anywhere in
 the stream. ``POST /tokenize`` answers a chat (``messages``) or completion (``prompt``)
 request's token ids in vLLM's shape.
-tests/engine/test_standin_matches_vllm.py checks these shapes against the real engine.
 Behaviour per request, by header:
 
 * ``X-Engine-Params: none`` (no kv_transfer_params; /tokenize answers 404, as an engine
@@ -16,7 +15,8 @@ Behaviour per request, by header:
 * ``X-Engine-Delay: 0.01`` seconds between streamed chunks
 
 Tool calls, in vLLM 0.32's shapes (``--enable-auto-tool-choice --tool-call-parser ...``;
-tests/engine/test_tool_calls.py checks them against the real engine): a chat request with
+tests/proxy/test_naming_answers.py checks them against the real engine's answers kept in
+tests/proxy/data): a chat request with
 ``tools`` answers with one call of a tool, arguments built from its JSON schema, when
 ``tool_choice`` names that tool (``finish_reason: "stop"``, as OpenAI and vLLM answer a
 named choice), is ``"required"``, or is ``"auto"`` / absent and the last message is the

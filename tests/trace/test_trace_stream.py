@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 from typing import Any
 
 import aiohttp
@@ -134,8 +135,8 @@ async def test_snapshot_then_deltas_reproduce_daemon_state(daemon: DaemonClient)
     assert fresh["seq"] == state["seq"]
     assert fresh["totals"] == state["totals"]
 
-    # shared_count is computed when a session's summary is sent: others' later changes
-    # can move it, so it is compared only through the fresh snapshot itself.
+    # Deltas carry the shared_count of the sessions they list; others' values moved by a
+    # record's shared_changed are re-read with list_sessions (test_trace_shared_counts).
     def counts(sessions: dict[str, Any]) -> dict[str, Any]:
         return {k: {f: v for f, v in s.items() if f != "shared_count"} for k, s in sessions.items()}
 
@@ -354,3 +355,27 @@ async def test_many_subscribers_and_unsubscribe(daemon: DaemonClient) -> None:
     assert len(d.daemon.trace.subscribers) == 10
     for ws in subs[10:]:
         await ws.close()
+
+
+async def test_session_filter_finds_the_failed_events_of_a_long_session_id(
+    daemon: DaemonClient,
+) -> None:
+    """A valid session id of 201..1024 bytes is the record's session_id whole: ?session=
+    delivers its failed events (it was cut to 200 characters before the filter ran)."""
+    d = daemon
+    long_id = "s" * 300
+    await d.turn_end(long_id, ["x1"])
+    ws = await d.ws(f"?session={long_id}")
+    snap = await recv(ws)
+    assert set(snap["sessions"]) == {long_id}
+    await d.err("session_fork_end", session_id=long_id)  # fails: no open fork
+    await d.ok("turn_start", session_id=long_id)
+    failed, ok = await recv_n(ws, 2)
+    assert failed["ok"] is False and failed["session_id"] == long_id
+    assert ok["ok"] is True and ok["type"] == "turn_start"
+    # An id longer than any session's is cut in its record (the ring stays small).
+    await d.err("turn_start", session_id="z" * 5000)
+    [text] = d.daemon.trace.recent(1)
+    rec = json.loads(text)
+    assert rec["ok"] is False and rec["session_id"] == "z" * 200 + "..."
+    await ws.close()

@@ -58,7 +58,12 @@ export interface TraceEvent {
   data?: unknown;
   data_omitted_bytes?: number;
   error?: string;
-  delta: { sessions: Record<string, SessionSummary | null>; refcounts: Record<string, number> };
+  delta: {
+    sessions: Record<string, SessionSummary | null>;
+    refcounts: Record<string, number>;
+    /** Sessions not in `sessions` may have a new shared_count: re-read with list_sessions. */
+    shared_changed?: boolean;
+  };
   totals?: TraceTotals;
   /** The record was cut to stay under the bound; a fresh snapshot follows. */
   resync?: true;

@@ -3,8 +3,7 @@
 from __future__ import annotations
 
 from ramakv_daemon.config import Config
-from ramakv_daemon.ports import Backend
-from ramakv_daemon.routing.namespaces import BackendFactory
+from ramakv_daemon.ports import Backend, BackendFactory
 
 
 def lmcache_factory(config: Config) -> BackendFactory:

@@ -59,7 +59,7 @@ class ReleaseListener:
         connection up in the background."""
         try:
             await self._connect()
-        except Exception as err:  # noqa: BLE001 - the background loop retries
+        except Exception as err:  # the background loop retries
             log.warning("cannot LISTEN for takeovers yet: %s", err)
             self._lost.set()
         self._task = asyncio.get_running_loop().create_task(
@@ -112,7 +112,7 @@ class ReleaseListener:
             self._con = None
             try:
                 await self._connect()
-            except Exception as err:  # noqa: BLE001 - keep trying, slower each time
+            except Exception as err:  # keep trying, slower each time
                 log.warning(
                     "PostgreSQL LISTEN reconnect failed (next try in %.1fs): %s", delay, err
                 )
@@ -129,7 +129,7 @@ class ReleaseListener:
     async def _check(self, why: str) -> None:
         try:
             await self.reconcile()
-        except Exception as err:  # noqa: BLE001 - the next check tries again
+        except Exception as err:  # the next check tries again
             log.warning("ownership check (%s) failed: %s", why, err)
 
     async def stop(self) -> None:

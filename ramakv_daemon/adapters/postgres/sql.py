@@ -46,16 +46,17 @@ DELETE FROM sessions s USING unnest($1::text[], $2::bigint[]) AS d(session_id, e
 WHERE s.session_id = d.session_id AND s.version = d.expected AND s.owner = $3
 RETURNING s.session_id
 """
-# Take one session now (an event arrived for a session another node owns): the row lock,
-# a new version (the old owner's next write is fenced), and the row as it was, so the new
-# owner starts from the old owner's map. No row back: stored nowhere, or this node's.
+# Take one session now (an event arrived for a session not held here): the row lock, a new
+# version (the old owner's next write is fenced), and the row as it was, so the new owner
+# starts from the old owner's map. A row this node owns already comes back as it is
+# stored (owed nothing): an adopt rolled back with a failed commit is redone from it.
 CLAIM_SESSION = """
 WITH prev AS (
     SELECT session_id, owner, namespace, map_json FROM sessions
-    WHERE session_id = $1 AND owner <> $2 FOR UPDATE
+    WHERE session_id = $1 FOR UPDATE
 ), owed AS (
     INSERT INTO owed_releases (node_id, namespace, session_id, hashes_json)
-    SELECT owner, namespace, session_id, map_json FROM prev
+    SELECT owner, namespace, session_id, map_json FROM prev WHERE owner <> $2
 ), up AS (
     UPDATE sessions s SET owner = $2, version = nextval('session_versions') FROM prev
     WHERE s.session_id = prev.session_id
@@ -101,6 +102,12 @@ WITH moved AS (
 )
 SELECT * FROM moved
 """
+SELECT_VERSIONS = "SELECT session_id, version FROM sessions WHERE session_id = ANY($1::text[])"
+# An own row's claim: this node's open forks of the session (an adopt rolled back lost them).
+SELECT_FORKS_OF = (
+    "SELECT fork_id, session_id, namespace, hashes_json, created_ts FROM forks "
+    "WHERE session_id = $1 AND owner = $2 ORDER BY fork_id"
+)
 SELECT_FORK_OWNERS_OF = "SELECT fork_id, owner FROM forks WHERE fork_id = ANY($1::bigint[])"
 SELECT_FORKS = (
     "SELECT fork_id, session_id, namespace, hashes_json, created_ts FROM forks "

@@ -166,6 +166,11 @@ class PostgresSessionStore:
         )
         return {r["session_id"]: r["owner"] for r in rows}
 
+    async def stored_versions(self, session_ids: list[str]) -> dict[str, int]:
+        """session id -> its row's version now, for the stored ones among ``session_ids``."""
+        rows = await self.fetch(sql.SELECT_VERSIONS, session_ids)
+        return {r[0]: int(r[1]) for r in rows}
+
     async def fork_owners_of(self, fork_ids: list[int]) -> dict[int, str]:
         """fork id -> holding node, for the stored ones among ``fork_ids``."""
         rows = await self.fetch(sql.SELECT_FORK_OWNERS_OF, fork_ids)
@@ -244,7 +249,7 @@ class PostgresSessionStore:
             pool, self._pool = self._pool, None
             try:
                 await asyncio.wait_for(pool.close(), timeout=5)
-            except Exception:  # noqa: BLE001 - a dead server (or any error): just drop it
+            except Exception:  # a dead server (or any error): just drop it
                 pool.terminate()
 
     def need_pool(self) -> Any:
@@ -273,7 +278,7 @@ class PostgresSessionStore:
         """The sessions this node owns (corrupt rows are skipped and logged)."""
         rows = await self.fetch(sql.SELECT_OWNED, self.node_id)
         self._versions = {r[0]: int(r[6]) for r in rows}
-        return decode_sessions(tuple(r)[:6] for r in rows)
+        return decode_sessions((tuple(r)[:6] for r in rows), {})
 
     def version(self, session_id: str) -> int | None:
         """The version of ``session_id``'s row this node last loaded, claimed or wrote."""
@@ -306,17 +311,21 @@ class PostgresSessionStore:
         return [StoredAnswer(e, r, d) for e, r, d in reversed(rows)]
 
     async def claim(self, session_id: str) -> Claimed | None:
-        """Take ``session_id`` from the node that owns it, atomically (row lock), telling
-        that node at commit; None when it is stored nowhere or this node owns it already."""
+        """Take ``session_id`` from the node that owns it, atomically (row lock, a new
+        version), telling that node at commit; None when it is stored nowhere. A row this
+        node owns comes back as stored (previous_owner: this node), with its forks."""
         try:
             async with self.need_pool().acquire() as con, con.transaction():
                 row = await con.fetchrow(sql.CLAIM_SESSION, session_id, self.node_id)
                 if row is None:
                     return None
-                fork_rows = await con.fetch(
-                    sql.CLAIM_FORKS, session_id, self.node_id, row["previous_owner"]
-                )
-                await self.notify(con, [(session_id, row["previous_owner"])])
+                if row["previous_owner"] == self.node_id:  # an own row: its own forks too
+                    fork_rows = await con.fetch(sql.SELECT_FORKS_OF, session_id, self.node_id)
+                else:
+                    fork_rows = await con.fetch(
+                        sql.CLAIM_FORKS, session_id, self.node_id, row["previous_owner"]
+                    )
+                    await self.notify(con, [(session_id, row["previous_owner"])])
         except DB_ERRORS as err:
             self._failed(err)
             raise StoreError(f"cannot take over session {session_id!r}: {err}") from err

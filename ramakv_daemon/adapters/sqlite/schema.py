@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import sqlite3
+
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS sessions (
     session_id TEXT PRIMARY KEY,
@@ -94,3 +96,14 @@ SELECT_SESSIONS = (
     "SELECT s.session_id, s.map_json, s.turn_count, st.suspended, st.last_event_ts, "
     "{namespace} FROM sessions s LEFT JOIN session_state st ON st.session_id = s.session_id"
 )
+
+
+def existing_sessions(db: sqlite3.Connection, session_ids: list[str]) -> list[str]:
+    """Those of ``session_ids`` that have a stored row (in chunks: SQLite's variable limit)."""
+    found: list[str] = []
+    for i in range(0, len(session_ids), 500):
+        part = session_ids[i : i + 500]
+        marks = ",".join("?" * len(part))
+        rows = db.execute(f"SELECT session_id FROM sessions WHERE session_id IN ({marks})", part)
+        found.extend(r[0] for r in rows)
+    return found

@@ -25,6 +25,7 @@ from ramakv_daemon.adapters.sqlite.schema import (
     SELECT_SESSIONS,
     UPSERT_SESSION,
     UPSERT_STATE,
+    existing_sessions,
 )
 from ramakv_daemon.adapters.store_lock import StoreLock, StoreLocked
 from ramakv_daemon.adapters.store_rows import (
@@ -73,17 +74,6 @@ def _is_busy(err: BaseException | None) -> bool:
 
 
 _LOAD_BATCH = 256  # sessions per fetch at start-up
-
-
-def _existing(db: sqlite3.Connection, session_ids: list[str]) -> list[str]:
-    """Those of ``session_ids`` that have a stored row (in chunks: SQLite's variable limit)."""
-    found: list[str] = []
-    for i in range(0, len(session_ids), 500):
-        part = session_ids[i : i + 500]
-        marks = ",".join("?" * len(part))
-        rows = db.execute(f"SELECT session_id FROM sessions WHERE session_id IN ({marks})", part)
-        found.extend(r[0] for r in rows)
-    return found
 
 
 class SqliteSessionStore:
@@ -232,7 +222,7 @@ class SqliteSessionStore:
             conn.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
         return conn
 
-    async def _on_writer(self, fn: Callable[..., T], *args: Any) -> T:
+    async def _on_writer(self, fn: Callable[..., T], *args: object) -> T:
         """Run ``fn(*args)`` on the write connection off the loop, waiting for locks.
 
         For start-up and operator work, never the hot path: on the writer thread (so never
@@ -240,7 +230,7 @@ class SqliteSessionStore:
         """
         return await self._in_thread(self._waiting_for_locks, fn, args)
 
-    def _waiting_for_locks(self, fn: Callable[..., T], args: tuple[Any, ...]) -> T:
+    def _waiting_for_locks(self, fn: Callable[..., T], args: tuple[object, ...]) -> T:
         """``fn(*args)`` with the busy timeout on (runs on the writer thread)."""
         db = self._writer
         assert db is not None
@@ -252,7 +242,7 @@ class SqliteSessionStore:
         finally:
             db.execute("PRAGMA busy_timeout=0")
 
-    async def _in_thread(self, fn: Callable[..., T], *args: Any) -> T:
+    async def _in_thread(self, fn: Callable[..., T], *args: object) -> T:
         return await asyncio.get_running_loop().run_in_executor(self._thread, fn, *args)
 
     @property
@@ -278,10 +268,11 @@ class SqliteSessionStore:
                 # hashes) is freed before the next one arrives and its memory reused,
                 # instead of the whole table's text being faulted in at once.
                 versions = self._versions
+                anchors: dict[str, tuple[str, ...]] = {}  # maps sharing a prefix share it
                 while rows := await cur.fetchmany(_LOAD_BATCH):
                     # Every stored row, a corrupt one too: writing it replaces it.
                     versions.update((r[0], 0) for r in rows)
-                    out.extend(decode_sessions(rows))
+                    out.extend(decode_sessions(rows, anchors))
                     gc.collect(0)
         except sqlite3.Error as err:
             raise StoreError(f"cannot read session store {self.path}: {err}") from err
@@ -514,7 +505,7 @@ class SqliteSessionStore:
         try:
             db.execute("BEGIN IMMEDIATE")
             if created:
-                fenced = _existing(db, created)
+                fenced = existing_sessions(db, created)
                 if fenced:
                     raise StoreFenced(fenced)
             if upserts:
@@ -563,7 +554,7 @@ class SqliteSessionStore:
             if prune_before is not None:
                 db.execute("DELETE FROM event_ids WHERE ts < ?", (prune_before,))
             db.execute("COMMIT")
-        except Exception as err:  # noqa: BLE001 - anything must roll back, or BEGIN stays open
+        except Exception as err:  # anything must roll back, or BEGIN stays open
             if db.in_transaction:
                 try:
                     db.execute("ROLLBACK")

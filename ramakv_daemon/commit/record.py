@@ -1,0 +1,89 @@
+"""What the pipeline hands the group committer: one applied change, finished."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+
+from ramakv_daemon.core.change import Change
+from ramakv_daemon.core.fork import Fork
+from ramakv_daemon.core.manager import SessionManager
+from ramakv_daemon.core.session import Session
+from ramakv_daemon.ports import AnswerRowIn
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class ChangeRecord:
+    """One applied change of ``namespace``: what to write, the evictions to register, what
+    to publish; the committer writes it and returns, calling nothing but ``answer`` and
+    ``publish``.
+
+    Attributes:
+        namespace: the namespace whose manager applied it.
+        change: the change itself (its undo record; reads answer from committed state
+            by taking it out while it is in doubt).
+        manager: undoes it if the commit fails.
+        sessions: session id -> its state to store (None: delete the row), as applied.
+        forks: fork id -> the open fork to store (None: it ended).
+        evict_delete / evict_demote: the evictions its outbox row holds.
+        kept: chunks a keep was asked for because it referenced them again (evicted
+            again if it is rolled back).
+        answer: the event_id answer stored with it, read as the transaction is built (the
+            reply is final then); None without one.
+        publish: its trace record, published at its commit in apply order (None: its
+            submitter publishes).
+        gate: the cache's answer to a keep it needs (or its evict's deadline): the
+            commit waits for it.
+        ready: what completes its reply (a debug file): the commit waits for it a while.
+    """
+
+    namespace: str
+    change: Change
+    manager: SessionManager
+    sessions: Mapping[str, Session | None]
+    forks: Mapping[int, Fork | None]
+    evict_delete: Sequence[str]
+    evict_demote: Sequence[str]
+    kept: Sequence[str] = ()
+    answer: Callable[[], AnswerRowIn | None] | None = None
+    publish: Callable[[], None] | None = None
+    gate: asyncio.Future[None] | None = None
+    ready: asyncio.Future[bool] | None = None
+
+    @classmethod
+    def of(
+        cls,
+        namespace: str,
+        change: Change,
+        manager: SessionManager,
+        *,
+        kept: Sequence[str] = (),
+        answer: Callable[[], AnswerRowIn | None] | None = None,
+        publish: Callable[[], None] | None = None,
+        gate: asyncio.Future[None] | None = None,
+        ready: asyncio.Future[bool] | None = None,
+    ) -> ChangeRecord:
+        """The record of ``change`` just applied by ``manager``: the rows it moved, as
+        they stand now (taken before any await, so they are this change's)."""
+        live, forks = manager.sessions, manager.forks
+        return cls(
+            namespace,
+            change,
+            manager,
+            {sid: live.get(sid) for sid in change.prev_sessions},
+            {fid: forks.get(fid) for fid in change.prev_forks},
+            # Not copied: the core never touches a change's lists after returning it.
+            change.evict_delete,
+            change.evict_demote,
+            tuple(kept),
+            answer,
+            publish,
+            gate,
+            ready,
+        )
+
+    @property
+    def evicts(self) -> bool:
+        """True when its evictions need an outbox row."""
+        return bool(self.evict_delete or self.evict_demote)

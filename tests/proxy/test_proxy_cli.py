@@ -1,0 +1,57 @@
+"""The proxy's command line: ``python -m ramakv_sdk.proxy`` (as bench/ runs it), flags."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+from ramakv_sdk.proxy import parse_args, settings_from
+
+
+def run(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "ramakv_sdk.proxy", *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+def test_module_runs_as_the_console_script() -> None:
+    out = run("--version")
+    assert out.returncode == 0 and out.stdout.startswith("ramakv-proxy ")
+
+
+def test_bad_lifecycle_values_exit_2_naming_them() -> None:
+    out = run("--upstream", "http://127.0.0.1:1", "--tool-pause-suspend-s", "-1")
+    assert out.returncode == 2
+    assert "tool_pause_suspend_s must be >= 0 (0 = off), got -1.0" in out.stderr
+
+
+def test_lifecycle_flags_reach_the_settings(tmp_path, monkeypatch) -> None:  # noqa: ANN001
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path))
+    args = parse_args(
+        [
+            "--upstream",
+            "http://e:8000/",
+            "--tool-pause-suspend-s",
+            "0",
+            "--restore-wait-ms",
+            "250",
+            "--session-idle-close-s",
+            "60",
+            "--no-close-on-disconnect",
+            "--turn-start-prefetch",
+            "wait",
+        ]
+    )
+    s = settings_from(args)
+    assert (s.upstream, s.tool_pause_suspend_s, s.restore_wait_ms) == ("http://e:8000", 0, 250)
+    assert (s.session_idle_close_s, s.close_on_disconnect, s.turn_start_prefetch) == (
+        60,
+        False,
+        "wait",
+    )
+    defaults = settings_from(parse_args(["--upstream", "http://e:8000"]))
+    assert (defaults.tool_pause_suspend_s, defaults.restore_wait_ms) == (2.0, 1000)
+    assert (defaults.session_idle_close_s, defaults.session_header) == (900.0, "X-Session-ID")

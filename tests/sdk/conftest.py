@@ -1,0 +1,3 @@
+"""Fixtures for the SDK's hook tests: the stand-in engine and an in-process proxy."""
+
+from support.proxy_rig import engine, start_proxy  # noqa: F401
