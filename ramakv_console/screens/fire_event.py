@@ -32,6 +32,7 @@ class FireEventScreen(Screen[None]):
         super().__init__()
         self.ctx = ctx
         self.prefill: dict[str, Any] = {}
+        self._filled_from: Catalogue | None = None  # the catalogue the select shows
 
     def compose(self) -> ComposeResult:
         yield ConnectionBanner(self.ctx, id="banner")
@@ -58,6 +59,12 @@ class FireEventScreen(Screen[None]):
         admin = catalogue.admin
         # The nine contract events first, then the admin ones (labelled).
         names = sorted(catalogue.events, key=lambda n: (n in admin, n))
+        # A reload of the same catalogue (every reconnect loads it) leaves the select alone:
+        # set_options resets its value, and picking it again rebuilt the form, wiping
+        # what was typed in it.
+        if catalogue == self._filled_from:
+            return
+        self._filled_from = catalogue
         select.set_options((f"{n} (admin)" if n in admin else n, n) for n in names)
         if isinstance(current, str) and current in catalogue.events:
             select.value = current

@@ -174,7 +174,6 @@ async def test_sdk_config_token_is_used(daemon_proc_factory: Any, tmp_path: Path
         await until(
             pilot,
             lambda: "t1" in app.state.sessions,
-            timeout=15,
             what="the session over an authenticated trace",
         )
         assert app.connection[0]

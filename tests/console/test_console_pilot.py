@@ -164,7 +164,6 @@ async def test_banner_when_the_daemon_goes_away_and_resume(real_app: Any, daemon
         await until(
             pilot,
             lambda: app.connection[0] and "s2" in app.state.sessions,
-            timeout=15,
             what="reconnect",
         )
         assert not banner.display and "s1" in app.state.sessions
@@ -226,6 +225,12 @@ async def test_fork_end_by_id_from_the_form_after_the_parents_close(
         await until(pilot, lambda: form.event_type == "session_fork_end", what="fork_end form")
         form.query_one("#field-session_id", Input).value = "p"
         form.query_one("#field-fork_id", Input).value = str(ids[0])
+        # A reconnect reloads the same catalogue (one can land while the form is filled
+        # in): the select and what was typed stay as they are.
+        app.ctx.catalogue_loaded.publish(app.ctx.catalogue)
+        await pilot.pause()
+        assert form.event_type == "session_fork_end"
+        assert form.query_one("#field-fork_id", Input).value == str(ids[0])
         await pilot.press("ctrl+s")
         await until(
             pilot,

@@ -8,6 +8,7 @@ from typing import Any
 
 import aiohttp
 import pytest
+from support.trace_events import lifecycle_events, session_records
 
 from ramakv_sdk.proxy import ManualClock
 
@@ -25,7 +26,6 @@ TOOLS = [
         },
     }
 ]
-READS = {"session_map", "backend_query", "list_sessions"}
 ASK = {
     "model": "m",
     "messages": [
@@ -65,16 +65,7 @@ def state(daemon, sid: str) -> str | None:  # noqa: ANN001
 
 async def daemon_events(daemon, sid: str) -> list[tuple[str, Any]]:  # noqa: ANN001
     """(type, notes.reason or None) of the session's changing events on the trace."""
-    out: list[tuple[str, Any]] = []
-    async with aiohttp.ClientSession() as http:
-        async with http.ws_connect(f"{daemon.url}/trace?protocol=2&since=0&session={sid}") as ws:
-            while True:
-                try:
-                    msg = await ws.receive_json(timeout=0.5)
-                except TimeoutError:
-                    return out
-                if msg.get("kind") == "event" and msg["type"] not in READS:
-                    out.append((msg["type"], (msg.get("notes") or {}).get("reason")))
+    return await lifecycle_events(daemon.url, sid)
 
 
 async def test_tool_pause_suspends_after_the_grace_and_the_next_request_restores(
@@ -271,17 +262,8 @@ async def test_turn_start_prefetch_off_by_default_and_wait_on_request(
     plain = {"model": "m", "messages": ASK["messages"]}
 
     async def prefetches(sid: str) -> list[bool]:
-        out: list[bool] = []
-        async with aiohttp.ClientSession() as http:
-            url = f"{daemon_proc.url}/trace?protocol=2&since=0&session={sid}"
-            async with http.ws_connect(url) as ws:
-                while True:
-                    try:
-                        msg = await ws.receive_json(timeout=0.5)
-                    except TimeoutError:
-                        return out
-                    if msg.get("type") == "turn_start":
-                        out.append(msg["data"]["prefetch_sent"])
+        records = await session_records(daemon_proc.url, sid)
+        return [m["data"]["prefetch_sent"] for m in records if m["type"] == "turn_start"]
 
     off = await start_proxy(engine.url, daemon_proc.url, clock=ManualClock())
     waits = await start_proxy(

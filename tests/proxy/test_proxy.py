@@ -12,6 +12,7 @@ from pathlib import Path
 import aiohttp
 from support.daemon_proc import free_port
 from support.openai_engine import CHUNK_TOKENS, chunk_hashes, prompt_of
+from support.trace_events import session_records
 from yarl import URL
 
 CHAT = {
@@ -34,15 +35,8 @@ def session_map(daemon, sid: str) -> list[str] | None:
 
 async def session_events(daemon, sid: str) -> list[str]:
     """Types of the turn_* trace records of ``sid`` (the daemon's replay ring, from seq 0)."""
-    out: list[str] = []
-    async with aiohttp.ClientSession() as http:
-        async with http.ws_connect(f"{daemon.url}/trace?protocol=2&since=0&session={sid}") as ws:
-            while True:
-                try:
-                    msg = await ws.receive_json(timeout=0.5)
-                except TimeoutError:
-                    return [t for t in out if t.startswith("turn_")]
-                out.append(msg["type"])
+    records = await session_records(daemon.url, sid)
+    return [m["type"] for m in records if m["type"].startswith("turn_")]
 
 
 async def test_non_streaming_chat_reports_the_turn(daemon_proc, engine, start_proxy) -> None:

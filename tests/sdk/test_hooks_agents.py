@@ -77,7 +77,7 @@ async def test_slow_tool_suspends_and_restores_and_run_end_follows_the_policy(
     ]
     if on_end == "close":
         want.append(("session_close", "run_end"))
-    assert await lifecycle_events(daemon_proc.url, "thread-42") == want
+    assert await lifecycle_events(daemon_proc.url, "thread-42", len(want)) == want
 
 
 async def test_fast_tools_are_left_to_the_proxy(daemon_proc, engine, start_proxy) -> None:
@@ -91,7 +91,7 @@ async def test_fast_tools_are_left_to_the_proxy(daemon_proc, engine, start_proxy
         await client.aclose()
     assert hooks.session_id == "conv-9" and config.group_id == "conv-9"
     assert await proxy.sender.flush(10)
-    types = [t for t, _ in await lifecycle_events(daemon_proc.url, "conv-9")]
+    types = [t for t, _ in await lifecycle_events(daemon_proc.url, "conv-9", 4)]
     assert types == ["turn_start", "turn_end", "turn_start", "turn_end"]
     assert proxy.lifecycle.stats.tool_calls == 1
 

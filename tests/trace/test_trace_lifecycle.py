@@ -129,14 +129,13 @@ async def test_shutdown_closes_subscribers_with_1001(daemon_proc: DaemonProcess)
         ]
         firsts = [await recv(ws) for ws in clients]
         assert [m["kind"] for m in firsts] == ["snapshot", "snapshot", "event"]
-        t0 = time.perf_counter()
         stopper = asyncio.create_task(asyncio.to_thread(d.stop))
         closes = [await until_closed(ws) for ws in clients]
-        elapsed = time.perf_counter() - t0
         rc = await stopper
     for msg in closes:
         assert msg.type == aiohttp.WSMsgType.CLOSE, msg
         assert msg.data == aiohttp.WSCloseCode.GOING_AWAY
         assert msg.extra == "daemon shutting down"
-    assert elapsed < 4.0, elapsed  # well inside the 5 s shutdown timeout
+    # 1001 with the reason is the close-subscribers step's doing: handlers still open at the
+    # end of aiohttp's 5 s shutdown timeout are cancelled and close with a plain 1000.
     assert rc == 0, d.log()[-2000:]
