@@ -27,6 +27,9 @@ log = logging.getLogger("ramakv_proxy")
 TURN_PATHS = frozenset({"/v1/chat/completions", "/v1/completions"})
 STATS_PATH = "/_ramakv/stats"
 METRICS_PATH = "/_ramakv/metrics"
+SSE_DONE = b"data: [DONE]"
+# The longest the end of an answer waits for its turn_end's answer from the daemon.
+END_WAIT_S = 1.0
 # Hop-by-hop headers (RFC 9110 7.6.1) and the ones aiohttp recomputes itself.
 DROP_REQUEST = frozenset(
     {
@@ -196,17 +199,30 @@ async def _relay(
     encoding = upstream.headers.get("Content-Encoding", "")
     scanner = StreamScanner() if watch and ctype.startswith("text/event-stream") else None
     kept: list[bytes] | None = [] if watch and scanner is None else None
-    complete = False
+    # The end of a watched answer (the chunk with "data: [DONE]", or a JSON body's last
+    # chunk) waits for its turn_end's answer: a hook that closes the session once the
+    # client has the answer must find the turn already recorded (see _report_turn).
+    held = b""
+    tail = b""  # the last bytes written, so a "data: [DONE]" split across chunks is seen
+    received = False  # the engine's whole answer was relayed (all but its held end)
     try:
         await out.prepare(request)
         async for chunk in upstream.content.iter_any():
-            await out.write(chunk)
             if scanner is not None:
                 scanner.feed(chunk)
+                if held or SSE_DONE in tail + chunk:
+                    held += chunk
+                else:
+                    await out.write(chunk)
+                    tail = (tail + chunk)[-len(SSE_DONE) :]
             elif kept is not None:
                 kept.append(chunk)
-        await out.write_eof()
-        complete = True
+                if held:
+                    await out.write(held)
+                held = chunk
+            else:
+                await out.write(chunk)
+        received = True
     except (ConnectionResetError, aiohttp.ClientError) as err:
         log.info("stream for session %s ended early: %s", sid, err)
     answer = Answer()
@@ -215,7 +231,7 @@ async def _relay(
             scanner.close()
             answer = scanner.answer
             params = answer.params  # an engine that streams them; vLLM 0.32 does not
-            if not events.has_chunk_hashes(params) and tokenized is not None and complete:
+            if not events.has_chunk_hashes(params) and tokenized is not None and received:
                 params = await tokenized
                 if request.app[TOKENIZE_CHECK].agrees is False:
                     params = None  # hashing the tokenised prompt gave the engine's hashes wrong
@@ -231,14 +247,40 @@ async def _relay(
                     request.app[SETTINGS].save_unfull_chunk,
                 )
         if events.has_chunk_hashes(params):
-            sender.submit(events.turn_end(sid, params))
-        elif complete:
+            await _report_turn(sender, events.turn_end(sid, params), received, request.app)
+        elif received:
             _warn_no_hashes(request.app, request.app[SETTINGS].upstream)
-    if not complete:
+    try:
+        if held:
+            await out.write(held)
+        if received:
+            await out.write_eof()
+    except (ConnectionResetError, aiohttp.ClientError) as err:
+        # The engine's answer was whole and its turn recorded: a client that closes while
+        # the end waited (one that never read the body) did not leave mid-answer.
+        log.info("client of session %s left before the answer's end: %s", sid, err)
+    if not received:
         return out, Outcome.DISCONNECTED
     if upstream.status != 200:
         return out, Outcome.FAILED
     return out, Outcome.TOOL_CALL if answer.tool_call else Outcome.ANSWERED
+
+
+async def _report_turn(sender: EventSender, event: dict, wait: bool, app: web.Application) -> None:
+    """Send a turn_end; when the answer is whole, wait (bounded) for the daemon's answer
+    before the client sees its end, so a session_close or suspend a framework hook sends
+    straight to the daemon right after cannot overtake it (the late turn_end would make
+    the closed session active again). A slow or absent daemon costs at most the bound."""
+    if not wait:
+        sender.submit(event)
+        return
+    acked = sender.submit_wait(event)
+    bound = min(END_WAIT_S, app[SETTINGS].daemon_timeout)
+    try:
+        # shield: on timeout the event stays queued and is still sent, in order.
+        await asyncio.wait_for(asyncio.shield(acked), bound)
+    except TimeoutError:
+        log.info("turn_end for session %s not answered within %.1f s", event["session_id"], bound)
 
 
 def _warn_no_hashes(app: web.Application, upstream: str) -> None:
