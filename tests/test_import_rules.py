@@ -136,7 +136,12 @@ def test_the_core_imports_nothing_of_the_daemon() -> None:
     assert bad == []
 
 
-ADAPTER_MAY_IMPORT = ("ramakv_daemon.ports", "ramakv_daemon.core", "ramakv_daemon.adapters")
+ADAPTER_MAY_IMPORT = (
+    "ramakv_daemon.ports",
+    "ramakv_daemon.admin_port",
+    "ramakv_daemon.core",
+    "ramakv_daemon.adapters",
+)
 
 
 def test_adapters_import_only_ports_core_and_the_protocol() -> None:

@@ -10,9 +10,10 @@ from typing import Any
 
 import orjson
 
+from ramakv_daemon.admin_port import PendingEviction
 from ramakv_daemon.core.fork import Fork
 from ramakv_daemon.core.session import Session, share_prefix
-from ramakv_daemon.ports import OutboxEntry, OutboxRow, PendingEviction, mode_of
+from ramakv_daemon.ports import OutboxEntry, OutboxRow, mode_of
 
 log = logging.getLogger("ramakv.store")
 

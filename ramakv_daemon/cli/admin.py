@@ -13,11 +13,12 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import TextIO
 
 from ramakv_daemon import config as config_mod
+from ramakv_daemon.admin_port import Cleanup, StoreAdmin
 from ramakv_daemon.cli.admin_daemon import apply_online, daemon_url, holding_problem
 from ramakv_daemon.cli.admin_plan import describe, parse_duration, plan_for
 from ramakv_daemon.cli.admin_report import print_report, report
 from ramakv_daemon.config import Config, ConfigError
-from ramakv_daemon.ports import Cleanup, StoreAdmin, StoreError, StoreInUse, StoreNotFound
+from ramakv_daemon.ports import StoreError, StoreInUse, StoreNotFound
 from ramakv_sdk.version import add_version_flag
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_RUNNING = 0, 1, 2, 4

@@ -9,9 +9,9 @@ import urllib.error
 import urllib.request
 from typing import Any, TextIO
 
+from ramakv_daemon.admin_port import Cleanup
 from ramakv_daemon.config import Config
 from ramakv_daemon.core.events import JsonObject
-from ramakv_daemon.ports import Cleanup
 
 EXIT_OK, EXIT_FAILED = 0, 1
 

@@ -7,11 +7,12 @@ import re
 import sys
 from typing import TextIO
 
+from ramakv_daemon.admin_port import Cleanup
 from ramakv_daemon.config import Config
 from ramakv_daemon.core.fork import Fork
 from ramakv_daemon.core.manager import SessionManager
 from ramakv_daemon.core.session import Session
-from ramakv_daemon.ports import Cleanup, EvictMode
+from ramakv_daemon.ports import EvictMode
 from ramakv_daemon.routing.deployments import DEFAULT_NAMESPACE
 
 _DURATION = re.compile(r"^(\d+(?:\.\d+)?)([smhdw]?)$")

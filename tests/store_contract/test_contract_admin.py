@@ -6,15 +6,13 @@ import pytest
 from support.store_adapters import StoreHome
 
 from ramakv_daemon.adapters.sqlite.admin import SqliteStoreAdmin
+from ramakv_daemon.admin_port import Cleanup, PendingEviction, StoreAdmin
 from ramakv_daemon.core.fork import Fork
 from ramakv_daemon.core.session import Session
 from ramakv_daemon.ports import (
-    Cleanup,
     EvictMode,
     OutboxEntry,
     OutboxRow,
-    PendingEviction,
-    StoreAdmin,
     StoreError,
     StoreInUse,
     StoreNotFound,

@@ -11,9 +11,10 @@ from support.postgres import PostgresServer
 
 from ramakv_daemon.adapters.postgres.admin import PostgresStoreAdmin
 from ramakv_daemon.adapters.postgres.store import PostgresSessionStore
+from ramakv_daemon.admin_port import Cleanup
 from ramakv_daemon.core.fork import Fork
 from ramakv_daemon.core.session import Session
-from ramakv_daemon.ports import Cleanup, EvictMode, OwedRelease, StoreFenced
+from ramakv_daemon.ports import EvictMode, OwedRelease, StoreFenced
 
 
 @pytest.fixture

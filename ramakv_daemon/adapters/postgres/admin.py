@@ -7,16 +7,9 @@ from collections import Counter
 from ramakv_daemon.adapters.postgres import sql
 from ramakv_daemon.adapters.postgres.store import DB_ERRORS, PostgresSessionStore
 from ramakv_daemon.adapters.store_rows import decode_fork, decode_sessions, loads_json
+from ramakv_daemon.admin_port import AdminView, Cleanup, CleanupDone, PendingEviction, StoreAdmin
 from ramakv_daemon.core.fork import Fork
-from ramakv_daemon.ports import (
-    AdminView,
-    Cleanup,
-    CleanupDone,
-    PendingEviction,
-    StoreAdmin,
-    StoreError,
-    mode_of,
-)
+from ramakv_daemon.ports import StoreError, mode_of
 
 ADMIN_NODE = "ramakv-admin"  # the node id the tool connects as (it never owns a row)
 

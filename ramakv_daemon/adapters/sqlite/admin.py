@@ -14,16 +14,9 @@ from ramakv_daemon.adapters.sqlite.forks import SELECT_FORKS, SELECT_LEGACY_HOLD
 from ramakv_daemon.adapters.sqlite.schema import SELECT_SESSIONS
 from ramakv_daemon.adapters.store_lock import StoreLock, holder_of, lock_path_of, token_of
 from ramakv_daemon.adapters.store_rows import decode_fork, decode_sessions, pending_evictions
+from ramakv_daemon.admin_port import AdminView, Cleanup, CleanupDone, StoreAdmin
 from ramakv_daemon.core.fork import Fork
-from ramakv_daemon.ports import (
-    AdminView,
-    Cleanup,
-    CleanupDone,
-    StoreAdmin,
-    StoreError,
-    StoreInUse,
-    StoreNotFound,
-)
+from ramakv_daemon.ports import StoreError, StoreInUse, StoreNotFound
 
 ADMIN_PROGRAM = "ramakv-admin"  # written into the lock file while the tool holds it
 BUSY_TIMEOUT_S = 5.0
