@@ -400,6 +400,9 @@ def _engines(root: Path, shape: Shape) -> Iterator[tuple[EngineProcess, EnginePr
 def _side(name: str, root: Path, engine: EngineProcess, steered: bool) -> Iterator[Side]:
     """A ready engine's daemon (steering it, or a no-op) and proxy."""
     extra = f'lmcache_url = "{engine.memory_url}"\n' if steered else ""
+    # The schedule's host sends suspend, restore and close itself: the daemon's idle policies
+    # (on by default) stay out of the comparison, as the proxy's inferred lifecycle does.
+    extra += "idle_suspend_s = 0\nidle_close_s = 0\n"
     with (
         procs.daemon(noop=not steered, extra_config=extra) as (port, _),
         _proxy(engine.url, f"http://127.0.0.1:{port}", root / f"proxy-{name}.log") as url,
