@@ -7,12 +7,12 @@ from __future__ import annotations
 
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
 import pytest
+from support.reliability import wait_for
 
 from bench import procs
 from bench.agent_bench import Side, play_all, proxy, reusable_chunks
@@ -21,6 +21,14 @@ from bench.engine_workload import Shape
 
 ROOT = Path(__file__).resolve().parents[2]
 SHAPE = Shape(sessions=4, live=2, turns=3, system_tokens=40, first_tokens=40, step_tokens=20)
+
+
+def _answers(url: str) -> bool:
+    try:
+        httpx.get(url + "/v1/models", timeout=1)
+    except httpx.HTTPError:
+        return False
+    return True
 
 
 @pytest.fixture
@@ -38,13 +46,9 @@ def stand_in() -> Iterator[str]:
     )
     url = f"http://127.0.0.1:{port}"
     try:
-        for _ in range(600):  # a hang guard: the loop ends when it answers
-            try:
-                httpx.get(url + "/v1/models", timeout=1)
-                break
-            except httpx.HTTPError:
-                assert proc.poll() is None, "the stand-in engine exited"
-                time.sleep(0.05)
+        # A hang guard: the wait ends when it answers (or exits).
+        assert wait_for(lambda: _answers(url) or proc.poll() is not None, timeout=120)
+        assert proc.poll() is None, "the stand-in engine exited"
         yield url
     finally:
         proc.terminate()

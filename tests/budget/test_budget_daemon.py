@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import time
 
 from support.ns_rig import Rig, config, ident
 
@@ -24,7 +25,10 @@ def demotes(fake) -> list[tuple[list[str], list[str] | None]]:
 
 
 async def tick() -> None:
-    await asyncio.sleep(0.002)  # distinct last_event_ts
+    """Until the wall clock has moved on 2 ms (the next event gets a distinct last_event_ts)."""
+    start = time.time()
+    while time.time() < start + 0.002:
+        await asyncio.sleep(0.001)
 
 
 async def test_over_budget_demotes_the_longest_idle_private_chunks(tmp_path, two_fakes) -> None:

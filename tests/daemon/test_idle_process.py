@@ -9,6 +9,7 @@ import time
 from collections.abc import Callable
 
 from support.daemon_proc import DaemonProcess
+from support.reliability import wait_for
 
 HANG_GUARD_S = 120.0  # a hang guard, not a timing bound: the wait ends on the condition
 
@@ -19,12 +20,8 @@ def states(d: DaemonProcess) -> dict[str, str]:
 
 
 def wait_for_states(d: DaemonProcess, want: dict[str, str]) -> dict[str, str]:
-    deadline = time.monotonic() + HANG_GUARD_S
-    got = states(d)
-    while got != want and time.monotonic() < deadline:
-        time.sleep(0.05)
-        got = states(d)
-    return got
+    wait_for(lambda: states(d) == want, timeout=HANG_GUARD_S)
+    return states(d)
 
 
 def test_idle_clocks_that_ran_out_while_stopped_act_at_start(

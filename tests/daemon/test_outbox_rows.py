@@ -35,10 +35,16 @@ def rows(path: str) -> list[tuple[int, str]]:
 
 
 async def settle(d: Any) -> None:
-    for _ in range(3):
+    """Delivery drained and what it left for the committer (retired rows) written: until
+    neither has work (a hang guard bounds it)."""
+    committer = d.daemon.committer
+    for _ in range(12000):
         await d.daemon.default.dispatcher.drain()
-        await d.daemon.committer.barrier()
+        await committer.barrier()
+        if not committer.ledger.has_retired and not committer.busy:
+            return
         await asyncio.sleep(0.01)
+    raise AssertionError("delivery and commits did not settle")
 
 
 async def test_one_row_per_commit_and_deleted_when_delivered(

@@ -3,7 +3,6 @@ a run of every event kind, and every reply's ``data``, checked field by field.""
 
 from __future__ import annotations
 
-import asyncio
 import json
 from collections.abc import Sequence
 from typing import Any
@@ -112,7 +111,6 @@ async def test_every_message_and_reply_conforms(start_daemon: Any, make_config: 
     for type_, data in replies.items():
         assert reply_problems(type_, data) == [], (type_, data)
     await ws.close()
-    await asyncio.sleep(0)
 
 
 def test_the_checker_names_what_is_wrong() -> None:
