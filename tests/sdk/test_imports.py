@@ -15,7 +15,6 @@ MODULES = (
     "ramakv_sdk.events",
     "ramakv_sdk.results",
     "ramakv_sdk.errors",
-    "ramakv_sdk.kvparams",
     "ramakv_sdk.cli",
     "ramakv_sdk.proxy",
     "ramakv_sdk.hooks",
