@@ -71,28 +71,8 @@ def proxy_flags() -> list[str]:
     return [x for k, v in PROXY_FLAGS.items() if k in helptext for x in (k, v)]
 
 
-@contextlib.contextmanager
-def proxy(upstream: str, daemon_url: str, log: Path) -> Iterator[str]:
-    port = procs.free_port()
-    argv = [sys.executable, "-m", "ramakv_sdk.proxy", "--upstream", upstream]
-    argv += ["--daemon", daemon_url, "--listen", f"127.0.0.1:{port}", "--log-level", "INFO"]
-    with open(log, "wb") as out:
-        proc = subprocess.Popen([*argv, *proxy_flags()], stdout=out, stderr=subprocess.STDOUT)
-    url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                httpx.get(url + "/_ramakv/stats", timeout=2)
-                break
-            except httpx.HTTPError:
-                if proc.poll() is not None or time.monotonic() > deadline:
-                    raise RuntimeError("ramakv-proxy did not start") from None
-                time.sleep(0.1)
-        yield url
-    finally:
-        proc.terminate()
-        proc.wait(15)
+def proxy(upstream: str, daemon_url: str, log: Path) -> contextlib.AbstractContextManager[str]:
+    return procs.proxy(upstream, daemon_url, log, proxy_flags(), log_level="INFO")
 
 
 def _metric_sum(text: str, name: str, label: str = "") -> float:

@@ -24,8 +24,6 @@ import contextlib
 import json
 import resource
 import statistics
-import subprocess
-import sys
 import tempfile
 import time
 from collections.abc import Iterator
@@ -63,48 +61,11 @@ CAL_CHUNKS = (2, 4, 8)
 TARGETS = {"recompute_gain": 2.5, "ttft_mean_reduction": 0.30, "ttft_p90_reduction": 0.30}
 
 
-@contextlib.contextmanager
-def _proxy(upstream: str, daemon_url: str, log: Path) -> Iterator[str]:
-    port = procs.free_port()
-    with open(log, "wb") as out:
-        proc = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "ramakv_sdk.proxy",
-                "--upstream",
-                upstream,
-                "--daemon",
-                daemon_url,
-                "--listen",
-                f"127.0.0.1:{port}",
-                "--log-level",
-                "WARNING",
-                # The schedule's host sends suspend, restore and close itself: the proxy's
-                # inferred lifecycle (tool pauses, idle closes) stays out of the comparison.
-                "--tool-pause-suspend-s",
-                "0",
-                "--session-idle-close-s",
-                "0",
-            ],
-            stdout=out,
-            stderr=subprocess.STDOUT,
-        )
-    url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                httpx.get(url + "/_ramakv/stats", timeout=2)
-                break
-            except httpx.HTTPError:
-                if proc.poll() is not None or time.monotonic() > deadline:
-                    raise RuntimeError("ramakv-proxy did not start") from None
-                time.sleep(0.1)
-        yield url
-    finally:
-        proc.terminate()
-        proc.wait(15)
+def _proxy(upstream: str, daemon_url: str, log: Path) -> contextlib.AbstractContextManager[str]:
+    # The schedule's host sends suspend, restore and close itself: the proxy's inferred
+    # lifecycle (tool pauses, idle closes) stays out of the comparison.
+    flags = ["--tool-pause-suspend-s", "0", "--session-idle-close-s", "0"]
+    return procs.proxy(upstream, daemon_url, log, flags)
 
 
 def _event(daemon_url: str, body: dict[str, Any]) -> dict[str, Any]:

@@ -73,6 +73,34 @@ def daemon(
 
 
 @contextlib.contextmanager
+def proxy(
+    upstream: str, daemon_url: str, log: Path, flags: list[str], log_level: str = "WARNING"
+) -> Iterator[str]:
+    """``python -m ramakv_sdk.proxy`` in front of ``upstream`` on a free port, its output in
+    ``log``; yields its URL once ``/_ramakv/stats`` answers."""
+    port = free_port()
+    argv = [sys.executable, "-m", "ramakv_sdk.proxy", "--upstream", upstream]
+    argv += ["--daemon", daemon_url, "--listen", f"127.0.0.1:{port}", "--log-level", log_level]
+    with open(log, "wb") as out:
+        proc = subprocess.Popen([*argv, *flags], stdout=out, stderr=subprocess.STDOUT)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                urllib.request.urlopen(url + "/_ramakv/stats", timeout=2).read()
+                break
+            except OSError:
+                if proc.poll() is not None or time.monotonic() > deadline:
+                    raise RuntimeError("ramakv-proxy did not start") from None
+                time.sleep(0.1)
+        yield url
+    finally:
+        proc.terminate()
+        proc.wait(15)
+
+
+@contextlib.contextmanager
 def bare_server() -> Iterator[int]:
     """The bare aiohttp reference server on a free port."""
     port = free_port()
