@@ -4,6 +4,10 @@
   with no new request for the session, ``session_suspend`` (its chunks leave DDR);
 * the next request of a suspended session restores it first (``snapshot_restore``, then
   ``turn_start``) and waits, at most ``restore_wait_ms``, for its chunks to be in DDR;
+* an answer that calls no tool, to a request that offered tools and carried their use (a
+  tool result), is the agent run's final answer: after ``run_end_close_s`` with no new
+  request for the session, ``session_close`` (its chunks are deleted, so a finished run's
+  context does not push out the paused live ones);
 * a session whose client leaves mid-answer, or with no request for
   ``session_idle_close_s``, is closed.
 
@@ -52,6 +56,8 @@ class LifecycleStats:
     restore_wait_s: float = 0.0  # time spent waiting, all restores together
     closes_disconnect: int = 0  # session_close after a client left mid-answer
     closes_idle: int = 0  # session_close after session_idle_close_s without a request
+    closes_run_end: int = 0  # session_close run_end_close_s after an agent's final answer
+    run_end_cancelled: int = 0  # ... not sent: a request for the session came within it
 
     def as_dict(self) -> dict[str, float]:
         return {k: (round(v, 6) if isinstance(v, float) else v) for k, v in asdict(self).items()}
@@ -65,6 +71,7 @@ class _Session:
     close_pending: bool = False  # a client left; close once nothing is in flight
     suspend_timer: Timer | None = None
     idle_timer: Timer | None = None
+    run_end_timer: Timer | None = None
 
 
 class Lifecycle:
@@ -86,7 +93,8 @@ class Lifecycle:
         return len(self._sessions)
 
     def state_of(self, session_id: str) -> str | None:
-        """``in_flight``, ``tool_pause``, ``suspended``, ``idle`` or None (not remembered)."""
+        """``in_flight``, ``tool_pause``, ``suspended``, ``run_end`` (a final answer's
+        grace), ``idle`` or None (not remembered)."""
         s = self._sessions.get(session_id)
         if s is None:
             return None
@@ -94,7 +102,9 @@ class Lifecycle:
             return "in_flight"
         if s.suspended:
             return "suspended"
-        return "tool_pause" if s.suspend_timer is not None else "idle"
+        if s.suspend_timer is not None:
+            return "tool_pause"
+        return "run_end" if s.run_end_timer is not None else "idle"
 
     # ---- a request begins --------------------------------------------------------------
     async def begin(self, session_id: str) -> None:
@@ -107,6 +117,12 @@ class Lifecycle:
             self.stats.suspends_cancelled += 1
             log.info(
                 "session %s: new request within the tool pause grace; not suspended", session_id
+            )
+        if s.run_end_timer is not None:
+            self.stats.run_end_cancelled += 1
+            log.info(
+                "session %s: new request within the grace after its final answer; not closed",
+                session_id,
             )
         self._cancel_timers(s)
         s.in_flight += 1
@@ -176,8 +192,11 @@ class Lifecycle:
         st.restore_wait_s += landing.waited_s
 
     # ---- a request ends ----------------------------------------------------------------
-    def end(self, session_id: str, outcome: Outcome) -> None:
-        """After a request of ``session_id``: schedule what its outcome implies."""
+    def end(self, session_id: str, outcome: Outcome, agent_step: bool = False) -> None:
+        """After a request of ``session_id``: schedule what its outcome implies.
+
+        ``agent_step``: the request offered tools and carried their use, so an answer that
+        calls none ends the agent's run (see :class:`~ramakv_sdk.proxy.naming.Named`)."""
         s = self._sessions.get(session_id)
         if s is None:
             return
@@ -194,10 +213,16 @@ class Lifecycle:
         grace = self.settings.tool_pause_suspend_s
         if outcome is Outcome.TOOL_CALL and grace > 0:
             s.suspend_timer = self.clock.call_later(grace, lambda: self._suspend_due(session_id, s))
+        run_end = self.settings.run_end_close_s
+        if outcome is Outcome.ANSWERED and agent_step and run_end > 0:
+            s.run_end_timer = self.clock.call_later(
+                run_end, lambda: self._run_end_due(session_id, s)
+            )
         idle = self.settings.session_idle_close_s
         if idle > 0:
             s.idle_timer = self.clock.call_later(idle, lambda: self._idle_due(session_id, s))
-        if s.suspend_timer is None and s.idle_timer is None and not s.suspended:
+        timers = (s.suspend_timer, s.idle_timer, s.run_end_timer)
+        if all(t is None for t in timers) and not s.suspended:
             del self._sessions[session_id]  # nothing to remember
 
     def _suspend_due(self, session_id: str, s: _Session) -> None:
@@ -221,10 +246,23 @@ class Lifecycle:
             return
         self._close(session_id, s, "idle")
 
+    def _run_end_due(self, session_id: str, s: _Session) -> None:
+        s.run_end_timer = None
+        if self._sessions.get(session_id) is not s or s.in_flight:
+            return
+        self._close(session_id, s, "run_end")
+
     def _close(self, session_id: str, s: _Session, reason: str) -> None:
         self._cancel_timers(s)
         del self._sessions[session_id]
-        if reason == "idle":
+        if reason == "run_end":
+            self.stats.closes_run_end += 1
+            log.info(
+                "session %s: closed %.3g s after its final answer (the agent's run ended)",
+                session_id,
+                self.settings.run_end_close_s,
+            )
+        elif reason == "idle":
             self.stats.closes_idle += 1
             log.info(
                 "session %s: closed after %.3g s without a request",
@@ -238,10 +276,10 @@ class Lifecycle:
 
     @staticmethod
     def _cancel_timers(s: _Session) -> None:
-        for timer in (s.suspend_timer, s.idle_timer):
+        for timer in (s.suspend_timer, s.idle_timer, s.run_end_timer):
             if timer is not None:
                 timer.cancel()
-        s.suspend_timer = s.idle_timer = None
+        s.suspend_timer = s.idle_timer = s.run_end_timer = None
 
     def close(self) -> None:
         """Cancel every timer (the proxy is stopping; sessions stay as the daemon has them)."""
