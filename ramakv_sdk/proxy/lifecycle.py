@@ -3,7 +3,9 @@
 * an answer that calls a tool means the agent now runs it: after ``tool_pause_suspend_s``
   with no new request for the session, ``session_suspend`` (its chunks leave DDR);
 * the next request of a suspended session restores it first (``snapshot_restore``, then
-  ``turn_start``) and waits, at most ``restore_wait_ms``, for its chunks to be in DDR;
+  ``turn_start``) and waits, at most ``restore_wait_ms``, for its chunks to be in DDR; a
+  session the daemon suspended (its idle policy), found so by asking before a request
+  that comes ``IDLE_CHECK_S`` or more after the session's last answer, is restored alike;
 * an answer that calls no tool, to a request that offered tools and carried their use (a
   tool result), is the agent run's final answer: after ``run_end_close_s`` with no new
   request for the session, ``session_close`` (its chunks are deleted, so a finished run's
@@ -30,6 +32,11 @@ from ramakv_sdk.sender import EventSender
 
 log = logging.getLogger("ramakv_proxy")
 
+#: A request this long or more after its session's last answer (or of a session the proxy
+#: does not remember) first asks the daemon whether the session is suspended: no idle
+#: policy suspends sooner, and a quick tool's next request skips the round trip.
+IDLE_CHECK_S = 1.0
+
 
 class Outcome(enum.Enum):
     """How one request of a session ended, as the proxy saw it."""
@@ -48,6 +55,7 @@ class LifecycleStats:
     suspends: int = 0  # session_suspend sent after a tool pause
     suspends_cancelled: int = 0  # a request came within the grace period
     restores: int = 0  # snapshot_restore sent before a suspended session's request
+    restores_daemon_suspended: int = 0  # ... of them, of a session the daemon suspended
     restore_landed: int = 0  # ... whose chunks were all in DDR when it was forwarded
     restore_timed_out: int = 0  # ... forwarded at restore_wait_ms with chunks still out
     restore_unknown: int = 0  # ... where the cache could not tell (noop backend, no map)
@@ -72,6 +80,7 @@ class _Session:
     suspend_timer: Timer | None = None
     idle_timer: Timer | None = None
     run_end_timer: Timer | None = None
+    last_end: float | None = None  # when its last request ended (the proxy's clock)
 
 
 class Lifecycle:
@@ -109,8 +118,11 @@ class Lifecycle:
     # ---- a request begins --------------------------------------------------------------
     async def begin(self, session_id: str) -> None:
         """Before a request of ``session_id`` is forwarded: restore it if the proxy
-        suspended it (waiting, bounded, for its chunks), else send turn_start."""
+        suspended it, or the daemon did (asked when the session may have been idle long
+        enough, see :data:`IDLE_CHECK_S`), waiting, bounded, for its chunks; else send
+        turn_start."""
         s = self._sessions.get(session_id)
+        known = s is not None
         if s is None:
             s = self._sessions[session_id] = _Session()
         if s.suspend_timer is not None:
@@ -129,6 +141,11 @@ class Lifecycle:
         if s.suspended and s.restoring is None:
             s.suspended = False
             s.restoring = asyncio.get_running_loop().create_task(self._restore(session_id))
+        elif s.restoring is None and s.in_flight == 1 and self._may_be_idle(s, known):
+            if await self.landing.suspended(session_id) and s.restoring is None:
+                self.stats.restores_daemon_suspended += 1
+                log.info("session %s: suspended by the daemon; restoring it first", session_id)
+                s.restoring = asyncio.get_running_loop().create_task(self._restore(session_id))
         if s.restoring is not None:
             try:
                 # shield: a client leaving cancels its own wait, not the restore others share
@@ -141,6 +158,12 @@ class Lifecycle:
             await self._turn_start_waited(session_id)
         else:
             self.sender.submit({"type": "turn_start", "session_id": session_id, "prefetch": False})
+
+    def _may_be_idle(self, s: _Session, known: bool) -> bool:
+        """Whether the daemon may have suspended the session since the proxy last saw it."""
+        if not known or s.last_end is None:
+            return True
+        return self.clock.now() - s.last_end >= IDLE_CHECK_S
 
     async def _turn_start_waited(self, session_id: str) -> None:
         deadline = self.clock.now() + self.settings.restore_wait_ms / 1000
@@ -201,6 +224,7 @@ class Lifecycle:
         if s is None:
             return
         s.in_flight = max(0, s.in_flight - 1)
+        s.last_end = self.clock.now()
         if outcome is Outcome.TOOL_CALL:
             self.stats.tool_calls += 1
         if outcome is Outcome.DISCONNECTED and self.settings.close_on_disconnect:

@@ -33,6 +33,11 @@ _DECISIONS = (
         "Final answers followed by a request within the grace (the session stayed open)",
     ),
     (
+        "restores_daemon_suspended",
+        "ramakv_proxy_restores_daemon_suspended",
+        "Restores of a session the daemon had suspended (its idle policy), found before a request",
+    ),
+    (
         "restore_chunks_held",
         "ramakv_proxy_restore_chunks_held",
         "Chunks of restored sessions some cache tier held",
