@@ -54,8 +54,9 @@ TIMEOUT = httpx.Timeout(300.0)
 # closes (backstops here: every session ends with a final answer). A final answer closes
 # its session 1 s later: this client never asks again after one, and the same side's next
 # request can come 1.2 s after it (the order alternates), so with the default 5 s half the
-# finished contexts would outlive one more turn (engine_lru's model of this order: gain
-# 2.97 closing at once, 2.59 one turn late for half the ends, 1.00 at the old 150 s idle).
+# finished contexts would outlive one more turn (bench.agent_lru, engine_lru's model of
+# this order: gain 2.97 closing at once, 2.59 one turn late for half the ends, 1.00 when
+# only the idle close ends them).
 PROXY_FLAGS = {
     "--tool-pause-suspend-s": "8",
     "--restore-wait-ms": "1000",
