@@ -219,11 +219,13 @@ def pct(values: list[float], p: float) -> float:
 
 
 def large_case(
-    n_sessions: int, seconds: float, rate: float, store_dir: Path = STORE_DIR
+    n_sessions: int, seconds: float, rate: float, store_dir: Path = STORE_DIR, codes: bool = True
 ) -> dict[str, Any]:
     """Exec to listening, RSS at listening and its peak, turn_end latency per window from
-    the moment it listens; steady = the last third of the run."""
-    store = build(store_dir / f"ramakv-startup-{n_sessions}.db", n_sessions)
+    the moment it listens; steady = the last third of the run. ``codes=False``: a store
+    written before session_codes (maps as JSON only), which the daemon loads through JSON."""
+    name = f"ramakv-startup-{n_sessions}{'' if codes else '-json'}.db"
+    store = build(store_dir / name, n_sessions, codes=codes)
     bodies = probe_bodies(store, min(200, n_sessions))
     with tempfile.TemporaryDirectory(prefix="ramakv-startup-", dir=store_dir) as d:
         work = Path(d) / "sessions.db"
@@ -253,6 +255,7 @@ def large_case(
     worst = max(w["p99_ms"] for w in windows)
     return {
         "sessions": n_sessions,
+        "stored_as": "codes" if codes else "json only",
         "references": refs,
         "store_mib": size / 2**20,
         "listening_s": listening,
@@ -277,9 +280,13 @@ def run(
     seconds: float = 30.0,
     empty_runs: int = 10,
     rate: float = 100.0,
+    json_sizes: tuple[int, ...] = (50_000,),
 ) -> dict[str, Any]:
-    """The empty case, then each size."""
-    return {"empty": empty_case(empty_runs), "sizes": [large_case(n, seconds, rate) for n in sizes]}
+    """The empty case, then each size as the daemon stores it, then ``json_sizes`` as a
+    store from before session_codes."""
+    cases = [large_case(n, seconds, rate) for n in sizes]
+    cases += [large_case(n, seconds, rate, codes=False) for n in json_sizes]
+    return {"empty": empty_case(empty_runs), "sizes": cases}
 
 
 def table(res: dict[str, Any]) -> str:
@@ -293,14 +300,15 @@ def table(res: dict[str, Any]) -> str:
         f"the bare server's wall time. Imports (`-X importtime`, median): the daemon "
         f"{e['import_ms']:.0f} ms, `aiohttp.web` alone {e['aiohttp_web_import_ms']:.0f} ms.",
         "",
-        "| sessions x 512 | store MiB | listening s (CPU s) | RSS at listening MiB | peak MiB "
-        "| B/reference | turn_end steady p50 / p99 ms | first 2 s p50 ms "
+        "| sessions x 512 | stored as | store MiB | listening s (CPU s) | RSS at listening MiB "
+        "| peak MiB | B/reference | turn_end steady p50 / p99 ms | first 2 s p50 ms "
         "| worst 2 s p99 / steady p99 |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in res["sizes"]:
         lines.append(
-            f"| {r['sessions']} | {r['store_mib']:.0f} | {r['listening_s']:.2f} "
+            f"| {r['sessions']} | {r.get('stored_as', 'json only')} | {r['store_mib']:.0f} | "
+            f"{r['listening_s']:.2f} "
             f"({r['listening_cpu_s']:.1f}) | "
             f"{r['rss_listening_mib']:.0f} | {r['peak_rss_mib']:.0f} | "
             f"{r['bytes_per_reference']:.0f} | {r['steady_p50_ms']:.1f} / "
@@ -316,9 +324,13 @@ def main() -> None:
     p.add_argument("--seconds", type=float, default=30.0, help="turn_end probe after listening")
     p.add_argument("--empty-runs", type=int, default=10)
     p.add_argument("--rate", type=float, default=100.0, help="turn_end/s of the probe")
+    p.add_argument(
+        "--json-sessions", default="50000", help="sizes also run as a store from before codes"
+    )
     a = p.parse_args()
     sizes = tuple(int(x) for x in a.sessions.split(",") if x)
-    res = run(sizes, a.seconds, a.empty_runs, a.rate)
+    json_sizes = tuple(int(x) for x in a.json_sessions.split(",") if x)
+    res = run(sizes, a.seconds, a.empty_runs, a.rate, json_sizes)
     print(json.dumps(res, indent=1))
     print(table(res))
 

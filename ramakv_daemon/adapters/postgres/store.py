@@ -426,7 +426,7 @@ class PostgresSessionStore:
                 sql.UPSERT_SESSIONS,
                 ids,
                 [s.namespace for s in upserts],
-                [_dumps(s.chunk_hashes) for s in upserts],
+                [_dumps(tuple(s.chunk_hashes)) for s in upserts],
                 [s.turn_count for s in upserts],
                 [s.suspended for s in upserts],
                 [s.last_event_ts for s in upserts],

@@ -23,12 +23,15 @@ from ramakv_daemon.adapters.sqlite.schema import (
     MIGRATIONS,
     SCHEMA,
     SELECT_SESSIONS,
+    UPSERT_CODES,
     UPSERT_SESSION,
     UPSERT_STATE,
+    WITH_CODES,
     existing_sessions,
 )
 from ramakv_daemon.adapters.store_lock import StoreLock, StoreLocked
 from ramakv_daemon.adapters.store_rows import (
+    codes_rows,
     decode_outbox_row,
     decode_sessions,
     dump_entries,
@@ -254,7 +257,7 @@ class SqliteSessionStore:
     async def load_all(self) -> list[Session]:
         """Every stored session; rows whose JSON is corrupt are skipped with a warning."""
         out: list[Session] = []
-        query = SELECT_SESSIONS.format(namespace="st.namespace")
+        query = SELECT_SESSIONS.format(namespace="st.namespace", **WITH_CODES)
         # The collector has to scan each new tuple of hashes once (the scan is what untracks
         # a tuple of strings). Left to its thresholds it also re-scans the sessions already
         # loaded, from its older generations, as the load piles up allocations; collecting
@@ -511,8 +514,10 @@ class SqliteSessionStore:
             if upserts:
                 db.executemany(
                     UPSERT_SESSION,
-                    [(s.session_id, dumps(s.chunk_hashes), s.turn_count) for s in upserts],
+                    [(s.session_id, dumps(tuple(s.chunk_hashes)), s.turn_count) for s in upserts],
                 )
+                # After the maps: their trigger dropped the codes of every changed map.
+                db.executemany(UPSERT_CODES, codes_rows(upserts))
                 db.executemany(
                     UPSERT_STATE,
                     [
