@@ -165,6 +165,7 @@ class Side:
             "proxy_suspends": life.get("suspends"),
             "proxy_restores": life.get("restores"),
             "proxy_restores_landed": life.get("restore_landed"),
+            "proxy_restores_daemon_suspended": life.get("restores_daemon_suspended"),
             "proxy_closes_idle": life.get("closes_idle"),
             "proxy_closes_run_end": life.get("closes_run_end"),
             "proxy_run_end_cancelled": life.get("run_end_cancelled"),
