@@ -275,6 +275,21 @@ def large_case(
     }
 
 
+def where_bytes_go(n_sessions: int, store_dir: Path = STORE_DIR) -> dict[str, float]:
+    """The store of ``n_sessions`` loaded in a child process as the daemon loads it: its RSS
+    before and after, and how much of that the maps' codes and the count arrays are."""
+    store = build(store_dir / f"ramakv-startup-{n_sessions}.db", n_sessions)
+    out = subprocess.run(
+        [sys.executable, "-m", "bench.startup_bytes", str(store)],
+        cwd=ROOT,
+        env=child_env(),
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    return dict(json.loads(out.strip().splitlines()[-1]))
+
+
 def run(
     sizes: tuple[int, ...] = (10_000, 50_000),
     seconds: float = 30.0,
@@ -286,7 +301,10 @@ def run(
     store from before session_codes."""
     cases = [large_case(n, seconds, rate) for n in sizes]
     cases += [large_case(n, seconds, rate, codes=False) for n in json_sizes]
-    return {"empty": empty_case(empty_runs), "sizes": cases}
+    out: dict[str, Any] = {"empty": empty_case(empty_runs), "sizes": cases}
+    if sizes:
+        out["bytes"] = where_bytes_go(max(sizes))
+    return out
 
 
 def table(res: dict[str, Any]) -> str:
@@ -305,6 +323,18 @@ def table(res: dict[str, Any]) -> str:
         "| worst 2 s p99 / steady p99 |",
         "|---|---|---|---|---|---|---|---|---|---|",
     ]
+    b = res.get("bytes")
+    if b:
+        lines += [
+            "",
+            f"Where the bytes go at {b['sessions']} x 512 (loaded in a child process): maps "
+            f"{b['maps_mib']:.0f} MiB ({b['maps_b_per_ref']:.1f} B/reference), count arrays "
+            f"{b['table_mib']:.0f} MiB ({b['table_b_per_ref']:.1f} B/reference), the rest "
+            f"{b['rest_mib']:.0f} MiB; {b['b_per_ref']:.1f} B/reference over the "
+            f"{b['baseline_mib']:.0f} MiB of interpreter and imports; load peak "
+            f"{b['peak_mib']:.0f} MiB.",
+            "",
+        ]
     for r in res["sizes"]:
         lines.append(
             f"| {r['sessions']} | {r.get('stored_as', 'json only')} | {r['store_mib']:.0f} | "

@@ -98,12 +98,15 @@ def loads_json(text: str) -> object:
 
 
 def decode_sessions(
-    rows: Iterable[Sequence[Any]], anchors: dict[str, tuple[str, ...]] | None = None
+    rows: Iterable[Sequence[Any]],
+    anchors: dict[str, tuple[str, ...]] | None = None,
+    packed_from_json: list[Session] | None = None,
 ) -> list[Session]:
     """Stored rows as sessions; rows whose JSON is corrupt are skipped with a warning.
 
     ``anchors``: kept by the caller across batches of one load; maps sharing a prefix
-    then share its strings (core.session.share_prefix).
+    then share its strings (core.session.share_prefix). ``packed_from_json``: gets each
+    session whose map came as JSON and packed (a store that has no codes for it yet).
     """
     out: list[Session] = []
     decode = loads_json  # start-up decodes every stored map: the fast decoder pays
@@ -129,7 +132,10 @@ def decode_sessions(
         except (ValueError, TypeError) as err:
             log.warning("skipping stored session %r: %s", sid, err)
             continue
-        out.append(_session(sid, chunk_hashes, turn_count, suspended, ts, ns))
+        session = _session(sid, chunk_hashes, turn_count, suspended, ts, ns)
+        out.append(session)
+        if packed_from_json is not None and isinstance(chunk_hashes, PackedMap):
+            packed_from_json.append(session)
     return out
 
 

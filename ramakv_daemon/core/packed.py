@@ -67,18 +67,30 @@ class PackedMap(Sequence[str]):
     the event that touches a session pays once for its map.
     """
 
-    __slots__ = ("codes",)
+    __slots__ = ("codes", "_text")
 
-    def __init__(self, codes: bytes) -> None:
+    def __init__(self, codes: bytes, text: tuple[str, ...] | None = None) -> None:
+        """``text``: the same map as strings, kept until :meth:`take_text` (the store's
+        write of a turn's new map then needs no decode)."""
         if len(codes) % 8:
             raise ValueError("packed map bytes must be a whole number of int64 codes")
         self.codes = codes
+        self._text = text
 
     @classmethod
-    def of(cls, hashes: Sequence[str]) -> PackedMap | None:
+    def of(cls, hashes: Sequence[str], keep_text: bool = False) -> PackedMap | None:
         """``hashes`` packed, or None when one is not canonical (or the map is empty)."""
         codes = pack(hashes)
-        return None if codes is None else cls(codes)
+        if codes is None:
+            return None
+        return cls(codes, tuple(hashes) if keep_text else None)
+
+    def take_text(self) -> tuple[str, ...]:
+        """The map as strings, dropping the strings this map was made from if it kept them:
+        from then on only the codes stay in memory."""
+        text = self.as_tuple()
+        self._text = None
+        return text
 
     def ints(self) -> memoryview:
         """The codes as a read-only sequence of ints (no copy)."""
@@ -106,6 +118,9 @@ class PackedMap(Sequence[str]):
 
     def as_tuple(self) -> tuple[str, ...]:
         """The map as the tuple of strings it stands for."""
+        text = self._text
+        if text is not None:
+            return text
         return tuple(map(format, memoryview(self.codes).cast("q"), _X))
 
     def __eq__(self, other: object) -> bool:
@@ -137,11 +152,18 @@ def packed_like(
             if len(new_map) == n:
                 return held
             tail = pack(new_map[n:])
-            return new_map if tail is None else PackedMap(held.codes + tail)
-        return PackedMap.of(new_map) or new_map
+            return new_map if tail is None else PackedMap(held.codes + tail, new_map)
+        return PackedMap.of(new_map, keep_text=True) or new_map
     if not held:
-        return PackedMap.of(new_map) or new_map
+        return PackedMap.of(new_map, keep_text=True) or new_map
     return new_map
+
+
+def text_for_store(m: Sequence[str]) -> tuple[str, ...]:
+    """A map's strings for a store's JSON; a packed map drops the strings it kept."""
+    if isinstance(m, PackedMap):
+        return m.take_text()
+    return m if isinstance(m, tuple) else tuple(m)
 
 
 def packed_from_store(blob: bytes) -> PackedMap:
