@@ -78,6 +78,13 @@ def merge(kind: str, answers: Sequence[WorkerAnswer], request: dict) -> tuple[in
             "num_chunks": len(request.get("chunk_hashes", [])),
             "workers": [a.url for a in good],
         }
+    elif kind == "cancel":
+        merged = {
+            "status": "success",
+            "lookup_id": request.get("lookup_id"),
+            "cancelled": sum(int(a.body.get("cancelled", 0)) for a in good),
+            "skipped": sum(int(a.body.get("skipped", 0)) for a in good),
+        }
     elif kind == "evict":
         merged = {
             "status": "success",

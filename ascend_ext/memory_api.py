@@ -1,5 +1,6 @@
-"""The memory API (/memory/prefetch, /memory/evict, /memory/query) for lmcache 0.5.6's
-internal API server, plus ``install()`` which hooks it in. Wire format: docs/lmcache-wire.md."""
+"""The memory API (/memory/prefetch and its cancel, /memory/evict, /memory/keep,
+/memory/query) for lmcache 0.5.6's internal API server, plus ``install()`` which hooks it
+in. Wire format: docs/lmcache-wire.md."""
 
 from __future__ import annotations
 
@@ -15,7 +16,13 @@ from fastapi.responses import JSONResponse
 from ascend_ext import forwarding
 from ascend_ext.api_server_start import start_or_raise
 from ascend_ext.deferred_evict import parse_defer, parse_generation, parse_not_after
-from ascend_ext.memory_ops import MemoryOps, parse_hashes, parse_locations, parse_lookup_id
+from ascend_ext.memory_ops import (
+    MemoryOps,
+    parse_cancel_id,
+    parse_hashes,
+    parse_locations,
+    parse_lookup_id,
+)
 from ascend_ext.request_error import RequestError
 
 log = logging.getLogger("ascend_ext.memory")
@@ -125,17 +132,34 @@ async def _handle(kind: str, request: Request) -> JSONResponse:
         return _error(500, f"{kind} failed: {type(exc).__name__}: {exc}")
 
 
+async def _cancel(request: Request) -> JSONResponse:
+    """Validate a prefetch cancel, then stop this worker's prefetch or forward it to all."""
+    try:
+        lookup_id = parse_cancel_id(await _body(request))
+    except RequestError as exc:
+        return _error(400, str(exc))
+    target = _target(request)
+    if isinstance(target, JSONResponse):
+        return target
+    if isinstance(target, list):
+        return await _forward("cancel", target, {"lookup_id": lookup_id})
+    # Under a lock the worker takes only between chunks: never long, off the loop anyway.
+    return JSONResponse(await asyncio.to_thread(target.cancel_prefetch, lookup_id))
+
+
 async def _forward(kind: str, urls: list[str], body: dict) -> JSONResponse:
     """Scheduler path: the same (validated) request to every worker, merged answer."""
     if not urls:
         return _error(503, "scheduler knows no workers to forward to")
     fields = {
+        "cancel": ("lookup_id",),
         "prefetch": ("chunk_hashes", "lookup_id"),
         "evict": ("chunk_hashes", "locations", "generation", "defer_s", "not_after_ns"),
         "keep": ("chunk_hashes", "generation"),
     }.get(kind, ("chunk_hashes",))
     payload = {k: body[k] for k in fields if body.get(k) is not None}
-    answers = await forwarding.forward_all(urls, f"/memory/{kind}", payload)
+    path = "/memory/prefetch/cancel" if kind == "cancel" else f"/memory/{kind}"
+    answers = await forwarding.forward_all(urls, path, payload)
     status, merged = forwarding.merge(kind, answers, payload)
     if status != 200:
         log.warning("forwarded %s: %s", kind, merged)
@@ -146,6 +170,12 @@ async def _forward(kind: str, urls: list[str], body: dict) -> JSONResponse:
 async def prefetch(request: Request) -> JSONResponse:
     """Start an asynchronous disk -> DDR load of the given chunks."""
     return await _handle("prefetch", request)
+
+
+@router.post("/memory/prefetch/cancel")
+async def prefetch_cancel(request: Request) -> JSONResponse:
+    """Stop the queued or running prefetches of a ``lookup_id`` before their next chunk."""
+    return await _cancel(request)
 
 
 @router.post("/memory/evict")

@@ -9,6 +9,7 @@ import time
 from collections import OrderedDict
 from collections.abc import Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
 from typing import Any
 
 from ascend_ext.deferred_evict import DeferredEvictions
@@ -59,6 +60,31 @@ def parse_lookup_id(body: dict) -> str:
     return lookup_id
 
 
+def parse_cancel_id(body: dict) -> str:
+    """Validate a cancel's ``lookup_id``: required, a non-empty string."""
+    lookup_id = body.get("lookup_id")
+    if lookup_id is None:
+        raise RequestError("missing required field 'lookup_id'")
+    if not isinstance(lookup_id, str) or not lookup_id:
+        raise RequestError("field 'lookup_id' must be a non-empty string")
+    return lookup_id
+
+
+@dataclass(slots=True, eq=False)
+class _Prefetch:
+    """One prefetch on its way through the worker: its public status and its cancel flag.
+
+    ``at`` is the index of the chunk the worker is loading (-1: not started); both it and
+    ``cancelled`` change under the status lock, so a cancel knows exactly how many chunks
+    the worker will still skip.
+    """
+
+    keys: list[tuple[str, Any]]
+    state: dict
+    at: int = -1
+    cancelled: bool = False
+
+
 class MemoryOps:
     """The memory API's operations on one engine's StorageManager.
 
@@ -76,6 +102,8 @@ class MemoryOps:
         self._worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="ramakv-memory")
         self._status: OrderedDict[str, dict] = OrderedDict()
         self._status_lock = threading.Lock()
+        # lookup_id -> its prefetches queued or running (a cancel stops every one of them).
+        self._active: dict[str, list[_Prefetch]] = {}
         self.deferred = DeferredEvictions()
         self._timers: set[threading.Timer] = set()
         self._closed = False
@@ -225,11 +253,13 @@ class MemoryOps:
             "missing": 0,
             "ddr_full": 0,
         }
+        job = _Prefetch(keys, state)
         with self._status_lock:
             self._status[lookup_id] = state
             while len(self._status) > _STATUS_KEEP:
                 self._status.popitem(last=False)
-        return self._worker.submit(self._prefetch_now, keys, state)
+            self._active.setdefault(lookup_id, []).append(job)
+        return self._worker.submit(self._prefetch_now, job)
 
     def prefetch_status(self, lookup_id: str) -> dict | None:
         """The progress of a recent prefetch, or None when unknown."""
@@ -237,45 +267,98 @@ class MemoryOps:
             state = self._status.get(lookup_id)
             return dict(state) if state else None
 
-    def _prefetch_now(self, keys: list[tuple[str, Any]], state: dict) -> None:
-        """Load each chunk on disk through the StorageManager, then drop our reference."""
-        state["state"] = "running"
+    def cancel_prefetch(self, lookup_id: str) -> dict:
+        """Stop every queued or running prefetch named ``lookup_id`` before its next chunk
+        (the chunk being loaded finishes; what was loaded stays in DDR). Answers how many
+        prefetches were stopped and how many chunks they will not load; an unknown or
+        finished one stops nothing (0, 0): a cancel is safe to repeat."""
+        cancelled = skipped = 0
+        with self._status_lock:
+            for job in self._active.get(lookup_id, []):
+                left = len(job.keys) - (job.at + 1)
+                if job.cancelled or left <= 0:
+                    continue  # stopped already, or loading its last chunk
+                job.cancelled = True
+                job.state["skipped"] = left
+                if job.at < 0:  # still queued: it never starts
+                    job.state["state"] = "cancelled"
+                cancelled += 1
+                skipped += left
+        if cancelled:
+            log.info("prefetch %s cancelled: %d chunks skipped", lookup_id, skipped)
+        return {
+            "status": "success",
+            "lookup_id": lookup_id,
+            "cancelled": cancelled,
+            "skipped": skipped,
+        }
+
+    def _next_chunk(self, job: _Prefetch, index: int) -> bool:
+        """Claim chunk ``index`` for loading; False when the prefetch was cancelled."""
+        with self._status_lock:
+            if job.cancelled:
+                return False
+            job.at = index
+            return True
+
+    def _prefetch_now(self, job: _Prefetch) -> None:
+        """Load each chunk on disk through the StorageManager, then drop our reference;
+        a cancel stops it between chunks."""
+        state = job.state
         started = time.perf_counter()
-        cpu = self.sm.storage_backends.get(CPU)
-        disk = self.sm.storage_backends.get(DISK)
         try:
-            for _h, key in keys:
-                if cpu is not None and cpu.contains(key, pin=False):
-                    # Already in DDR: mark it recently used, so the LRU does not evict a
-                    # chunk that is about to be reused (the cache benchmark's largest gain).
-                    _touch(cpu, key)
-                    state["already_ddr"] += 1
-                    continue
-                if disk is None or not disk.contains(key, pin=False):
-                    # On no local tier: a tier beyond (LMCache's shared remote one, written
-                    # by another node's engine) may have it.
-                    state["loaded" if self._load_from_beyond(key) else "missing"] += 1
-                    continue
-                if cpu is not None and not self._ddr_has_room(cpu, disk, key):
-                    # The disk load allocates with busy_loop=True and would spin until DDR
-                    # frees up; skip instead so a full DDR cannot wedge the worker thread.
-                    state["ddr_full"] += 1
-                    continue
-                obj = self.sm.get(key, location=DISK)
-                if obj is None:
-                    state["missing"] += 1
-                    continue
-                # 0.5.6's get() already wrote obj into LocalCPUBackend's hot cache (its own ref);
-                # ours is the caller's reference and must go, or the buffer leaks.
-                obj.ref_count_down()
-                state["loaded"] += 1
-            state["state"] = "done"
+            with self._status_lock:
+                if not job.cancelled:
+                    state["state"] = "running"
+            if not job.cancelled:
+                self._load_chunks(job)
+                state["state"] = "cancelled" if job.cancelled else "done"
         except Exception as exc:  # keep the worker alive; report through the status
             log.exception("prefetch %s failed", state["lookup_id"])
             state["state"] = "failed"
             state["error"] = f"{type(exc).__name__}: {exc}"
+        finally:
+            with self._status_lock:
+                jobs = self._active.get(state["lookup_id"], [])
+                if job in jobs:
+                    jobs.remove(job)
+                if not jobs:
+                    self._active.pop(state["lookup_id"], None)
         state["ms"] = round((time.perf_counter() - started) * 1000, 2)
         log.info("prefetch %s %s", state["lookup_id"], state)
+
+    def _load_chunks(self, job: _Prefetch) -> None:
+        """The worker's loop over one prefetch's chunks (stops at a cancel)."""
+        state = job.state
+        cpu = self.sm.storage_backends.get(CPU)
+        disk = self.sm.storage_backends.get(DISK)
+        for i, (_h, key) in enumerate(job.keys):
+            if not self._next_chunk(job, i):
+                return
+            if cpu is not None and cpu.contains(key, pin=False):
+                # Already in DDR: mark it recently used, so the LRU does not evict a
+                # chunk that is about to be reused (the cache benchmark's largest gain).
+                _touch(cpu, key)
+                state["already_ddr"] += 1
+                continue
+            if disk is None or not disk.contains(key, pin=False):
+                # On no local tier: a tier beyond (LMCache's shared remote one, written
+                # by another node's engine) may have it.
+                state["loaded" if self._load_from_beyond(key) else "missing"] += 1
+                continue
+            if cpu is not None and not self._ddr_has_room(cpu, disk, key):
+                # The disk load allocates with busy_loop=True and would spin until DDR
+                # frees up; skip instead so a full DDR cannot wedge the worker thread.
+                state["ddr_full"] += 1
+                continue
+            obj = self.sm.get(key, location=DISK)
+            if obj is None:
+                state["missing"] += 1
+                continue
+            # 0.5.6's get() already wrote obj into LocalCPUBackend's hot cache (its own ref);
+            # ours is the caller's reference and must go, or the buffer leaks.
+            obj.ref_count_down()
+            state["loaded"] += 1
 
     def _load_from_beyond(self, key: Any) -> bool:
         """Load ``key`` into DDR from a tier other than DDR and disk; True when one had it."""

@@ -65,8 +65,22 @@ def test_scheduler_forwards_merges_and_reports_a_dead_worker(tmp_path):
             assert time.monotonic() < deadline
             time.sleep(0.02)
 
+        # A cancel fans out too (each worker's prefetch "x" has ended: nothing to stop).
+        for url in (w0, w1):
+            while httpx.get(url + "/memory/prefetch/x").json()["state"] != "done":
+                assert time.monotonic() < deadline
+                time.sleep(0.02)
+        r = httpx.post(sched + "/memory/prefetch/cancel", json={"lookup_id": "x"})
+        assert r.status_code == 200
+        assert r.json() == {"status": "success", "lookup_id": "x", "cancelled": 0, "skipped": 0}
+        r = httpx.post(sched + "/memory/prefetch/cancel", json={"lookup_id": 3})
+        assert r.status_code == 400 and "'lookup_id'" in r.json()["error"]
+
         p1.terminate()
         p1.wait(10)
+        r = httpx.post(sched + "/memory/prefetch/cancel", json={"lookup_id": "x"})
+        assert r.status_code == 500 and list(r.json()["failed_workers"]) == [w1]
+        assert r.json()["partial"]["cancelled"] == 0
         r = httpx.post(sched + "/memory/evict", json={"chunk_hashes": hashes})
         assert r.status_code == 500
         body = r.json()

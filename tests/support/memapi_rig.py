@@ -101,11 +101,11 @@ def devserver(
 
 
 def wait_prefetch(client: httpx.Client, lookup_id: str, timeout: float = 20.0) -> dict:
-    """Poll GET /memory/prefetch/{id} until it is done (or failed)."""
+    """Poll GET /memory/prefetch/{id} until it has ended (done, cancelled or failed)."""
     deadline = time.monotonic() + timeout
     while True:
         r = client.get(f"/memory/prefetch/{lookup_id}")
-        if r.status_code == 200 and r.json()["state"] in ("done", "failed"):
+        if r.status_code == 200 and r.json()["state"] in ("done", "cancelled", "failed"):
             return r.json()
         if time.monotonic() > deadline:
             raise AssertionError(f"prefetch {lookup_id} not done: {r.text}")
