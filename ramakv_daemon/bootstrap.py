@@ -81,6 +81,7 @@ class NamespaceParts:
     on_result: Callable[[str, int, BackendResult], None] | None
     on_failure: Callable[[str, int, BackendResult, int], None] | None
     on_window: Callable[[str, str, list[str], float], None] | None
+    on_cancel: Callable[[str, int], None] | None = None  # a prefetch its turn_end dropped
 
     def build(self, namespaces: Namespaces, key: str) -> Namespace:
         """Namespace ``key``'s manager, handler context, dispatcher and budget."""
@@ -110,6 +111,7 @@ class NamespaceParts:
             namespace=key,
             defer_s=cfg.evict_defer_s,
             on_window=None if self.on_window is None else partial(self.on_window, key),
+            on_cancel=None if backend.name == "noop" else self.on_cancel,
         )
         budget_state = BudgetState(
             budget, cfg.turn_in_flight_timeout_s, cfg.budget_check_interval_s
@@ -257,6 +259,7 @@ def build(
         metrics.backend,
         partial(publish_backend_failure, trace),
         partial(report_window, metrics, trace.publish),
+        on_cancel=metrics.prefetch_cancel,
     )
     namespaces = Namespaces(config, committer, fork_ids, parts.build)
     namespaces.setup()

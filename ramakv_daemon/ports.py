@@ -110,7 +110,8 @@ class Backend(ABC):
 
         Args:
             chunk_hashes: hashes in the order the session will reuse them.
-            tag: a label for logs, e.g. ``turn_prefetch_<session_id>``.
+            tag: the prefetch's name, ``prefetch_<session_id>:<n>`` (one per prefetch,
+                the same for each of its parts): the cache's lookup_id, a cancel names it.
         Returns:
             BackendResult; never raises for network or server errors.
         """
@@ -147,6 +148,13 @@ class Backend(ABC):
         when :attr:`takes_keeps`); an empty list asks whether the cache honours deadlines
         (its answer's ``expires``). The default knows no keeps: a 404, as a stock cache."""
         return BackendResult(False, 404, f"{self.name} knows no keeps")
+
+    async def cancel_prefetch(self, tag: str) -> BackendResult:
+        """Stop the cache's prefetch ``tag`` before its next chunk (its request was
+        served); the answer's body says how many it stopped (``cancelled``) and the chunks
+        they skip (``skipped``). The default knows no cancel: a 404, as a stock cache (the
+        daemon then sends no more)."""
+        return BackendResult(False, 404, f"{self.name} knows no prefetch cancel")
 
     @abstractmethod
     async def query(self, chunk_hashes: Sequence[str]) -> tuple[BackendResult, ChunkLocations]:

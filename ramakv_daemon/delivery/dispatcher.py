@@ -12,7 +12,7 @@ from ramakv_daemon.delivery.evict_delivery import EvictDelivery
 from ramakv_daemon.delivery.evict_window import EvictWindow
 from ramakv_daemon.delivery.keeps import Keeps
 from ramakv_daemon.delivery.outbox import Outbox
-from ramakv_daemon.delivery.prefetch import Prefetcher
+from ramakv_daemon.delivery.prefetch import CancelReport, Prefetcher
 from ramakv_daemon.ports import Backend, BackendResult, EvictMode
 
 log = logging.getLogger("ramakv.backend")
@@ -33,7 +33,9 @@ class BackendDispatcher:
     are reported either way. Delivery is at least once (a crash between the backend's
     answer and the row's deletion, or a call that failed after the cache acted, sends it
     again): a repeat removes nothing more and is counted. Prefetches are sent once, in
-    the background, and not retried (:class:`~ramakv_daemon.delivery.prefetch.Prefetcher`).
+    the background, and not retried (:class:`~ramakv_daemon.delivery.prefetch.Prefetcher`);
+    once the request a session's prefetch was for has been served (:meth:`served`), what is
+    left of it is dropped and the cache asked to stop loading it.
     """
 
     def __init__(
@@ -46,6 +48,7 @@ class BackendDispatcher:
         namespace: str = "",
         defer_s: float = 0.0,
         on_window: Callable[[str, list[str], float], None] | None = None,
+        on_cancel: CancelReport | None = None,
     ) -> None:
         self.namespace = namespace  # one dispatcher per namespace, with its own backend
         self.backend = backend
@@ -58,7 +61,7 @@ class BackendDispatcher:
         state.subscribe(wake)  # set when a commit leaves rows for this namespace
         self.outbox = Outbox(state.forget_rows, wake)
         self.keeps = Keeps(backend, self.window, state, self._report)
-        self.prefetcher = Prefetcher(backend, self._report, on_result)
+        self.prefetcher = Prefetcher(backend, self._report, on_result, on_cancel)
         self.delivery = EvictDelivery(
             backend,
             self.outbox,
@@ -98,6 +101,11 @@ class BackendDispatcher:
     def prefetch(self, session_id: str | None, hashes: list[str]) -> None:
         """Send one prefetch in the background."""
         self.prefetcher.prefetch(session_id, hashes)
+
+    def served(self, session_id: str) -> None:
+        """The session's request was served: its prefetches still pending are dropped
+        (unsent parts) and cancelled in the cache (best effort, in the background)."""
+        self.prefetcher.served(session_id)
 
     def demote(self, hashes: list[str]) -> None:
         """Budget demotion of still-referenced chunks (DDR -> disk), best effort."""

@@ -1,11 +1,14 @@
-"""Best-effort calls off the reply path: prefetches (limited in flight) and budget demotions."""
+"""Best-effort calls off the reply path: prefetches (limited in flight, dropped once their
+request was served) and budget demotions."""
 
 from __future__ import annotations
 
 import asyncio
 import logging
 import time
+from collections import OrderedDict
 from collections.abc import Callable, Coroutine
+from dataclasses import dataclass
 
 from ramakv_daemon.ports import Backend, BackendResult, EvictMode
 
@@ -15,27 +18,56 @@ MAX_BATCH = 1000
 # Prefetches are best effort: past this many in flight (a hung cache) new ones are dropped
 # (counted) instead of piling up tasks and connections.
 MAX_PREFETCHES_IN_FLIGHT = 64
+# Sessions whose prefetches are remembered until their request is served; past this the
+# oldest are forgotten (a session closed without a turn_end): at worst a cancel not sent.
+MAX_TRACKED_SESSIONS = 4096
+MAX_TRACKED_PER_SESSION = 8  # the newest ones (a session restored over and over, unserved)
 
 Report = Callable[[str, int, BackendResult], None]
+# (outcome, chunks not loaded because of it) of one prefetch dropped because its request
+# was served: "unsent" (none of it reached the cache, or the cache knows no cancel: its
+# parts not sent), "stopped" (the cache stopped it), "ended" (the cache had finished it:
+# only parts not sent), "failed" (the cancel call failed).
+CancelReport = Callable[[str, int], None]
+
+
+@dataclass(slots=True, eq=False)
+class _Sending:
+    """One prefetch on its way to the cache: its tag, and how far its sending got."""
+
+    tag: str
+    chunks: int
+    posted: int = 0  # chunks whose call went out (the cache may be loading them)
+    accepted: bool = False  # the cache took a part of it
+    sending: bool = True  # its task is still sending parts
+    cancelled: bool = False  # its request was served: send no more, stop the cache's
 
 
 class Prefetcher:
-    """Sends prefetches and budget demotions once, in the background, never retried."""
+    """Sends prefetches and budget demotions once, in the background, never retried; a
+    session's prefetches not needed any more (:meth:`served`) are dropped and cancelled."""
 
     def __init__(
         self,
         backend: Backend,
         report: Report,
         on_result: Callable[[str, int, BackendResult], None] | None,
+        on_cancel: CancelReport | None = None,
     ) -> None:
         """``report``: each call's result (logged and counted); ``on_result``: a dropped
-        prefetch's (counted, never sent)."""
+        prefetch's (counted, never sent); ``on_cancel``: each prefetch cancelled."""
         self.backend = backend
         self.report = report
         self.on_result = on_result
+        self.on_cancel = on_cancel
         self.tasks: set[asyncio.Task[None]] = set()
         self._prefetching = 0
         self._drop_logged = 0.0
+        self._seq = 0
+        # session_id -> its prefetches since its last served request, oldest session first.
+        self._pending: OrderedDict[str, list[_Sending]] = OrderedDict()
+        # False once the cache answered a cancel 404/405 (a stock memory API): none sent.
+        self.cancels: bool | None = None
 
     def prefetch(self, session_id: str | None, hashes: list[str]) -> None:
         """Send one prefetch in the background."""
@@ -52,9 +84,29 @@ class Prefetcher:
                 self._drop_logged = now
                 log.warning("prefetch of %d chunks %s", len(hashes), dropped.detail)
             return
+        self._seq += 1
+        # Its own tag: a cancel of this one never stops a later prefetch of the session.
+        sending = _Sending(f"prefetch_{session_id}:{self._seq}", len(hashes))
+        if session_id is not None:
+            mine = self._pending.setdefault(session_id, [])
+            mine.append(sending)
+            del mine[:-MAX_TRACKED_PER_SESSION]
+            self._pending.move_to_end(session_id)
+            while len(self._pending) > MAX_TRACKED_SESSIONS:
+                self._pending.popitem(last=False)
         self._prefetching += 1
-        task = self._spawn(self._prefetch(session_id, hashes))
+        task = self._spawn(self._prefetch(sending, hashes))
         task.add_done_callback(self._prefetch_done)
+
+    def served(self, session_id: str) -> None:
+        """The request the session's prefetches were for has been served: parts not sent
+        yet are dropped, and the cache is asked (once its calls are answered) to stop
+        loading the rest. Never waits: the cancels go out in the background."""
+        for sending in self._pending.pop(session_id, ()):
+            sending.cancelled = True
+            if sending.sending:
+                continue  # its task stops before the next part and cancels what it sent
+            self._spawn(self._cancel(sending))
 
     def _prefetch_done(self, _task: asyncio.Task[None]) -> None:
         self._prefetching -= 1
@@ -80,11 +132,50 @@ class Prefetcher:
             result = await self.backend.evict(part, EvictMode.DEMOTE)
             self.report("budget_demote", len(part), result)
 
-    async def _prefetch(self, session_id: str | None, hashes: list[str]) -> None:
-        for i in range(0, len(hashes), MAX_BATCH):
-            part = hashes[i : i + MAX_BATCH]
-            result = await self.backend.prefetch(part, f"prefetch_{session_id}")
-            self.report("prefetch", len(part), result)
+    async def _prefetch(self, sending: _Sending, hashes: list[str]) -> None:
+        try:
+            for i in range(0, len(hashes), MAX_BATCH):
+                if sending.cancelled:
+                    break
+                part = hashes[i : i + MAX_BATCH]
+                sending.posted += len(part)
+                result = await self.backend.prefetch(part, sending.tag)
+                sending.accepted = sending.accepted or result.ok
+                self.report("prefetch", len(part), result)
+        finally:
+            sending.sending = False
+        if sending.cancelled:
+            await self._cancel(sending)
+
+    async def _cancel(self, sending: _Sending) -> None:
+        """Ask the cache to stop what it took of a prefetch no longer needed; count it."""
+        unsent = sending.chunks - sending.posted
+        if not sending.accepted or self.cancels is False:
+            # Nothing reached the cache, or it knows no cancel: only unsent parts dropped.
+            if unsent:
+                self._counted("unsent", unsent)
+            return
+        result = await self.backend.cancel_prefetch(sending.tag)
+        if not result.ok and result.status in (404, 405):
+            self.cancels = False  # a stock memory API: no more cancels
+            log.info("the cache knows no prefetch cancel (HTTP %d): none sent", result.status)
+            if unsent:
+                self._counted("unsent", unsent)
+            return
+        self.report("prefetch_cancel", sending.posted, result)
+        body = result.body or {}
+        if not result.ok:
+            self._counted("failed", unsent)
+            return
+        self.cancels = True
+        if int(body.get("cancelled") or 0) > 0:
+            self._counted("stopped", unsent + int(body.get("skipped") or 0))
+        else:
+            self._counted("ended", unsent)  # the cache had loaded it all already
+
+    def _counted(self, outcome: str, chunks: int) -> None:
+        if self.on_cancel is not None:
+            self.on_cancel(outcome, chunks)
 
     async def drain(self, timeout: float) -> None:
         """Wait for the calls in flight (shutdown, tests)."""

@@ -44,7 +44,11 @@ def warn_forced(o: Outcome, _f: FollowUp) -> None:
 
 
 def send_prefetch(o: Outcome, f: FollowUp) -> None:
-    """Bring the event's chunks into DDR (after the budget chose them)."""
+    """Drop the prefetch of a request now served (turn_end), then bring the event's chunks
+    into DDR (after the budget chose them; a new prefetch has a new tag, so the cancel
+    never stops it)."""
+    if o.effects.served and o.session_id is not None:
+        o.ns.dispatcher.served(o.session_id)
     o.ns.dispatcher.prefetch(o.session_id, o.change.prefetch if f.prefetch is None else f.prefetch)
 
 

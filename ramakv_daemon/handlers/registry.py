@@ -56,6 +56,8 @@ class Effects:
         takes_over: it acts on its session, which on a shared store another node may
             own: this node takes it over first (reads answer from this node's memory).
         store_fork_id: it opens a fork, whose id on a shared store comes from the store.
+        served: it says its session's request has been served (the answer went out): a
+            prefetch still pending for that request is dropped and cancelled in the cache.
     """
 
     turn: Turn = Turn.NONE
@@ -65,6 +67,7 @@ class Effects:
     debug_file: bool = False
     takes_over: bool = False
     store_fork_id: bool = False
+    served: bool = False
 
 
 NO_EFFECTS = Effects()

@@ -18,7 +18,7 @@ from ramakv_daemon.handlers.registry import Effects, HandlerContext, event
     "Post-inference safe eviction + update: decrement refcount, evict only when refcount == 0",
     required=("session_id", "kv_transfer_params"),
     optional=("debug_context",),
-    effects=Effects(turn=Turn.FINISH, grows=True, debug_file=True, takes_over=True),
+    effects=Effects(turn=Turn.FINISH, grows=True, debug_file=True, takes_over=True, served=True),
 )
 def turn_end(ctx: HandlerContext, payload: dict, now: float) -> Change:
     session_id = session_id_of(payload)

@@ -60,6 +60,20 @@ class DaemonMetrics:
         self.backend_errors = Counter(
             "ramakv_backend_errors", "Backend calls that failed", ["op"], registry=r
         )
+        self.prefetch_cancelled = Counter(
+            "ramakv_prefetch_cancelled",
+            "Prefetches dropped because their request was served (turn_end): unsent (none "
+            "of it reached the cache, or it knows no cancel), stopped (the cache stopped "
+            "it), ended (the cache had finished it), failed (the cancel call failed)",
+            ["outcome"],
+            registry=r,
+        )
+        self.prefetch_cancelled_chunks = Counter(
+            "ramakv_prefetch_cancelled_chunks",
+            "Chunks those prefetches did not load: parts never sent, and those the cache skipped",
+            ["outcome"],
+            registry=r,
+        )
         self.evict_backlog = Gauge(
             "ramakv_evict_outbox", "Evictions waiting for backend delivery", registry=r
         )
@@ -242,6 +256,11 @@ class DaemonMetrics:
         self.backend_chunks.labels(op).inc(count)
         if not result.ok:
             self.backend_errors.labels(op).inc()
+
+    def prefetch_cancel(self, outcome: str, chunks: int) -> None:
+        """Count one prefetch dropped because its request was served."""
+        self.prefetch_cancelled.labels(outcome).inc()
+        self.prefetch_cancelled_chunks.labels(outcome).inc(chunks)
 
     def commit(self, seconds: float, batch: int) -> None:
         """Record one group commit."""

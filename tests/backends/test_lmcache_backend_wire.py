@@ -121,3 +121,27 @@ async def test_noop_backend_answers_ok_and_empty():
     res, locs = await b.query(HASHES)
     assert res.ok and locs.locations == {}
     await b.close()
+
+
+async def test_prefetch_cancel_names_the_lookup_id_and_says_what_stopped(backend, fake_lmcache):
+    fake_lmcache.hold_prefetches = True  # as behind a busy worker
+    await backend.prefetch(HASHES, "prefetch_s1:4")
+    res = await backend.cancel_prefetch("prefetch_s1:4")
+    assert res.ok and res.body == {
+        "status": "success",
+        "lookup_id": "prefetch_s1:4",
+        "cancelled": 1,
+        "skipped": 3,
+    }
+    assert fake_lmcache.calls("cancel") == [{"lookup_id": "prefetch_s1:4"}]
+    again = await backend.cancel_prefetch("prefetch_s1:4")
+    assert again.ok and again.body["cancelled"] == 0  # safe to repeat
+    assert fake_lmcache.release_prefetches() == 0  # the stopped one never loads
+
+
+async def test_a_stock_cache_answers_a_prefetch_cancel_404(backend, fake_lmcache):
+    fake_lmcache.cancels = False
+    res = await backend.cancel_prefetch("prefetch_s1:1")
+    assert not res.ok and res.status == 404
+    noop = await NoopBackend().cancel_prefetch("prefetch_s1:1")
+    assert not noop.ok and noop.status == 404  # the port's default: knows no cancel

@@ -5,6 +5,9 @@ It keeps a tiny tier model (hash -> tiers), records every request, and fails on 
 ``await fake.refuse()`` / ``await fake.accept()`` (port closed / open again).
 The same controls over HTTP: POST /_fake/fail {"mode", "times", "delay"}, POST /_fake/reset,
 GET /_fake/requests, POST /_fake/put {"chunk_hashes", "tiers"}.
+Prefetches load at once unless ``hold_prefetches`` is set: they then wait, as behind a busy
+worker, until ``release_prefetches()``, and ``POST /memory/prefetch/cancel`` stops them as
+ascend_ext's does (``cancels = False``: the route is missing, as on a stock memory API).
 Run alone: ``python tests/support/lmcache_server.py --port 6999``.
 """
 
@@ -16,6 +19,7 @@ import contextlib
 import json
 import socket
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -27,7 +31,7 @@ from ascend_ext.deferred_evict import (
     parse_generation,
     parse_not_after,
 )
-from ascend_ext.memory_ops import parse_hashes, parse_locations, parse_lookup_id
+from ascend_ext.memory_ops import parse_cancel_id, parse_hashes, parse_locations, parse_lookup_id
 from ascend_ext.request_error import RequestError
 
 CPU, DISK = "LocalCPUBackend", "LocalDiskBackend"
@@ -57,6 +61,7 @@ class FakeLMCacheServer:
         self.times: int | None = None
         self.delay = 0.0
         self._held = asyncio.Event()  # set to release the calls a "slow" failure holds
+        self._arrived = asyncio.Event()  # set as each memory call is received
         # Off: a stock memory API (acts at once, no /memory/keep). On: ascend_ext's deferred
         # deletes and keeps; pending deletes run when ``fire_deferred()`` is called (tests
         # decide when the deferral ends, so nothing depends on timing).
@@ -74,6 +79,13 @@ class FakeLMCacheServer:
         self.keep_delay = 0.0  # every keep answered this late (--keep-delay)
         self.violations: list[dict[str, Any]] = []
         self.deleted = 0
+        # ascend_ext's prefetch cancel route; off: 404, as a stock memory API.
+        self.cancels = True
+        # While set, prefetches are queued (lookup_id -> [hashes] per call), not loaded,
+        # until release_prefetches(): a cancel in between stops them.
+        self.hold_prefetches = False
+        self.held: dict[str, list[list[str]]] = {}
+        self.cancelled: dict[str, int] = {}  # lookup_id -> chunks a cancel stopped
         # hash -> what the cache saw of it, oldest first (evicts, keeps, deletes carried
         # out): a violation names its chunk's history. Only kept with ``record_history``.
         self.record_history = False
@@ -92,6 +104,7 @@ class FakeLMCacheServer:
         if self.port == 0:
             self.port = _free_port(self.host)
         app = web.Application()
+        app.router.add_post("/memory/prefetch/cancel", self._memory)
         app.router.add_post("/memory/{op}", self._memory)
         app.router.add_post("/_fake/fail", self._ctl_fail)
         app.router.add_post("/_fake/reset", self._ctl_reset)
@@ -170,19 +183,60 @@ class FakeLMCacheServer:
             self.tiers[h] = list(tiers)
 
     def calls(self, op: str) -> list[Any]:
-        """Bodies of the memory calls received for op (prefetch, evict, query)."""
-        return [r.body for r in self.requests if r.path == f"/memory/{op}"]
+        """Bodies of the memory calls received for op (prefetch, evict, keep, query, cancel)."""
+        path = "/memory/prefetch/cancel" if op == "cancel" else f"/memory/{op}"
+        return [r.body for r in self.requests if r.path == path]
+
+    async def until(self, check: Callable[[], object]) -> None:
+        """Wait until ``check()`` is true, checking again as each memory call arrives
+        (recorded before any failure mode holds it)."""
+        while not check():
+            self._arrived.clear()
+            await self._arrived.wait()
+
+    def release_prefetches(self) -> int:
+        """Load every held prefetch now (in arrival order); returns chunks loaded."""
+        held, self.held = self.held, {}
+        return sum(self._load(hashes) for calls in held.values() for hashes in calls)
+
+    def _load(self, hashes: list[str]) -> int:
+        """A prefetch's load: chunks on disk only come up to DDR too."""
+        n = 0
+        for h in hashes:
+            tiers = self.tiers.get(h, [])
+            if DISK in tiers and CPU not in tiers:
+                tiers.insert(0, CPU)
+                n += 1
+        return n
+
+    def _cancel(self, body: dict) -> web.Response:
+        """Stop the held prefetches of a lookup_id (ended or unknown: 0, 0)."""
+        lookup_id = parse_cancel_id(body)
+        stopped = self.held.pop(lookup_id, [])
+        skipped = sum(len(hashes) for hashes in stopped)
+        if stopped:
+            self.cancelled[lookup_id] = self.cancelled.get(lookup_id, 0) + skipped
+        return web.json_response(
+            {
+                "status": "success",
+                "lookup_id": lookup_id,
+                "cancelled": len(stopped),
+                "skipped": skipped,
+            }
+        )
 
     # -- memory API --------------------------------------------------------------------------
     async def _memory(self, request: web.Request) -> web.Response:
-        """POST /memory/{prefetch,evict,query}, same validation and answers as ascend_ext."""
+        """POST /memory/{prefetch,evict,keep,query} and /memory/prefetch/cancel, same
+        validation and answers as ascend_ext."""
         raw = await request.text()
         try:
             body: Any = json.loads(raw or "null")
         except ValueError:
             body = None
-        op = request.match_info["op"]
+        op = request.match_info.get("op", "cancel")
         self.requests.append(Recorded(request.method, request.path, body, raw))
+        self._arrived.set()
         failing = self._take_failure()
         if failing == "slow":
             await self._hold()
@@ -199,18 +253,25 @@ class FakeLMCacheServer:
             )
         elif failing == "malformed":
             return web.Response(text="{not json", content_type="application/json")
-        if op not in ("prefetch", "evict", "query", "keep") or (op == "keep" and not self.defers):
-            return _err(404, f"no route /memory/{op}")
+        known = ("prefetch", "evict", "query", "keep", "cancel")
+        if (
+            op not in known
+            or (op == "keep" and not self.defers)
+            or (op == "cancel" and not self.cancels)
+        ):
+            return _err(404, f"no route {request.path}")
         if not isinstance(body, dict):
             return _err(400, "body must be a JSON object")
         try:
+            if op == "cancel":
+                return self._cancel(body)
             hashes = parse_hashes(body)
             if op == "prefetch":
                 lookup_id = parse_lookup_id(body)
-                for h in hashes:
-                    tiers = self.tiers.get(h, [])
-                    if DISK in tiers and CPU not in tiers:
-                        tiers.insert(0, CPU)
+                if self.hold_prefetches:
+                    self.held.setdefault(lookup_id, []).append(list(hashes))
+                else:
+                    self._load(list(hashes))
                 return web.json_response(
                     {
                         "status": "prefetch_started",
@@ -335,6 +396,8 @@ class FakeLMCacheServer:
         await self.set_failure(None)
         self.requests.clear()
         self.tiers.clear()
+        self.held.clear()
+        self.cancelled.clear()
         return web.json_response({"ok": True})
 
     async def _ctl_put(self, request: web.Request) -> web.Response:

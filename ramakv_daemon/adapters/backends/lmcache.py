@@ -1,4 +1,4 @@
-"""LMCache memory-API backend: prefetch / evict / query over HTTP (httpx)."""
+"""LMCache memory-API backend: prefetch (and its cancel) / evict / keep / query over HTTP."""
 
 from __future__ import annotations
 
@@ -79,6 +79,13 @@ class LMCacheBackend(Backend):
             len(hashes),
             self._prefetch_client,
         )
+        return result
+
+    async def cancel_prefetch(self, tag: str) -> BackendResult:
+        """POST /memory/prefetch/cancel {lookup_id=tag}, on the prefetch pool (an evict
+        never waits for it); a stock memory API answers 404 (an older ascend_ext 405)."""
+        payload = {"lookup_id": tag}
+        result, _ = await self._post("/memory/prefetch/cancel", payload, 0, self._prefetch_client)
         return result
 
     async def evict(self, chunk_hashes: Sequence[str], mode: EvictMode) -> BackendResult:
