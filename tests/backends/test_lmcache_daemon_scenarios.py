@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import threading
 import time
 
 import pytest
@@ -104,3 +105,50 @@ async def test_shared_chunk_survives_another_sessions_close(rig):
     got = await _where(url, shared["chunk_hashes"] + own["chunk_hashes"])
     assert all(got[h] == [CPU, DISK] for h in shared["chunk_hashes"])
     assert got[own["chunk_hashes"][0]] == []
+
+
+async def test_turn_end_stops_the_restores_prefetch_still_loading(tmp_path):
+    """The engine's worker is held inside the restore's first disk load; the turn_end that
+    says the request was served makes the daemon cancel it: the rest is never loaded."""
+    with cpu_engine(tmp_path / "disk", ddr_mb=4) as engine, serve(create_app(engine)) as url:
+        db = str(tmp_path / "s.db")
+        svc = build(Config(session_store_path=db), SqliteSessionStore(db), LMCacheBackend(url))
+        await svc.start()
+        sm = engine.storage_manager
+        original, inside, release = sm.get, threading.Event(), threading.Event()
+
+        def held_get(*args, **kwargs):
+            if not inside.is_set():
+                inside.set()
+                release.wait()
+            return original(*args, **kwargs)
+
+        try:
+            kv = await _turn(url, tokens(4, start=6000))
+            hashes = kv["chunk_hashes"]
+            await _where(url, hashes, [CPU, DISK])
+            await _event(svc, type="turn_end", session_id="e", kv_transfer_params=kv)
+            await _event(svc, type="session_suspend", session_id="e")
+            await _where(url, hashes, [DISK])
+            sm.get = held_get
+            await _event(svc, type="snapshot_restore", session_id="e")  # the daemon's 1st
+            assert await asyncio.to_thread(inside.wait, 120), "the prefetch never loaded"
+            await _event(svc, type="turn_end", session_id="e", kv_transfer_params=kv)
+            release.set()
+            async with httpx.AsyncClient(base_url=url) as c:
+                while (status := (await c.get("/memory/prefetch/prefetch_e:1")).json())[
+                    "state"
+                ] == "running":
+                    await asyncio.sleep(0.02)
+            assert status["state"] == "cancelled"
+            assert status["loaded"] == 1 and status["skipped"] == 3
+            got = await _where(url, hashes)
+            assert got[hashes[0]] == [CPU, DISK] and all(got[h] == [DISK] for h in hashes[1:])
+            text = svc.metrics.render().decode()
+            assert 'ramakv_prefetch_cancelled_total{outcome="stopped"} 1.0' in text
+            assert 'ramakv_prefetch_cancelled_chunks_total{outcome="stopped"} 3.0' in text
+        finally:
+            release.set()
+            sm.get = original
+            await svc.stop()
+            await svc.backend.close()
