@@ -138,6 +138,46 @@ def test_suspend_restore_then_the_next_turn_is_fully_cached(engine, steering_dae
     assert cached_tokens(again) == len(hashes) * CHUNK
 
 
+def test_a_prefetch_cancel_on_the_real_engine_stops_it_or_finds_it_ended(engine) -> None:
+    """A cancel through the scheduler reaches the worker's prefetch: whether it was still
+    loading (then it stops: cancelled, the answer's skipped chunks never load) or had
+    ended (0, 0), the answer and the worker's status agree, chunk for chunk. Here the load
+    mostly wins (15 chunks from the page cache in ~3 ms, measured); the stop itself is
+    tested with the worker held mid-load in tests/ascend_ext/test_prefetch_cancel.py and
+    tests/backends/test_lmcache_daemon_scenarios.py (real lmcache engines in-process)."""
+    messages = [{"role": "system", "content": text("cancel me", 1500)}]
+    hashes = kv(chat(engine.url, messages))["chunk_hashes"]
+    assert len(hashes) >= 4
+    assert wait_where(engine.memory_url, hashes, [CPU, DISK]) == {h: [CPU, DISK] for h in hashes}
+    post(engine.memory_url + "/memory/evict", {"chunk_hashes": hashes, "locations": [CPU]})
+    assert query(engine.memory_url, hashes) == {h: [DISK] for h in hashes}
+
+    lookup = {"lookup_id": "engine-cancel"}
+    post(engine.memory_url + "/memory/prefetch", {"chunk_hashes": hashes, **lookup})
+    answer = post(engine.memory_url + "/memory/prefetch/cancel", lookup)
+    assert answer["status"] == "success" and answer["lookup_id"] == "engine-cancel"
+    assert answer["cancelled"] in (0, 1)
+    status_url = engine.worker_url + "/memory/prefetch/engine-cancel"
+    while (status := httpx.get(status_url, timeout=HTTP_TIMEOUT_S).json())["state"] in (
+        "queued",
+        "running",
+    ):
+        time.sleep(0.05)
+    done = sum(status[k] for k in ("loaded", "already_ddr", "missing", "ddr_full"))
+    if answer["cancelled"]:
+        assert status["state"] == "cancelled" and status["skipped"] == answer["skipped"] > 0
+        assert done + status["skipped"] == len(hashes) and status["loaded"] < len(hashes)
+    else:  # it had ended (or was loading its last chunk) before the cancel came
+        assert status["state"] == "done" and answer["skipped"] == 0
+        assert status["loaded"] == len(hashes)
+    got = query(engine.memory_url, hashes)
+    assert sum(CPU in v for v in got.values()) == status["loaded"]  # the skipped stay on disk
+    assert all(DISK in v for v in got.values())
+
+    bad = httpx.post(engine.memory_url + "/memory/prefetch/cancel", json={}, timeout=30)
+    assert bad.status_code == 400 and bad.json() == {"error": "missing required field 'lookup_id'"}
+
+
 def test_close_keeps_a_shared_system_prompt_and_deletes_the_rest(
     engine, steering_daemon, proxy
 ) -> None:
