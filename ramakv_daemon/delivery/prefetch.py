@@ -156,13 +156,13 @@ class Prefetcher:
                 self._counted("unsent", unsent)
             return
         result = await self.backend.cancel_prefetch(sending.tag)
+        self.report("prefetch_cancel", sending.posted, result)
         if not result.ok and result.status in (404, 405):
             self.cancels = False  # a stock memory API: no more cancels
             log.info("the cache knows no prefetch cancel (HTTP %d): none sent", result.status)
             if unsent:
                 self._counted("unsent", unsent)
             return
-        self.report("prefetch_cancel", sending.posted, result)
         body = result.body or {}
         if not result.ok:
             self._counted("failed", unsent)

@@ -153,3 +153,12 @@ async def test_a_stock_cache_is_asked_once_then_never(daemon, fake_lmcache):
     )
     assert len(fake_lmcache.calls("cancel")) == 1
     assert _cancelled(daemon) == {}
+
+
+async def test_a_prefetch_served_before_it_left_the_daemon_is_never_sent(daemon, fake_lmcache):
+    dispatcher = daemon.default.dispatcher
+    dispatcher.prefetch("v", ["d1", "d2"])  # queued in delivery, its task not run yet
+    dispatcher.served("v")
+    await dispatcher.drain()
+    assert fake_lmcache.calls("prefetch") == [] and fake_lmcache.calls("cancel") == []
+    assert _cancelled(daemon) == {"unsent": (1.0, 2.0)}
