@@ -9,8 +9,6 @@ import logging
 import sys
 from typing import TYPE_CHECKING
 
-from ramakv_daemon import config as config_mod
-from ramakv_daemon.config import ConfigError
 from ramakv_protocol.version import add_version_flag, package_version
 
 if TYPE_CHECKING:
@@ -79,7 +77,10 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _main(argv: list[str] | None) -> int:
-    args = parse_args(argv)
+    args = parse_args(argv)  # --version and --help exit here, before any import below
+    from ramakv_daemon import config as config_mod
+    from ramakv_daemon.config import ConfigError
+
     logging.basicConfig(
         stream=sys.stderr if args.check_config else sys.stdout,
         level=getattr(logging, str(args.log_level).upper(), logging.INFO),
@@ -123,8 +124,8 @@ def _main(argv: list[str] | None) -> int:
         cfg.lmcache_url,
         _Version(),
     )
-    # Imported here, not above: --version, --check-config and a refused config need none
-    # of the daemon's serving side.
+    # Imported here, not above: --check-config and a refused config need none of the
+    # daemon's serving side.
     from aiohttp import web
 
     from ramakv_daemon.http.app import init_app
