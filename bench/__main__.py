@@ -51,7 +51,10 @@ def _startup(quick: bool) -> tuple[dict, str]:
     from bench import startup
 
     sizes = (10_000,) if quick else (10_000, 50_000)
-    res = startup.run(sizes, seconds=15.0 if quick else 30.0, empty_runs=5 if quick else 10)
+    json_sizes = (10_000,) if quick else (50_000,)  # a store from before session_codes
+    res = startup.run(
+        sizes, seconds=15.0 if quick else 30.0, empty_runs=5 if quick else 10, json_sizes=json_sizes
+    )
     return res, startup.table(res)
 
 

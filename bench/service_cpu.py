@@ -1,10 +1,15 @@
 """CPU per event of EventService.handle alone (no HTTP): the daemon's own work, less noisy
-than a throughput run. `python -m bench.service_cpu [EVENTS] [--profile]`."""
+than a throughput run. `python -m bench.service_cpu [EVENTS] [--profile] [--engine-hashes]`.
+
+``--engine-hashes``: the same events with each hash spelled as the engine spells one (a
+signed 64-bit integer in hex), so maps are held packed (core.packed); by default hashes are
+names such as ``s3-c17``, which keep maps as tuples of strings."""
 
 from __future__ import annotations
 
 import asyncio
 import cProfile
+import hashlib
 import pstats
 import sys
 import tempfile
@@ -21,7 +26,18 @@ from ramakv_daemon.config import Config
 CONCURRENCY = 32  # events in flight at once, as the throughput benchmark's connections
 
 
-async def measure(events: int = 20000, profile: bool = False) -> dict:
+def engine_spelling(body: bytes) -> bytes:
+    """``body`` with each chunk hash replaced by an engine-style one derived from it."""
+    event = orjson.loads(body)
+    params = event["kv_transfer_params"]
+    params["chunk_hashes"] = [
+        f"{int.from_bytes(hashlib.blake2b(h.encode(), digest_size=8).digest(), 'little', signed=True):x}"  # noqa: E501
+        for h in params["chunk_hashes"]
+    ]
+    return orjson.dumps(event)
+
+
+async def measure(events: int = 20000, profile: bool = False, engine: bool = False) -> dict:
     """turn_end bodies of the throughput benchmark through a real service and SQLite file;
     returns process CPU (every thread) per event after a warm-up of 3,200 events."""
     warm = 100 * CONCURRENCY
@@ -38,6 +54,8 @@ async def measure(events: int = 20000, profile: bool = False) -> dict:
             for k in range(max(events, 2 * warm) // CONCURRENCY)
             for w in range(CONCURRENCY)
         ]
+        if engine:
+            bodies = [engine_spelling(b) for b in bodies]
 
         async def burst(part: list[bytes]) -> None:
             await asyncio.gather(*(svc.service.handle(orjson.loads(b)) for b in part))
@@ -62,7 +80,11 @@ async def measure(events: int = 20000, profile: bool = False) -> dict:
 
 if __name__ == "__main__":
     res = asyncio.run(
-        measure(int(next((a for a in sys.argv[1:] if a.isdigit()), 20000)), "--profile" in sys.argv)
+        measure(
+            int(next((a for a in sys.argv[1:] if a.isdigit()), 20000)),
+            "--profile" in sys.argv,
+            "--engine-hashes" in sys.argv,
+        )
     )
     print(
         f"{res['events']} turn_end events: {res['cpu_us_per_turn_end']:.1f} µs CPU each "

@@ -221,11 +221,13 @@ def pct(values: list[float], p: float) -> float:
 
 
 def large_case(
-    n_sessions: int, seconds: float, rate: float, store_dir: Path = STORE_DIR
+    n_sessions: int, seconds: float, rate: float, store_dir: Path = STORE_DIR, codes: bool = True
 ) -> dict[str, Any]:
     """Exec to listening, RSS at listening and its peak, turn_end latency per window from
-    the moment it listens; steady = the last third of the run."""
-    store = build(store_dir / f"ramakv-startup-{n_sessions}.db", n_sessions)
+    the moment it listens; steady = the last third of the run. ``codes=False``: a store
+    written before session_codes (maps as JSON only), which the daemon loads through JSON."""
+    name = f"ramakv-startup-{n_sessions}{'' if codes else '-json'}.db"
+    store = build(store_dir / name, n_sessions, codes=codes)
     bodies = probe_bodies(store, min(200, n_sessions))
     with tempfile.TemporaryDirectory(prefix="ramakv-startup-", dir=store_dir) as d:
         work = Path(d) / "sessions.db"
@@ -255,6 +257,7 @@ def large_case(
     worst = max(w["p99_ms"] for w in windows)
     return {
         "sessions": n_sessions,
+        "stored_as": "codes" if codes else "json only",
         "references": refs,
         "store_mib": size / 2**20,
         "listening_s": listening,
@@ -274,14 +277,36 @@ def large_case(
     }
 
 
+def where_bytes_go(n_sessions: int, store_dir: Path = STORE_DIR) -> dict[str, float]:
+    """The store of ``n_sessions`` loaded in a child process as the daemon loads it: its RSS
+    before and after, and how much of that the maps' codes and the count arrays are."""
+    store = build(store_dir / f"ramakv-startup-{n_sessions}.db", n_sessions)
+    out = subprocess.run(
+        [sys.executable, "-m", "bench.startup_bytes", str(store)],
+        cwd=ROOT,
+        env=child_env(),
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    return dict(json.loads(out.strip().splitlines()[-1]))
+
+
 def run(
     sizes: tuple[int, ...] = (10_000, 50_000),
     seconds: float = 30.0,
     empty_runs: int = 10,
     rate: float = 100.0,
+    json_sizes: tuple[int, ...] = (50_000,),
 ) -> dict[str, Any]:
-    """The empty case, then each size."""
-    return {"empty": empty_case(empty_runs), "sizes": [large_case(n, seconds, rate) for n in sizes]}
+    """The empty case, then each size as the daemon stores it, then ``json_sizes`` as a
+    store from before session_codes."""
+    cases = [large_case(n, seconds, rate) for n in sizes]
+    cases += [large_case(n, seconds, rate, codes=False) for n in json_sizes]
+    out: dict[str, Any] = {"empty": empty_case(empty_runs), "sizes": cases}
+    if sizes:
+        out["bytes"] = where_bytes_go(max(sizes))
+    return out
 
 
 def table(res: dict[str, Any]) -> str:
@@ -296,14 +321,27 @@ def table(res: dict[str, Any]) -> str:
         f"(`{DAEMON_MODULE}`) {e['import_ms']:.0f} ms, `aiohttp.web` alone "
         f"{e['aiohttp_web_import_ms']:.0f} ms.",
         "",
-        "| sessions x 512 | store MiB | listening s (CPU s) | RSS at listening MiB | peak MiB "
-        "| B/reference | turn_end steady p50 / p99 ms | first 2 s p50 ms "
+        "| sessions x 512 | stored as | store MiB | listening s (CPU s) | RSS at listening MiB "
+        "| peak MiB | B/reference | turn_end steady p50 / p99 ms | first 2 s p50 ms "
         "| worst 2 s p99 / steady p99 |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
+    b = res.get("bytes")
+    if b:
+        lines += [
+            "",
+            f"Where the bytes go at {b['sessions']} x 512 (loaded in a child process): maps "
+            f"{b['maps_mib']:.0f} MiB ({b['maps_b_per_ref']:.1f} B/reference), count arrays "
+            f"{b['table_mib']:.0f} MiB ({b['table_b_per_ref']:.1f} B/reference), the rest "
+            f"{b['rest_mib']:.0f} MiB; {b['b_per_ref']:.1f} B/reference over the "
+            f"{b['baseline_mib']:.0f} MiB of interpreter and imports; load peak "
+            f"{b['peak_mib']:.0f} MiB.",
+            "",
+        ]
     for r in res["sizes"]:
         lines.append(
-            f"| {r['sessions']} | {r['store_mib']:.0f} | {r['listening_s']:.2f} "
+            f"| {r['sessions']} | {r.get('stored_as', 'json only')} | {r['store_mib']:.0f} | "
+            f"{r['listening_s']:.2f} "
             f"({r['listening_cpu_s']:.1f}) | "
             f"{r['rss_listening_mib']:.0f} | {r['peak_rss_mib']:.0f} | "
             f"{r['bytes_per_reference']:.0f} | {r['steady_p50_ms']:.1f} / "
@@ -319,9 +357,13 @@ def main() -> None:
     p.add_argument("--seconds", type=float, default=30.0, help="turn_end probe after listening")
     p.add_argument("--empty-runs", type=int, default=10)
     p.add_argument("--rate", type=float, default=100.0, help="turn_end/s of the probe")
+    p.add_argument(
+        "--json-sessions", default="50000", help="sizes also run as a store from before codes"
+    )
     a = p.parse_args()
     sizes = tuple(int(x) for x in a.sessions.split(",") if x)
-    res = run(sizes, a.seconds, a.empty_runs, a.rate)
+    json_sizes = tuple(int(x) for x in a.json_sessions.split(",") if x)
+    res = run(sizes, a.seconds, a.empty_runs, a.rate, json_sizes)
     print(json.dumps(res, indent=1))
     print(table(res))
 

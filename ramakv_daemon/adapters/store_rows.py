@@ -11,7 +11,8 @@ from typing import TYPE_CHECKING, Any
 import orjson
 
 from ramakv_daemon.core.fork import Fork
-from ramakv_daemon.core.session import Session, share_prefix
+from ramakv_daemon.core.packed import PackedMap, pack_for_store, packed_from_store, store_bytes
+from ramakv_daemon.core.session import ChunkMap, Session, share_prefix
 from ramakv_daemon.ports import OutboxEntry, OutboxRow, mode_of
 
 if TYPE_CHECKING:
@@ -103,40 +104,68 @@ def loads_json(text: str) -> object:
 
 
 def decode_sessions(
-    rows: Iterable[Sequence[Any]], anchors: dict[str, tuple[str, ...]] | None = None
+    rows: Iterable[Sequence[Any]],
+    anchors: dict[str, tuple[str, ...]] | None = None,
+    packed_from_json: list[Session] | None = None,
 ) -> list[Session]:
     """Stored rows as sessions; rows whose JSON is corrupt are skipped with a warning.
 
     ``anchors``: kept by the caller across batches of one load; maps sharing a prefix
-    then share its strings (core.session.share_prefix).
+    then share its strings (core.session.share_prefix). ``packed_from_json``: gets each
+    session whose map came as JSON and packed (a store that has no codes for it yet).
     """
     out: list[Session] = []
     decode = loads_json  # start-up decodes every stored map: the fast decoder pays
     for sid, map_json, turn_count, suspended, ts, ns in rows:
         try:
+            if isinstance(map_json, bytes):  # the map's stored codes (core.packed)
+                if not map_json or len(map_json) % 8:
+                    raise ValueError(f"stored codes of {len(map_json)} bytes")
+                stored = packed_from_store(map_json)
+                out.append(_session(sid, stored, turn_count, suspended, ts, ns))
+                continue
             hashes = decode(map_json)
             if not isinstance(hashes, list):
                 raise ValueError("map_json is not a list of strings")
-            chunk_hashes = tuple(hashes)
+            as_tuple = tuple(hashes)
             # str.join raises TypeError on a non-string: one C-level check per list.
-            # Stored hashes are not interned: that costs 10x the decode at start-up;
-            # maps that begin alike share their common prefix's strings instead.
-            "".join(chunk_hashes)
-            if anchors is not None:
-                chunk_hashes = share_prefix(chunk_hashes, anchors)
+            "".join(as_tuple)
+            # Held as 8 bytes a hash when every hash is canonical (core.packed); else the
+            # strings, and maps that begin alike share their common prefix's strings.
+            chunk_hashes: ChunkMap | None = PackedMap.of(as_tuple)
+            if chunk_hashes is None:
+                chunk_hashes = as_tuple if anchors is None else share_prefix(as_tuple, anchors)
         except (ValueError, TypeError) as err:
             log.warning("skipping stored session %r: %s", sid, err)
             continue
-        out.append(
-            Session(
-                session_id=sid,
-                chunk_hashes=chunk_hashes,
-                turn_count=int(turn_count or 0),
-                suspended=bool(suspended),
-                last_event_ts=float(ts or 0.0),
-                namespace=ns or "",
-            )
-        )
+        session = _session(sid, chunk_hashes, turn_count, suspended, ts, ns)
+        out.append(session)
+        if packed_from_json is not None and isinstance(chunk_hashes, PackedMap):
+            packed_from_json.append(session)
+    return out
+
+
+def _session(
+    sid: str, chunk_hashes: ChunkMap, turn_count: Any, suspended: Any, ts: Any, ns: Any
+) -> Session:
+    return Session(
+        session_id=sid,
+        chunk_hashes=chunk_hashes,
+        turn_count=int(turn_count or 0),
+        suspended=bool(suspended),
+        last_event_ts=float(ts or 0.0),
+        namespace=ns or "",
+    )
+
+
+def codes_rows(sessions: Iterable[Session]) -> list[tuple[str, bytes]]:
+    """(session_id, stored codes) of each session whose map is packed or packs."""
+    out: list[tuple[str, bytes]] = []
+    for s in sessions:
+        m = s.chunk_hashes
+        codes = store_bytes(m) if isinstance(m, PackedMap) else pack_for_store(m)
+        if codes is not None:
+            out.append((s.session_id, codes))
     return out
 
 

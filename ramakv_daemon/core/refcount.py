@@ -2,8 +2,17 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from itertools import compress
+from typing import TYPE_CHECKING
+
+from ramakv_daemon.core.count_table import CountTable
+
+if TYPE_CHECKING:
+    from ramakv_daemon.core.rebuild import Built
+
+#: A hash -> count table: a dict, or a CountTable (arrays + dict) that behaves as one.
+Counts = dict[str, int] | CountTable
 
 
 class RefcountTable:
@@ -21,14 +30,15 @@ class RefcountTable:
     __slots__ = ("_counts", "_shared", "_total")
 
     def __init__(self) -> None:
-        self._counts: dict[str, int] = {}
+        # A dict, or after a large start-up a CountTable (arrays + dict) that behaves as one.
+        self._counts: Counts = {}
         self._shared: set[str] = set()  # the hashes whose count is 2 or more
         # The sum of all counts, kept as they change: summing millions of entries for a
         # trace snapshot or /metrics would stall the event loop.
         self._total = 0
 
     @property
-    def counts(self) -> dict[str, int]:
+    def counts(self) -> Mapping[str, int]:
         """The live table, for hot loops that must not pay a method call per hash.
 
         Read it, never write it: every change goes through incr/decr/restore.
@@ -56,7 +66,7 @@ class RefcountTable:
 
     def as_dict(self) -> dict[str, int]:
         """A copy of the table."""
-        return dict(self._counts)
+        return dict(self._counts.items())
 
     def total_references(self) -> int:
         """Sum of all counts (kept up to date, O(1))."""
@@ -126,13 +136,17 @@ class RefcountTable:
             else:
                 shared.discard(h)
 
-    def replace_all(self, counts: dict[str, int]) -> None:
+    def replace_all(self, counts: dict[str, int] | Built) -> None:
         """Take over a whole table (start-up rebuild); every count must be positive.
 
         A plain dict is adopted, not copied: at start-up it holds millions of entries. A
         subclass (a Counter) is copied, because its ``__delitem__`` is Python code and
-        would run for every chunk that drops to zero.
+        would run for every chunk that drops to zero. A rebuilt table (core.rebuild.Built)
+        comes with its total and shared set, computed over its arrays in bulk.
         """
+        if not isinstance(counts, dict):
+            self._counts, self._total, self._shared = counts.table, counts.total, counts.shared
+            return
         self._counts = counts if type(counts) is dict else dict(counts)
         self._total = sum(self._counts.values())
         # C-level passes over the values (no key is read): ~1 s at 22 M chunks.

@@ -5,6 +5,12 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Any
 
+from ramakv_daemon.core.packed import PackedMap
+
+#: A chunk map: the tuple of hashes, or the same held packed (core.packed) when every hash
+#: is canonical; both read, compare and hash alike.
+ChunkMap = tuple[str, ...] | PackedMap
+
 
 @dataclass(frozen=True, slots=True)
 class Session:
@@ -12,7 +18,8 @@ class Session:
 
     Attributes:
         session_id: the host's id for the conversation.
-        chunk_hashes: the ordered chunk map as the engine last reported it (may repeat).
+        chunk_hashes: the ordered chunk map as the engine last reported it (may repeat);
+            packed when loaded from a store or kept by turn_end (core.packed).
         turn_count: turn_end events seen.
         suspended: True after session_suspend until snapshot_restore or turn_end; a
             suspended session's map holds no references.
@@ -22,7 +29,7 @@ class Session:
     """
 
     session_id: str
-    chunk_hashes: tuple[str, ...] = ()
+    chunk_hashes: ChunkMap = ()
     turn_count: int = 0
     suspended: bool = False
     last_event_ts: float = 0.0
@@ -60,7 +67,7 @@ class Session:
         return out
 
 
-def unique(hashes: tuple[str, ...] | list[str]) -> tuple[str, ...]:
+def unique(hashes: ChunkMap | list[str]) -> tuple[str, ...]:
     """Deduplicate keeping first occurrences in order."""
     return tuple(dict.fromkeys(hashes))
 

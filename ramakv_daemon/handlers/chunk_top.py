@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import heapq
 import time
+from collections.abc import Sequence
 
 from ramakv_daemon.core.change import Change
 from ramakv_daemon.core.errors import InvalidEvent
@@ -67,9 +68,7 @@ async def top(ctx: HandlerContext, k: int, prefix: str) -> tuple[list[tuple[int,
     if not prefix and len(counts) == 0:
         return [], 0, True
     # Open forks hold references too (also those of closed parents): scanned as lists.
-    sources: list[tuple[str, ...]] = [
-        s.chunk_hashes for s in m.sessions.values() if not s.suspended
-    ]
+    sources: list[Sequence[str]] = [s.chunk_hashes for s in m.sessions.values() if not s.suspended]
     sources.extend(f.hashes for f in m.forks.values())
     heap: list[tuple[int, _Worse]] = []
     members: set[str] = set()

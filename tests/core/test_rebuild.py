@@ -3,20 +3,30 @@
 from __future__ import annotations
 
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from ramakv_daemon.core import rebuild
 from ramakv_daemon.core.fork import Fork
 from ramakv_daemon.core.manager import SessionManager, recompute_parked, recompute_refcounts
+from ramakv_daemon.core.packed import PackedMap
 from ramakv_daemon.core.session import Session
 
 HASHES = st.lists(st.sampled_from(["a", "b", "c", "d", "e"]), max_size=8)
+# Canonical hashes (packable) and a few that are not ("x", "0a"), so maps come both ways.
+MIXED = st.lists(st.sampled_from(["a", "-b", "7f", "0", "x", "0a"]), max_size=8)
+
+
+def _held(hashes: list[str], packed: bool) -> tuple[str, ...] | PackedMap:
+    """The map as a store load holds it: packed when asked and every hash allows it."""
+    return (PackedMap.of(hashes) if packed else None) or tuple(hashes)
+
+
 SESSIONS = st.lists(
     st.builds(
         Session,
         session_id=st.text(min_size=1, max_size=3),
-        chunk_hashes=HASHES.map(tuple),
+        chunk_hashes=st.builds(_held, st.one_of(HASHES, MIXED), st.booleans()),
         suspended=st.booleans(),
     ),
     max_size=6,
@@ -34,6 +44,7 @@ FORKS = st.lists(
 
 
 @pytest.mark.parametrize("general_from", [0, rebuild._GENERAL_LAYOUT_FROM])
+@settings(deadline=None)  # the first example imports numpy: no wall-clock bound
 @given(sessions=SESSIONS, forks=FORKS)
 def test_rebuild_matches_recompute(
     sessions: list[Session], forks: list[Fork], general_from: int
@@ -41,23 +52,28 @@ def test_rebuild_matches_recompute(
     # general_from=0: the hash-storing table the start-up of a large store gets.
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(rebuild, "_GENERAL_LAYOUT_FROM", general_from)
-        assert rebuild.refcounts(sessions, forks) == recompute_refcounts(sessions, forks)
-        assert rebuild.parked(sessions) == recompute_parked(sessions)
+        built = rebuild.refcounts(sessions, forks)
+        want = recompute_refcounts(sessions, forks)
+        assert dict(built.table.items()) == want and len(built.table) == len(want)
+        assert built.total == sum(want.values())
+        assert built.shared == {h for h, n in want.items() if n > 1}
+        assert all(h in built.table and built.table[h] == n for h, n in want.items())
+        assert dict(rebuild.parked(sessions).items()) == recompute_parked(sessions)
 
 
+@settings(deadline=None)  # the first example imports numpy: no wall-clock bound
 @given(sessions=SESSIONS, forks=FORKS)
-def test_rebuilt_tables_are_plain_dicts_with_positive_counts(
-    sessions: list[Session], forks: list[Fork]
-) -> None:
+def test_rebuilt_tables_have_positive_counts(sessions: list[Session], forks: list[Fork]) -> None:
     m = SessionManager()
     m.load(sessions, forks)
-    # A plain dict is adopted by the refcount table without a copy.
-    assert type(m.refcounts.counts) is dict and type(m.parked) is dict
+    # Without a packed map the tables are plain dicts (adopted without a copy).
+    if not any(isinstance(s.chunk_hashes, PackedMap) for s in sessions):
+        assert type(m.refcounts.counts) is dict and type(m.parked) is dict
     assert all(n > 0 for n in m.refcounts.counts.values())
     assert all(n > 0 for n in m.parked.values())
     by_id = {s.session_id: s for s in sessions}.values()
     assert m.refcounts.as_dict() == recompute_refcounts(by_id, forks)
-    assert m.parked == recompute_parked(by_id)
+    assert dict(m.parked.items()) == recompute_parked(by_id)
 
 
 def test_table_keeps_working_after_the_rebuild() -> None:

@@ -13,9 +13,14 @@ from ramakv_daemon.core.change import Change
 from ramakv_daemon.core.errors import RamAKvError
 from ramakv_daemon.core.fork import ForkIds
 from ramakv_daemon.core.manager import SessionManager, recompute_parked, recompute_refcounts
+from ramakv_daemon.core.packed import PackedMap
 
 SIDS = st.sampled_from(["s1", "s2", "s3", "s4"])
-HASHES = st.lists(st.sampled_from([f"h{i}" for i in range(10)]), max_size=8)
+# Canonical hashes (a restart holds a map of only these packed, core.packed) and others.
+HASHES = st.lists(
+    st.sampled_from(["h0", "h1", "h2", "h3", "a", "-b", "7f", "0", "1d", "-8000000000000000"]),
+    max_size=8,
+)
 TTL = 100.0
 MAX_FORKS = 3
 
@@ -209,8 +214,14 @@ class ManagerMachine(RuleBasedStateMachine):
         fresh = SessionManager(
             max_forks_per_session=MAX_FORKS, fork_ids=ForkIds(self.m.fork_ids.next_id)
         )
-        fresh.load(self.m.sessions.values(), self.m.forks.values())
+        # As a store load gives them back: maps of canonical hashes packed.
+        stored = [
+            s.evolve(chunk_hashes=PackedMap.of(s.chunk_hashes) or tuple(s.chunk_hashes))
+            for s in self.m.sessions.values()
+        ]
+        fresh.load(stored, self.m.forks.values())
         assert fresh.refcounts.as_dict() == counts
+        assert fresh.sessions == self.m.sessions
         self.m = fresh
 
     @rule(

@@ -20,6 +20,7 @@ from ramakv_daemon.adapters.store_rows import (
     loads_json,
 )
 from ramakv_daemon.core.fork import Fork
+from ramakv_daemon.core.packed import text_for_store
 from ramakv_daemon.core.session import Session
 from ramakv_daemon.ports import (  # Claimed, ReleaseCallback: re-exported
     AnswerRowIn,
@@ -426,7 +427,7 @@ class PostgresSessionStore:
                 sql.UPSERT_SESSIONS,
                 ids,
                 [s.namespace for s in upserts],
-                [_dumps(s.chunk_hashes) for s in upserts],
+                [_dumps(text_for_store(s.chunk_hashes)) for s in upserts],
                 [s.turn_count for s in upserts],
                 [s.suspended for s in upserts],
                 [s.last_event_ts for s in upserts],

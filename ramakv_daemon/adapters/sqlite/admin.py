@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import TypeVar
 
 from ramakv_daemon.adapters.sqlite.forks import SELECT_FORKS, SELECT_LEGACY_HOLDS
-from ramakv_daemon.adapters.sqlite.schema import SELECT_SESSIONS
+from ramakv_daemon.adapters.sqlite.schema import SELECT_SESSIONS, WITH_CODES, WITHOUT_CODES
 from ramakv_daemon.adapters.store_lock import StoreLock, holder_of, lock_path_of, token_of
 from ramakv_daemon.adapters.store_rows import decode_fork, decode_sessions, pending_evictions
 from ramakv_daemon.admin_port import AdminView, Cleanup, CleanupDone, StoreAdmin
@@ -51,9 +51,11 @@ def read_view(con: sqlite3.Connection) -> AdminView:
     namespace column and keep fork holds in session_state (given ids < 0 here)."""
     state_columns = _columns(con, "session_state")
     namespace = "st.namespace" if "namespace" in state_columns else "''"
-    sessions = decode_sessions(con.execute(SELECT_SESSIONS.format(namespace=namespace)))
+    tables = _tables(con)
+    codes = WITH_CODES if "session_codes" in tables else WITHOUT_CODES
+    sessions = decode_sessions(con.execute(SELECT_SESSIONS.format(namespace=namespace, **codes)))
     forks: list[Fork] = []
-    if "forks" in _tables(con):
+    if "forks" in tables:
         for row in con.execute(SELECT_FORKS):
             fork = decode_fork(*row)
             if fork is not None:

@@ -23,12 +23,13 @@ from ramakv_daemon.adapters.sqlite.schema import (
     MIGRATIONS,
     SCHEMA,
     SELECT_SESSIONS,
-    UPSERT_SESSION,
-    UPSERT_STATE,
+    WITH_CODES,
     existing_sessions,
 )
+from ramakv_daemon.adapters.sqlite.writes import store_codes, write_sessions
 from ramakv_daemon.adapters.store_lock import StoreLock, StoreLocked
 from ramakv_daemon.adapters.store_rows import (
+    codes_rows,
     decode_outbox_row,
     decode_sessions,
     dump_entries,
@@ -254,7 +255,7 @@ class SqliteSessionStore:
     async def load_all(self) -> list[Session]:
         """Every stored session; rows whose JSON is corrupt are skipped with a warning."""
         out: list[Session] = []
-        query = SELECT_SESSIONS.format(namespace="st.namespace")
+        query = SELECT_SESSIONS.format(namespace="st.namespace", **WITH_CODES)
         # The collector has to scan each new tuple of hashes once (the scan is what untracks
         # a tuple of strings). Left to its thresholds it also re-scans the sessions already
         # loaded, from its older generations, as the load piles up allocations; collecting
@@ -269,11 +270,15 @@ class SqliteSessionStore:
                 # instead of the whole table's text being faulted in at once.
                 versions = self._versions
                 anchors: dict[str, tuple[str, ...]] = {}  # maps sharing a prefix share it
+                from_json: list[Session] = []
                 while rows := await cur.fetchmany(_LOAD_BATCH):
                     # Every stored row, a corrupt one too: writing it replaces it.
                     versions.update((r[0], 0) for r in rows)
-                    out.extend(decode_sessions(rows, anchors))
+                    out.extend(decode_sessions(rows, anchors, from_json))
                     gc.collect(0)
+            if from_json:
+                assert self._writer is not None
+                await self._on_writer(store_codes, self._writer, codes_rows(from_json))
         except sqlite3.Error as err:
             raise StoreError(f"cannot read session store {self.path}: {err}") from err
         finally:
@@ -508,21 +513,7 @@ class SqliteSessionStore:
                 fenced = existing_sessions(db, created)
                 if fenced:
                     raise StoreFenced(fenced)
-            if upserts:
-                db.executemany(
-                    UPSERT_SESSION,
-                    [(s.session_id, dumps(s.chunk_hashes), s.turn_count) for s in upserts],
-                )
-                db.executemany(
-                    UPSERT_STATE,
-                    [
-                        (s.session_id, int(s.suspended), s.last_event_ts, s.namespace)
-                        for s in upserts
-                    ],
-                )
-            if deletes:
-                db.executemany("DELETE FROM sessions WHERE session_id = ?", deletes)
-                db.executemany("DELETE FROM session_state WHERE session_id = ?", deletes)
+            write_sessions(db, upserts, deletes)
             if forks:
                 db.executemany(
                     UPSERT_FORK,

@@ -1,0 +1,173 @@
+"""A hash -> count table held mostly as two flat arrays: the bulk a start-up loads, 12 bytes a hash.
+
+A dict of 22 M hash strings costs ~100 bytes an entry (the string, the entry, the index); a
+start-up at 50,000 sessions x 512 hashes then held 3.2 GiB. The loaded hashes' int64 codes
+(core.packed) go into a sorted array with an int32 count beside each (0 = absent, the key
+kept so the hash can come back); every other hash (a later one, or one that is not canonical)
+goes into a plain dict. A hash lives in exactly one of the two, so every count is read in one
+place. Lookups bisect the array (~1 us); the table behaves as the dict it stands in for.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_left
+from collections.abc import Iterator, MutableMapping
+from typing import Any
+
+from ramakv_daemon.core.packed import code_of, text_of
+
+_MISSING: Any = object()
+
+
+class CountTable(MutableMapping[str, int]):
+    """hash -> positive count; zero counts are absent, as in the dict it replaces.
+
+    Args:
+        keys: sorted, distinct int64 codes (any buffer: a numpy array, bytes).
+        counts: an int32 count per key, writable (a numpy array, a bytearray).
+        extra: counts of hashes outside ``keys``; adopted, not copied.
+        live: how many of ``counts`` are not zero, when the caller knows (else counted).
+    """
+
+    __slots__ = ("_extra", "_keys", "_counts", "_kv", "_cv", "_live")
+
+    def __init__(
+        self,
+        keys: object,
+        counts: object,
+        extra: dict[str, int] | None = None,
+        live: int | None = None,
+    ) -> None:
+        self._keys, self._counts = keys, counts  # the buffers the views read
+        self._kv = memoryview(keys).cast("B").cast("q")  # type: ignore[arg-type]
+        self._cv = memoryview(counts).cast("B").cast("i")  # type: ignore[arg-type]
+        if len(self._kv) != len(self._cv):
+            raise ValueError("a count table needs one count per key")
+        self._extra = extra if extra is not None else {}
+        self._live = len(self._cv) - self._cv.tolist().count(0) if live is None else live
+
+    def _slot(self, h: str) -> int:
+        """Index of ``h``'s code among the keys, or -1 (not canonical, or not a key)."""
+        code = code_of(h)
+        if code is None:
+            return -1
+        kv = self._kv
+        i = bisect_left(kv, code)
+        return i if i < len(kv) and kv[i] == code else -1
+
+    @property
+    def arrays(self) -> tuple[object, object]:
+        """The key and count buffers as given (for bulk passes; write only through the table)."""
+        return self._keys, self._counts
+
+    @property
+    def extra(self) -> dict[str, int]:
+        """The counts kept outside the arrays (read it, never write it)."""
+        return self._extra
+
+    @property
+    def array_keys(self) -> int:
+        """How many hashes the arrays hold a place for (counted or not)."""
+        return len(self._kv)
+
+    def get(self, h: str, default: Any = None) -> Any:
+        n = self._extra.get(h)
+        if n is not None:
+            return n
+        i = self._slot(h)
+        if i >= 0:
+            n = self._cv[i]
+            if n:
+                return n
+        return default
+
+    def __getitem__(self, h: str) -> int:
+        n = self.get(h, _MISSING)
+        if n is _MISSING:
+            raise KeyError(h)
+        return int(n)
+
+    def __contains__(self, h: object) -> bool:  # the dict and the arrays, not __getitem__
+        return isinstance(h, str) and self.get(h, 0) > 0
+
+    def __setitem__(self, h: str, n: int) -> None:
+        extra = self._extra
+        if h in extra:
+            extra[h] = n
+            return
+        i = self._slot(h)
+        if i < 0:
+            extra[h] = n
+            return
+        if not self._cv[i]:
+            self._live += 1
+        self._cv[i] = n
+
+    def __delitem__(self, h: str) -> None:
+        extra = self._extra
+        if h in extra:
+            del extra[h]
+            return
+        i = self._slot(h)
+        if i < 0 or not self._cv[i]:
+            raise KeyError(h)
+        self._cv[i] = 0
+        self._live -= 1
+
+    def pop(self, h: str, default: Any = _MISSING) -> Any:
+        n = self.get(h, _MISSING)
+        if n is _MISSING:
+            if default is _MISSING:
+                raise KeyError(h)
+            return default
+        del self[h]
+        return n
+
+    def setdefault(self, h: str, default: int) -> int:
+        n = self.get(h)
+        if n is None:
+            self[h] = default
+            return default
+        return int(n)
+
+    def __len__(self) -> int:
+        return len(self._extra) + self._live
+
+    def __bool__(self) -> bool:
+        return bool(self._extra) or self._live > 0
+
+    def items(self) -> Iterator[tuple[str, int]]:  # type: ignore[override]
+        """(hash, count) pairs: the dict's, then the arrays' counted ones (decoded)."""
+        yield from self._extra.items()
+        kv = self._kv
+        for i, n in enumerate(self._cv):
+            if n:
+                yield text_of(kv[i]), n
+
+    def __iter__(self) -> Iterator[str]:
+        return (h for h, _ in self.items())
+
+    def keys(self) -> Iterator[str]:  # type: ignore[override]
+        return iter(self)
+
+    def values(self) -> Iterator[int]:  # type: ignore[override]
+        return (n for _, n in self.items())
+
+    def total(self) -> int:
+        """The sum of every count (a C-level pass over the arrays)."""
+        return sum(self._extra.values()) + sum(self._cv)
+
+    def at_least(self, n: int) -> set[str]:
+        """The hashes counted ``n`` times or more."""
+        out = {h for h, c in self._extra.items() if c >= n}
+        kv = self._kv
+        out.update(text_of(kv[i]) for i, c in enumerate(self._cv) if c >= n)
+        return out
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, CountTable | dict):
+            return dict(self.items()) == dict(other.items())
+        return NotImplemented
+
+    def __repr__(self) -> str:
+        return f"CountTable({len(self)} hashes, {len(self._kv)} in arrays)"
