@@ -72,8 +72,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return _main(argv)
     finally:
-        if enabled:
-            gc.enable()
+        (gc.enable if enabled else gc.disable)()  # as the caller had it
 
 
 def _main(argv: list[str] | None) -> int:
