@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 from ramakv_daemon.core.count_table import CountTable
 from ramakv_daemon.core.fork import Fork
-from ramakv_daemon.core.packed import PackedMap
+from ramakv_daemon.core.packed import PackedMap, code_of
 from ramakv_daemon.core.session import Session
 
 if TYPE_CHECKING:
@@ -28,12 +28,16 @@ Table = dict[str, int] | CountTable
 
 
 class Built:
-    """A rebuilt table with what the refcount table derives from it, computed in bulk."""
+    """A rebuilt table with what the refcount table derives from it, computed in bulk:
+    the total, the hashes counted twice or more and (None: to be derived) their codes."""
 
-    __slots__ = ("table", "total", "shared")
+    __slots__ = ("table", "total", "shared", "shared_codes")
 
-    def __init__(self, table: Table, total: int, shared: set[str]) -> None:
+    def __init__(
+        self, table: Table, total: int, shared: set[str], shared_codes: set[int] | None = None
+    ) -> None:
         self.table, self.total, self.shared = table, total, shared
+        self.shared_codes = shared_codes
 
 
 def refcounts(sessions: Iterable[Session], forks: Iterable[Fork] = ()) -> Built:
@@ -67,9 +71,16 @@ def _build(maps: Sequence[Sequence[str]], holds: Sequence[Collection[str]]) -> B
     keys_arr, counts_arr = cast("tuple[np.ndarray[Any, Any], np.ndarray[Any, Any]]", table.arrays)
     extra = table.extra
     total = int(counts_arr.sum(dtype=np.int64)) + sum(extra.values())
-    shared = {h for h, n in extra.items() if n > 1}
-    shared.update(map("{:x}".format, keys_arr[counts_arr > 1].tolist()))
-    return Built(table, total, shared)
+    many = keys_arr[counts_arr > 1].tolist()
+    shared = set(map("{:x}".format, many))
+    codes = set(many)
+    for h, n in extra.items():
+        if n > 1:
+            shared.add(h)
+            code = code_of(h)
+            if code is not None:
+                codes.add(code)
+    return Built(table, total, shared, codes)
 
 
 def _array_count(maps: Sequence[PackedMap]) -> CountTable:

@@ -7,12 +7,39 @@ from itertools import compress
 from typing import TYPE_CHECKING
 
 from ramakv_daemon.core.count_table import CountTable
+from ramakv_daemon.core.packed import code_of
 
 if TYPE_CHECKING:
     from ramakv_daemon.core.rebuild import Built
 
 #: A hash -> count table: a dict, or a CountTable (arrays + dict) that behaves as one.
 Counts = dict[str, int] | CountTable
+
+
+class SharedChunks(set[str]):
+    """The chunks counted twice or more, beside the int64 codes of the canonical ones: a
+    packed map's overlap with it is counted on its codes, without decoding the map (15 us
+    for 512 chunks against 70 us decoded). Changed only through add/discard (crossings)."""
+
+    __slots__ = ("codes",)
+
+    def __init__(self, hashes: Iterable[str] = (), codes: set[int] | None = None) -> None:
+        super().__init__(hashes)
+        if codes is None:
+            codes = {c for c in map(code_of, self) if c is not None}
+        self.codes = codes
+
+    def add(self, h: str) -> None:
+        super().add(h)
+        code = code_of(h)
+        if code is not None:
+            self.codes.add(code)
+
+    def discard(self, h: object) -> None:
+        super().discard(h)
+        code = code_of(h) if isinstance(h, str) else None
+        if code is not None:
+            self.codes.discard(code)
 
 
 class RefcountTable:
@@ -32,7 +59,7 @@ class RefcountTable:
     def __init__(self) -> None:
         # A dict, or after a large start-up a CountTable (arrays + dict) that behaves as one.
         self._counts: Counts = {}
-        self._shared: set[str] = set()  # the hashes whose count is 2 or more
+        self._shared = SharedChunks()  # the hashes whose count is 2 or more
         # The sum of all counts, kept as they change: summing millions of entries for a
         # trace snapshot or /metrics would stall the event loop.
         self._total = 0
@@ -46,7 +73,7 @@ class RefcountTable:
         return self._counts
 
     @property
-    def shared(self) -> set[str]:
+    def shared(self) -> SharedChunks:
         """The hashes counted twice or more (live; read it, never write it)."""
         return self._shared
 
@@ -145,12 +172,13 @@ class RefcountTable:
         comes with its total and shared set, computed over its arrays in bulk.
         """
         if not isinstance(counts, dict):
-            self._counts, self._total, self._shared = counts.table, counts.total, counts.shared
+            self._counts, self._total = counts.table, counts.total
+            self._shared = SharedChunks(counts.shared, counts.shared_codes)
             return
         self._counts = counts if type(counts) is dict else dict(counts)
         self._total = sum(self._counts.values())
         # C-level passes over the values (no key is read): ~1 s at 22 M chunks.
-        self._shared = set(compress(self._counts, map((1).__lt__, self._counts.values())))
+        self._shared = SharedChunks(compress(self._counts, map((1).__lt__, self._counts.values())))
 
 
 def _listings(hashes: Sequence[str]) -> dict[str, int]:

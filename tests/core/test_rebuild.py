@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 from ramakv_daemon.core import rebuild
 from ramakv_daemon.core.fork import Fork
 from ramakv_daemon.core.manager import SessionManager, recompute_parked, recompute_refcounts
-from ramakv_daemon.core.packed import PackedMap
+from ramakv_daemon.core.packed import PackedMap, code_of
 from ramakv_daemon.core.session import Session
 
 HASHES = st.lists(st.sampled_from(["a", "b", "c", "d", "e"]), max_size=8)
@@ -57,6 +57,9 @@ def test_rebuild_matches_recompute(
         assert dict(built.table.items()) == want and len(built.table) == len(want)
         assert built.total == sum(want.values())
         assert built.shared == {h for h, n in want.items() if n > 1}
+        assert built.shared_codes is None or built.shared_codes == (
+            {code_of(h) for h in built.shared} - {None}
+        )
         assert all(h in built.table and built.table[h] == n for h, n in want.items())
         assert dict(rebuild.parked(sessions).items()) == recompute_parked(sessions)
 

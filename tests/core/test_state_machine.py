@@ -13,7 +13,7 @@ from ramakv_daemon.core.change import Change
 from ramakv_daemon.core.errors import RamAKvError
 from ramakv_daemon.core.fork import ForkIds
 from ramakv_daemon.core.manager import SessionManager, recompute_parked, recompute_refcounts
-from ramakv_daemon.core.packed import PackedMap
+from ramakv_daemon.core.packed import PackedMap, code_of
 
 SIDS = st.sampled_from(["s1", "s2", "s3", "s4"])
 # Canonical hashes (a restart holds a map of only these packed, core.packed) and others.
@@ -262,6 +262,8 @@ class ManagerMachine(RuleBasedStateMachine):
     def shared_set_is_the_chunks_counted_twice(self) -> None:
         counts = self.m.refcounts.as_dict()
         assert self.m.refcounts.shared == {h for h, n in counts.items() if n >= 2}
+        codes = {code_of(h) for h in self.m.refcounts.shared} - {None}
+        assert self.m.refcounts.shared.codes == codes
 
     @invariant()
     def forks_match_model(self) -> None:

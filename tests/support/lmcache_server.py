@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import socket
 import time
@@ -55,6 +56,7 @@ class FakeLMCacheServer:
         self.mode: str | None = None
         self.times: int | None = None
         self.delay = 0.0
+        self._held = asyncio.Event()  # set to release the calls a "slow" failure holds
         # Off: a stock memory API (acts at once, no /memory/keep). On: ascend_ext's deferred
         # deletes and keeps; pending deletes run when ``fire_deferred()`` is called (tests
         # decide when the deferral ends, so nothing depends on timing).
@@ -134,10 +136,28 @@ class FakeLMCacheServer:
     async def set_failure(
         self, mode: str | None, times: int | None = None, delay: float = 0.0
     ) -> None:
-        """Fail the next ``times`` memory calls (None: until healed) in ``mode``."""
+        """Fail the next ``times`` memory calls (None: until healed) in ``mode``.
+
+        ``slow`` holds each call ``delay`` seconds, or until the next ``set_failure`` or
+        ``heal`` (``delay=math.inf``: until then, whatever the clock says), then answers it.
+        """
         if mode is not None and mode not in MODES:
             raise ValueError(f"mode must be one of {MODES} or None")
+        self._release_held()
         self.mode, self.times, self.delay = mode, times, delay
+
+    def _release_held(self) -> None:
+        self._held.set()
+        self._held = asyncio.Event()
+
+    async def _hold(self) -> None:
+        """A slow call: ``delay`` seconds, or until the failure is changed or healed."""
+        held = self._held
+        if self.delay == float("inf"):
+            await held.wait()
+            return
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(held.wait(), self.delay)
 
     async def heal(self) -> None:
         """Answer normally again (and accept connections)."""
@@ -165,7 +185,7 @@ class FakeLMCacheServer:
         self.requests.append(Recorded(request.method, request.path, body, raw))
         failing = self._take_failure()
         if failing == "slow":
-            await asyncio.sleep(self.delay)
+            await self._hold()
         elif failing == "503":
             return _err(503, "no LMCache engine in this process and it is not the scheduler")
         elif failing == "500":
