@@ -30,6 +30,7 @@ NOT_BEFORE_LISTENING = {
     "ramakv_daemon.http.trace_ws": "the first GET /trace",
     "ramakv_daemon.telemetry.gauges": "the first GET /metrics",
     "tomli_w": "--check-config",
+    "numpy": "the count arrays of a loaded store (core.rebuild): an empty one has none",
 }
 
 # The real entry point (main), in a process of its own; the moment every site listens is
