@@ -207,6 +207,7 @@ class Daemon:
         (its first sweep counts in the metrics)."""
         loop = asyncio.get_running_loop()
         loop.call_soon(self.metrics.build)
+        loop.call_soon(_log_version)
         if self.sweep_after_listening and not self._stopping and self._sweep_start is None:
             self._sweep_start = loop.create_task(self.idle_sweep.start())
 
@@ -322,3 +323,11 @@ def build(
         fork_expiry,
         idle_sweep,
     )
+
+
+def _log_version() -> None:
+    """The running version, logged once the daemon serves (the lookup costs ~8 ms)."""
+    if log.isEnabledFor(logging.INFO):
+        from ramakv_protocol.version import package_version
+
+        log.info("ram-a-kv daemon %s serving", package_version())
