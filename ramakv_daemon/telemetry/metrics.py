@@ -34,6 +34,8 @@ class DaemonMetrics:
     backend_calls: Counter
     backend_chunks: Counter
     backend_errors: Counter
+    prefetch_cancelled: Counter
+    prefetch_cancelled_chunks: Counter
     evict_backlog: Gauge
     evict_window: Histogram
     window_rereferences: Counter
