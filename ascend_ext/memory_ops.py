@@ -259,7 +259,11 @@ class MemoryOps:
             while len(self._status) > _STATUS_KEEP:
                 self._status.popitem(last=False)
             self._active.setdefault(lookup_id, []).append(job)
-        return self._worker.submit(self._prefetch_now, job)
+        try:
+            return self._worker.submit(self._prefetch_now, job)
+        except RuntimeError:  # the worker is shut down (engine closing): never runs
+            self._finished(job)
+            raise
 
     def prefetch_status(self, lookup_id: str) -> dict | None:
         """The progress of a recent prefetch, or None when unknown."""
@@ -318,14 +322,19 @@ class MemoryOps:
             state["state"] = "failed"
             state["error"] = f"{type(exc).__name__}: {exc}"
         finally:
-            with self._status_lock:
-                jobs = self._active.get(state["lookup_id"], [])
-                if job in jobs:
-                    jobs.remove(job)
-                if not jobs:
-                    self._active.pop(state["lookup_id"], None)
+            self._finished(job)
         state["ms"] = round((time.perf_counter() - started) * 1000, 2)
         log.info("prefetch %s %s", state["lookup_id"], state)
+
+    def _finished(self, job: _Prefetch) -> None:
+        """A prefetch left the worker: a cancel no longer finds it."""
+        lookup_id = job.state["lookup_id"]
+        with self._status_lock:
+            jobs = self._active.get(lookup_id, [])
+            if job in jobs:
+                jobs.remove(job)
+            if not jobs:
+                self._active.pop(lookup_id, None)
 
     def _load_chunks(self, job: _Prefetch) -> None:
         """The worker's loop over one prefetch's chunks (stops at a cancel)."""
