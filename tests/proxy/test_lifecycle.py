@@ -202,15 +202,22 @@ async def test_a_client_leaving_mid_stream_closes_its_session(
         r = await http.post(
             f"{proxy.url}/v1/chat/completions",
             json={"model": "m", "messages": ASK["messages"], "stream": True},
-            headers={"X-Session-ID": "gone", "X-Engine-Delay": "0.2"},
+            headers={"X-Session-ID": "gone", "X-Engine-Hold": "gone"},
         )
         await r.content.readany()
-        r.close()  # drop the connection mid-stream
-        # the proxy notices at its next write to the client: wait for the close itself
-        for _ in range(600):  # hang guard (a loaded machine), not a time bound
+        r.close()  # drop the connection mid-stream, while the engine holds the rest
+        # The proxy notices at its next write to the client: once it has seen the client
+        # go, the engine sends one more chunk on its own; then wait for the close itself.
+        for _ in range(2400):  # hang guard (a loaded machine), not a time bound
+            if proxy.clients_gone():
+                break
+            await engine_tick()
+        engine.hold("gone").allow(2)
+        for _ in range(2400):  # hang guard (a loaded machine), not a time bound
             if proxy.lifecycle.stats.closes_disconnect:
                 break
             await engine_tick()
+        engine.hold("gone").release()
     assert await proxy.sender.flush(10)
     assert proxy.lifecycle.stats.closes_disconnect == 1
     assert state(daemon_proc, "gone") is None
