@@ -75,20 +75,20 @@ async def test_tool_pause_suspends_after_the_grace_and_the_next_request_restores
     proxy = await start_proxy(engine.url, daemon_proc.url, clock=clock)
     first = await chat(proxy, ASK, "agent")
     assert first["choices"][0]["finish_reason"] == "tool_calls"
-    assert await proxy.sender.flush(10)
+    assert await proxy.sender.flush(120)
     assert proxy.lifecycle.state_of("agent") == "tool_pause"
     clock.advance(1.99)  # the tool still runs: nothing yet
-    assert await proxy.sender.flush(10)
+    assert await proxy.sender.flush(120)
     assert state(daemon_proc, "agent") == "active"
     with caplog.at_level(logging.INFO, logger="ramakv_proxy"):
         clock.advance(0.01)
-        assert await proxy.sender.flush(10)
+        assert await proxy.sender.flush(120)
     assert state(daemon_proc, "agent") == "suspended"
     assert proxy.lifecycle.state_of("agent") == "suspended"
     assert any("suspended after a 2 s tool pause" in r.getMessage() for r in caplog.records)
     second = await chat(proxy, after_tool(first["choices"][0]["message"]), "agent")
     assert second["choices"][0]["finish_reason"] == "stop"  # the tool result answered in words
-    assert await proxy.sender.flush(10)
+    assert await proxy.sender.flush(120)
     assert state(daemon_proc, "agent") == "active"
     assert await daemon_events(daemon_proc, "agent") == [
         ("turn_start", None),
@@ -102,7 +102,7 @@ async def test_tool_pause_suspends_after_the_grace_and_the_next_request_restores
     assert (st.tool_calls, st.suspends, st.restores, st.suspends_cancelled) == (1, 1, 1, 0)
     assert st.restore_unknown == 1  # a noop backend cannot say where chunks are: no wait
     clock.advance(60)  # an answer in words: no tool pause, so no suspend
-    assert await proxy.sender.flush(10)
+    assert await proxy.sender.flush(120)
     assert state(daemon_proc, "agent") == "active"
 
 
@@ -115,7 +115,7 @@ async def test_a_request_within_the_grace_cancels_the_suspend(
     clock.advance(1.0)
     await chat(proxy, after_tool(first["choices"][0]["message"]), "quick")
     clock.advance(10.0)
-    assert await proxy.sender.flush(10)
+    assert await proxy.sender.flush(120)
     assert state(daemon_proc, "quick") == "active"
     st = proxy.lifecycle.stats
     assert (st.suspends, st.suspends_cancelled, st.restores) == (0, 1, 0)
@@ -130,7 +130,7 @@ async def test_grace_zero_never_suspends(daemon_proc, engine, start_proxy) -> No
     )
     await chat(proxy, ASK, "never")
     clock.advance(3600)
-    assert await proxy.sender.flush(10)
+    assert await proxy.sender.flush(120)
     assert state(daemon_proc, "never") == "active"
     assert proxy.lifecycle.stats.tool_calls == 1 and proxy.lifecycle.sessions == 0
     assert clock.pending == 0  # nothing scheduled, nothing remembered
@@ -154,7 +154,7 @@ async def test_streamed_and_plain_tool_calls_both_pause(
             raw = await r.read()
     assert b'"list_files"' in raw
     clock.advance(0.5)
-    assert await proxy.sender.flush(10)
+    assert await proxy.sender.flush(120)
     assert state(daemon_proc, "s") == "suspended"
 
 
@@ -166,10 +166,10 @@ async def test_idle_sessions_are_closed(daemon_proc, engine, start_proxy) -> Non
     clock.advance(299)
     await chat(proxy, plain, "idle")  # a request restarts the idle clock
     clock.advance(299)
-    assert await proxy.sender.flush(10)
+    assert await proxy.sender.flush(120)
     assert state(daemon_proc, "idle") == "active"
     clock.advance(1)
-    assert await proxy.sender.flush(10)
+    assert await proxy.sender.flush(120)
     assert state(daemon_proc, "idle") is None
     assert proxy.lifecycle.stats.closes_idle == 1 and proxy.lifecycle.sessions == 0
     assert (await daemon_events(daemon_proc, "idle"))[-1] == ("session_close", "idle")
@@ -182,10 +182,10 @@ async def test_a_suspended_session_idle_too_long_is_closed(
     proxy = await start_proxy(engine.url, daemon_proc.url, clock=clock, session_idle_close_s=60)
     await chat(proxy, ASK, "paused")
     clock.advance(2)
-    assert await proxy.sender.flush(10)
+    assert await proxy.sender.flush(120)
     assert state(daemon_proc, "paused") == "suspended"
     clock.advance(58)
-    assert await proxy.sender.flush(10)
+    assert await proxy.sender.flush(120)
     assert state(daemon_proc, "paused") is None
     types = [t for t, _ in await daemon_events(daemon_proc, "paused")]
     assert types[-2:] == ["session_suspend", "session_close"]
@@ -218,7 +218,7 @@ async def test_a_client_leaving_mid_stream_closes_its_session(
                 break
             await engine_tick()
         engine.hold("gone").release()
-    assert await proxy.sender.flush(10)
+    assert await proxy.sender.flush(120)
     assert proxy.lifecycle.stats.closes_disconnect == 1
     assert state(daemon_proc, "gone") is None
     assert (await daemon_events(daemon_proc, "gone"))[-1] == (
@@ -240,7 +240,7 @@ async def test_conversation_id_names_the_session(daemon_proc, engine, start_prox
     async with aiohttp.ClientSession() as http:
         async with http.post(f"{proxy.url}/v1/chat/completions", json=body) as r:
             assert r.status == 200
-    assert await proxy.sender.flush(10)
+    assert await proxy.sender.flush(120)
     assert state(daemon_proc, "conv-7") == "active" and state(daemon_proc, "u") is None
 
 
@@ -249,7 +249,7 @@ async def test_stats_and_metrics_show_the_decisions(daemon_proc, engine, start_p
     proxy = await start_proxy(engine.url, daemon_proc.url, clock=clock)
     await chat(proxy, ASK, "m1")
     clock.advance(2)
-    assert await proxy.sender.flush(10)
+    assert await proxy.sender.flush(120)
     async with aiohttp.ClientSession() as http:
         async with http.get(f"{proxy.url}/_ramakv/stats") as r:
             st = await r.json()
@@ -279,6 +279,6 @@ async def test_turn_start_prefetch_off_by_default_and_wait_on_request(
     for proxy, sid in ((off, "off"), (waits, "waits")):
         await chat(proxy, plain, sid)
         await chat(proxy, plain, sid)  # the second turn_start finds a map to prefetch
-        assert await proxy.sender.flush(10)
+        assert await proxy.sender.flush(120)
     assert await prefetches("off") == [False, False]
     assert await prefetches("waits") == [False, True]  # the first: an unknown session

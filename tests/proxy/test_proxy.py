@@ -62,7 +62,7 @@ async def test_non_streaming_chat_reports_the_turn(daemon_proc, engine, start_pr
     for answer in (via_proxy, direct):
         answer.pop("created")
     assert via_proxy == direct
-    assert await proxy.sender.flush(10)
+    assert await proxy.sender.flush(120)
     assert session_map(daemon_proc, "agent-1") == expected_hashes(CHAT)
     assert await session_events(daemon_proc, "agent-1") == ["turn_start", "turn_end"]
     assert proxy.sender.stats.sent == 2
@@ -90,7 +90,7 @@ async def test_streaming_is_relayed_as_it_comes(daemon_proc, engine, start_proxy
     assert lines[-1] == "data: [DONE]"
     # As vLLM 0.32: nothing in the stream carries kv_transfer_params, and the proxy adds none.
     assert b"kv_transfer_params" not in raw
-    assert await proxy.sender.flush(10)
+    assert await proxy.sender.flush(120)
     # The hashes came from the engine's /tokenize, hashed as ascend_ext's connector does.
     assert session_map(daemon_proc, "agent-2") == expected_hashes(CHAT)
     asked = [r for r in engine.requests if r["path"] == "/tokenize"]
@@ -105,7 +105,7 @@ async def test_streaming_completions_endpoint(daemon_proc, engine, start_proxy) 
             f"{proxy.url}/v1/completions", json=body, headers={"X-Session-Id": "c1"}
         ) as r:
             await r.read()
-    assert await proxy.sender.flush(10)
+    assert await proxy.sender.flush(120)
     assert (
         session_map(daemon_proc, "c1") == chunk_hashes("x" * 100)
         and len(chunk_hashes("x" * 100)) == 6
@@ -125,7 +125,7 @@ async def test_streamed_turn_under_one_chunk_empties_the_map(
                 json={"model": "m", "prompt": prompt, "stream": True},
             ) as r:
                 await r.read()
-            assert await proxy.sender.flush(10)
+            assert await proxy.sender.flush(120)
             assert session_map(daemon_proc, "short") == chunk_hashes(prompt)
     assert chunk_hashes("y" * 5) == []
 
@@ -146,7 +146,7 @@ async def test_hashes_disagreeing_with_the_engine_stop_streamed_turn_ends(
             json={**CHAT, "messages": CHAT["messages"][:1], "stream": True},
         ) as r:
             await r.read()
-    assert await proxy.sender.flush(10)
+    assert await proxy.sender.flush(120)
     assert session_map(daemon_proc, "mismatch") == expected_hashes(CHAT)  # the engine's own
     assert await session_events(daemon_proc, "mismatch") == ["turn_start", "turn_end", "turn_start"]
 
@@ -156,7 +156,7 @@ async def test_requests_without_a_session_send_nothing(daemon_proc, engine, star
     async with aiohttp.ClientSession() as http:
         async with http.post(f"{proxy.url}/v1/chat/completions", json=CHAT) as r:
             assert r.status == 200 and "kv_transfer_params" in await r.json()
-    assert await proxy.sender.flush(10)
+    assert await proxy.sender.flush(120)
     assert proxy.sender.stats.as_dict()["sent"] == 0
     assert daemon_proc.event("health")["data"]["sessions_count"] == 0
 
@@ -191,7 +191,7 @@ async def test_answers_without_hashes_send_no_turn_end_and_warn_once(
                 ) as r:
                     assert r.status == 200
                     await r.read()
-        assert await proxy.sender.flush(10)
+        assert await proxy.sender.flush(120)
     assert session_map(daemon_proc, "s") == expected_hashes(CHAT)
     # Answers without a list send no turn_end at all (a missing list is an engine fault); a
     # streamed one gets its list from /tokenize, unless that fails too ("none": a 404).
@@ -226,7 +226,7 @@ async def test_daemon_down_never_breaks_the_chat(engine, start_proxy) -> None:
                 assert r.status == 200
                 # Non-streamed answers carry them; streams (as vLLM 0.32) do not.
                 assert (b"kv_transfer_params" in await r.read()) is not stream
-    assert await proxy.sender.flush(10)
+    assert await proxy.sender.flush(120)
     assert proxy.sender.stats.dropped_unavailable == 4
 
 
@@ -242,7 +242,7 @@ async def test_engine_errors_pass_through_without_turn_end(
         ) as r:
             assert r.status == 503
             assert (await r.json())["error"]["message"] == "stand-in failure"
-    assert await proxy.sender.flush(10)
+    assert await proxy.sender.flush(120)
     assert await session_events(daemon_proc, "e") == ["turn_start"]
 
 
@@ -343,6 +343,6 @@ async def test_client_leaving_mid_stream(daemon_proc, engine, start_proxy) -> No
             f"{proxy.url}/v1/chat/completions", json=CHAT, headers={"X-Session-Id": "next"}
         ) as r2:
             assert r2.status == 200
-    assert await proxy.sender.flush(10)
+    assert await proxy.sender.flush(120)
     assert await session_events(daemon_proc, "gone") == ["turn_start"]
     assert session_map(daemon_proc, "next") == expected_hashes(CHAT)
