@@ -122,8 +122,10 @@ def test_calls_never_wait_for_the_daemon() -> None:
         sdk.init(f"http://127.0.0.1:{port}", timeout=HANG_GUARD_S, retry_for=0.5, concurrency=4)
         sdk.turn_start("warm-up")  # starts the sender thread, which sends it
         assert request_in.wait(HANG_GUARD_S)  # the sender now waits for an answer
-        for _ in range(5000):
-            sdk.turn_start("s")
+        caller = threading.Thread(target=lambda: [sdk.turn_start("s") for _ in range(5000)])
+        caller.start()
+        caller.join(HANG_GUARD_S)  # a call that waited on the daemon would hang here
+        assert not caller.is_alive(), "calls waited for a daemon that never answers"
         st = sdk.stats()
         assert st["sent"] == 0 and st["dropped"] == 0  # all 5001 still queued or in flight
         # No connection per call: only the sender's few requests in flight.
