@@ -9,14 +9,17 @@ behind its own ramakv-proxy and daemon. "alone": the daemon's backend is a no-op
 LRU decides). "steered": the daemon steers LMCache's memory API. The client sends no
 ram-a-kv event and no session header: sessions are named by the OpenAI ``user`` field, tool
 pauses are inferred by the proxy (an answer with tool calls and no request for
-``tool_pause_suspend_s`` -> suspend; the next request -> restore, waiting for DDR), ends by
-the idle rules (the proxy's ``session_idle_close_s``, the daemon's ``idle_suspend_s`` /
-``idle_close_s``). Each turn is played on both sides in turn, alternating which goes first,
-``GAP_S`` apart (vLLM's shared-memory reader spins 1 s after each read and would slow the
-other engine). Reported per side: recomputed prompt tokens (prompt minus LMCache's cached
-tokens), TTFT mean and p90 (a ``max_tokens: 1`` request's latency), the proxy's and the idle
-policies' suspends, restores and closes, and the fraction of a restored session's chunks in
-DDR when its request went to the engine (the proxy measures it as it forwards).
+``tool_pause_suspend_s`` -> suspend; the next request -> restore, waiting for DDR), ends
+from the final answer (an answer that calls no tool, after the conversation used one, and
+no request for ``run_end_close_s`` -> close), the idle rules as a backstop (the proxy's
+``session_idle_close_s``, the daemon's ``idle_suspend_s`` / ``idle_close_s``). Each turn
+is played on both sides in turn, alternating which goes first, ``GAP_S`` apart (vLLM's
+shared-memory reader spins 1 s after each read and would slow the other engine). Reported
+per side: recomputed prompt tokens (prompt minus LMCache's cached tokens), TTFT mean and
+p90 (a ``max_tokens: 1`` request's latency), the proxy's and the idle policies' suspends,
+restores and closes, the chunks the daemon sent the cache by call, and the fraction of a
+restored session's chunks in DDR when its request went to the engine (the proxy measures it
+as it forwards).
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import re
 import statistics
 import subprocess
 import sys
@@ -47,13 +51,20 @@ TIMEOUT = httpx.Timeout(300.0)
 # The proxy's and the daemon's lifecycle settings for this run, in its time scale (a turn
 # pair takes ~3-6 s here): a quick tool's next request comes after the other side's turn
 # and two gaps (< 8 s); the longest slow pause lasts 16 turns (~90 s), under both idle
-# closes, which end the sessions that gave their final answer. The daemon's idle suspend
-# takes such a session out of DDR first (the proxy suspends only after a tool call).
+# closes (backstops here: every session ends with a final answer). A final answer closes
+# its session 1 s later: this client never asks again after one, and the same side's next
+# request can come 1.2 s after it (the order alternates), so with the default 5 s half the
+# finished contexts would outlive one more turn (bench.agent_lru, engine_lru's model of
+# this order: gain 2.97 closing at once, 2.59 one turn late for half the ends, 1.00 when
+# only the idle close ends them).
 PROXY_FLAGS = {
     "--tool-pause-suspend-s": "8",
     "--restore-wait-ms": "1000",
     "--session-idle-close-s": "150",
+    "--run-end-close-s": "1",
 }
+#: How long, at most, the end of the run waits for the last closes to be sent and delivered.
+SETTLE_S = 120.0
 DAEMON_IDLE = {"idle_suspend_s": 20.0, "idle_close_s": 180.0}
 # vLLM answers a named tool_choice only with a tool parser configured (and builds the parser
 # only with auto tool choice on): the tiny model then answers every such turn with the call.
@@ -81,6 +92,14 @@ def _metric_sum(text: str, name: str, label: str = "") -> float:
         for line in text.splitlines()
         if line.startswith(name) and label in line
     )
+
+
+def _by_label(text: str, name: str, label: str) -> dict[str, float]:
+    """A counter's values by one label (every value the daemon reported, none assumed)."""
+    out: dict[str, float] = {}
+    for m in re.finditer(rf'^{name}{{[^}}]*{label}="([^"]+)"[^}}]*}} (\S+)$', text, re.M):
+        out[m.group(1)] = out.get(m.group(1), 0.0) + float(m.group(2))
+    return out
 
 
 class Side:
@@ -115,6 +134,25 @@ class Side:
             }
         )
 
+    def settle(self, timeout: float = SETTLE_S) -> bool:
+        """Wait until the proxy forgot every session (each closed after its final answer)
+        and sent every event, and the daemon delivered every eviction: the counts are then
+        whole. False when that did not happen within ``timeout``."""
+        deadline = time.monotonic() + timeout
+        pause = 0.05
+        while time.monotonic() < deadline:
+            stats = httpx.get(self.proxy_url + "/_ramakv/stats", timeout=TIMEOUT).json()
+            text = httpx.get(self.daemon_url + "/metrics", timeout=TIMEOUT).text
+            if (
+                stats["lifecycle"]["sessions"] == 0
+                and stats["pending"] == 0
+                and _metric_sum(text, "ramakv_evict_outbox") == 0
+            ):
+                return True
+            time.sleep(pause)
+            pause = min(1.0, pause * 2)
+        return False
+
     def lifecycle(self) -> dict[str, Any]:
         """What the proxy and the daemon's idle policies decided."""
         stats = httpx.get(self.proxy_url + "/_ramakv/stats", timeout=TIMEOUT).json()
@@ -127,7 +165,10 @@ class Side:
             "proxy_suspends": life.get("suspends"),
             "proxy_restores": life.get("restores"),
             "proxy_restores_landed": life.get("restore_landed"),
+            "proxy_restores_daemon_suspended": life.get("restores_daemon_suspended"),
             "proxy_closes_idle": life.get("closes_idle"),
+            "proxy_closes_run_end": life.get("closes_run_end"),
+            "proxy_run_end_cancelled": life.get("run_end_cancelled"),
             "proxy_closes_disconnect": life.get("closes_disconnect"),
             "restore_chunks_held": held,
             "restore_chunks_in_ddr": in_ddr,
@@ -138,11 +179,9 @@ class Side:
             "idle_policy_closes": _metric_sum(
                 text, "ramakv_idle_policy_sessions_total", 'action="close"'
             ),
-            # Chunks the daemon sent the cache, by call (prefetch, evict, demote...).
-            "daemon_chunks_sent": {
-                op: _metric_sum(text, "ramakv_backend_chunks_total", f'op="{op}"')
-                for op in ("prefetch", "evict", "demote")
-            },
+            # Chunks the daemon sent the cache, by call (prefetch, evict_delete, evict_demote,
+            # ...: the daemon's own op labels; the noop side counts its no-op calls too).
+            "daemon_chunks_sent": _by_label(text, "ramakv_backend_chunks_total", "op"),
         }
 
     def summary(self) -> dict[str, Any]:
@@ -240,6 +279,7 @@ def run(quick: bool = False, work_dir: str | None = None) -> dict[str, Any]:
             _side("steered", root, steered_engine, True) as steered,
         ):
             play_all(turns, system, (alone, steered), GAP_S)
+            settled = {side.name: side.settle() for side in (alone, steered)}
             phases = {"alone": alone.summary(), "steered": steered.summary()}
             faults = {
                 side.name: {
@@ -263,6 +303,7 @@ def run(quick: bool = False, work_dir: str | None = None) -> dict[str, Any]:
         "ttft_p90_reduction": round(1 - b["ttft_p90_ms"] / a["ttft_p90_ms"], 4),
         "targets": {"recompute_gain": 2.0, "restored_ddr_fraction": 0.95},
         "engine_log_faults": faults,
+        "settled": settled,
         "wall_s": round(time.monotonic() - started, 1),
     }
 
@@ -280,6 +321,7 @@ def table(res: dict[str, Any]) -> str:
         "proxy_suspends",
         "proxy_restores",
         "proxy_restores_landed",
+        "proxy_closes_run_end",
         "proxy_closes_idle",
         "idle_policy_suspends",
         "idle_policy_closes",

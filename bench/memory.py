@@ -9,6 +9,7 @@ import tracemalloc
 from bench.dataset import session_maps
 from ramakv_daemon.core.events import Limits, chunk_hashes_of
 from ramakv_daemon.core.manager import SessionManager
+from ramakv_daemon.core.packed import text_for_store
 
 TURNS = 4  # each map reaches its full length over this many growing turn_ends
 
@@ -29,7 +30,11 @@ def measure(n_sessions: int = 10000, chunks: int = 512, turns: int = TURNS) -> d
     m = SessionManager()
     for t in range(turns):
         for i, per_turn in enumerate(blobs):
-            m.turn_end(f"sess-{i}", chunk_hashes_of(json.loads(per_turn[t]), limits))
+            change = m.turn_end(f"sess-{i}", chunk_hashes_of(json.loads(per_turn[t]), limits))
+            # What the committer's store write does to each new map: a packed map drops
+            # the strings it kept for the write (core.packed.text_for_store).
+            for s in change.prev_sessions:
+                text_for_store(m.sessions[s].chunk_hashes)
     del blobs
     gc.collect()
     held = tracemalloc.get_traced_memory()[0] - base

@@ -1,5 +1,6 @@
 """``ramakv-proxy``: an OpenAI-compatible reverse proxy that reports turns to ram-a-kv and
-infers each session's lifecycle (tool pause → suspend, next request → restore, gone → close)."""
+infers each session's lifecycle (tool pause → suspend, next request → restore, final answer,
+gone or idle → close)."""
 
 from ramakv_sdk.proxy.app import LIFECYCLE, SENDER, STATS_PATH, make_app
 from ramakv_sdk.proxy.cli import main, parse_args, settings_from

@@ -18,7 +18,7 @@ from ramakv_sdk.proxy.clock import Clock, LoopClock
 from ramakv_sdk.proxy.landing import LandingWait
 from ramakv_sdk.proxy.lifecycle import Lifecycle, Outcome
 from ramakv_sdk.proxy.metrics import proxy_registry, render
-from ramakv_sdk.proxy.naming import session_of
+from ramakv_sdk.proxy.naming import Named, named_request
 from ramakv_sdk.proxy.settings import ProxySettings
 from ramakv_sdk.sender import EventSender
 
@@ -122,12 +122,12 @@ async def forward(request: web.Request) -> web.StreamResponse:
     """Forward any request unchanged; report turns of requests that name a session."""
     settings = request.app[SETTINGS]
     body = await request.read() if request.body_exists else None
-    sid = None
+    named: Named | None = None
     if request.method == "POST" and request.path in TURN_PATHS:
-        named = session_of(request.headers.get(settings.session_header), body or b"")
-        sid = named[0] if named else None
-    if sid is None:
+        named = named_request(request.headers.get(settings.session_header), body or b"")
+    if named is None:
         return (await _forward(request, body, None))[0]
+    sid = named.session_id
     life = request.app[LIFECYCLE]
     # A failure until the relay says otherwise: an unexpected error (or a cancelled
     # handler) must not close the session; only a client seen leaving does.
@@ -137,7 +137,7 @@ async def forward(request: web.Request) -> web.StreamResponse:
         response, outcome = await _forward(request, body, sid)
         return response
     finally:
-        life.end(sid, outcome)
+        life.end(sid, outcome, named.agent_step)
 
 
 async def _forward(

@@ -25,7 +25,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         description="OpenAI-compatible reverse proxy that reports the turns of requests "
         "naming a session to ram-a-kv (" + ", then ".join(SOURCES) + ") and infers the "
         "session's lifecycle: a tool call then a pause suspends it, its next request "
-        "restores it, a client leaving or a long idle closes it.",
+        "restores it, an agent's final answer, a client leaving or a long idle closes it.",
     )
     p.add_argument("--upstream", required=True, help="engine base URL, e.g. http://127.0.0.1:8000")
     p.add_argument("--listen", default="127.0.0.1:8001", help="HOST:PORT (127.0.0.1:8001)")
@@ -73,6 +73,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         f"(0 = never; {_DEFAULTS.session_idle_close_s:g})",
     )
     p.add_argument(
+        "--run-end-close-s",
+        type=float,
+        default=_DEFAULTS.run_end_close_s,
+        help="close a session this long after an agent's final answer (an answer calling no "
+        "tool, to a request that offered tools and carried a tool's use) when no new "
+        f"request came (0 = never; {_DEFAULTS.run_end_close_s:g})",
+    )
+    p.add_argument(
         "--no-close-on-disconnect",
         dest="close_on_disconnect",
         action="store_false",
@@ -107,6 +115,7 @@ def settings_from(args: argparse.Namespace) -> ProxySettings:
         tool_pause_suspend_s=args.tool_pause_suspend_s,
         restore_wait_ms=args.restore_wait_ms,
         session_idle_close_s=args.session_idle_close_s,
+        run_end_close_s=args.run_end_close_s,
         close_on_disconnect=args.close_on_disconnect,
         turn_start_prefetch=args.turn_start_prefetch,
     )
@@ -129,13 +138,14 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     log.info(
         "ramakv-proxy on %s -> %s, reporting to %s; tool pause suspend %gs, restore wait "
-        "%d ms, idle close %gs",
+        "%d ms, idle close %gs, run end close %gs",
         args.listen,
         settings.upstream,
         settings.daemon_url,
         settings.tool_pause_suspend_s,
         settings.restore_wait_ms,
         settings.session_idle_close_s,
+        settings.run_end_close_s,
     )
     try:
         web.run_app(

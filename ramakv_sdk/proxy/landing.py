@@ -59,6 +59,23 @@ class LandingWait:
             where.update(data.get("locations") or {})
         return where
 
+    async def suspended(self, session_id: str) -> bool:
+        """Whether the daemon has the session suspended (its idle policy or the budget
+        suspended it behind the proxy's back); False when it cannot tell."""
+        try:
+            env = await self.client.raw({"type": "list_sessions", "session_ids": [session_id]})
+        except RamAKvError as err:  # DaemonUnavailable included: never hold the turn
+            log.info("could not ask for session %s's state: %s", session_id, err)
+            return False
+        data = env.get("data") if env.get("ok") else None
+        rows = data.get("sessions") if isinstance(data, dict) else None
+        return any(
+            isinstance(r, dict)
+            and r.get("session_id") == session_id
+            and r.get("state") == "suspended"
+            for r in rows or ()
+        )
+
     async def wait(self, session_id: str, deadline: float) -> Landing:
         """Wait until the session's chunks held anywhere are in DDR, or ``deadline``."""
         started = self.clock.now()

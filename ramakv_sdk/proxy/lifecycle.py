@@ -3,7 +3,13 @@
 * an answer that calls a tool means the agent now runs it: after ``tool_pause_suspend_s``
   with no new request for the session, ``session_suspend`` (its chunks leave DDR);
 * the next request of a suspended session restores it first (``snapshot_restore``, then
-  ``turn_start``) and waits, at most ``restore_wait_ms``, for its chunks to be in DDR;
+  ``turn_start``) and waits, at most ``restore_wait_ms``, for its chunks to be in DDR; a
+  session the daemon suspended (its idle policy), found so by asking before a request
+  that comes ``IDLE_CHECK_S`` or more after the session's last answer, is restored alike;
+* an answer that calls no tool, to a request that offered tools and carried their use (a
+  tool result), is the agent run's final answer: after ``run_end_close_s`` with no new
+  request for the session, ``session_close`` (its chunks are deleted, so a finished run's
+  context does not push out the paused live ones);
 * a session whose client leaves mid-answer, or with no request for
   ``session_idle_close_s``, is closed.
 
@@ -26,6 +32,11 @@ from ramakv_sdk.sender import EventSender
 
 log = logging.getLogger("ramakv_proxy")
 
+#: A request this long or more after its session's last answer (or of a session the proxy
+#: does not remember) first asks the daemon whether the session is suspended: no idle
+#: policy suspends sooner, and a quick tool's next request skips the round trip.
+IDLE_CHECK_S = 1.0
+
 
 class Outcome(enum.Enum):
     """How one request of a session ended, as the proxy saw it."""
@@ -44,6 +55,7 @@ class LifecycleStats:
     suspends: int = 0  # session_suspend sent after a tool pause
     suspends_cancelled: int = 0  # a request came within the grace period
     restores: int = 0  # snapshot_restore sent before a suspended session's request
+    restores_daemon_suspended: int = 0  # ... of them, of a session the daemon suspended
     restore_landed: int = 0  # ... whose chunks were all in DDR when it was forwarded
     restore_timed_out: int = 0  # ... forwarded at restore_wait_ms with chunks still out
     restore_unknown: int = 0  # ... where the cache could not tell (noop backend, no map)
@@ -52,6 +64,8 @@ class LifecycleStats:
     restore_wait_s: float = 0.0  # time spent waiting, all restores together
     closes_disconnect: int = 0  # session_close after a client left mid-answer
     closes_idle: int = 0  # session_close after session_idle_close_s without a request
+    closes_run_end: int = 0  # session_close run_end_close_s after an agent's final answer
+    run_end_cancelled: int = 0  # ... not sent: a request for the session came within it
 
     def as_dict(self) -> dict[str, float]:
         return {k: (round(v, 6) if isinstance(v, float) else v) for k, v in asdict(self).items()}
@@ -65,6 +79,8 @@ class _Session:
     close_pending: bool = False  # a client left; close once nothing is in flight
     suspend_timer: Timer | None = None
     idle_timer: Timer | None = None
+    run_end_timer: Timer | None = None
+    last_end: float | None = None  # when its last request ended (the proxy's clock)
 
 
 class Lifecycle:
@@ -86,7 +102,8 @@ class Lifecycle:
         return len(self._sessions)
 
     def state_of(self, session_id: str) -> str | None:
-        """``in_flight``, ``tool_pause``, ``suspended``, ``idle`` or None (not remembered)."""
+        """``in_flight``, ``tool_pause``, ``suspended``, ``run_end`` (a final answer's
+        grace), ``idle`` or None (not remembered)."""
         s = self._sessions.get(session_id)
         if s is None:
             return None
@@ -94,13 +111,18 @@ class Lifecycle:
             return "in_flight"
         if s.suspended:
             return "suspended"
-        return "tool_pause" if s.suspend_timer is not None else "idle"
+        if s.suspend_timer is not None:
+            return "tool_pause"
+        return "run_end" if s.run_end_timer is not None else "idle"
 
     # ---- a request begins --------------------------------------------------------------
     async def begin(self, session_id: str) -> None:
         """Before a request of ``session_id`` is forwarded: restore it if the proxy
-        suspended it (waiting, bounded, for its chunks), else send turn_start."""
+        suspended it, or the daemon did (asked when the session may have been idle long
+        enough, see :data:`IDLE_CHECK_S`), waiting, bounded, for its chunks; else send
+        turn_start."""
         s = self._sessions.get(session_id)
+        known = s is not None
         if s is None:
             s = self._sessions[session_id] = _Session()
         if s.suspend_timer is not None:
@@ -108,11 +130,22 @@ class Lifecycle:
             log.info(
                 "session %s: new request within the tool pause grace; not suspended", session_id
             )
+        if s.run_end_timer is not None:
+            self.stats.run_end_cancelled += 1
+            log.info(
+                "session %s: new request within the grace after its final answer; not closed",
+                session_id,
+            )
         self._cancel_timers(s)
         s.in_flight += 1
         if s.suspended and s.restoring is None:
             s.suspended = False
             s.restoring = asyncio.get_running_loop().create_task(self._restore(session_id))
+        elif s.restoring is None and s.in_flight == 1 and self._may_be_idle(s, known):
+            if await self.landing.suspended(session_id) and s.restoring is None:
+                self.stats.restores_daemon_suspended += 1
+                log.info("session %s: suspended by the daemon; restoring it first", session_id)
+                s.restoring = asyncio.get_running_loop().create_task(self._restore(session_id))
         if s.restoring is not None:
             try:
                 # shield: a client leaving cancels its own wait, not the restore others share
@@ -125,6 +158,12 @@ class Lifecycle:
             await self._turn_start_waited(session_id)
         else:
             self.sender.submit({"type": "turn_start", "session_id": session_id, "prefetch": False})
+
+    def _may_be_idle(self, s: _Session, known: bool) -> bool:
+        """Whether the daemon may have suspended the session since the proxy last saw it."""
+        if not known or s.last_end is None:
+            return True
+        return self.clock.now() - s.last_end >= IDLE_CHECK_S
 
     async def _turn_start_waited(self, session_id: str) -> None:
         deadline = self.clock.now() + self.settings.restore_wait_ms / 1000
@@ -176,12 +215,16 @@ class Lifecycle:
         st.restore_wait_s += landing.waited_s
 
     # ---- a request ends ----------------------------------------------------------------
-    def end(self, session_id: str, outcome: Outcome) -> None:
-        """After a request of ``session_id``: schedule what its outcome implies."""
+    def end(self, session_id: str, outcome: Outcome, agent_step: bool = False) -> None:
+        """After a request of ``session_id``: schedule what its outcome implies.
+
+        ``agent_step``: the request offered tools and carried their use, so an answer that
+        calls none ends the agent's run (see :class:`~ramakv_sdk.proxy.naming.Named`)."""
         s = self._sessions.get(session_id)
         if s is None:
             return
         s.in_flight = max(0, s.in_flight - 1)
+        s.last_end = self.clock.now()
         if outcome is Outcome.TOOL_CALL:
             self.stats.tool_calls += 1
         if outcome is Outcome.DISCONNECTED and self.settings.close_on_disconnect:
@@ -194,10 +237,16 @@ class Lifecycle:
         grace = self.settings.tool_pause_suspend_s
         if outcome is Outcome.TOOL_CALL and grace > 0:
             s.suspend_timer = self.clock.call_later(grace, lambda: self._suspend_due(session_id, s))
+        run_end = self.settings.run_end_close_s
+        if outcome is Outcome.ANSWERED and agent_step and run_end > 0:
+            s.run_end_timer = self.clock.call_later(
+                run_end, lambda: self._run_end_due(session_id, s)
+            )
         idle = self.settings.session_idle_close_s
         if idle > 0:
             s.idle_timer = self.clock.call_later(idle, lambda: self._idle_due(session_id, s))
-        if s.suspend_timer is None and s.idle_timer is None and not s.suspended:
+        timers = (s.suspend_timer, s.idle_timer, s.run_end_timer)
+        if all(t is None for t in timers) and not s.suspended:
             del self._sessions[session_id]  # nothing to remember
 
     def _suspend_due(self, session_id: str, s: _Session) -> None:
@@ -221,10 +270,23 @@ class Lifecycle:
             return
         self._close(session_id, s, "idle")
 
+    def _run_end_due(self, session_id: str, s: _Session) -> None:
+        s.run_end_timer = None
+        if self._sessions.get(session_id) is not s or s.in_flight:
+            return
+        self._close(session_id, s, "run_end")
+
     def _close(self, session_id: str, s: _Session, reason: str) -> None:
         self._cancel_timers(s)
         del self._sessions[session_id]
-        if reason == "idle":
+        if reason == "run_end":
+            self.stats.closes_run_end += 1
+            log.info(
+                "session %s: closed %.3g s after its final answer (the agent's run ended)",
+                session_id,
+                self.settings.run_end_close_s,
+            )
+        elif reason == "idle":
             self.stats.closes_idle += 1
             log.info(
                 "session %s: closed after %.3g s without a request",
@@ -238,10 +300,10 @@ class Lifecycle:
 
     @staticmethod
     def _cancel_timers(s: _Session) -> None:
-        for timer in (s.suspend_timer, s.idle_timer):
+        for timer in (s.suspend_timer, s.idle_timer, s.run_end_timer):
             if timer is not None:
                 timer.cancel()
-        s.suspend_timer = s.idle_timer = None
+        s.suspend_timer = s.idle_timer = s.run_end_timer = None
 
     def close(self) -> None:
         """Cancel every timer (the proxy is stopping; sessions stay as the daemon has them)."""

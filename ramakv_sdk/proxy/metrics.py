@@ -23,6 +23,21 @@ _DECISIONS = (
     ("closes_disconnect", "ramakv_proxy_closes_disconnect", "Sessions closed: client left"),
     ("closes_idle", "ramakv_proxy_closes_idle", "Sessions closed: no request for a while"),
     (
+        "closes_run_end",
+        "ramakv_proxy_closes_run_end",
+        "Sessions closed: the agent's run ended (a final answer, then no request)",
+    ),
+    (
+        "run_end_cancelled",
+        "ramakv_proxy_run_end_cancelled",
+        "Final answers followed by a request within the grace (the session stayed open)",
+    ),
+    (
+        "restores_daemon_suspended",
+        "ramakv_proxy_restores_daemon_suspended",
+        "Restores of a session the daemon had suspended (its idle policy), found before a request",
+    ),
+    (
         "restore_chunks_held",
         "ramakv_proxy_restore_chunks_held",
         "Chunks of restored sessions some cache tier held",

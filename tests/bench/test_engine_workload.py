@@ -41,3 +41,15 @@ def test_blocks_keep_every_step_in_order() -> None:
     cut = blocks(steps)
     assert [s for b in cut for s in b] == steps
     assert all(sum(s.kind == TURN for s in b) == BLOCK_TURNS for b in cut[:-1])
+
+
+def test_the_agent_order_gains_only_if_finished_sessions_close_soon() -> None:
+    """bench.agent_lru: the agent client's order keeps the engine schedule's gain when the
+    proxy closes a finished session before its next turn, and none when it waits for the
+    idle close (the measured 1.00 before the run-end close)."""
+    from bench.agent_lru import predict
+
+    got = predict()
+    assert got["at_once"] == {"steered": 92928, "gain": 2.972}
+    assert got["late_when_second"]["gain"] > 2.5  # type: ignore[index]
+    assert got["never"]["gain"] == 1.0  # type: ignore[index]

@@ -9,7 +9,7 @@ import aiohttp
 import pytest
 
 from ramakv_sdk.proxy.answers import StreamScanner, read_json_answer
-from ramakv_sdk.proxy.naming import SOURCES, session_of
+from ramakv_sdk.proxy.naming import SOURCES, Named, named_request, session_of
 
 
 def body(**fields: object) -> bytes:
@@ -46,6 +46,47 @@ def test_naming_sources_are_documented_in_order() -> None:
 def test_bodies_that_are_not_json_objects_name_nothing() -> None:
     assert session_of(None, b'["user"]') is None
     assert session_of(None, b'{"user": ') is None
+
+
+TOOL = {"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}
+CALL = {"id": "c1", "type": "function", "function": {"name": "f", "arguments": "{}"}}
+USED = [
+    {"role": "user", "content": "do it"},
+    {"role": "assistant", "content": "", "tool_calls": [CALL]},
+    {"role": "tool", "tool_call_id": "c1", "content": "done"},
+]
+
+
+@pytest.mark.parametrize(
+    ("fields", "step"),
+    [
+        ({"tools": [TOOL], "messages": USED}, True),  # tools offered and in use
+        ({"tools": [TOOL], "messages": USED[:2]}, True),  # a call, its result still to come
+        ({"tools": [TOOL], "messages": [USED[0], {"role": "tool", "content": "x"}]}, True),
+        ({"tools": [TOOL], "messages": USED[:1]}, False),  # offered, never used: a chat
+        ({"tools": [], "messages": USED}, False),  # none offered
+        ({"messages": USED}, False),
+        ({"tools": "f", "messages": USED}, False),
+        ({"tools": [TOOL], "messages": "not a list"}, False),
+        (
+            {
+                "tools": [TOOL],
+                "messages": [{"role": "assistant", "content": "", "tool_calls": []}],
+            },
+            False,
+        ),
+    ],
+)
+def test_an_agent_step_offers_tools_and_carries_their_use(fields: dict, step: bool) -> None:
+    raw = json.dumps({"model": "m", "user": "u", **fields}).encode()
+    assert named_request(None, raw) == Named("u", "user", step)
+    assert named_request("h", raw) == Named("h", "header", step)
+
+
+def test_a_header_named_request_is_parsed_only_when_it_offers_tools() -> None:
+    assert named_request("h", b"not json at all") == Named("h", "header", False)
+    assert named_request("h", b'{"tools": [') == Named("h", "header", False)
+    assert named_request(None, b'{"tools": [1], "messages": []}') is None  # no name
 
 
 def chat(message: dict, finish: str) -> bytes:

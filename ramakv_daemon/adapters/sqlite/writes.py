@@ -56,6 +56,9 @@ def store_codes(db: sqlite3.Connection, rows: list[tuple[str, bytes]]) -> None:
     except BaseException:
         db.execute("ROLLBACK")
         raise
+    # Copied into the file now, before serving: else the first commit after listening
+    # waited for the checkpoint of this whole WAL (1.3 s at 50,000 x 512).
+    db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
     log.info(
         "stored the packed codes of %d maps loaded from JSON in %.2fs: the next start reads "
         "them instead",
