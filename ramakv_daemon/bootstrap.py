@@ -3,6 +3,7 @@ stops them (the HTTP app, the benchmarks and the tests all build the daemon here
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from collections.abc import Callable
@@ -150,7 +151,12 @@ class Daemon:
     service: EventService
     fork_expiry: ForkExpiry
     idle_sweep: IdleSweep
+    # Set by the command line, which calls listening() once the port is bound: the idle
+    # policies' first sweep then runs after it, not while the port is being bound.
+    sweep_after_listening: bool = False
     _subscribers_closed: bool = field(default=False, repr=False)
+    _stopping: bool = field(default=False, repr=False)
+    _sweep_start: asyncio.Task[None] | None = field(default=None, repr=False)
 
     @property
     def default(self) -> Namespace:
@@ -191,7 +197,19 @@ class Daemon:
                 ns.dispatcher.start()
         await self.ownership.start()  # what a shared store says was lost while away
         await self.fork_expiry.start()
-        await self.idle_sweep.start()
+        if not self.sweep_after_listening:
+            await self.idle_sweep.start()
+
+    def listening(self) -> None:
+        """Once the port accepts connections: what start-up left for then, next on the
+        loop: the metrics' registry (prometheus_client; the first count or scrape would
+        build it as well) and, with ``sweep_after_listening``, the idle policies' loop
+        (its first sweep counts in the metrics)."""
+        loop = asyncio.get_running_loop()
+        loop.call_soon(self.metrics.build)
+        loop.call_soon(_log_version)
+        if self.sweep_after_listening and not self._stopping and self._sweep_start is None:
+            self._sweep_start = loop.create_task(self.idle_sweep.start())
 
     def close_subscribers(self) -> None:
         """Wake every trace subscriber with the close sentinel (the first step of a
@@ -202,6 +220,9 @@ class Daemon:
 
     async def stop(self) -> None:
         """Close subscribers, flush commits and backend calls, close the store."""
+        self._stopping = True
+        if self._sweep_start is not None:
+            await self._sweep_start  # it only starts the loop: it has its task once done
         await self.idle_sweep.close()
         await self.fork_expiry.close()
         self.close_subscribers()
@@ -242,7 +263,7 @@ def build(
         config.trace_buffer,
         config.trace_queue,
         config.trace_buffer_bytes,
-        on_drop=metrics.dropped_subscribers.inc,
+        on_drop=metrics.subscriber_dropped,
     )
     fork_ids = ForkIds()  # one counter for the whole store: fork ids are unique in it
     ledger = OutboxLedger()  # what commits leave for delivery, and delivery for them
@@ -302,3 +323,11 @@ def build(
         fork_expiry,
         idle_sweep,
     )
+
+
+def _log_version() -> None:
+    """The running version, logged once the daemon serves (the lookup costs ~8 ms)."""
+    if log.isEnabledFor(logging.INFO):
+        from ramakv_protocol.version import package_version
+
+        log.info("ram-a-kv daemon %s serving", package_version())

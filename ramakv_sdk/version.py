@@ -1,21 +1,8 @@
-"""The installed ram-a-kv version, and the ``--version`` flag every console script has."""
+"""The installed ram-a-kv version, and the ``--version`` flag every console script has
+(defined in ramakv_protocol.version, which the daemon imports without the SDK)."""
 
 from __future__ import annotations
 
-import argparse
-from importlib import metadata
+from ramakv_protocol.version import DISTRIBUTION, add_version_flag, package_version
 
-DISTRIBUTION = "ram-a-kv"
-
-
-def package_version() -> str:
-    """The installed distribution's version ("unknown" when run from an uninstalled tree)."""
-    try:
-        return metadata.version(DISTRIBUTION)
-    except metadata.PackageNotFoundError:
-        return "unknown"
-
-
-def add_version_flag(parser: argparse.ArgumentParser) -> None:
-    """``--version``: print ``<prog> <version>`` and exit 0."""
-    parser.add_argument("--version", action="version", version=f"%(prog)s {package_version()}")
+__all__ = ["DISTRIBUTION", "add_version_flag", "package_version"]

@@ -66,7 +66,12 @@ def create_new(path: str, schema: str) -> None:
     tmp = _fresh(path + ".new")
     conn = sqlite3.connect(tmp)
     try:
-        conn.executescript(schema)
+        # One transaction, no syncs: the file is synced whole below before it is renamed
+        # into place, and a crash before then leaves only the temporary name (cleared on
+        # the next try). A commit per statement, each synced, cost a first start 10 to
+        # 250 ms on a disk (5 ms of CPU).
+        conn.execute("PRAGMA synchronous=OFF")
+        conn.executescript(f"BEGIN;\n{schema}\nCOMMIT;")
         conn.execute("PRAGMA journal_mode=WAL").fetchall()
     finally:
         conn.close()

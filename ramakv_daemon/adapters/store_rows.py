@@ -6,15 +6,17 @@ import json
 import logging
 import sqlite3
 from collections.abc import Iterable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import orjson
 
-from ramakv_daemon.admin_port import PendingEviction
 from ramakv_daemon.core.fork import Fork
 from ramakv_daemon.core.packed import PackedMap, pack_for_store, packed_from_store, store_bytes
 from ramakv_daemon.core.session import ChunkMap, Session, share_prefix
 from ramakv_daemon.ports import OutboxEntry, OutboxRow, mode_of
+
+if TYPE_CHECKING:
+    from ramakv_daemon.admin_port import PendingEviction
 
 log = logging.getLogger("ramakv.store")
 
@@ -47,6 +49,10 @@ def outbox_view(con: sqlite3.Connection) -> dict[tuple[str, str], str]:
 
 def pending_evictions(con: sqlite3.Connection) -> list[PendingEviction]:
     """:func:`outbox_view` as rows, in (namespace, hash) order; unknown modes left out."""
+    # Here, not at the top: the daemon's start-up reads rows with this module, and only
+    # ramakv-admin needs the admin port's types (1.5 ms of imports).
+    from ramakv_daemon.admin_port import PendingEviction
+
     out: list[PendingEviction] = []
     for (ns, h), m in sorted(outbox_view(con).items()):
         mode = mode_of(m)

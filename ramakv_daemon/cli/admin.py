@@ -19,7 +19,7 @@ from ramakv_daemon.cli.admin_plan import describe, parse_duration, plan_for
 from ramakv_daemon.cli.admin_report import print_report, report
 from ramakv_daemon.config import Config, ConfigError
 from ramakv_daemon.ports import StoreError, StoreInUse, StoreNotFound
-from ramakv_sdk.version import add_version_flag
+from ramakv_protocol.version import add_version_flag
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_RUNNING = 0, 1, 2, 4
 

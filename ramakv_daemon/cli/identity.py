@@ -17,7 +17,7 @@ from ramakv_daemon.core.identity import (  # noqa: F401  (re-exported)
     namespace_of,
     problems,
 )
-from ramakv_sdk.version import add_version_flag
+from ramakv_protocol.version import add_version_flag
 
 
 def read_fields(path: str) -> JsonObject:

@@ -18,9 +18,7 @@ from ramakv_daemon.bootstrap import build
 from ramakv_daemon.config import Config
 from ramakv_daemon.http.keys import CONFIG_KEY, DAEMON_KEY
 from ramakv_daemon.http.probes import healthz, readyz
-from ramakv_daemon.http.trace_ws import FAILURES, trace_handler
 from ramakv_daemon.ports import Backend, SessionStore
-from ramakv_daemon.telemetry.gauges import refresh_gauges
 
 log = logging.getLogger("ramakv")
 
@@ -71,9 +69,18 @@ async def handle_event(request: web.Request) -> web.Response:
 
 async def handle_metrics(request: web.Request) -> web.Response:
     """GET /metrics: Prometheus text format."""
+    from ramakv_daemon.telemetry.gauges import refresh_gauges
+
     d = request.app[DAEMON_KEY]
     body = d.metrics.render(partial(refresh_gauges, d.metrics, d.namespaces, d.trace, d.ownership))
     return web.Response(body=body, headers={"Content-Type": "text/plain; version=0.0.4"})
+
+
+async def handle_trace(request: web.Request) -> web.StreamResponse:
+    """GET /trace: the websocket (http/trace_ws.py, imported by the first subscriber)."""
+    from ramakv_daemon.http.trace_ws import trace_handler
+
+    return await trace_handler(request)
 
 
 @web.middleware
@@ -102,6 +109,8 @@ async def auth_middleware(request: web.Request, handler: Handler) -> web.StreamR
     given = request.headers.get("Authorization", "").encode("utf-8", "surrogateescape")
     if token and not hmac.compare_digest(given, f"Bearer {token}".encode()):
         if request.path == "/trace":  # followers retry: one line per client, not per try
+            from ramakv_daemon.http.trace_ws import FAILURES
+
             FAILURES.warn(request.remote or "?", "refused: missing or wrong bearer token")
         return _json(401, {"ok": False, "error": "missing or wrong bearer token"})
     return await handler(request)
@@ -135,7 +144,7 @@ def init_app(
     # websocket handlers then end at once; stop() later finds them closed.
     app.on_shutdown.append(_close_subscribers)
     app.router.add_post("/event", handle_event)
-    app.router.add_get("/trace", trace_handler)
+    app.router.add_get("/trace", handle_trace)
     app.router.add_get("/metrics", handle_metrics)
     app.router.add_get("/healthz", healthz)
     app.router.add_get("/readyz", readyz)

@@ -11,7 +11,7 @@ from ramakv_daemon.bootstrap import Daemon
 from ramakv_daemon.core.events import JsonObject
 from ramakv_daemon.http.keys import DAEMON_KEY
 from ramakv_daemon.ports import Backend
-from ramakv_sdk.version import package_version
+from ramakv_protocol.version import package_version
 
 # Valid hex for the memory API, yet no engine writes it (a negative hash has a non-zero
 # magnitude, zero is written "0"): the query finds nothing and changes nothing.

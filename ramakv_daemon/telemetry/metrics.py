@@ -3,43 +3,104 @@
 from __future__ import annotations
 
 import platform
+import threading
 from collections.abc import Callable, Iterable
-from typing import Any
-
-from prometheus_client import (
-    CollectorRegistry,
-    Counter,
-    Gauge,
-    Histogram,
-    Info,
-    ProcessCollector,
-    disable_created_metrics,
-    generate_latest,
-)
+from typing import TYPE_CHECKING, Any
 
 from ramakv_daemon.ports import BackendResult
-from ramakv_sdk.version import package_version
+from ramakv_protocol.version import package_version
 
-# The *_created series (one timestamp per counter and histogram child) double the output
-# and say only when a label was first seen. The switch is process-wide in prometheus_client.
-disable_created_metrics()
+if TYPE_CHECKING:
+    from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 _LATENCY_BUCKETS = (0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0, 5.0)
 
 
 class DaemonMetrics:
-    """Counters and gauges; label values are bounded (event types, ops, outcomes only)."""
+    """Counters and gauges; label values are bounded (event types, ops, outcomes only).
+
+    The prometheus_client objects are built on first use (:meth:`build`: the first count,
+    scrape or read of one of them; the daemon also builds them right after it listens):
+    importing prometheus_client (http.server, wsgiref, ...) was a sixth of the daemon's
+    start-up. Every count goes through them, so none is lost before they exist.
+    """
+
+    registry: CollectorRegistry
+    events: Counter
+    latency: Histogram
+    sessions: Gauge
+    chunks: Gauge
+    references: Gauge
+    backend_calls: Counter
+    backend_chunks: Counter
+    backend_errors: Counter
+    evict_backlog: Gauge
+    evict_window: Histogram
+    window_rereferences: Counter
+    rereference_delay: Histogram
+    evictions_repeated: Counter
+    subscribers: Gauge
+    open_forks: Gauge
+    forks_expired: Counter
+    idle_actions: Counter
+    idle_sweep_seconds: Histogram
+    dropped_subscribers: Counter
+    store_connected: Gauge
+    store_reconnects: Counter
+    takeovers: Counter
+    releases: Counter
+    commit_latency: Histogram
+    commit_batch: Histogram
+    ns_sessions: Gauge
+    ns_chunks: Gauge
+    ns_budget: Gauge
+    ns_demoted: Gauge
+    budget_victims: Counter
+    budget_chunks: Counter
 
     def __init__(self, known_types: set[str]) -> None:
-        self.registry = CollectorRegistry()
         self.known_types = known_types
+        self._event_children: dict[tuple[str, bool], tuple[Any, Any]] = {}
+        self._store_counted: dict[str, int] = {}
+        self._build_lock = threading.Lock()
+        self._built = False
+
+    def __getattr__(self, name: str) -> Any:
+        # Called only for an attribute not set: a metric, before build() made them.
+        if name.startswith("_") or self._built:
+            raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+        self.build()
+        return object.__getattribute__(self, name)
+
+    def build(self) -> None:
+        """Make the registry and every metric (once; later calls return at once)."""
+        if self._built:
+            return
+        with self._build_lock:  # a commit thread and the loop may both get here first
+            if not self._built:
+                self._build()
+                self._built = True
+
+    def _build(self) -> None:
+        from prometheus_client import (
+            CollectorRegistry,
+            Counter,
+            Gauge,
+            Histogram,
+            Info,
+            ProcessCollector,
+            disable_created_metrics,
+        )
+
+        # The *_created series (one timestamp per counter and histogram child) double the
+        # output and say only when a label was first seen. The switch is process-wide.
+        disable_created_metrics()
+        self.registry = r = CollectorRegistry()
         # process_cpu_seconds_total, process_resident_memory_bytes, open fds, ... (Linux).
-        ProcessCollector(registry=self.registry)
-        Info("ramakv_build", "ram-a-kv version and Python it runs on", registry=self.registry).info(
+        ProcessCollector(registry=r)
+        Info("ramakv_build", "ram-a-kv version and Python it runs on", registry=r).info(
             {"version": package_version(), "python": platform.python_version()}
         )
-        self._event_children: dict[tuple[str, bool], tuple[Any, Any]] = {}
-        r = self.registry
         self.events = Counter("ramakv_events", "Events handled", ["type", "outcome"], registry=r)
         self.latency = Histogram(
             "ramakv_event_latency_seconds",
@@ -130,7 +191,6 @@ class DaemonMetrics:
             "Sessions this node released: another node took them, or they were closed there",
             registry=r,
         )
-        self._store_counted: dict[str, int] = {}
         self.commit_latency = Histogram(
             "ramakv_sqlite_commit_seconds",
             "SQLite group-commit latency",
@@ -194,6 +254,10 @@ class DaemonMetrics:
         else:
             self.window_rereferences.labels(outcome).inc(count)
 
+    def subscriber_dropped(self) -> None:
+        """Count one trace subscriber dropped for lag."""
+        self.dropped_subscribers.inc()
+
     def budget(self, label: str, sessions: int, chunks: int) -> None:
         """Count one budget demotion round."""
         self.budget_victims.labels(label).inc(sessions)
@@ -252,6 +316,8 @@ class DaemonMetrics:
         """Text exposition format, after refreshing gauges."""
         if refresh is not None:
             refresh()
+        from prometheus_client import generate_latest
+
         return generate_latest(self.registry)
 
     def store_status(self, status: dict[str, object]) -> None:
