@@ -19,9 +19,16 @@ from __future__ import annotations
 import os
 
 import pytest
+from hypothesis import settings
 
 # lmcache phones home on import unless told not to; tests never talk to the internet.
 os.environ.setdefault("LMCACHE_TRACK_USAGE", "false")
+
+# Hypothesis fails an example that runs past its deadline (200 ms by default): a wall-clock
+# bound that a loaded 2-core CI box, a first import or a first JIT can break. No property
+# test here is about speed (bench/ is), so no example has a deadline.
+settings.register_profile("ramakv", deadline=None)
+settings.load_profile("ramakv")
 
 # Plain asserts in the helpers report their operands like a test's own asserts do.
 pytest.register_assert_rewrite("support")

@@ -13,8 +13,10 @@ from ascend_ext.hashing import chain_hashes_hex
 pytestmark = pytest.mark.lmcache
 pytest.importorskip("lmcache")
 
+HANG_GUARD_S = 120.0  # a hang fails the test; nothing here is timed
 
-def _wait_result(client: Any, lookup_id: str, timeout: float = 10.0) -> int:
+
+def _wait_result(client: Any, lookup_id: str, timeout: float = HANG_GUARD_S) -> int:
     """Poll lookup_cache as vLLM's scheduler does until the workers answered."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -23,6 +25,14 @@ def _wait_result(client: Any, lookup_id: str, timeout: float = 10.0) -> int:
             return r
         time.sleep(0.02)
     raise AssertionError(f"no lookup answer for {lookup_id}")
+
+
+def _stored(engine: Any, tokens: list[int]) -> None:
+    """Until the engine holds every chunk of ``tokens`` (a condition, not a pause)."""
+    deadline = time.monotonic() + HANG_GUARD_S
+    while engine.lookup(tokens=tokens) != len(tokens):
+        assert time.monotonic() < deadline, "the engine never held what it stored"
+        time.sleep(0.02)
 
 
 def _lookup(client: Any, tokens: list[int], lookup_id: str) -> int:
@@ -53,7 +63,7 @@ def test_lookup_caches_hashes_and_get_pops_them(engine_and_client) -> None:
     engine, client = engine_and_client
     toks = list(range(40))
     engine.store(tokens=toks)
-    time.sleep(0.2)
+    _stored(engine, toks)
     # The real lookup server answers over ZMQ with the hit count of the blake3 keys.
     assert _lookup(client, toks, "req-1") == 40
     assert client.get_cached_hashes("req-1") == chain_hashes_hex(toks, 16)
@@ -115,7 +125,7 @@ def test_from_existing_through_a_real_decorator_chain(blake3_engine_factory) -> 
         assert RamAKVAsyncLookupClient.from_existing(chain) is up  # idempotent
         toks = list(range(64))
         engine.store(tokens=toks)
-        time.sleep(0.2)
+        _stored(engine, toks)
         assert chain.lookup_cache("req-c") == -1
         chain.lookup(toks, "req-c")
         hits = _wait_result(chain, "req-c")

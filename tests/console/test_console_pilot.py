@@ -16,6 +16,13 @@ from ramakv_console.widgets.event_form import EventForm
 from ramakv_console.widgets.refcount_table import RefcountTable
 from ramakv_console.widgets.session_table import SessionTable
 
+
+def shown(app: Any, selector: str) -> str:
+    """What the widget at ``selector`` renders now ("" while the screen has none)."""
+    found = app.screen.query(selector)
+    return str(found.first().render()) if found else ""
+
+
 SIZE = (140, 40)
 
 
@@ -70,8 +77,7 @@ async def test_invalid_json_is_refused_before_sending(real_app: Any) -> None:
         form.query_one("#field-kv_transfer_params", TextArea).text = "h"
         form.query_one("#field-debug_context", TextArea).text = "{broken"
         await pilot.press("ctrl+s")
-        await pilot.pause(0.2)
-        assert "invalid JSON" in str(app.screen.query_one("#form-error").render())
+        await until(pilot, lambda: "invalid JSON" in shown(app, "#form-error"), what="error")
         assert not any(
             isinstance(m, Daemon.EventAnswered) and m.event["type"] == "turn_end" for m in seen
         )
@@ -178,13 +184,12 @@ async def test_config_editor_round_trip(real_app: Any, tmp_path: Path) -> None:
     seen: list[Any] = []
     async with app.run_test(size=SIZE, message_hook=seen.append) as pilot:
         await pilot.press("5")
-        await pilot.pause(0.3)
+        await until(pilot, lambda: bool(app.screen.query("#daemon-in-lmcache_url")), what="editor")
         url = app.screen.query_one("#daemon-in-lmcache_url", Input)
-        assert url.value == "http://lmcache:6999"
+        await until(pilot, lambda: url.value == "http://lmcache:6999", what="the file's value")
         url.value = "not a url"
         await pilot.press("ctrl+s")
-        await pilot.pause(0.3)
-        assert "http://" in str(app.screen.query_one("#daemon-err-lmcache_url").render())
+        await until(pilot, lambda: "http://" in shown(app, "#daemon-err-lmcache_url"), what="error")
         assert not isinstance(app.screen, ConfirmDialog)
         url.value = "http://lmcache:7000"
         app.screen.query_one("#daemon-in-debug_enabled", Switch).value = True

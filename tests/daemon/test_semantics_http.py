@@ -14,11 +14,11 @@ async def trace_snapshot(d: DaemonClient, session: str | None = None) -> dict[st
     path = "/trace?protocol=2" + (f"&session={session}" if session else "")
     ws = await d.client.ws_connect(path)
     try:
-        msg = await ws.receive_json(timeout=5)
+        msg = await ws.receive_json(timeout=120)
         assert msg["kind"] == "snapshot"
         msg["sessions"], msg["refcounts"] = {}, {}
         while True:
-            part = await ws.receive_json(timeout=5)
+            part = await ws.receive_json(timeout=120)
             msg["sessions"].update((r["session_id"], r) for r in part["sessions"])
             msg["refcounts"].update(part["refcounts"])
             if part["last"]:
@@ -72,19 +72,19 @@ async def test_trace_snapshot_filtered_by_session(daemon: DaemonClient) -> None:
 async def test_trace_event_messages_carry_delta(daemon: DaemonClient) -> None:
     ws = await daemon.client.ws_connect("/trace?protocol=2")
     try:
-        await ws.receive_json(timeout=5)
-        await ws.receive_json(timeout=5)  # the snapshot's one part
+        await ws.receive_json(timeout=120)
+        await ws.receive_json(timeout=120)  # the snapshot's one part
         await daemon.turn_end("s1", ["a", "b"])
-        msg = await ws.receive_json(timeout=5)
+        msg = await ws.receive_json(timeout=120)
         assert msg["kind"] == "event" and msg["type"] == "turn_end" and msg["ok"] is True
         assert msg["data"] == {"evicted_count": 0, "map_updated": True, "debug_written": False}
         assert msg["delta"]["refcounts"] == {"a": 1, "b": 1}
         assert msg["delta"]["sessions"]["s1"]["chunk_count"] == 2  # a summary, not the map
         await daemon.turn_end("s1", ["b"])
-        msg = await ws.receive_json(timeout=5)
+        msg = await ws.receive_json(timeout=120)
         assert msg["delta"]["refcounts"] == {"a": 0}  # only what changed
         await daemon.post({"type": "session_map", "session_id": "ghost"})
-        msg = await ws.receive_json(timeout=5)
+        msg = await ws.receive_json(timeout=120)
         assert msg["ok"] is False and msg["error"] == "session 'ghost' not found"
         assert "data" not in msg
     finally:

@@ -7,14 +7,16 @@ import contextlib
 import os
 import sqlite3
 import threading
-import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from ramakv_daemon.adapters.sqlite import store as sqlite_store
 from ramakv_daemon.adapters.sqlite.store import SqliteSessionStore
 from ramakv_daemon.core.session import Session
+
+HANG_GUARD_S = 120.0  # a hang fails the test; nothing here is timed
 
 
 def session(i: int, n: int = 1000) -> Session:
@@ -74,7 +76,15 @@ async def test_wal_stays_bounded_under_back_to_back_commits(
     con.close()
 
 
-async def test_a_write_lock_held_elsewhere_does_not_block_the_loop(tmp_path: Path) -> None:
+async def test_a_write_lock_held_elsewhere_does_not_block_the_loop(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """While another connection holds the write lock, the write waits for it off the loop:
+    the loop runs other work meanwhile, and the lock is let go only after that work ran. A
+    write that waited on the loop would hold it until SQLite's busy timeout and fail (done
+    before the other work ran) or, timeout-free, hang into the guard."""
+    # The wait for the lock ends when the test lets it go, not on SQLite's clock.
+    monkeypatch.setattr(sqlite_store, "BUSY_TIMEOUT_MS", int(HANG_GUARD_S * 1000))
     path = tmp_path / "s.db"
     store = SqliteSessionStore(str(path))
     await store.open()
@@ -85,32 +95,27 @@ async def test_a_write_lock_held_elsewhere_does_not_block_the_loop(tmp_path: Pat
         con.execute("BEGIN IMMEDIATE")
         con.execute("INSERT INTO sessions VALUES ('other', '[]', 0)")
         locked.set()
-        release.wait(5)
+        release.wait(HANG_GUARD_S)
         con.execute("COMMIT")
         con.close()
 
     holder = threading.Thread(target=hold_lock)
     holder.start()
-    gaps: list[float] = []
+    served = asyncio.Event()
 
-    async def ticker() -> None:
-        last = time.monotonic()
-        while not release.is_set() or len(gaps) < 5:
-            await asyncio.sleep(0.01)
-            now = time.monotonic()
-            gaps.append(now - last)
-            last = now
+    async def other_work() -> None:
+        served.set()
 
     try:
-        await asyncio.to_thread(locked.wait, 5)
-        ticking = asyncio.create_task(ticker())
-        await asyncio.sleep(0.05)  # the ticker is running
-        # The other writer commits after 0.4 s, on its own clock: a blocked loop cannot stop it.
-        timer = threading.Timer(0.4, release.set)
-        timer.start()
-        await store.write({"s1": session(1, 3)})  # waits for the lock on the thread
-        await ticking
-        assert max(gaps) < 0.2, max(gaps)  # the loop kept running meanwhile
+        assert await asyncio.to_thread(locked.wait, HANG_GUARD_S)
+        write = asyncio.create_task(store.write({"s1": session(1, 3)}))
+        # Created after the write, so it runs after the write's first step (its inline
+        # commit, which finds the lock taken).
+        asyncio.create_task(other_work())
+        await asyncio.wait_for(served.wait(), HANG_GUARD_S)
+        assert not write.done()  # the write waits for the lock, and the loop went on
+        release.set()
+        await asyncio.wait_for(write, HANG_GUARD_S)
         ids = {s.session_id for s in await store.load_all()}
         assert ids == {"s1", "other"}
     finally:
@@ -119,10 +124,21 @@ async def test_a_write_lock_held_elsewhere_does_not_block_the_loop(tmp_path: Pat
         await store.close()
 
 
-async def test_start_up_folding_waits_for_a_lock_held_elsewhere(tmp_path: Path) -> None:
+async def test_start_up_folding_waits_for_a_lock_held_elsewhere(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     # Rows in the old per-chunk outbox table (ramakv-admin writes them) are folded into
     # evict_log at start-up; another process holding the write lock makes that wait,
     # never fail, even though commits on the loop do not wait for locks.
+    monkeypatch.setattr(sqlite_store, "BUSY_TIMEOUT_MS", int(HANG_GUARD_S * 1000))
+    folding = threading.Event()
+    fold = sqlite_store.fold_legacy_outbox
+
+    def fold_seen(*args: Any) -> Any:
+        folding.set()
+        return fold(*args)
+
+    monkeypatch.setattr(sqlite_store, "fold_legacy_outbox", fold_seen)
     path = tmp_path / "s.db"
     store = SqliteSessionStore(str(path))
     await store.open()
@@ -132,9 +148,14 @@ async def test_start_up_folding_waits_for_a_lock_held_elsewhere(tmp_path: Path) 
     con.execute("BEGIN IMMEDIATE")
     store = SqliteSessionStore(str(path))
     await store.open()
-    asyncio.get_running_loop().call_later(0.3, con.execute, "COMMIT")
     try:
-        rows = await store.load_outbox()
+        load = asyncio.create_task(store.load_outbox())
+        # The other process commits once the fold has begun (on the writer thread), not
+        # after a delay; the fold waits for it (the busy timeout is the hang guard).
+        assert await asyncio.to_thread(folding.wait, HANG_GUARD_S)
+        assert not load.done()
+        con.execute("COMMIT")
+        rows = await asyncio.wait_for(load, HANG_GUARD_S)
     finally:
         await store.close()
         con.close()

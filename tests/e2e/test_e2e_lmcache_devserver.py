@@ -28,7 +28,7 @@ def _post(url: str, body: dict[str, Any], timeout: float = 30.0) -> Any:
         return json.loads(resp.read())
 
 
-def _where(devserver: str, hashes: list[str], want: list[str], timeout: float = 20.0) -> dict:
+def _where(devserver: str, hashes: list[str], want: list[str], timeout: float = 120.0) -> dict:
     """/memory/query until every hash sits exactly in `want` (the daemon delivers its backend
     calls after answering the event, and disk writes are asynchronous); the last answer."""
     deadline = time.monotonic() + timeout

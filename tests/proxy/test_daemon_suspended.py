@@ -25,11 +25,11 @@ async def test_a_session_the_daemon_suspended_is_restored_before_its_request(
     clock = ManualClock()
     proxy = await start_proxy(engine.url, daemon_proc.url, clock=clock, daemon_timeout=30)
     await chat(proxy, PLAIN, "slept")
-    assert await proxy.sender.flush(10)
+    assert await proxy.sender.flush(120)
     idle_suspend(daemon_proc, "slept")
     clock.advance(IDLE_CHECK_S)
     await chat(proxy, PLAIN, "slept")
-    assert await proxy.sender.flush(10)
+    assert await proxy.sender.flush(120)
     assert state(daemon_proc, "slept") == "active"
     assert await daemon_events(daemon_proc, "slept") == [
         ("turn_start", None),
@@ -55,11 +55,11 @@ async def test_a_session_the_proxy_forgot_is_asked_about_too(
     )
     await chat(proxy, PLAIN, "forgotten")
     assert proxy.lifecycle.sessions == 0
-    assert await proxy.sender.flush(10)
+    assert await proxy.sender.flush(120)
     idle_suspend(daemon_proc, "forgotten")
     await chat(proxy, PLAIN, "forgotten")
     assert proxy.lifecycle.stats.restores_daemon_suspended == 1
-    assert await proxy.sender.flush(10)
+    assert await proxy.sender.flush(120)
     assert state(daemon_proc, "forgotten") == "active"
 
 
@@ -71,13 +71,13 @@ async def test_an_active_session_or_a_quick_next_request_gets_a_plain_turn_start
     await chat(proxy, PLAIN, "awake")
     clock.advance(600)  # asked: still active, so no restore
     await chat(proxy, PLAIN, "awake")
-    assert await proxy.sender.flush(10)
+    assert await proxy.sender.flush(120)
     # Within IDLE_CHECK_S of its last answer the proxy does not ask (no idle policy is that
     # quick): a suspend made meanwhile by other means is left to the turn_end, as before.
     idle_suspend(daemon_proc, "awake")
     clock.advance(IDLE_CHECK_S / 2)
     await chat(proxy, PLAIN, "awake")
-    assert await proxy.sender.flush(10)
+    assert await proxy.sender.flush(120)
     types = [t for t, _ in await daemon_events(daemon_proc, "awake")]
     assert "snapshot_restore" not in types
     assert proxy.lifecycle.stats.restores == 0

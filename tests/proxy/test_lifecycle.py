@@ -76,20 +76,20 @@ async def test_tool_pause_suspends_after_the_grace_and_the_next_request_restores
     proxy = await start_proxy(engine.url, daemon_proc.url, clock=clock, run_end_close_s=0)
     first = await chat(proxy, ASK, "agent")
     assert first["choices"][0]["finish_reason"] == "tool_calls"
-    assert await proxy.sender.flush(10)
+    assert await proxy.sender.flush(120)
     assert proxy.lifecycle.state_of("agent") == "tool_pause"
     clock.advance(1.99)  # the tool still runs: nothing yet
-    assert await proxy.sender.flush(10)
+    assert await proxy.sender.flush(120)
     assert state(daemon_proc, "agent") == "active"
     with caplog.at_level(logging.INFO, logger="ramakv_proxy"):
         clock.advance(0.01)
-        assert await proxy.sender.flush(10)
+        assert await proxy.sender.flush(120)
     assert state(daemon_proc, "agent") == "suspended"
     assert proxy.lifecycle.state_of("agent") == "suspended"
     assert any("suspended after a 2 s tool pause" in r.getMessage() for r in caplog.records)
     second = await chat(proxy, after_tool(first["choices"][0]["message"]), "agent")
     assert second["choices"][0]["finish_reason"] == "stop"  # the tool result answered in words
-    assert await proxy.sender.flush(10)
+    assert await proxy.sender.flush(120)
     assert state(daemon_proc, "agent") == "active"
     assert await daemon_events(daemon_proc, "agent") == [
         ("turn_start", None),
@@ -103,7 +103,7 @@ async def test_tool_pause_suspends_after_the_grace_and_the_next_request_restores
     assert (st.tool_calls, st.suspends, st.restores, st.suspends_cancelled) == (1, 1, 1, 0)
     assert st.restore_unknown == 1  # a noop backend cannot say where chunks are: no wait
     clock.advance(60)  # an answer in words: no tool pause, so no suspend
-    assert await proxy.sender.flush(10)
+    assert await proxy.sender.flush(120)
     assert state(daemon_proc, "agent") == "active"
 
 
@@ -116,7 +116,7 @@ async def test_a_request_within_the_grace_cancels_the_suspend(
     clock.advance(1.0)
     await chat(proxy, after_tool(first["choices"][0]["message"]), "quick")
     clock.advance(10.0)
-    assert await proxy.sender.flush(10)
+    assert await proxy.sender.flush(120)
     assert state(daemon_proc, "quick") == "active"
     st = proxy.lifecycle.stats
     assert (st.suspends, st.suspends_cancelled, st.restores) == (0, 1, 0)
@@ -131,7 +131,7 @@ async def test_grace_zero_never_suspends(daemon_proc, engine, start_proxy) -> No
     )
     await chat(proxy, ASK, "never")
     clock.advance(3600)
-    assert await proxy.sender.flush(10)
+    assert await proxy.sender.flush(120)
     assert state(daemon_proc, "never") == "active"
     assert proxy.lifecycle.stats.tool_calls == 1 and proxy.lifecycle.sessions == 0
     assert clock.pending == 0  # nothing scheduled, nothing remembered
@@ -155,7 +155,7 @@ async def test_streamed_and_plain_tool_calls_both_pause(
             raw = await r.read()
     assert b'"list_files"' in raw
     clock.advance(0.5)
-    assert await proxy.sender.flush(10)
+    assert await proxy.sender.flush(120)
     assert state(daemon_proc, "s") == "suspended"
 
 
@@ -167,10 +167,10 @@ async def test_idle_sessions_are_closed(daemon_proc, engine, start_proxy) -> Non
     clock.advance(299)
     await chat(proxy, plain, "idle")  # a request restarts the idle clock
     clock.advance(299)
-    assert await proxy.sender.flush(10)
+    assert await proxy.sender.flush(120)
     assert state(daemon_proc, "idle") == "active"
     clock.advance(1)
-    assert await proxy.sender.flush(10)
+    assert await proxy.sender.flush(120)
     assert state(daemon_proc, "idle") is None
     assert proxy.lifecycle.stats.closes_idle == 1 and proxy.lifecycle.sessions == 0
     assert (await daemon_events(daemon_proc, "idle"))[-1] == ("session_close", "idle")
@@ -183,10 +183,10 @@ async def test_a_suspended_session_idle_too_long_is_closed(
     proxy = await start_proxy(engine.url, daemon_proc.url, clock=clock, session_idle_close_s=60)
     await chat(proxy, ASK, "paused")
     clock.advance(2)
-    assert await proxy.sender.flush(10)
+    assert await proxy.sender.flush(120)
     assert state(daemon_proc, "paused") == "suspended"
     clock.advance(58)
-    assert await proxy.sender.flush(10)
+    assert await proxy.sender.flush(120)
     assert state(daemon_proc, "paused") is None
     types = [t for t, _ in await daemon_events(daemon_proc, "paused")]
     assert types[-2:] == ["session_suspend", "session_close"]
@@ -203,16 +203,23 @@ async def test_a_client_leaving_mid_stream_closes_its_session(
         r = await http.post(
             f"{proxy.url}/v1/chat/completions",
             json={"model": "m", "messages": ASK["messages"], "stream": True},
-            headers={"X-Session-ID": "gone", "X-Engine-Delay": "0.2"},
+            headers={"X-Session-ID": "gone", "X-Engine-Hold": "gone"},
         )
         await r.content.readany()
-        r.close()  # drop the connection mid-stream
-        # the proxy notices at its next write to the client: wait for the close itself
-        for _ in range(600):  # hang guard (a loaded machine), not a time bound
+        r.close()  # drop the connection mid-stream, while the engine holds the rest
+        # The proxy notices at its next write to the client: once it has seen the client
+        # go, the engine sends one more chunk on its own; then wait for the close itself.
+        for _ in range(2400):  # hang guard (a loaded machine), not a time bound
+            if proxy.clients_gone():
+                break
+            await engine_tick()
+        engine.hold("gone").allow(2)
+        for _ in range(2400):  # hang guard (a loaded machine), not a time bound
             if proxy.lifecycle.stats.closes_disconnect:
                 break
             await engine_tick()
-    assert await proxy.sender.flush(10)
+        engine.hold("gone").release()
+    assert await proxy.sender.flush(120)
     assert proxy.lifecycle.stats.closes_disconnect == 1
     assert state(daemon_proc, "gone") is None
     assert (await daemon_events(daemon_proc, "gone"))[-1] == (
@@ -234,7 +241,7 @@ async def test_conversation_id_names_the_session(daemon_proc, engine, start_prox
     async with aiohttp.ClientSession() as http:
         async with http.post(f"{proxy.url}/v1/chat/completions", json=body) as r:
             assert r.status == 200
-    assert await proxy.sender.flush(10)
+    assert await proxy.sender.flush(120)
     assert state(daemon_proc, "conv-7") == "active" and state(daemon_proc, "u") is None
 
 
@@ -243,7 +250,7 @@ async def test_stats_and_metrics_show_the_decisions(daemon_proc, engine, start_p
     proxy = await start_proxy(engine.url, daemon_proc.url, clock=clock)
     await chat(proxy, ASK, "m1")
     clock.advance(2)
-    assert await proxy.sender.flush(10)
+    assert await proxy.sender.flush(120)
     async with aiohttp.ClientSession() as http:
         async with http.get(f"{proxy.url}/_ramakv/stats") as r:
             st = await r.json()
@@ -273,6 +280,6 @@ async def test_turn_start_prefetch_off_by_default_and_wait_on_request(
     for proxy, sid in ((off, "off"), (waits, "waits")):
         await chat(proxy, plain, sid)
         await chat(proxy, plain, sid)  # the second turn_start finds a map to prefetch
-        assert await proxy.sender.flush(10)
+        assert await proxy.sender.flush(120)
     assert await prefetches("off") == [False, False]
     assert await prefetches("waits") == [False, True]  # the first: an unknown session

@@ -6,7 +6,6 @@ import asyncio
 import os
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import aiohttp
@@ -15,6 +14,8 @@ from support.openai_engine import CHUNK_TOKENS, chunk_hashes, prompt_of
 from support.trace_events import session_records
 from yarl import URL
 
+HANG_GUARD_S = 120.0  # a hang fails the test; nothing here is timed
+
 CHAT = {
     "model": "m",
     "messages": [
@@ -22,6 +23,15 @@ CHAT = {
         {"role": "user", "content": "List the files in the repository, then summarise them."},
     ],
 }
+
+
+async def until(check) -> None:  # noqa: ANN001
+    """Poll ``check()`` on the loop until true (the in-process proxy runs on it)."""
+    for _ in range(int(HANG_GUARD_S / 0.01)):  # a hang guard, not a time bound
+        if check():
+            return
+        await asyncio.sleep(0.01)
+    raise AssertionError(f"{check} never held")
 
 
 def expected_hashes(body: dict) -> list[str]:
@@ -52,34 +62,35 @@ async def test_non_streaming_chat_reports_the_turn(daemon_proc, engine, start_pr
     for answer in (via_proxy, direct):
         answer.pop("created")
     assert via_proxy == direct
-    assert await proxy.sender.flush(10)
+    assert await proxy.sender.flush(120)
     assert session_map(daemon_proc, "agent-1") == expected_hashes(CHAT)
     assert await session_events(daemon_proc, "agent-1") == ["turn_start", "turn_end"]
     assert proxy.sender.stats.sent == 2
 
 
 async def test_streaming_is_relayed_as_it_comes(daemon_proc, engine, start_proxy) -> None:
+    """The first chunk reaches the client while the engine still holds the rest: a proxy
+    that buffered the stream would have nothing to give until the engine finished (the
+    hang guard). What relaying costs is bench.proxy_overhead's figure, not this test's."""
     proxy = await start_proxy(engine.url, daemon_proc.url)
     body = {**CHAT, "stream": True, "user": "agent-2"}
-    arrivals: list[float] = []
-    raw = b""
+    hold = engine.hold("agent-2")
     async with aiohttp.ClientSession() as http:
-        t0 = time.perf_counter()
         async with http.post(
-            f"{proxy.url}/v1/chat/completions", json=body, headers={"X-Engine-Delay": "0.1"}
+            f"{proxy.url}/v1/chat/completions", json=body, headers={"X-Engine-Hold": "agent-2"}
         ) as r:
             assert r.status == 200
             assert r.headers["Content-Type"].startswith("text/event-stream")
-            async for piece in r.content.iter_any():
-                arrivals.append(time.perf_counter() - t0)
-                raw += piece
-    # 6 words x 0.1 s: the first bytes arrive long before the stream ends (no buffering).
-    assert arrivals[0] < 0.3 and arrivals[-1] > 0.5
+            raw = await asyncio.wait_for(r.content.readuntil(b"\n\n"), HANG_GUARD_S)
+            assert hold.sent == 1 and not hold.done  # the engine holds every other chunk
+            assert raw.startswith(b"data: ") and b"[DONE]" not in raw
+            hold.release()
+            raw += await asyncio.wait_for(r.content.read(), HANG_GUARD_S)
     lines = [ln for ln in raw.decode().split("\n") if ln.startswith("data: ")]
     assert lines[-1] == "data: [DONE]"
     # As vLLM 0.32: nothing in the stream carries kv_transfer_params, and the proxy adds none.
     assert b"kv_transfer_params" not in raw
-    assert await proxy.sender.flush(10)
+    assert await proxy.sender.flush(120)
     # The hashes came from the engine's /tokenize, hashed as ascend_ext's connector does.
     assert session_map(daemon_proc, "agent-2") == expected_hashes(CHAT)
     asked = [r for r in engine.requests if r["path"] == "/tokenize"]
@@ -94,7 +105,7 @@ async def test_streaming_completions_endpoint(daemon_proc, engine, start_proxy) 
             f"{proxy.url}/v1/completions", json=body, headers={"X-Session-Id": "c1"}
         ) as r:
             await r.read()
-    assert await proxy.sender.flush(10)
+    assert await proxy.sender.flush(120)
     assert (
         session_map(daemon_proc, "c1") == chunk_hashes("x" * 100)
         and len(chunk_hashes("x" * 100)) == 6
@@ -114,7 +125,7 @@ async def test_streamed_turn_under_one_chunk_empties_the_map(
                 json={"model": "m", "prompt": prompt, "stream": True},
             ) as r:
                 await r.read()
-            assert await proxy.sender.flush(10)
+            assert await proxy.sender.flush(120)
             assert session_map(daemon_proc, "short") == chunk_hashes(prompt)
     assert chunk_hashes("y" * 5) == []
 
@@ -135,7 +146,7 @@ async def test_hashes_disagreeing_with_the_engine_stop_streamed_turn_ends(
             json={**CHAT, "messages": CHAT["messages"][:1], "stream": True},
         ) as r:
             await r.read()
-    assert await proxy.sender.flush(10)
+    assert await proxy.sender.flush(120)
     assert session_map(daemon_proc, "mismatch") == expected_hashes(CHAT)  # the engine's own
     assert await session_events(daemon_proc, "mismatch") == ["turn_start", "turn_end", "turn_start"]
 
@@ -145,7 +156,7 @@ async def test_requests_without_a_session_send_nothing(daemon_proc, engine, star
     async with aiohttp.ClientSession() as http:
         async with http.post(f"{proxy.url}/v1/chat/completions", json=CHAT) as r:
             assert r.status == 200 and "kv_transfer_params" in await r.json()
-    assert await proxy.sender.flush(10)
+    assert await proxy.sender.flush(120)
     assert proxy.sender.stats.as_dict()["sent"] == 0
     assert daemon_proc.event("health")["data"]["sessions_count"] == 0
 
@@ -180,7 +191,7 @@ async def test_answers_without_hashes_send_no_turn_end_and_warn_once(
                 ) as r:
                     assert r.status == 200
                     await r.read()
-        assert await proxy.sender.flush(10)
+        assert await proxy.sender.flush(120)
     assert session_map(daemon_proc, "s") == expected_hashes(CHAT)
     # Answers without a list send no turn_end at all (a missing list is an engine fault); a
     # streamed one gets its list from /tokenize, unless that fails too ("none": a 404).
@@ -215,7 +226,7 @@ async def test_daemon_down_never_breaks_the_chat(engine, start_proxy) -> None:
                 assert r.status == 200
                 # Non-streamed answers carry them; streams (as vLLM 0.32) do not.
                 assert (b"kv_transfer_params" in await r.read()) is not stream
-    assert await proxy.sender.flush(10)
+    assert await proxy.sender.flush(120)
     assert proxy.sender.stats.dropped_unavailable == 4
 
 
@@ -231,7 +242,7 @@ async def test_engine_errors_pass_through_without_turn_end(
         ) as r:
             assert r.status == 503
             assert (await r.json())["error"]["message"] == "stand-in failure"
-    assert await proxy.sender.flush(10)
+    assert await proxy.sender.flush(120)
     assert await session_events(daemon_proc, "e") == ["turn_start"]
 
 
@@ -318,15 +329,20 @@ async def test_client_leaving_mid_stream(daemon_proc, engine, start_proxy) -> No
         r = await http.post(
             f"{proxy.url}/v1/chat/completions",
             json={**CHAT, "stream": True},
-            headers={"X-Session-Id": "gone", "X-Engine-Delay": "0.2"},
+            headers={"X-Session-Id": "gone", "X-Engine-Hold": "gone"},
         )
-        await r.content.readany()
-        r.close()  # drop the connection
-        await asyncio.sleep(1.5)  # the engine finishes writing into the void
+        hold = engine.hold("gone")
+        await asyncio.wait_for(r.content.readany(), HANG_GUARD_S)
+        r.close()  # drop the connection while the engine holds the rest
+        await until(proxy.clients_gone)
+        hold.allow(2)  # one more chunk on its own: relaying it finds the client gone
+        await until(lambda: proxy.lifecycle.stats.closes_disconnect == 1)
+        hold.release()  # the engine writes the rest into the void, and returns
+        await asyncio.wait_for(hold.until(lambda h: h.done), HANG_GUARD_S)
         async with http.post(
             f"{proxy.url}/v1/chat/completions", json=CHAT, headers={"X-Session-Id": "next"}
         ) as r2:
             assert r2.status == 200
-    assert await proxy.sender.flush(10)
+    assert await proxy.sender.flush(120)
     assert await session_events(daemon_proc, "gone") == ["turn_start"]
     assert session_map(daemon_proc, "next") == expected_hashes(CHAT)

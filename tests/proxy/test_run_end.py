@@ -42,14 +42,14 @@ async def test_a_final_answer_closes_the_session_after_the_grace(
     clock = ManualClock()
     proxy = await start_proxy(engine.url, daemon_proc.url, clock=clock, run_end_close_s=5)
     await run_to_final_answer(proxy, "done")
-    assert await proxy.sender.flush(10)
+    assert await proxy.sender.flush(120)
     assert proxy.lifecycle.state_of("done") == "run_end"
     clock.advance(4.99)
-    assert await proxy.sender.flush(10)
+    assert await proxy.sender.flush(120)
     assert state(daemon_proc, "done") == "active"
     with caplog.at_level(logging.INFO, logger="ramakv_proxy"):
         clock.advance(0.01)
-        assert await proxy.sender.flush(10)
+        assert await proxy.sender.flush(120)
     assert state(daemon_proc, "done") is None
     assert proxy.lifecycle.state_of("done") is None and proxy.lifecycle.sessions == 0
     assert any(
@@ -79,7 +79,7 @@ async def test_a_streamed_final_answer_ends_the_run_too(daemon_proc, engine, sta
     proxy = await start_proxy(engine.url, daemon_proc.url, clock=clock, run_end_close_s=1)
     await run_to_final_answer(proxy, "streamed", stream=True)
     clock.advance(1)
-    assert await proxy.sender.flush(10)
+    assert await proxy.sender.flush(120)
     assert state(daemon_proc, "streamed") is None
     assert proxy.lifecycle.stats.closes_run_end == 1
 
@@ -95,11 +95,11 @@ async def test_a_request_within_the_grace_keeps_the_session(
     await chat(proxy, final, "goes-on")
     assert proxy.lifecycle.stats.run_end_cancelled == 1
     clock.advance(4.99)  # the first grace long past; the second not yet
-    assert await proxy.sender.flush(10)
+    assert await proxy.sender.flush(120)
     assert state(daemon_proc, "goes-on") == "active"
     assert proxy.lifecycle.stats.closes_run_end == 0
     clock.advance(0.01)  # this answer was final too: its own grace ends
-    assert await proxy.sender.flush(10)
+    assert await proxy.sender.flush(120)
     assert state(daemon_proc, "goes-on") is None
     types = [t for t, _ in await daemon_events(daemon_proc, "goes-on")]
     assert types.count("session_close") == 1
@@ -122,7 +122,7 @@ async def test_chat_without_tool_use_is_not_closed(
     assert not answer["choices"][0]["message"].get("tool_calls")
     assert proxy.lifecycle.state_of("chat") == "idle"
     clock.advance(600)  # far past the grace, short of the idle close
-    assert await proxy.sender.flush(10)
+    assert await proxy.sender.flush(120)
     assert state(daemon_proc, "chat") == "active"
     assert proxy.lifecycle.stats.closes_run_end == 0
 
@@ -134,7 +134,7 @@ async def test_run_end_close_zero_never_closes(daemon_proc, engine, start_proxy)
     )
     await run_to_final_answer(proxy, "kept")
     clock.advance(3600)
-    assert await proxy.sender.flush(10)
+    assert await proxy.sender.flush(120)
     assert state(daemon_proc, "kept") == "active"
     assert proxy.lifecycle.stats.closes_run_end == 0 and proxy.lifecycle.sessions == 0
     assert clock.pending == 0

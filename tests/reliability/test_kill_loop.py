@@ -85,7 +85,7 @@ def test_kill_loop_keeps_every_acknowledged_change(
         resent += len(pending)
         check_live(d, model)
     # After the last restart: outbox drained by the (noop) backend, nothing referenced in it.
-    assert wait_for(lambda: not db_outbox(d.store), 10), db_outbox(d.store)
+    assert wait_for(lambda: not db_outbox(d.store), 120), db_outbox(d.store)
     print(
         f"\nkill loop: {KILLS} kills survived; {sent} events sent, {acked} acknowledged "
         f"({acked_writes} writes) and all found after restart; {resent} unanswered events "

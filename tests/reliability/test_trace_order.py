@@ -31,7 +31,7 @@ async def collect(ws: Any, until_seq: int) -> list[dict[str, Any]]:
     """Every record up to ``until_seq`` (the snapshot first)."""
     out = []
     while True:
-        msg = await ws.receive_json(timeout=20)
+        msg = await ws.receive_json(timeout=120)
         out.append(msg)
         if msg.get("seq", 0) >= until_seq and msg["kind"] != "snapshot":
             return out

@@ -66,7 +66,7 @@ async def test_slow_tool_suspends_and_restores_and_run_end_follows_the_policy(
     assert len(chats) == 2  # the tool call, then the answer after its result
     assert {session_header(r) for r in chats} == {"thread-42"}
     assert chats[1]["body"]["messages"][-1]["role"] == "tool"
-    assert await proxy.sender.flush(10)
+    assert await proxy.sender.flush(120)
     want = [
         ("turn_start", None),
         ("turn_end", None),
@@ -90,7 +90,7 @@ async def test_fast_tools_are_left_to_the_proxy(daemon_proc, engine, start_proxy
     finally:
         await client.aclose()
     assert hooks.session_id == "conv-9" and config.group_id == "conv-9"
-    assert await proxy.sender.flush(10)
+    assert await proxy.sender.flush(120)
     types = [t for t, _ in await lifecycle_events(daemon_proc.url, "conv-9", 4)]
     assert types == ["turn_start", "turn_end", "turn_start", "turn_end"]
     assert proxy.lifecycle.stats.tool_calls == 1

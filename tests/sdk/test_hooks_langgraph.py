@@ -69,7 +69,7 @@ async def test_thread_id_names_the_session_and_slow_tools_suspend(
     chats = [r for r in engine.requests if r["path"] == "/v1/chat/completions"]
     assert len(chats) == 2
     assert {session_header(r) for r in chats} == {"thread-7"}
-    assert await proxy.sender.flush(10)
+    assert await proxy.sender.flush(120)
     want = [
         ("turn_start", None),
         ("turn_end", None),
@@ -107,7 +107,7 @@ async def test_outside_a_thread_the_session_id_is_given(daemon_proc, engine, sta
         ("session_suspend", "fixed", "slow_tool"),
         ("snapshot_restore", "fixed", "tool_done"),
     ]
-    assert await proxy.sender.flush(10)
+    assert await proxy.sender.flush(120)
     assert [t for t, _ in await lifecycle_events(daemon_proc.url, "fixed", 6)] == [
         "turn_start",
         "turn_end",

@@ -301,10 +301,10 @@ async def trace_snapshot(url: str, session: str | None = None) -> dict[str, Any]
     query = "?protocol=2" + (f"&session={session}" if session else "")
     async with aiohttp.ClientSession() as http:
         async with http.ws_connect(f"{url}/trace{query}") as ws:
-            header = await ws.receive_json(timeout=10)
+            header = await ws.receive_json(timeout=120)
             ids: list[str] = []
             while True:
-                part = await ws.receive_json(timeout=10)
+                part = await ws.receive_json(timeout=120)
                 ids += [row["session_id"] for row in part["sessions"]]
                 # closed parents whose forks are still open: read like sessions
                 ids += [

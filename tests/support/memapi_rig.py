@@ -100,7 +100,7 @@ def devserver(
                 proc.kill()
 
 
-def wait_prefetch(client: httpx.Client, lookup_id: str, timeout: float = 20.0) -> dict:
+def wait_prefetch(client: httpx.Client, lookup_id: str, timeout: float = 120.0) -> dict:
     """Poll GET /memory/prefetch/{id} until it has ended (done, cancelled or failed)."""
     deadline = time.monotonic() + timeout
     while True:

@@ -85,7 +85,7 @@ class Rig:
             "turn_end", session_id=sid, kv_transfer_params={"chunk_hashes": hashes}, **fields
         )
 
-    async def settle(self, timeout: float = 5.0) -> None:
+    async def settle(self, timeout: float = 120.0) -> None:
         """Wait for background backend calls and for every deliverable outbox to empty."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout

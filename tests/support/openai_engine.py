@@ -13,6 +13,10 @@ Behaviour per request, by header:
   without the route) or ``null-hashes`` (chunk_hashes null)
 * ``X-Engine-Status: 503`` answer that status with an OpenAI error body
 * ``X-Engine-Delay: 0.01`` seconds between streamed chunks
+* ``X-Engine-Hold: NAME`` a streamed answer writes only the chunks the test allows (the
+  first one, until ``engine.hold(NAME).allow(n)`` or ``.release()``); a test waits on
+  ``hold.until(check)`` (``hold.sent`` chunks written, ``hold.done`` once the handler has
+  returned or failed writing to a closed connection), never on a delay
 
 Tool calls, in vLLM 0.32's shapes (``--enable-auto-tool-choice --tool-call-parser ...``;
 tests/proxy/test_naming_answers.py checks them against the real engine's answers kept in
@@ -39,7 +43,9 @@ import argparse
 import asyncio
 import itertools
 import json
+import math
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -111,6 +117,39 @@ def tool_call_of(body: dict[str, Any]) -> tuple[dict[str, Any], str] | None:
 
 
 @dataclass
+class Hold:
+    """A streamed answer written only as far as the test allows (``X-Engine-Hold: NAME``)."""
+
+    allowed: float = 1  # chunks it may write before it waits for allow()
+    sent: int = 0  # chunks written so far
+    done: bool = False  # its handler has returned
+    _moved: asyncio.Event = field(default_factory=asyncio.Event, repr=False)
+
+    def allow(self, chunks: float) -> None:
+        """Let the answer go on up to ``chunks`` chunks in all."""
+        self.allowed = chunks
+        self._moved.set()
+
+    def release(self) -> None:
+        """Let the answer run to its end."""
+        self.allow(math.inf)
+
+    def moved(self, *, done: bool = False) -> None:
+        """The engine wrote a chunk (or, ``done``, returned)."""
+        if done:
+            self.done = True
+        else:
+            self.sent += 1
+        self._moved.set()
+
+    async def until(self, check: Callable[[Hold], bool]) -> None:
+        """Wait until ``check(self)`` holds (re-checked at every change; callers bound it)."""
+        while not check(self):
+            self._moved.clear()
+            await self._moved.wait()
+
+
+@dataclass
 class StandInEngine:
     """The stand-in engine's state: settings and every request it saw."""
 
@@ -118,7 +157,12 @@ class StandInEngine:
     reply: str = "Hello from the stand-in engine."
     requests: list[dict[str, Any]] = field(default_factory=list)
     url: str = ""
+    holds: dict[str, Hold] = field(default_factory=dict)
     _runner: web.AppRunner | None = None
+
+    def hold(self, name: str) -> Hold:
+        """The hold of requests sent with ``X-Engine-Hold: name`` (made on first use)."""
+        return self.holds.setdefault(name, Hold())
 
     def kv_params(self, body: dict[str, Any], mode: str) -> dict[str, Any] | None:
         if mode == "none":
@@ -140,7 +184,13 @@ class StandInEngine:
         tool = tool_call_of(body) if chat else None
         if body.get("stream"):
             delay = float(request.headers.get("X-Engine-Delay", "0"))
-            return await self._stream(request, chat, delay, tool)
+            name = request.headers.get("X-Engine-Hold")
+            hold = self.hold(name) if name else None
+            try:
+                return await self._stream(request, chat, delay, tool, hold)
+            finally:
+                if hold is not None:
+                    hold.moved(done=True)
         message: dict[str, Any] = {"role": "assistant", "content": self.reply}
         finish = "stop"
         if tool is not None:
@@ -193,7 +243,18 @@ class StandInEngine:
         chat: bool,
         delay: float,
         tool: tuple[dict[str, Any], str] | None = None,
+        hold: Hold | None = None,
     ) -> web.StreamResponse:
+        async def send(data: bytes) -> None:
+            """One chunk: when the hold allows it, then the delay after it."""
+            if hold is not None:
+                await hold.until(lambda h: h.sent < h.allowed)
+            await out.write(data)
+            if hold is not None:
+                hold.moved()
+            if delay:
+                await asyncio.sleep(delay)
+
         out = web.StreamResponse(
             headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
         )
@@ -232,17 +293,13 @@ class StandInEngine:
             pieces += [chunk(None, delta=d) for d in deltas[:-1]]
             pieces.append(chunk(None, finish, delta=deltas[-1]))
             for piece in pieces:
-                await out.write(f"data: {json.dumps(piece)}\n\n".encode())
-                if delay:
-                    await asyncio.sleep(delay)
+                await send(f"data: {json.dumps(piece)}\n\n".encode())
         else:
             for word in self.reply.split(" "):
-                await out.write(f"data: {json.dumps(chunk(word + ' '))}\n\n".encode())
-                if delay:
-                    await asyncio.sleep(delay)
+                await send(f"data: {json.dumps(chunk(word + ' '))}\n\n".encode())
             # As vLLM 0.32: the last chunk has the finish reason and no kv_transfer_params.
-            await out.write(f"data: {json.dumps(chunk(None, 'stop'))}\n\n".encode())
-        await out.write(b"data: [DONE]\n\n")
+            await send(f"data: {json.dumps(chunk(None, 'stop'))}\n\n".encode())
+        await send(b"data: [DONE]\n\n")
         await out.write_eof()
         return out
 

@@ -29,6 +29,14 @@ class RunningProxy:
     def lifecycle(self) -> Lifecycle:
         return self.runner.app[LIFECYCLE]
 
+    def clients_gone(self) -> bool:
+        """No client connection of the proxy is still open on its side: each one's
+        connection_lost has run, so the proxy's next write to it fails (aiohttp drops a
+        protocol's transport there)."""
+        server = self.runner.server
+        assert server is not None
+        return all(handler.transport is None for handler in server.connections)
+
 
 @pytest.fixture
 async def engine() -> AsyncIterator[StandInEngine]:

@@ -121,7 +121,7 @@ def metric(url: str, name: str, headers: dict[str, str] | None = None) -> float:
     return total
 
 
-def wait_for(pred: Any, timeout: float = 10.0, every: float = 0.05) -> bool:
+def wait_for(pred: Any, timeout: float = 120.0, every: float = 0.05) -> bool:
     """Poll ``pred()`` until true or ``timeout``; returns the last verdict."""
     deadline = time.monotonic() + timeout
     while True:

@@ -22,6 +22,12 @@ async def _head_seq(http: aiohttp.ClientSession, daemon_url: str) -> int:
                 return int(msg["seq"])
 
 
+async def head_seq(daemon_url: str) -> int:
+    """The daemon's last trace seq now: read a replay up to it to have everything so far."""
+    async with aiohttp.ClientSession() as http:
+        return await _head_seq(http, daemon_url)
+
+
 def _concerns(msg: dict[str, Any], session_id: str) -> bool:
     """The record is the session's own or changes it (what ``?session=`` would send)."""
     delta = msg.get("delta") or {}
