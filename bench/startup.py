@@ -114,16 +114,17 @@ def _listen_time(kind: str) -> tuple[float, float]:
             stop(proc)
 
 
+def run_python(*args: str) -> subprocess.CompletedProcess[str]:
+    """This interpreter run to its end in the measured processes' environment, output kept."""
+    cmd = [sys.executable, *args]
+    return subprocess.run(
+        cmd, cwd=ROOT, env=child_env(), capture_output=True, text=True, check=True
+    )
+
+
 def import_ms(module: str) -> float:
     """``python -X importtime -c 'import module'``: its cumulative figure, ms."""
-    err = subprocess.run(
-        [sys.executable, "-X", "importtime", "-c", f"import {module}"],
-        cwd=ROOT,
-        env=child_env(),
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stderr
+    err = run_python("-X", "importtime", "-c", f"import {module}").stderr
     for line in reversed(err.splitlines()):
         m = re.match(r"import time:\s+\d+ \|\s+(\d+) \| (\S+)", line)
         if m and m[2] == module:
@@ -281,14 +282,7 @@ def where_bytes_go(n_sessions: int, store_dir: Path = STORE_DIR) -> dict[str, fl
     """The store of ``n_sessions`` loaded in a child process as the daemon loads it: its RSS
     before and after, and how much of that the maps' codes and the count arrays are."""
     store = build(store_dir / f"ramakv-startup-{n_sessions}.db", n_sessions)
-    out = subprocess.run(
-        [sys.executable, "-m", "bench.startup_bytes", str(store)],
-        cwd=ROOT,
-        env=child_env(),
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout
+    out = run_python("-m", "bench.startup_bytes", str(store)).stdout
     return dict(json.loads(out.strip().splitlines()[-1]))
 
 
