@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-import time
-
 import pytest
+from support.reliability import wait_for
 
 from ascend_ext.hashing import chain_hashes, chain_hashes_hex, from_hex, lmcache_hash_func
 
@@ -88,11 +87,8 @@ def test_engine_stores_under_the_hashes_the_host_gets(blake3_engine_factory) -> 
         CacheEngineKey(md.model_name, md.world_size, md.worker_id, from_hex(h), md.kv_dtype)
         for h in hex_hashes
     ]
-    deadline = time.monotonic() + 120  # a hang guard, not a time bound
     sm = engine.storage_manager
-    while time.monotonic() < deadline and not all(sm.contains(k) for k in keys):
-        time.sleep(0.05)
-    assert all(sm.contains(k) for k in keys)
+    assert wait_for(lambda: all(sm.contains(k) for k in keys))
     # And through the memory API's query, the path the daemon uses.
     try:
         from ascend_ext.memory_ops import MemoryOps

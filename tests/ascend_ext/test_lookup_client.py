@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import threading
-import time
 from typing import Any
 
 import pytest
+from support.reliability import wait_for
 
 from ascend_ext.hashing import chain_hashes_hex
 
@@ -18,21 +18,21 @@ HANG_GUARD_S = 120.0  # a hang fails the test; nothing here is timed
 
 def _wait_result(client: Any, lookup_id: str, timeout: float = HANG_GUARD_S) -> int:
     """Poll lookup_cache as vLLM's scheduler does until the workers answered."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        r = client.lookup_cache(lookup_id)
-        if r is not None and r != -1:
-            return r
-        time.sleep(0.02)
-    raise AssertionError(f"no lookup answer for {lookup_id}")
+    seen: list[Any] = [None]
+
+    def answered() -> bool:
+        seen[0] = client.lookup_cache(lookup_id)
+        return seen[0] is not None and seen[0] != -1
+
+    assert wait_for(answered, timeout, every=0.02), f"no lookup answer for {lookup_id}"
+    return int(seen[0])
 
 
 def _stored(engine: Any, tokens: list[int]) -> None:
     """Until the engine holds every chunk of ``tokens`` (a condition, not a pause)."""
-    deadline = time.monotonic() + HANG_GUARD_S
-    while engine.lookup(tokens=tokens) != len(tokens):
-        assert time.monotonic() < deadline, "the engine never held what it stored"
-        time.sleep(0.02)
+    assert wait_for(lambda: engine.lookup(tokens=tokens) == len(tokens), every=0.02), (
+        "the engine never held what it stored"
+    )
 
 
 def _lookup(client: Any, tokens: list[int], lookup_id: str) -> int:

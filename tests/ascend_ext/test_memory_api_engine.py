@@ -2,19 +2,16 @@
 
 from __future__ import annotations
 
-import time
-
 import pytest
 
 pytest.importorskip("lmcache")
 pytestmark = pytest.mark.lmcache
 
 import httpx  # noqa: E402
-from support.memapi_rig import cpu_engine, serve, tokens, wait_prefetch  # noqa: E402
+from support.memapi_rig import CPU, DISK, cpu_engine, on_disk, serve, tokens, wait_prefetch  # noqa: E402
+from support.reliability import wait_for  # noqa: E402
 
 from ascend_ext.devserver import create_app  # noqa: E402
-
-CPU, DISK = "LocalCPUBackend", "LocalDiskBackend"
 
 
 @pytest.fixture
@@ -33,12 +30,15 @@ def _turn(client, toks):
 
 def _settle(client, hashes, want, timeout=120.0):
     """Query until every hash sits exactly in `want` (disk writes are asynchronous)."""
-    deadline = time.monotonic() + timeout
-    while True:
-        got = client.post("/memory/query", json={"chunk_hashes": hashes}).json()
-        if all(got[h] == want for h in hashes) or time.monotonic() > deadline:
-            return got
-        time.sleep(0.02)
+    got: dict = {}
+
+    def settled() -> bool:
+        got.clear()
+        got.update(client.post("/memory/query", json={"chunk_hashes": hashes}).json())
+        return all(got[h] == want for h in hashes)
+
+    wait_for(settled, timeout, every=0.02)  # the caller asserts on what it returns
+    return got
 
 
 def test_engine_turn_hands_out_blake3_chain_hashes(api):
@@ -103,15 +103,14 @@ def test_evict_waits_for_the_pending_disk_write(api):
             "chunk_hashes"
         ]
         client.post("/memory/evict", json={"chunk_hashes": hashes})  # races the disk writes
+
         # Every disk write still pending at the evict has landed (a condition, not a time):
         # a late write that undid the evict would show in the query now.
-        deadline = time.monotonic() + 120
-        while True:
+        def drained() -> bool:
             with worker.put_lock:
-                if not worker.put_tasks:
-                    break
-            assert time.monotonic() < deadline, "disk writes never finished"
-            time.sleep(0.01)
+                return not worker.put_tasks
+
+        assert wait_for(drained, every=0.01), "disk writes never finished"
         got = client.post("/memory/query", json={"chunk_hashes": hashes}).json()
         assert got == {h: [] for h in hashes}
 
@@ -175,13 +174,9 @@ def test_prefetch_with_ddr_full_does_not_hang(tmp_path):
         for i in range(4):  # DDR holds ~12 chunks: store in batches it can stage
             batch = _turn(client, tokens(10, start=7000 + 1000 * i))
             hashes += batch["kv_transfer_params"]["chunk_hashes"]
-            deadline = time.monotonic() + 120  # a hang guard, not a time bound
-            while not all(
-                DISK in v
-                for v in client.post("/memory/query", json={"chunk_hashes": hashes}).json().values()
-            ):
-                assert time.monotonic() < deadline, "disk writes did not land"
-                time.sleep(0.02)
+            assert wait_for(lambda h=hashes: on_disk(client, h), every=0.02), (
+                "disk writes did not land"
+            )
         client.post("/memory/evict", json={"chunk_hashes": hashes, "locations": [CPU]})
         client.post("/memory/prefetch", json={"chunk_hashes": hashes, "lookup_id": "big"})
         status = wait_prefetch(client, "big")

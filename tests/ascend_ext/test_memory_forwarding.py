@@ -2,29 +2,20 @@
 
 from __future__ import annotations
 
-import time
-
 import pytest
 
 pytest.importorskip("lmcache")
 pytestmark = pytest.mark.lmcache
 
 import httpx  # noqa: E402
-from support.memapi_rig import devserver, tokens  # noqa: E402
+from support.memapi_rig import CPU, DISK, devserver, on_disk, tokens  # noqa: E402
+from support.reliability import wait_for  # noqa: E402
 
 from ascend_ext.hashing import chain_hashes_hex  # noqa: E402
 
-CPU, DISK = "LocalCPUBackend", "LocalDiskBackend"
-
 
 def _wait_disk(url: str, hashes: list[str]) -> None:
-    deadline = time.monotonic() + 120  # a hang guard, not a time bound
-    while True:
-        got = httpx.post(url + "/memory/query", json={"chunk_hashes": hashes}).json()
-        if all(DISK in v for v in got.values()):
-            return
-        assert time.monotonic() < deadline
-        time.sleep(0.02)
+    assert wait_for(lambda: on_disk(httpx, hashes, url), every=0.02)
 
 
 def test_scheduler_forwards_merges_and_reports_a_dead_worker(tmp_path):
@@ -58,18 +49,20 @@ def test_scheduler_forwards_merges_and_reports_a_dead_worker(tmp_path):
             "num_chunks": 3,
             "workers": [w0, w1],
         }
-        deadline = time.monotonic() + 120  # a hang guard, not a time bound
-        while httpx.post(w1 + "/memory/query", json={"chunk_hashes": hashes[:2]}).json() != {
-            h: [CPU, DISK] for h in hashes[:2]
-        }:
-            assert time.monotonic() < deadline
-            time.sleep(0.02)
+        back = {h: [CPU, DISK] for h in hashes[:2]}
+        assert wait_for(
+            lambda: (
+                httpx.post(w1 + "/memory/query", json={"chunk_hashes": hashes[:2]}).json() == back
+            ),
+            every=0.02,
+        )
 
         # A cancel fans out too (each worker's prefetch "x" has ended: nothing to stop).
         for url in (w0, w1):
-            while httpx.get(url + "/memory/prefetch/x").json()["state"] != "done":
-                assert time.monotonic() < deadline
-                time.sleep(0.02)
+            assert wait_for(
+                lambda u=url: httpx.get(u + "/memory/prefetch/x").json()["state"] == "done",
+                every=0.02,
+            )
         r = httpx.post(sched + "/memory/prefetch/cancel", json={"lookup_id": "x"})
         assert r.status_code == 200
         assert r.json() == {"status": "success", "lookup_id": "x", "cancelled": 0, "skipped": 0}

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import threading
-import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -13,12 +12,11 @@ pytest.importorskip("lmcache")
 pytestmark = pytest.mark.lmcache
 
 import httpx  # noqa: E402
-from support.memapi_rig import cpu_engine, serve, tokens, wait_prefetch  # noqa: E402
+from support.memapi_rig import CPU, DISK, cpu_engine, on_disk, serve, tokens, wait_prefetch  # noqa: E402
+from support.reliability import wait_for  # noqa: E402
 
 from ascend_ext.devserver import create_app  # noqa: E402
 from ascend_ext.memory_api import ops_for  # noqa: E402
-
-CPU, DISK = "LocalCPUBackend", "LocalDiskBackend"
 
 
 @pytest.fixture
@@ -37,10 +35,7 @@ def _on_disk_only(client: httpx.Client, n: int) -> list[str]:
     """Store ``n`` chunks, wait for their disk copies, then drop them from DDR."""
     r = client.post("/engine/turn", json={"token_ids": tokens(n)})
     hashes = r.json()["kv_transfer_params"]["chunk_hashes"]
-    deadline = time.monotonic() + 120
-    while not all(DISK in v for v in _query(client, hashes).values()):
-        assert time.monotonic() < deadline, "disk writes did not land"
-        time.sleep(0.02)
+    assert wait_for(lambda: on_disk(client, hashes), every=0.02), "disk writes did not land"
     client.post("/memory/evict", json={"chunk_hashes": hashes, "locations": [CPU]})
     assert _query(client, hashes) == {h: [DISK] for h in hashes}
     return hashes

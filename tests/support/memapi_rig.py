@@ -18,6 +18,8 @@ import httpx
 from support.daemon_proc import free_port
 
 REPO = Path(__file__).resolve().parents[2]
+# The tier names the memory API answers with (LMCache's backend names).
+CPU, DISK = "LocalCPUBackend", "LocalDiskBackend"
 
 
 @contextmanager
@@ -98,6 +100,13 @@ def devserver(
                 proc.wait(10)
             except subprocess.TimeoutExpired:
                 proc.kill()
+
+
+def on_disk(client: Any, hashes: list[str], base: str = "") -> bool:
+    """Whether every chunk of ``hashes`` has its disk copy (POST /memory/query; ``client``
+    an httpx.Client, or the httpx module with ``base`` the memory API's URL)."""
+    got = client.post(base + "/memory/query", json={"chunk_hashes": hashes}).json()
+    return all(DISK in v for v in got.values())
 
 
 def wait_prefetch(client: httpx.Client, lookup_id: str, timeout: float = 120.0) -> dict:
