@@ -63,6 +63,11 @@ def epoch_of(msg: Mapping[str, object]) -> str | None:
     return epoch if isinstance(epoch, str) else None
 
 
+class KindNotRead(NotImplementedError):
+    """A reader was given a record kind it has no method for and did not override
+    :meth:`TraceReader.other` to take (a NotImplementedError, as callers catch it)."""
+
+
 class TraceReader(Generic[T]):
     """Calls the ``on_<kind>`` method for each message; what is not overridden (and any
     kind this protocol does not know, such as a client's own markers) goes to ``other``."""
@@ -85,7 +90,7 @@ class TraceReader(Generic[T]):
 
     def other(self, msg: Mapping[str, object]) -> T:
         """Every message without its own method (override; the default refuses)."""
-        raise NotImplementedError(f"{type(self).__name__} does not read {msg.get('kind')!r}")
+        raise KindNotRead(f"{type(self).__name__} does not read {msg.get('kind')!r}")
 
     def on_snapshot(self, msg: SnapshotHeader) -> T:
         return self.other(msg)
