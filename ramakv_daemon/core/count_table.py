@@ -65,11 +65,6 @@ class CountTable(MutableMapping[str, int]):
         """The counts kept outside the arrays (read it, never write it)."""
         return self._extra
 
-    @property
-    def array_keys(self) -> int:
-        """How many hashes the arrays hold a place for (counted or not)."""
-        return len(self._kv)
-
     def get(self, h: str, default: Any = None) -> Any:
         n = self._extra.get(h)
         if n is not None:

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 from ramakv_daemon.core.count_table import CountTable
 from ramakv_daemon.core.fork import Fork
-from ramakv_daemon.core.packed import PackedMap, code_of
+from ramakv_daemon.core.packed import PackedMap, code_of, text_of
 from ramakv_daemon.core.session import Session
 
 if TYPE_CHECKING:
@@ -72,7 +72,7 @@ def _build(maps: Sequence[Sequence[str]], holds: Sequence[Collection[str]]) -> B
     extra = table.extra
     total = int(counts_arr.sum(dtype=np.int64)) + sum(extra.values())
     many = keys_arr[counts_arr > 1].tolist()
-    shared = set(map("{:x}".format, many))
+    shared = set(map(text_of, many))
     codes = set(many)
     for h, n in extra.items():
         if n > 1:
