@@ -34,17 +34,17 @@ import sys
 import tempfile
 import time
 from collections.abc import Iterator
-from dataclasses import asdict, replace
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
 import httpx
 
-from ascend_ext.tiny_engine import EngineProcess, free_ports
+from ascend_ext.tiny_engine import EngineProcess
 from bench import procs
 from bench.agent_script import AgentTurn, Conversation, script
-from bench.engine_bench import quick_shape
-from bench.engine_workload import CHUNK, Shape, engine_settings
+from bench.engine_bench import engine_pair, quick_shape
+from bench.engine_workload import CHUNK, Shape
 
 GAP_S = 1.2  # between the two sides' requests: longer than vLLM's 1 s reader spin
 TIMEOUT = httpx.Timeout(300.0)
@@ -229,20 +229,11 @@ def play_all(turns: list[AgentTurn], system: str, sides: tuple[Side, Side], gap_
             time.sleep(gap_s)  # idle on purpose: the other engine's reader spins meanwhile
 
 
-@contextlib.contextmanager
-def engines(root: Path, shape: Shape) -> Iterator[tuple[EngineProcess, EngineProcess]]:
+def engines(
+    root: Path, shape: Shape
+) -> contextlib.AbstractContextManager[tuple[EngineProcess, EngineProcess]]:
     """Both engines of the engine benchmark's shape, with tool calls on, started together."""
-    with contextlib.ExitStack() as stack:
-        started = []
-        for name in ("alone", "steered"):
-            settings = replace(
-                engine_settings(shape, root / name, free_ports(3)), extra_args=TOOL_FLAGS
-            )
-            settings.work_dir.mkdir(parents=True, exist_ok=True)
-            started.append(stack.enter_context(EngineProcess(settings).start()))
-        for engine in started:
-            engine.wait_ready(900)
-        yield started[0], started[1]
+    return engine_pair(root, shape, TOOL_FLAGS)
 
 
 @contextlib.contextmanager

@@ -344,12 +344,18 @@ def model_beside(shape: Shape, cal: dict[str, Any]) -> dict[str, Any]:
 
 
 @contextlib.contextmanager
-def _engines(root: Path, shape: Shape) -> Iterator[tuple[EngineProcess, EngineProcess]]:
-    """Both engines, started together (start-up is the longest wait) and stopped after."""
+def engine_pair(
+    root: Path, shape: Shape, extra_args: tuple[str, ...] | None = None
+) -> Iterator[tuple[EngineProcess, EngineProcess]]:
+    """Both engines, started together (start-up is the longest wait) and stopped after;
+    ``extra_args`` replaces the engines' extra server flags (the agent benchmark's tool
+    calling)."""
     with contextlib.ExitStack() as stack:
         engines = []
         for name in ("alone", "steered"):
             settings = engine_settings(shape, root / name, free_ports(3))
+            if extra_args is not None:
+                settings = replace(settings, extra_args=extra_args)
             settings.work_dir.mkdir(parents=True, exist_ok=True)
             engines.append(stack.enter_context(EngineProcess(settings).start()))
         for engine in engines:
@@ -387,7 +393,7 @@ def run(
     with tempfile.TemporaryDirectory(prefix="ramakv-engine-bench-") as tmp:
         root = Path(work_dir or tmp).resolve()
         with (
-            _engines(root, shape) as (alone_engine, steered_engine),
+            engine_pair(root, shape) as (alone_engine, steered_engine),
             _side("alone", root, alone_engine, False) as alone,
             _side("steered", root, steered_engine, True) as steered,
         ):
