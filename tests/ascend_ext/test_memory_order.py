@@ -90,6 +90,22 @@ def test_cold_chunks_stay_hits_then_leave_ddr_first_tail_first(small_ddr):
     assert _where(client, b[3:]) == {h: [DISK] for h in b[3:]}  # cold is not deleted
 
 
+def test_a_pinned_cold_chunk_is_passed_over_not_evicted(small_ddr):
+    """A hint moves in-use chunks too; the allocator skips them while pinned."""
+    client, engine = small_ddr
+    a = _store(client, 6, 7000)
+    b = _store(client, 6, 8000)
+    cpu = engine.storage_manager.storage_backends[CPU]
+    pinned = ops_for(engine).key_for(b[5])
+    assert cpu.pin(pinned)
+    try:
+        assert _order(client, b[4:], "cold", locations=[CPU])["moved"] == 2
+        c = _store(client, 1, 9000)
+        assert _in_ddr(client, a + b + c) == a + b[:4] + b[5:] + c  # b[4] went, not b[5]
+    finally:
+        cpu.unpin(pinned)
+
+
 def test_warm_chunks_outlive_newer_ones(small_ddr):
     client, engine = small_ddr
     a = _store(client, 6, 7000)
