@@ -104,6 +104,12 @@ def merge(kind: str, answers: Sequence[WorkerAnswer], request: dict) -> tuple[in
             "late": sorted({h for a in good for h in a.body.get("late", [])}),
             "expires": bool(good) and all(a.body.get("expires") is True for a in good),
         }
+    elif kind == "order":
+        merged = {
+            "status": "success",
+            "moved": sum(int(a.body.get("moved", 0)) for a in good),
+            "missing": sum(int(a.body.get("missing", 0)) for a in good),
+        }
     else:  # query: union of locations per hash, first-seen order
         merged = {}
         for a in good:

@@ -1,6 +1,6 @@
 """The memory API (/memory/prefetch and its cancel, /memory/evict, /memory/keep,
-/memory/query) for lmcache 0.5.6's internal API server, plus ``install()`` which hooks it
-in. Wire format: docs/lmcache-wire.md."""
+/memory/order, /memory/query) for lmcache 0.5.6's internal API server, plus ``install()``
+which hooks it in. Wire format: docs/lmcache-wire.md."""
 
 from __future__ import annotations
 
@@ -23,6 +23,7 @@ from ascend_ext.memory_ops import (
     parse_locations,
     parse_lookup_id,
 )
+from ascend_ext.order_hint import parse_position
 from ascend_ext.request_error import RequestError
 
 log = logging.getLogger("ascend_ext.memory")
@@ -89,7 +90,8 @@ async def _handle(kind: str, request: Request) -> JSONResponse:
     try:
         body = await _body(request)
         hashes = parse_hashes(body)
-        locations = parse_locations(body) if kind == "evict" else None
+        locations = parse_locations(body) if kind in ("evict", "order") else None
+        position = parse_position(body) if kind == "order" else None
         lookup_id = parse_lookup_id(body) if kind == "prefetch" else None
         generation = parse_generation(body) if kind in ("evict", "keep") else None
         defer_s = parse_defer(body) if kind == "evict" else 0.0
@@ -121,6 +123,9 @@ async def _handle(kind: str, request: Request) -> JSONResponse:
                     target.evict_with, hashes, locations, generation, defer_s, not_after
                 )
             )
+        if kind == "order":
+            assert position is not None  # parsed for every order
+            return JSONResponse(await asyncio.to_thread(target.order, hashes, position, locations))
         if kind == "keep":
             # Off the loop: a keep meeting a removal under way waits for it.
             return JSONResponse(await asyncio.to_thread(target.keep, hashes, generation or 0))
@@ -156,6 +161,7 @@ async def _forward(kind: str, urls: list[str], body: dict) -> JSONResponse:
         "prefetch": ("chunk_hashes", "lookup_id"),
         "evict": ("chunk_hashes", "locations", "generation", "defer_s", "not_after_ns"),
         "keep": ("chunk_hashes", "generation"),
+        "order": ("chunk_hashes", "position", "locations"),
     }.get(kind, ("chunk_hashes",))
     payload = {k: body[k] for k in fields if body.get(k) is not None}
     path = "/memory/prefetch/cancel" if kind == "cancel" else f"/memory/{kind}"
@@ -188,6 +194,12 @@ async def evict(request: Request) -> JSONResponse:
 async def keep(request: Request) -> JSONResponse:
     """Cancel deferred deletes of chunks the daemon saw referenced again (generation)."""
     return await _handle("keep", request)
+
+
+@router.post("/memory/order")
+async def order(request: Request) -> JSONResponse:
+    """Move chunks to the cold (evicted first) or warm end of the tiers' eviction order."""
+    return await _handle("order", request)
 
 
 @router.post("/memory/query")

@@ -1,4 +1,4 @@
-"""Prefetch / evict / query on one LMCache 0.5.6 engine's StorageManager (no HTTP here)."""
+"""Prefetch / evict / order / query on one LMCache 0.5.6 engine's StorageManager (no HTTP)."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
+from ascend_ext import order_hint
 from ascend_ext.deferred_evict import DeferredEvictions
 from ascend_ext.request_error import RequestError
 
@@ -171,9 +172,52 @@ class MemoryOps:
 
     def keep(self, hashes: Sequence[str], generation: int) -> dict:
         """The daemon saw these chunks referenced again: cancel their older deletes (a
-        removal under way is waited for, so "late" means the chunk is gone already)."""
+        removal under way is waited for, so "late" means the chunk is gone already), and
+        queue a move to the warm end of every tier (not waited for: a keep answers fast)."""
         cancelled, late = self.deferred.keep(hashes, generation)
+        keys = self._unique_keys(hashes)
+        try:
+            self._worker.submit(self._order_logged, keys, "warm")
+        except RuntimeError:  # worker shut down (engine closing): no order left to keep
+            pass
         return {"status": "success", "cancelled": cancelled, "late": late, "expires": True}
+
+    # -- order ------------------------------------------------------------------------------
+    def order(
+        self, hashes: Sequence[str], position: order_hint.Position, locations: list[str] | None
+    ) -> dict:
+        """Move chunks to the cold (evicted first) or warm (evicted last) end of the given
+        tiers' eviction order (None = every tier); nothing is removed. On the worker thread,
+        in arrival order with prefetches and evicts."""
+        self._check_locations(locations)
+        keys = self._unique_keys(hashes)
+        moved, found = self._worker.submit(self._order_now, keys, position, locations).result()
+        return {"status": "success", "moved": moved, "missing": len(keys) - len(found)}
+
+    def _unique_keys(self, hashes: Sequence[str]) -> list:
+        """Keys of the hashes, first occurrence kept (a repeated hash moves once)."""
+        return list(dict.fromkeys(self.key_for(h) for h in hashes))
+
+    def _order_now(
+        self, keys: list, position: order_hint.Position, locations: list[str] | None
+    ) -> tuple[int, set[int]]:
+        """Wait out in-flight disk writes (a write landing after the hint would put the chunk
+        back at the warm end), then reorder each tier asked (worker thread)."""
+        self._wait_pending_puts(keys)
+        moved, found = 0, set()
+        for name, backend in self.sm.storage_backends.items():
+            if locations is None or name in locations:
+                n, held = order_hint.place(backend, keys, position)
+                moved += n
+                found |= held
+        return moved, found
+
+    def _order_logged(self, keys: list, position: order_hint.Position) -> None:
+        """A queued order nobody waits for (a keep's warm move): failures are logged."""
+        try:
+            self._order_now(keys, position, None)
+        except Exception:  # keep the worker alive
+            log.exception("order %s of %d chunks failed", position, len(keys))
 
     def _schedule(self, delay: float) -> None:
         if self._closed:
@@ -346,8 +390,11 @@ class MemoryOps:
                 return
             if cpu is not None and cpu.contains(key, pin=False):
                 # Already in DDR: mark it recently used, so the LRU does not evict a
-                # chunk that is about to be reused (the cache benchmark's largest gain).
+                # chunk that is about to be reused (the cache benchmark's largest gain);
+                # its disk copy too (a chunk loaded below is warmed on both by get()).
                 _touch(cpu, key)
+                if disk is not None:
+                    order_hint.place(disk, [key], "warm")
                 state["already_ddr"] += 1
                 continue
             if disk is None or not disk.contains(key, pin=False):

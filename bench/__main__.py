@@ -2,7 +2,7 @@
 
 Usage: python -m bench [--quick] [--only NAME[,NAME]] — names: throughput, recovery, memory,
 sdk, proxy, cache, console, engine, agent, admin_stall, idle_sweep, scale_out, guard_costs,
-startup, slow_keep.
+startup, slow_keep, order_hint.
 """
 
 from __future__ import annotations
@@ -178,6 +178,13 @@ def _slow_keep(quick: bool) -> tuple[dict, str]:
     return res, slow_keep.table(res)
 
 
+def _order_hint(quick: bool) -> tuple[dict, str]:
+    from bench import order_hint
+
+    res = order_hint.run((16, 64, 256) if quick else (16, 64, 256, 1024), 3 if quick else 7)
+    return res, order_hint.table(res)
+
+
 BENCHES: dict[str, Callable[[bool], tuple[dict, str]]] = {
     "throughput": _throughput,
     "recovery": _recovery,
@@ -194,6 +201,7 @@ BENCHES: dict[str, Callable[[bool], tuple[dict, str]]] = {
     "scale_out": _scale_out,
     "guard_costs": _guard_costs,
     "slow_keep": _slow_keep,
+    "order_hint": _order_hint,
 }
 
 
