@@ -84,6 +84,7 @@ def plan_close(
         for change in changes:
             rows.update(dict.fromkeys(change.evict_delete, EvictMode.DELETE))
             rows.update(dict.fromkeys(change.evict_demote, EvictMode.DEMOTE))
+            rows.update(dict.fromkeys(change.evict_cold, EvictMode.COLD))
     return Cleanup(sorted(victims, key=lambda s: (s.namespace, s.session_id)), evict, ended)
 
 
