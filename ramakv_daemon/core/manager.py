@@ -567,7 +567,7 @@ class SessionManager(OperatorEvict):
         """Up to ``limit`` chunks dead by evidence (no one names them, last referenced
         before the retention window), to delete; None when there is none."""
         refs = self.last_refs
-        refs.prune_shared(now, limit)
+        refs.prune_shared(now, 8 * limit)  # cheap: forgetting stamps deletes nothing
         dead = refs.dead(now, limit, self.refcounts.counts, self.parked)
         if not dead:
             return None
