@@ -16,6 +16,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from bench import sections
+
 RESULTS = Path(__file__).resolve().parent / "results"
 
 
@@ -210,11 +212,7 @@ def _md_sections(previous: dict[str, Any]) -> dict[str, str]:
     md = RESULTS / "latest.md"
     if not previous or not md.exists():
         return {}
-    out: dict[str, str] = {}
-    for block in md.read_text().split("\n## ")[1:]:
-        name, _, text = block.partition("\n\n")
-        out[name.strip()] = text.strip()
-    return out
+    return sections.parse_md(md.read_text())
 
 
 def main() -> None:
@@ -224,47 +222,50 @@ def main() -> None:
     p.add_argument("--only", default="", help="comma-separated subset of " + ",".join(BENCHES))
     args = p.parse_args()
     names = [n for n in args.only.split(",") if n] or list(BENCHES)
+    unknown = [n for n in names if n not in BENCHES]
+    if unknown:
+        p.error(f"unknown benchmark(s): {', '.join(unknown)}")
     previous: dict[str, Any] = {}
     if args.only and (RESULTS / "latest.json").exists():
-        # A partial run updates its sections and keeps the others' last figures.
+        # A partial run replaces its own sections and keeps the others' last runs.
         previous = json.loads((RESULTS / "latest.json").read_text())
+    cpus = os.cpu_count() or 1
     results: dict[str, Any] = {
+        **previous,
         "machine": {
-            "cpus": os.cpu_count(),
+            "cpus": cpus,
             "python": platform.python_version(),
             "platform": platform.platform(),
-            "loadavg_start": os.getloadavg(),
         },
-        "quick": args.quick,
-        "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "updated": sections.now_utc(),
     }
-    # A partial run keeps the full run's header (machine, start) and the other sections;
-    # each section carries its own start and load average.
-    results = {**results, **previous}
-    sections = []
+    # Run-wide start and load figures described only the first run of a partial-run series;
+    # each section carries its own now.
+    for stale in ("started", "quick"):
+        results.pop(stale, None)
     texts: dict[str, str] = dict(previous.get("_texts", {})) or _md_sections(previous)
     for name in names:
-        t0 = time.perf_counter()
         print(f"== {name} ...", flush=True)
-        started, load = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), os.getloadavg()
+        t0, started, load = time.perf_counter(), sections.now_utc(), os.getloadavg()
         res, text = BENCHES[name](args.quick)
-        res["wall_s"] = round(time.perf_counter() - t0, 1)
-        res["started"], res["loadavg_start"] = started, load
-        results[name] = res
+        section = sections.record(
+            results,
+            name,
+            res,
+            started=started,
+            loadavg_start=load,
+            loadavg_end=os.getloadavg(),
+            cpus=cpus,
+            wall_s=time.perf_counter() - t0,
+            quick=args.quick,
+        )
         texts[name] = text
+        print(sections.run_line(section), flush=True)
         print(text, flush=True)
-    if not previous:
-        results["machine"]["loadavg_end"] = os.getloadavg()
     results["_texts"] = texts
-    sections = [f"## {name}\n\n{texts[name]}\n" for name in BENCHES if name in texts]
     RESULTS.mkdir(exist_ok=True)
     (RESULTS / "latest.json").write_text(json.dumps(results, indent=1, default=str))
-    header = (
-        f"# ram-a-kv benchmarks ({results['started']}, {os.cpu_count()} CPUs, "
-        f"load {results['machine']['loadavg_start'][0]:.1f} at start)\n\n"
-        "Every speed figure is a ratio against a reference measured in the same run.\n\n"
-    )
-    (RESULTS / "latest.md").write_text(header + "\n".join(sections))
+    (RESULTS / "latest.md").write_text(sections.render_md(results, texts, list(BENCHES)))
     print(f"wrote {RESULTS / 'latest.json'} and {RESULTS / 'latest.md'}")
 
 
