@@ -1,7 +1,8 @@
 """`make bench`: every benchmark, side by side, into bench/results/latest.{json,md}.
 
 Usage: python -m bench [--quick] [--only NAME[,NAME]] — names: throughput, recovery, memory,
-sdk, proxy, cache, console, engine, agent, admin_stall, idle_sweep, scale_out, guard_costs,
+sdk, proxy, cache, console, engine, agent, admin_stall, idle_sweep, idle_restart, scale_out,
+guard_costs,
 startup, slow_keep, order_hint.
 """
 
@@ -122,6 +123,13 @@ def _idle_sweep(quick: bool) -> tuple[dict, str]:
     return res, idle_sweep.table(res)
 
 
+def _idle_restart(quick: bool) -> tuple[dict, str]:
+    from bench import idle_restart
+
+    res = idle_restart.run((3000,) if quick else (3000, 10000), 128, 5.0 if quick else 10.0)
+    return res, idle_restart.table(res)
+
+
 def _console(quick: bool) -> tuple[dict, str]:
     from bench import console_scale
 
@@ -200,6 +208,7 @@ BENCHES: dict[str, Callable[[bool], tuple[dict, str]]] = {
     "agent": _agent,
     "admin_stall": _admin_stall,
     "idle_sweep": _idle_sweep,
+    "idle_restart": _idle_restart,
     "scale_out": _scale_out,
     "guard_costs": _guard_costs,
     "slow_keep": _slow_keep,
