@@ -2,8 +2,7 @@
 
 Usage: python -m bench [--quick] [--only NAME[,NAME]] — names: throughput, recovery, memory,
 sdk, proxy, cache, console, engine, agent, admin_stall, idle_sweep, idle_restart, scale_out,
-guard_costs,
-startup, slow_keep, order_hint.
+guard_costs, startup, slow_keep, order_hint.
 """
 
 from __future__ import annotations
