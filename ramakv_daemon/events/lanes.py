@@ -21,9 +21,11 @@ BACKGROUND_IN_FLIGHT = 1
 # events finished: background work gets a bounded share, and a sweep still ends under load.
 CLIENT_SHARE = 8
 # While clients are active (one finished in the last RECENT_CLIENT_S), background work takes
-# at most this share of the wall clock: after an event that took t, the lane stays shut for
-# t * (1 - share) / share, so client events find the loop free most of the time. With no
-# client about, background work runs at full speed.
+# at most this share of the loop: after an event whose span cost the loop's thread t seconds
+# of CPU, the lane stays shut for t * (1 - share) / share, so client events find the loop
+# free most of the time. CPU, not wall time: a commit written off the loop, or the OS giving
+# the core to another process, costs the loop nothing. With no client about, background work
+# runs at full speed.
 BACKGROUND_SHARE = 0.5
 RECENT_CLIENT_S = 1.0
 MAX_PAUSE_S = 0.25  # one slow background event never shuts the lane for longer
@@ -44,9 +46,11 @@ class Lanes:
         client_share: int = CLIENT_SHARE,
         share: float = BACKGROUND_SHARE,
         clock: Callable[[], float] = time.monotonic,
+        cpu_clock: Callable[[], float] = time.thread_time,
     ):
-        """``share``: the wall-clock share background work gets while clients are active
-        (1.0: no pause); ``clock``: monotonic seconds (tests inject one)."""
+        """``share``: the share of the loop background work gets while clients are active
+        (1.0: no pause); ``clock``: monotonic seconds; ``cpu_clock``: the loop thread's CPU
+        seconds (tests inject both)."""
         if in_flight < 1 or client_share < 1:
             raise ValueError("in_flight and client_share must be at least 1")
         if not 0 < share <= 1:
@@ -55,6 +59,7 @@ class Lanes:
         self.client_share = client_share
         self.share = share
         self.clock = clock
+        self.cpu_clock = cpu_clock
         self._last_client = -math.inf
         self._shut_until = -math.inf  # the pause after a background event
         self._reopen: asyncio.TimerHandle | None = None
@@ -95,13 +100,13 @@ class Lanes:
                 raise
         else:
             self._take()
-        began = self.clock()
+        began = self.cpu_clock()
         token = BACKGROUND.set(True)  # its commit may be written off the loop
         try:
             yield
         finally:
             BACKGROUND.reset(token)
-            self._pause(self.clock() - began)
+            self._pause(self.cpu_clock() - began)
             self._release()
 
     def background_run(self, run: Callable[[A, B], Awaitable[T]]) -> Callable[[A, B], Awaitable[T]]:
@@ -114,8 +119,8 @@ class Lanes:
         return in_background
 
     def _pause(self, took: float) -> None:
-        """After a background event that took ``took`` s: shut the lane for its pause while
-        clients are active, and open it again when the pause ends."""
+        """After a background event whose span took ``took`` s of the loop's CPU: shut the
+        lane for its pause while clients are active, and open it again when it ends."""
         now = self.clock()
         if self.share >= 1 or now - self._last_client > RECENT_CLIENT_S:
             return
