@@ -55,6 +55,12 @@ def _change_of(p: _Pending) -> tuple[str, Change] | None:
     return None if p.record is None else (p.record.namespace, p.record.change)
 
 
+def _background(batch: list[_Pending]) -> bool:
+    """True for a batch of background changes alone (retired rows may ride along)."""
+    changes = [p for p in batch if p.record is not None or p.answer is not None]
+    return bool(changes) and all(p.background for p in changes)
+
+
 def _gate_of(p: _Pending) -> asyncio.Future[None] | None:
     return None if p.record is None else p.record.gate
 
@@ -221,7 +227,7 @@ class GroupCommitter:
             prune = time.time() - self.event_id_ttl_s
         started = time.perf_counter()
         # A batch of background changes alone may be written off the loop (ports.BACKGROUND).
-        token = BACKGROUND.set(all(p.background for p in batch if p.record is not None))
+        token = BACKGROUND.set(_background(batch))
         try:
             if forks:
                 # One counter for the whole store; a value above ids not yet committed is

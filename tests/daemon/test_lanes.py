@@ -119,3 +119,48 @@ async def test_a_client_event_is_served_before_queued_background_events(
 
 
 HASHES = {"kv_transfer_params": {"chunk_hashes": ["sys", "new"]}}
+
+
+async def test_while_clients_are_active_background_pauses_for_its_own_cost() -> None:
+    now, cpu = [100.0], [5.0]
+    lanes = Lanes(in_flight=1, share=0.5, clock=lambda: now[0], cpu_clock=lambda: cpu[0])
+    with lanes.client():
+        pass  # a client answered just now: clients are active
+    async with lanes.background():
+        cpu[0] += 0.004  # the event cost the loop 4 ms
+    assert not lanes._may_admit()  # shut for 4 ms more (share 0.5)
+    second = asyncio.create_task(_enter(lanes))
+    await asyncio.sleep(0)
+    assert not second.done() and lanes.background_waiting == 1
+    now[0] += 0.004
+    await second  # reopened once its pause has passed
+    now[0] += 5.0  # no client for a while: no pause at all
+    async with lanes.background():
+        cpu[0] += 1.0
+    assert lanes._may_admit()
+
+
+async def _enter(lanes: Lanes) -> None:
+    async with lanes.background():
+        pass
+
+
+async def test_a_background_batch_is_written_off_the_loop(daemon: DaemonClient) -> None:
+    import threading
+
+    d = daemon.daemon
+    store = d.store
+    seen: list[bool] = []
+    write_sync = store._write_sync  # type: ignore[attr-defined]
+
+    def spy(*args: object) -> None:
+        seen.append(threading.current_thread() is threading.main_thread())
+        write_sync(*args)
+
+    store._write_sync = spy  # type: ignore[attr-defined]
+    await daemon.turn_end("a", ["sys", "x"])
+    await d.background_run({"type": "session_suspend", "session_id": "a"}, None)
+    await daemon.turn_end("b", ["sys", "y"])
+    # Client commits inline, the background one on the thread (delivery's retired rows
+    # are committed inline between them, alone).
+    assert seen[0] and seen[-1] and seen.count(False) == 1
