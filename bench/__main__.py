@@ -1,8 +1,8 @@
 """`make bench`: every benchmark, side by side, into bench/results/latest.{json,md}.
 
 Usage: python -m bench [--quick] [--only NAME[,NAME]] — names: throughput, recovery, memory,
-sdk, proxy, cache, console, engine, agent, admin_stall, idle_sweep, idle_restart, scale_out,
-guard_costs, startup, slow_keep, order_hint.
+sdk, proxy, cache, console, engine, agent, admin_stall, idle_sweep, idle_restart, read_scale,
+scale_out, guard_costs, startup, slow_keep, order_hint.
 """
 
 from __future__ import annotations
@@ -129,6 +129,13 @@ def _idle_restart(quick: bool) -> tuple[dict, str]:
     return res, idle_restart.table(res)
 
 
+def _read_scale(quick: bool) -> tuple[dict, str]:
+    from bench import read_scale
+
+    res = read_scale.run((5000,) if quick else (5000, 20000), 0.6, 1 if quick else 3)
+    return res, read_scale.table(res)
+
+
 def _console(quick: bool) -> tuple[dict, str]:
     from bench import console_scale
 
@@ -208,6 +215,7 @@ BENCHES: dict[str, Callable[[bool], tuple[dict, str]]] = {
     "admin_stall": _admin_stall,
     "idle_sweep": _idle_sweep,
     "idle_restart": _idle_restart,
+    "read_scale": _read_scale,
     "scale_out": _scale_out,
     "guard_costs": _guard_costs,
     "slow_keep": _slow_keep,
