@@ -89,17 +89,16 @@ class Lanes:
     @contextlib.asynccontextmanager
     async def background(self) -> AsyncIterator[None]:
         """Waits for the background lane's turn, then holds one of its slots for the block."""
-        if not self._may_admit() or self._waiting:
-            fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-            self._waiting.append(fut)
+        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._waiting.append(fut)  # behind those waiting already (cancelled ones are skipped)
+        self._admit()
+        if not fut.done():
             try:
                 await fut
             except asyncio.CancelledError:
                 if fut.done() and not fut.cancelled():  # admitted as it was cancelled
                     self._release()
                 raise
-        else:
-            self._take()
         began = self.cpu_clock()
         token = BACKGROUND.set(True)  # its commit may be written off the loop
         try:

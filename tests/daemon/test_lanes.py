@@ -83,6 +83,27 @@ async def test_a_cancelled_waiter_gives_its_turn_away() -> None:
     assert lanes.background_running == 0
 
 
+async def test_a_queue_of_cancelled_waiters_does_not_block_a_newcomer() -> None:
+    lanes = Lanes(in_flight=1, share=1.0)
+    gate = asyncio.Event()
+
+    async def hold() -> None:
+        async with lanes.background():
+            await gate.wait()
+
+    holder = asyncio.create_task(hold())
+    await asyncio.sleep(0)
+    gone = asyncio.create_task(_enter(lanes))
+    await asyncio.sleep(0)
+    gone.cancel()
+    gate.set()
+    await holder
+    with pytest.raises(asyncio.CancelledError):
+        await gone
+    await _enter(lanes)  # only a cancelled waiter ahead of it: admitted at once
+    assert lanes.background_running == 0 and lanes.background_waiting == 0
+
+
 def test_bad_bounds_are_refused() -> None:
     with pytest.raises(ValueError, match="at least 1"):
         Lanes(in_flight=0)
