@@ -3,15 +3,17 @@ per-hash count it replaces, for hashes in the arrays, in its dict and in neither
 
 from __future__ import annotations
 
+import random
 from array import array
 
 from hypothesis import given
 from hypothesis import strategies as st
 
 from ramakv_daemon.core.count_table import CountTable
-from ramakv_daemon.core.packed import PackedMap, code_of
+from ramakv_daemon.core.packed import PackedMap, code_of, text_of
 from ramakv_daemon.core.session import Session
 from ramakv_daemon.trace.protocol import shared_count
+from ramakv_daemon.trace.shared_counts import counted_above
 
 IN_ARRAYS = ["a", "-b", "7f", "0", "1d", "-7fff"]
 LATER = ["c0", "-3", "fe"]  # canonical, first counted after the load: the table's dict
@@ -53,3 +55,18 @@ def test_an_empty_table_counts_nothing() -> None:
     packed = PackedMap.of(["a", "b"])
     assert packed is not None
     assert shared_count(Session("s", packed, suspended=True), table) == 0
+
+
+@given(st.randoms(use_true_random=False), st.booleans())
+def test_many_blocks_of_keys_count_as_a_dict_would(rnd: random.Random, suspended: bool) -> None:
+    codes = sorted({rnd.randrange(-(2**63), 2**63) for _ in range(200)})
+    counts = array("i", [rnd.randrange(0, 3) for _ in codes])
+    table = CountTable(array("q", codes), counts, {})
+    strangers = [rnd.randrange(-(2**63), 2**63) for _ in range(20)]  # in no array
+    picked = rnd.sample(codes, min(40, len(codes))) + strangers + [codes[0], codes[-1], codes[-1]]
+    packed = PackedMap.of([text_of(c) for c in picked])
+    assert packed is not None
+    by_code = dict(zip(codes, counts, strict=True))
+    own = 0 if suspended else 1
+    expected = sum(1 for c in set(picked) if by_code.get(c, 0) > own)
+    assert counted_above(packed, table, own) == expected
