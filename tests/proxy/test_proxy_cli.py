@@ -28,7 +28,7 @@ def test_bad_lifecycle_values_exit_2_naming_them() -> None:
     assert "tool_pause_suspend_s must be >= 0 (0 = off), got -1.0" in out.stderr
     out = run("--upstream", "http://127.0.0.1:1", "--run-end-close-s", "-2")
     assert out.returncode == 2
-    assert "run_end_close_s must be >= 0 (0 = off), got -2.0" in out.stderr
+    assert "run_end_grace_s must be >= 0 (0 = off), got -2.0" in out.stderr
 
 
 def test_lifecycle_flags_reach_the_settings(tmp_path, monkeypatch) -> None:  # noqa: ANN001
@@ -57,8 +57,8 @@ def test_lifecycle_flags_reach_the_settings(tmp_path, monkeypatch) -> None:  # n
         False,
         "wait",
     )
-    assert s.run_end_close_s == 0.5
+    assert s.run_end_grace_s == 0.5
     defaults = settings_from(parse_args(["--upstream", "http://e:8000"]))
     assert (defaults.tool_pause_suspend_s, defaults.restore_wait_ms) == (2.0, 1000)
     assert (defaults.session_idle_close_s, defaults.session_header) == (900.0, "X-Session-ID")
-    assert defaults.run_end_close_s == 5.0
+    assert defaults.run_end_grace_s == 5.0
