@@ -11,8 +11,8 @@ ram-a-kv event and no session header: sessions are named by the OpenAI ``user`` 
 pauses are inferred by the proxy (an answer with tool calls and no request for
 ``tool_pause_suspend_s`` -> suspend; the next request -> restore, waiting for DDR), ends
 from the final answer (an answer that calls no tool, after the conversation used one, and
-no request for ``run_end_grace_s`` -> an inferred suspend), the idle rules as a backstop (the proxy's
-``session_idle_close_s``, the daemon's ``idle_suspend_s`` / ``idle_close_s``). Each turn
+no request for ``run_end_grace_s`` -> an inferred suspend), the idle rules as a backstop
+(the proxy's ``session_idle_close_s``, the daemon's ``idle_suspend_s`` / ``idle_close_s``). Each turn
 is played on both sides in turn, alternating which goes first, ``GAP_S`` apart (vLLM's
 shared-memory reader spins 1 s after each read and would slow the other engine). Reported
 per side: recomputed prompt tokens (prompt minus LMCache's cached tokens), TTFT mean and
@@ -136,8 +136,8 @@ class Side:
 
     def settle(self, timeout: float = SETTLE_S) -> bool:
         """Wait until the proxy has no decision pending (each session suspended after its
-        final answer, or forgotten) and sent every event, and the daemon delivered every eviction: the counts are then
-        whole. False when that did not happen within ``timeout``."""
+        final answer) and sent every event, and the daemon delivered every eviction: the
+        counts are then whole. False when that did not happen within ``timeout``."""
         deadline = time.monotonic() + timeout
         pause = 0.05
         while time.monotonic() < deadline:

@@ -9,7 +9,6 @@ import aiohttp
 import pytest
 from support.openai_engine import chunk_hashes, prompt_of
 
-
 CHAT = {
     "model": "m",
     "messages": [
