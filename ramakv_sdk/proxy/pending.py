@@ -62,8 +62,11 @@ def load(doc: Any, mono_now: float, wall_now: float) -> dict[str, SessionMachine
     for sid, row in (doc.get("sessions") or {}).items():
         try:
             final = row.get("final_at")
+            state = State(row["state"])
+            if state not in _KEPT:
+                raise ValueError(f"state {state.value} is never kept")
             machines[str(sid)] = SessionMachine(
-                state=State(row["state"]),
+                state=state,
                 suspended_by=row.get("suspended_by"),
                 final_at=None if final is None else float(final) - wall_now + mono_now,
                 deadlines={

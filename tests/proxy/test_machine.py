@@ -184,3 +184,30 @@ def test_a_prompt_extends_its_sessions_or_is_a_side_call() -> None:
     assert more is not None and more.extends(text.slim())
     other = PromptShape.of({"prompt": "xbcdefgh"})
     assert other is not None and not other.extends(text.slim())
+
+
+def test_pending_state_round_trips_on_wall_time_and_skips_bad_rows() -> None:
+    from ramakv_sdk.proxy import pending
+
+    m = SessionMachine()
+    m.step(Signal.REQUEST, 100.0, P)
+    m.step(Signal.TOOL_CALL, 101.0, P, request=1)
+    busy = SessionMachine()
+    busy.step(Signal.REQUEST, 100.0, P)
+    doc = pending.dump({"a": m, "b": busy}, mono_now=102.0, wall_now=5000.0, idle_s=900.0)
+    assert doc["sessions"]["a"]["deadlines"] == {"suspend": 5001.0, "idle": 5899.0}
+    assert doc["sessions"]["b"] == {
+        "state": "idle",
+        "suspended_by": None,
+        "final_at": None,
+        "deadlines": {"idle": 5900.0},
+    }
+    doc["sessions"]["c"] = {"state": "closed", "deadlines": {}}
+    doc["sessions"]["d"] = "not a row"
+    back = pending.load(doc, mono_now=7.0, wall_now=5001.0)
+    assert set(back) == {"a", "b"}
+    assert back["a"].state is State.TOOL_PAUSE and back["a"].deadlines == {
+        "suspend": 7.0,
+        "idle": 905.0,
+    }
+    assert pending.load({"version": 99}, 0.0, 0.0) == {}
