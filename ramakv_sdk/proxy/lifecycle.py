@@ -279,10 +279,13 @@ class Lifecycle:
         if ok:
             self.breaker.success()
             return True, result
+        self._timed_out()
+        return False, None
+
+    def _timed_out(self) -> None:
         self.stats.daemon_timeouts += 1
         self.breaker.failure()
         self.stats.breaker_opens = self.breaker.opens
-        return False, None
 
     async def _daemon_suspended(self, sid: str, ticket: Ticket) -> bool:
         ok, suspended = await self.wait_daemon(ticket, self.landing.suspended(sid))
@@ -295,7 +298,7 @@ class Lifecycle:
         data = (env or {}).get("data") or {}
         if ok and env and env.get("ok") and data.get("prefetch_count") and deadline > 0:
             if self.settings.restore_wait_ms:
-                await self.landing.wait(sid, deadline)
+                await self._landed(sid, deadline)
 
     async def _restore(self, sid: str, reason: str, ticket: Ticket) -> None:
         try:
@@ -322,7 +325,7 @@ class Lifecycle:
         landing = Landing("unknown")
         if ok and env and env.get("ok") and data.get("prefetch_count"):
             if self.settings.restore_wait_ms:
-                landing = await self.landing.wait(sid, deadline)
+                landing = await self._landed(sid, deadline)
         self._count_restore(landing)
         log.info(
             "session %s restored before its next request: %s (%d/%d chunks in DDR, waited %.1f ms)",
@@ -332,6 +335,17 @@ class Lifecycle:
             landing.held,
             landing.waited_s * 1000,
         )
+
+    async def _landed(self, sid: str, deadline: float) -> Landing:
+        """The bounded wait for DDR, cut at its deadline plus one daemon wait even when
+        a poll hangs (a daemon that stops answering mid-wait opens the breaker)."""
+        started = self.clock.now()
+        bound = max(0.0, deadline - started) + self.settings.daemon_wait_ms / 1000
+        ok, landing = await bounded(self.clock, bound, self.landing.wait(sid, deadline))
+        if ok and landing is not None:
+            return landing
+        self._timed_out()
+        return Landing("timeout", waited_s=self.clock.now() - started)
 
     def _count_restore(self, landing: Landing) -> None:
         st = self.stats
