@@ -245,8 +245,8 @@ def verdict(
     met = {k: r is not None and r <= TARGETS[k] for k, r in ratios.items()}
     out: dict[str, Any] = {"ratios": ratios, "targets": dict(TARGETS), "met": met}
     if aim_gain is not None:
-        r = ratios["recomputed"]
-        gain = None if not r else round(1 / r, 3)
+        gain = ratio(alone["recomputed_tokens"], steered["recomputed_tokens"])  # unrounded
+        gain = None if steered["recomputed_tokens"] == 0 else gain
         out["recompute_gain"] = gain
         out["aim_gain"] = aim_gain
         out["aim_met"] = gain is not None and gain >= aim_gain
