@@ -33,6 +33,8 @@ import asyncio
 import contextlib
 import json
 import os
+import signal
+import sys
 import time
 from collections.abc import Awaitable, Callable, Coroutine, Iterator
 from dataclasses import asdict, replace
@@ -47,7 +49,8 @@ from bench import procs
 from bench.engine_workload import Shape
 
 RESULTS = Path(__file__).resolve().parent / "results"
-TIMEOUT = httpx.Timeout(600.0)
+#: A call's bound: an engine that hangs (it has, under DDR pressure) fails the run, named.
+TIMEOUT = httpx.Timeout(300.0)
 GAP_S = 1.2  # after one engine's last answer: vLLM's shm reader spins 1 s (engine_bench)
 SETTLE_S = 60.0
 # Tool calls on the tiny dummy-weight model: a named tool_choice and a schema with a single
@@ -96,7 +99,7 @@ class Recorder:
             "request": [self.on_request],
             "response": [self.on_response],
         }
-        return lib.AsyncClient(timeout=lib.Timeout(600.0), event_hooks=hooks)
+        return lib.AsyncClient(timeout=lib.Timeout(300.0), event_hooks=hooks)
 
 
 # --- the two chat workloads ------------------------------------------------------------
@@ -506,6 +509,8 @@ def main() -> None:
     p.add_argument("--time-scale", type=float, default=1.0, help="tool and think times x this")
     p.add_argument("--work-dir", default=None, help="keep engine and proxy logs here")
     args = p.parse_args()
+    # A background run ignores SIGINT: SIGTERM unwinds instead, so the engines are stopped.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     only = tuple(x for x in args.only.split(",") if x)
     bad = [x for x in only if x not in WORKLOADS]
     if bad:

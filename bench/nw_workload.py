@@ -39,8 +39,11 @@ class ChatShape:
 
 
 def quick_chat_shape() -> ChatShape:
-    """A few minutes per side on two cores: 4 users, 3 messages, a shorter context."""
-    return ChatShape(users=4, messages=(3, 3), context_tokens=1024, ddr_chunks=10, disk_chunks=24)
+    """A few minutes per side on two cores: 4 users, 3 messages, a shorter context; DDR
+    half the working set (~40 chunks) but room for two prompts at once (with 10 chunks,
+    less than two users' prompts, the steered engine hung: LMCache's "CPU staging pool may
+    be exhausted" on an async disk load, two requests running and none progressing)."""
+    return ChatShape(users=4, messages=(3, 3), context_tokens=1024, ddr_chunks=20, disk_chunks=32)
 
 
 @dataclass(frozen=True, slots=True)
