@@ -230,14 +230,20 @@ def engine_counters(engine: EngineProcess) -> dict[str, float]:
     return out
 
 
-def settle(daemon_url: str, proxy_url: str, timeout: float = SETTLE_S) -> bool:
-    """Until the proxy has no event queued and the daemon's outbox is empty (bounded)."""
+def settle(daemon_url: str, proxy_url: str, run_ends: int = 0, timeout: float = SETTLE_S) -> bool:
+    """Until the proxy has no event queued, the daemon's outbox is empty and the proxy has
+    decided ``run_ends`` run ends (suspended, closed or cancelled: the last message's comes
+    after the workload), bounded by ``timeout``."""
     deadline, pause = time.monotonic() + timeout, 0.05
     while time.monotonic() < deadline:
         stats = httpx.get(proxy_url + "/_ramakv/stats", timeout=TIMEOUT).json()
         text = httpx.get(daemon_url + "/metrics", timeout=TIMEOUT).text
         outbox = sum(v for n, v in nw.prom_lines_with(text, "ramakv_evict_outbox").items())
-        if stats.get("pending", 0) == 0 and outbox == 0:
+        decided = sum(
+            nw.first_stat(stats, name) or 0
+            for name in ("suspends_run_end", "closes_run_end", "run_end_cancelled")
+        )
+        if stats.get("pending", 0) == 0 and outbox == 0 and decided >= run_ends:
             return True
         time.sleep(pause)
         pause = min(1.0, pause * 2)
@@ -278,7 +284,8 @@ def run_side(
     with stack(engine, steered, log) as (daemon_url, proxy_url):
         asyncio.run(play(proxy_url, system, users, shape, rec))
         wall = time.perf_counter() - t0
-        settled = settle(daemon_url, proxy_url)
+        run_ends = sum(len(u.messages) for u in users) if play is play_agents else 0
+        settled = settle(daemon_url, proxy_url, run_ends)
         figures = proxy_figures(daemon_url, proxy_url)
     d = nw.counter_delta(before, engine_counters(engine))
     lat = [c["ms"] for c in rec.calls]
