@@ -112,7 +112,7 @@ def test_a_chat_users_next_message_finds_its_context_after_the_run_end(
 
     set_tracing_disabled(True)
     calls = Calls()
-    system = text("shared support prompt", 700)
+    system = text("shared support prompt", 400)  # ~1,000 tokens: text() runs ~2.7 a unit
 
     @function_tool
     def look_up(path: Literal["."]) -> str:
@@ -154,7 +154,7 @@ def test_a_chat_users_next_message_finds_its_context_after_the_run_end(
         histories.update(zip(USERS, done, strict=True))
 
     histories: dict[str, list[Any]] = {sid: [] for sid in USERS}
-    first = {sid: text(f"{sid} private notes", 1100) + "\nWhat do they say?" for sid in USERS}
+    first = {sid: text(f"{sid} notes", 300) + "\nWhat do they say?" for sid in USERS}
     asyncio.run(both(histories, first))
     for sid in USERS:
         assert len(calls.of(sid)) == 2, calls.of(sid)  # the tool call, then the text answer
