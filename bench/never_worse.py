@@ -326,13 +326,17 @@ def chat_pairs(
             res["pair"] = p
             runs[res["side"]].append(res)
             time.sleep(GAP_S)  # idle on purpose: the engine's reader spins after its answer
-    return side_by_side(runs, aim=tag == "a")
+    return side_by_side(runs, nw.AIM_RECOMPUTE_GAIN if tag == "a" else None)
 
 
-def side_by_side(runs: dict[str, list[dict[str, Any]]], aim: bool) -> dict[str, Any]:
+def side_by_side(
+    runs: dict[str, list[dict[str, Any]]],
+    aim_gain: float | None = None,
+    aim_latency: float | None = None,
+) -> dict[str, Any]:
     """Both sides' runs pooled, the verdict, and the runs themselves (without latencies)."""
     alone, steered = nw.mean_side(runs["alone"]), nw.mean_side(runs["steered"])
-    verdict = nw.verdict(alone, steered, nw.AIM_RECOMPUTE_GAIN if aim else None)
+    verdict = nw.verdict(alone, steered, aim_gain, aim_latency)
     slim = {
         side: [{k: v for k, v in r.items() if k != "latencies_ms"} for r in rs]
         for side, rs in runs.items()
@@ -381,7 +385,7 @@ def agents_ending(quick: bool, root: Path) -> dict[str, Any]:
                         **proxy_figures(side.daemon_url, side.proxy_url),
                     }
                 ]
-    return side_by_side(runs, aim=False)
+    return side_by_side(runs, nw.KEEP_GAIN, nw.KEEP_LATENCY)
 
 
 def engine_benchmark(quick: bool) -> dict[str, Any]:
@@ -401,7 +405,7 @@ def engine_benchmark(quick: bool) -> dict[str, Any]:
             "latency_p90_ms": s["ttft_p90_ms"],
             "mispredictions": {},
         }
-    verdict = nw.verdict(sides["alone"], sides["steered"])
+    verdict = nw.verdict(sides["alone"], sides["steered"], nw.KEEP_GAIN, nw.KEEP_LATENCY)
     keep = ("recompute_gain", "ttft_mean_reduction", "ttft_p90_reduction", "met")
     return {**sides, **verdict, "engine_bench": {k: res[k] for k in keep}}
 
@@ -497,6 +501,8 @@ def table(res: dict[str, Any]) -> str:
         )
         if "aim_gain" in w:
             line += f"; gain {w['recompute_gain']} (aim >= {w['aim_gain']}: {w['aim_met']})"
+        if "aim_latency" in w:
+            line += f"; latency aim <= {w['aim_latency']}x: {w['aim_latency_met']}"
         if "engine_bench" in w:
             line += f"; engine_bench {w['engine_bench']}"
         notes.append(line + f"; {w.get('wall_s', '-')} s.")

@@ -16,6 +16,8 @@ from typing import Any
 TARGETS = {"recomputed": 1.0, "latency_mean": 1.05, "latency_p90": 1.05}
 #: Workload (a), the chat pattern with pauses: aim for this many times fewer recomputed tokens.
 AIM_RECOMPUTE_GAIN = 1.5
+#: (b) and (d) keep what steering already gave them: a recompute gain of 2.5 and TTFT -30 %.
+KEEP_GAIN, KEEP_LATENCY = 2.5, 0.70
 
 
 @dataclass(frozen=True, slots=True)
@@ -236,10 +238,14 @@ def ratio(steered: float, alone: float) -> float | None:
 
 
 def verdict(
-    alone: dict[str, Any], steered: dict[str, Any], aim_gain: float | None = None
+    alone: dict[str, Any],
+    steered: dict[str, Any],
+    aim_gain: float | None = None,
+    aim_latency: float | None = None,
 ) -> dict[str, Any]:
     """Ratios steered/alone of recomputed tokens, mean and p90 latency, each against its
-    target (never worse); with ``aim_gain``, whether alone/steered recomputed reaches it."""
+    target (never worse); with ``aim_gain``, whether alone/steered recomputed reaches it;
+    with ``aim_latency``, whether both latency ratios are at most it."""
     ratios = {
         "recomputed": ratio(steered["recomputed_tokens"], alone["recomputed_tokens"]),
         "latency_mean": ratio(steered["latency_mean_ms"], alone["latency_mean_ms"]),
@@ -253,6 +259,10 @@ def verdict(
         out["recompute_gain"] = gain
         out["aim_gain"] = aim_gain
         out["aim_met"] = gain is not None and gain >= aim_gain
+    if aim_latency is not None:
+        lat = (ratios["latency_mean"], ratios["latency_p90"])
+        out["aim_latency"] = aim_latency
+        out["aim_latency_met"] = all(r is not None and r <= aim_latency for r in lat)
     out["never_worse"] = all(met.values())
     return out
 

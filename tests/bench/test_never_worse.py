@@ -215,3 +215,46 @@ def test_runs_of_one_side_are_pooled() -> None:
     assert (pooled["prompt_tokens"], pooled["recomputed_tokens"]) == (30, 9)
     assert pooled["failed_to_allocate"] == 1 and pooled["latency_mean_ms"] == 3.0
     assert pooled["mispredictions"] == {"lifecycle.run_end_mispredictions": 3.0}
+
+
+def test_the_kept_gains_of_b_and_d_need_both_latencies_under_their_aim() -> None:
+    v = nw.verdict(_side(3000, 100.0, 200.0), _side(1000, 70.0, 140.0), 2.5, 0.7)
+    assert v["aim_met"] is True and v["aim_latency_met"] is True
+    v = nw.verdict(_side(3000, 100.0, 200.0), _side(1000, 70.0, 141.0), 2.5, 0.7)
+    assert v["aim_latency_met"] is False and v["never_worse"] is True
+
+
+def test_the_table_renders_pooled_runs_and_the_engine_benchmarks_form() -> None:
+    from bench import never_worse
+
+    def run(side: str, recomputed: int, closes: float | None) -> dict[str, object]:
+        return {
+            "side": side,
+            "prompt_tokens": 100,
+            "recomputed_tokens": recomputed,
+            "cached_tokens": 100 - recomputed,
+            "failed_to_allocate": 3,
+            "latencies_ms": [10.0, 20.0],
+            "mispredictions": {},
+            "closes_run_end": closes,
+            "suspends_run_end": None if closes else 4.0,
+        }
+
+    chat = never_worse.side_by_side(
+        {"alone": [run("alone", 40, 2.0)], "steered": [run("steered", 20, None)]},
+        nw.AIM_RECOMPUTE_GAIN,
+    )
+    engine_form = {"recomputed_tokens": 10, "prompt_tokens": 50, "failed_to_allocate": 0}
+    engine_form |= {"calls": 5, "latency_mean_ms": 1.0, "latency_p90_ms": 2.0}
+    d = {"alone": engine_form, "steered": engine_form}
+    d |= nw.verdict(engine_form, engine_form, nw.KEEP_GAIN, nw.KEEP_LATENCY)
+    res = {"quick": True, "pairs": 1, "time_scale": 1.0, "loadavg_start": (1.0, 0, 0)}
+    res |= {"loadavg_end": (2.0, 0, 0), "a": chat, "d": {**d, "engine_bench": {}}}
+    text = never_worse.table(res)
+    assert (
+        "| (a) Agents SDK chat pattern | alone | 40 | 100 | 15.0 / 10.0 | 2 | 3 | 0 / 2 |" in text
+    )
+    assert "| (a) Agents SDK chat pattern | steered | 20 |" in text and "| 4 / 0 |" in text
+    assert "gain 2.0 (aim >= 1.5: True)" in text
+    assert "(d) engine benchmark: steered/alone recomputed 1.0x" in text
+    assert "latency aim <= 0.7x: False" in text
