@@ -372,7 +372,8 @@ def agents_ending(quick: bool, root: Path) -> dict[str, Any]:
             agent_bench.play_all(turns, system, (sides[0], sides[1]), agent_bench.GAP_S)
             runs: dict[str, list[dict[str, Any]]] = {}
             for side, engine, b in zip(sides, engines, before, strict=True):
-                settled = settle(side.daemon_url, side.proxy_url)
+                # every conversation ends in a final answer: a run end each
+                settled = settle(side.daemon_url, side.proxy_url, shape.sessions)
                 d = nw.counter_delta(b, engine_counters(engine))
                 runs[side.name] = [
                     {
