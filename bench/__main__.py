@@ -2,7 +2,7 @@
 
 Usage: python -m bench [--quick] [--only NAME[,NAME]] — names: throughput, recovery, memory,
 sdk, proxy, cache, console, engine, agent, admin_stall, idle_sweep, idle_restart, read_scale,
-scale_out, guard_costs, startup, slow_keep, order_hint.
+scale_out, guard_costs, startup, slow_keep, order_hint, never_worse.
 """
 
 from __future__ import annotations
@@ -201,6 +201,18 @@ def _order_hint(quick: bool) -> tuple[dict, str]:
     return res, order_hint.table(res)
 
 
+def _never_worse(quick: bool) -> tuple[dict, str]:
+    from ascend_ext.tiny_engine import vllm_available
+
+    why = vllm_available()
+    if why is not None:
+        return {"skipped": why}, f"skipped: {why}"
+    from bench import never_worse
+
+    res = never_worse.run(quick=quick)
+    return res, never_worse.table(res)
+
+
 BENCHES: dict[str, Callable[[bool], tuple[dict, str]]] = {
     "throughput": _throughput,
     "recovery": _recovery,
@@ -220,6 +232,7 @@ BENCHES: dict[str, Callable[[bool], tuple[dict, str]]] = {
     "guard_costs": _guard_costs,
     "slow_keep": _slow_keep,
     "order_hint": _order_hint,
+    "never_worse": _never_worse,
 }
 
 
