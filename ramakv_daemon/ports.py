@@ -6,6 +6,7 @@ import asyncio
 import time
 from abc import ABC, abstractmethod
 from collections.abc import Awaitable, Callable, Sequence
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import NamedTuple, Protocol, runtime_checkable
@@ -297,6 +298,13 @@ class LoadedForks(NamedTuple):
 # path builds tuples: a named tuple per eviction would cost it a call back per entry).
 OutboxRowIn = tuple[int, str, Sequence[tuple[str, EvictMode]]]
 AnswerRowIn = tuple[str, str, float, str]
+
+
+# True in a background task (events.lanes: a sweep's events) and, set by the committer, while
+# it writes a batch of background changes alone: a store that commits on the event loop
+# (SQLite with synchronous=NORMAL) writes such a batch off it, so a sweep's large writes never
+# hold the loop that client events wait for.
+BACKGROUND: ContextVar[bool] = ContextVar("ramakv_background", default=False)
 
 
 class SessionStore(Protocol):

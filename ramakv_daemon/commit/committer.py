@@ -16,6 +16,7 @@ from ramakv_daemon.core.change import Change
 from ramakv_daemon.core.fork import Fork, ForkIds
 from ramakv_daemon.core.session import Session
 from ramakv_daemon.ports import (
+    BACKGROUND,
     AnswerRowIn,
     CommittedRow,
     EvictMode,
@@ -47,10 +48,17 @@ class _Pending:
     done_rows: list[int]
     answer: AnswerRowIn | None  # an answer queued alone
     future: asyncio.Future[None] | None
+    background: bool = False  # submitted by background work (ports.BACKGROUND)
 
 
 def _change_of(p: _Pending) -> tuple[str, Change] | None:
     return None if p.record is None else (p.record.namespace, p.record.change)
+
+
+def _background(batch: list[_Pending]) -> bool:
+    """True for a batch of background changes alone (retired rows may ride along)."""
+    changes = [p for p in batch if p.record is not None or p.answer is not None]
+    return bool(changes) and all(p.background for p in changes)
 
 
 def _gate_of(p: _Pending) -> asyncio.Future[None] | None:
@@ -110,7 +118,7 @@ class GroupCommitter:
         """Queue ``record`` (its sessions, forks, evictions and answer); await the commit.
         The commit first waits for its ``gate`` and (at most READY_WAIT_S) its ``ready``."""
         fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self._pending.append(_Pending(record, [], None, fut))
+        self._pending.append(_Pending(record, [], None, fut, BACKGROUND.get()))
         self.ledger.submitted(record)
         gate = record.gate
         if gate is not None and not gate.done():
@@ -218,6 +226,8 @@ class GroupCommitter:
         if answers and self._commits % PRUNE_EVERY_COMMITS == 0:
             prune = time.time() - self.event_id_ttl_s
         started = time.perf_counter()
+        # A batch of background changes alone may be written off the loop (ports.BACKGROUND).
+        token = BACKGROUND.set(_background(batch))
         try:
             if forks:
                 # One counter for the whole store; a value above ids not yet committed is
@@ -238,6 +248,8 @@ class GroupCommitter:
         except Exception as err:  # any failure must undo, not kill the loop
             self._fail(batch, err)
             return
+        finally:
+            BACKGROUND.reset(token)
         self.last_error = None
         if self.on_commit is not None:
             self.on_commit(time.perf_counter() - started, len(batch))

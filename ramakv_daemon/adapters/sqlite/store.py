@@ -39,6 +39,7 @@ from ramakv_daemon.adapters.store_rows import (
 from ramakv_daemon.core.fork import Fork
 from ramakv_daemon.core.session import Session
 from ramakv_daemon.ports import (
+    BACKGROUND,
     AnswerRowIn,
     LoadedForks,
     OutboxRow,
@@ -359,13 +360,18 @@ class SqliteSessionStore:
             self._commits += 1
             if self._commits % CHECKPOINT_EVERY == 0:
                 await self._checkpoint_if_due()
-            try:
-                self._write_sync(*args)
-            except StoreError as err:
-                if not _is_busy(err.__cause__):
-                    raise
-                # Another process holds the write lock: wait for it on the thread, not here.
+            if BACKGROUND.get():
+                # A sweep's batch (ports.BACKGROUND): off the loop, so client events are
+                # not held behind its writes; it waits for another process's lock there.
                 await self._in_thread(self._waiting_for_locks, self._write_sync, args)
+            else:
+                try:
+                    self._write_sync(*args)
+                except StoreError as err:
+                    if not _is_busy(err.__cause__):
+                        raise
+                    # Another process holds the write lock: wait for it on the thread.
+                    await self._in_thread(self._waiting_for_locks, self._write_sync, args)
         await self.verify_files()
 
     async def _watch_files(self) -> None:
