@@ -91,7 +91,7 @@ class Prefetcher:
         self._prefetching = 0
         self._drop_logged = 0.0
         self._seq = 0
-        self._boot = _boot_id()
+        self.boot_id = _boot_id()  # in every tag: prefetch_<session>:<boot_id>:<n>
         # session_id -> its prefetches since its last served request, oldest session first.
         self._pending: OrderedDict[str, list[_Sending]] = OrderedDict()
         # False once the cache answered a cancel 404/405 (a stock memory API): none sent.
@@ -116,7 +116,7 @@ class Prefetcher:
         self._seq += 1
         # Its own tag, unique across restarts too: a cancel of this one never stops
         # another prefetch of the session.
-        tag = f"prefetch_{session_id}:{self._boot}:{self._seq}"
+        tag = f"prefetch_{session_id}:{self.boot_id}:{self._seq}"
         sending = _Sending(tag, len(hashes), request_id, starts)
         if session_id is not None:
             self._track(session_id, sending)
