@@ -190,12 +190,14 @@ class GroupCommitter:
         evictions: dict[str, list[tuple[str, EvictMode]]] = {}
         done: list[int] = []
         answers: list[AnswerRowIn] = []
+        moved: set[str] = set()  # sessions some change of the batch gave a new map
         for p in batch:
             done.extend(p.done_rows)
             r = p.record
             answer = p.answer
             if r is not None:
                 sessions.update(r.sessions)
+                moved.update(sid for sid in r.sessions if sid not in r.maps_kept)
                 forks.update(r.forks)
                 if r.evicts:
                     entries = evictions.setdefault(r.namespace, [])
@@ -217,16 +219,25 @@ class GroupCommitter:
         prune = None
         if answers and self._commits % PRUNE_EVERY_COMMITS == 0:
             prune = time.time() - self.event_id_ttl_s
+        # Only their state rows change (a turn_start's time): the store skips their maps.
+        kept = {sid for sid, s in sessions.items() if s is not None and sid not in moved}
         started = time.perf_counter()
         try:
             if forks:
                 # One counter for the whole store; a value above ids not yet committed is
                 # harmless (those are skipped), one below would let a restart reuse an id.
                 await self.store.write(
-                    sessions, rows, done, answers, prune, forks, self.fork_ids.next_id
+                    sessions,
+                    rows,
+                    done,
+                    answers,
+                    prune,
+                    forks,
+                    self.fork_ids.next_id,
+                    maps_unchanged=kept,
                 )
             else:
-                await self.store.write(sessions, rows, done, answers, prune)
+                await self.store.write(sessions, rows, done, answers, prune, maps_unchanged=kept)
         except StoreFenced as err:
             # Another node changed some of these rows: nothing was written. Undone as any
             # failure (memory equals the database again); each event is refused with it,
