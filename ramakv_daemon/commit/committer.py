@@ -197,7 +197,7 @@ class GroupCommitter:
             answer = p.answer
             if r is not None:
                 sessions.update(r.sessions)
-                moved.update(sid for sid in r.sessions if sid not in r.maps_kept)
+                moved.update(_maps_moved(r))
                 forks.update(r.forks)
                 if r.evicts:
                     entries = evictions.setdefault(r.namespace, [])
@@ -300,3 +300,21 @@ class GroupCommitter:
                 await asyncio.wait_for(asyncio.shield(self._task), timeout=10)
             except TimeoutError:
                 self._task.cancel()
+
+
+def _maps_moved(record: ChangeRecord) -> list[str]:
+    """The sessions ``record`` writes whose map or turn count it changed. The others (a
+    turn_start's time, a suspend) keep the map object: evolve() passes it on, and a new
+    map is a new object even when equal, so the store may write only their state row."""
+    prev = record.change.prev_sessions
+    moved = []
+    for sid, new in record.sessions.items():
+        old = prev.get(sid)
+        if (
+            old is None
+            or new is None
+            or old.chunk_hashes is not new.chunk_hashes
+            or old.turn_count != new.turn_count
+        ):
+            moved.append(sid)
+    return moved

@@ -36,8 +36,6 @@ class ChangeRecord:
         gate: the cache's answer to a keep it needs (or its evict's deadline): the
             commit waits for it.
         ready: what completes its reply (a debug file): the commit waits for it a while.
-        maps_kept: sessions written whose map and turn count it left as they were (a
-            turn_start's time, a suspend): the store writes only their state.
     """
 
     namespace: str
@@ -52,7 +50,6 @@ class ChangeRecord:
     publish: Callable[[], None] | None = None
     gate: asyncio.Future[None] | None = None
     ready: asyncio.Future[bool] | None = None
-    maps_kept: frozenset[str] = frozenset()
 
     @classmethod
     def of(
@@ -70,12 +67,11 @@ class ChangeRecord:
         """The record of ``change`` just applied by ``manager``: the rows it moved, as
         they stand now (taken before any await, so they are this change's)."""
         live, forks = manager.sessions, manager.forks
-        sessions = {sid: live.get(sid) for sid in change.prev_sessions}
         return cls(
             namespace,
             change,
             manager,
-            sessions,
+            {sid: live.get(sid) for sid in change.prev_sessions},
             {fid: forks.get(fid) for fid in change.prev_forks},
             # Not copied: the core never touches a change's lists after returning it.
             change.evict_delete,
@@ -85,23 +81,9 @@ class ChangeRecord:
             publish,
             gate,
             ready,
-            frozenset(
-                sid for sid, new in sessions.items() if _same_map(change.prev_sessions[sid], new)
-            ),
         )
 
     @property
     def evicts(self) -> bool:
         """True when its evictions need an outbox row."""
         return bool(self.evict_delete or self.evict_demote)
-
-
-def _same_map(old: Session | None, new: Session | None) -> bool:
-    """True when ``new`` keeps ``old``'s stored map and turn count (the same map object:
-    evolve() passes it on; a new map is a new object even when equal)."""
-    return (
-        old is not None
-        and new is not None
-        and old.chunk_hashes is new.chunk_hashes
-        and old.turn_count == new.turn_count
-    )
