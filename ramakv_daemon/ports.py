@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Collection, Sequence
 from contextvars import ContextVar
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -368,6 +368,7 @@ class SessionStore(Protocol):
         prune_event_ids_before: float | None = None,
         forks: dict[int, Fork | None] | None = None,
         next_fork_id: int | None = None,
+        maps_unchanged: Collection[str] = (),
     ) -> None:
         """Apply everything in one transaction: the fenced write. Each session row is
         written or deleted only at the version this store last loaded, claimed or wrote,
@@ -382,6 +383,9 @@ class SessionStore(Protocol):
             prune_event_ids_before: forget answers older than this timestamp.
             forks: fork id -> open fork, or None when it ended.
             next_fork_id: the counter's new value (stored only if higher).
+            maps_unchanged: sessions of ``sessions`` whose map and turn count are as this
+                store last wrote or loaded them: a row it holds may keep its stored map
+                and have only its state (suspended, last_event_ts) written.
         Raises:
             StoreError: nothing was written (StoreFenced: a row's version moved).
         """

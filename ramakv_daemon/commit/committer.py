@@ -198,12 +198,14 @@ class GroupCommitter:
         evictions: dict[str, list[tuple[str, EvictMode]]] = {}
         done: list[int] = []
         answers: list[AnswerRowIn] = []
+        moved: set[str] = set()  # sessions some change of the batch gave a new map
         for p in batch:
             done.extend(p.done_rows)
             r = p.record
             answer = p.answer
             if r is not None:
                 sessions.update(r.sessions)
+                moved.update(_maps_moved(r))
                 forks.update(r.forks)
                 if r.evicts:
                     entries = evictions.setdefault(r.namespace, [])
@@ -225,6 +227,8 @@ class GroupCommitter:
         prune = None
         if answers and self._commits % PRUNE_EVERY_COMMITS == 0:
             prune = time.time() - self.event_id_ttl_s
+        # Only their state rows change (a turn_start's time): the store skips their maps.
+        kept = {sid for sid, s in sessions.items() if s is not None and sid not in moved}
         started = time.perf_counter()
         # A batch of background changes alone may be written off the loop (ports.BACKGROUND).
         token = BACKGROUND.set(_background(batch))
@@ -233,10 +237,17 @@ class GroupCommitter:
                 # One counter for the whole store; a value above ids not yet committed is
                 # harmless (those are skipped), one below would let a restart reuse an id.
                 await self.store.write(
-                    sessions, rows, done, answers, prune, forks, self.fork_ids.next_id
+                    sessions,
+                    rows,
+                    done,
+                    answers,
+                    prune,
+                    forks,
+                    self.fork_ids.next_id,
+                    maps_unchanged=kept,
                 )
             else:
-                await self.store.write(sessions, rows, done, answers, prune)
+                await self.store.write(sessions, rows, done, answers, prune, maps_unchanged=kept)
         except StoreFenced as err:
             # Another node changed some of these rows: nothing was written. Undone as any
             # failure (memory equals the database again); each event is refused with it,
@@ -301,3 +312,21 @@ class GroupCommitter:
                 await asyncio.wait_for(asyncio.shield(self._task), timeout=10)
             except TimeoutError:
                 self._task.cancel()
+
+
+def _maps_moved(record: ChangeRecord) -> list[str]:
+    """The sessions ``record`` writes whose map or turn count it changed. The others (a
+    turn_start's time, a suspend) keep the map object: evolve() passes it on, and a new
+    map is a new object even when equal, so the store may write only their state row."""
+    prev = record.change.prev_sessions
+    moved = []
+    for sid, new in record.sessions.items():
+        old = prev.get(sid)
+        if (
+            old is None
+            or new is None
+            or old.chunk_hashes is not new.chunk_hashes
+            or old.turn_count != new.turn_count
+        ):
+            moved.append(sid)
+    return moved

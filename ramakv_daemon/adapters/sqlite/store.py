@@ -8,7 +8,7 @@ import gc
 import logging
 import os
 import sqlite3
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, TypeVar
@@ -329,9 +329,11 @@ class SqliteSessionStore:
         prune_event_ids_before: float | None = None,
         forks: dict[int, Fork | None] | None = None,
         next_fork_id: int | None = None,
+        maps_unchanged: Collection[str] = (),
     ) -> None:
-        """One transaction: sessions (None = delete), outbox rows added and done, answers,
-        forks (None = ended) and the fork id counter."""
+        """One transaction: sessions (None = delete; only the state row of a stored one
+        in ``maps_unchanged``), outbox rows added and done, answers, forks (None = ended)
+        and the fork id counter."""
         if self._recovering is not None:  # the idle check is rewriting the file: after it
             await asyncio.shield(self._recovering)
         if self._writer is None:
@@ -346,6 +348,7 @@ class SqliteSessionStore:
             prune_event_ids_before,
             forks or {},
             next_fork_id,
+            maps_unchanged,
         )
         self._writing = True
         try:
@@ -501,10 +504,13 @@ class SqliteSessionStore:
         prune_before: float | None,
         forks: dict[int, Fork | None],
         next_fork_id: int | None,
+        maps_unchanged: Collection[str] = (),
     ) -> None:
         db = self._writer
         assert db is not None
         versions = self._versions
+        # A map is skipped only where this store holds its row (else it must be written).
+        kept = {sid for sid in maps_unchanged if sid in versions}
         upserts = [s for s in sessions.values() if s is not None]
         # A session with no row here (created and closed before a commit) has none to delete.
         deletes = [(sid,) for sid, s in sessions.items() if s is None and sid in versions]
@@ -519,7 +525,7 @@ class SqliteSessionStore:
                 fenced = existing_sessions(db, created)
                 if fenced:
                     raise StoreFenced(fenced)
-            write_sessions(db, upserts, deletes)
+            write_sessions(db, upserts, deletes, kept)
             if forks:
                 db.executemany(
                     UPSERT_FORK,
