@@ -146,7 +146,10 @@ async def forward(request: web.Request) -> web.StreamResponse:
     # handler) must not close the session; only a client seen leaving does.
     outcome = Outcome.FAILED
     stock = request.app.get(STOCK)  # the stock stack: tokenised before a restore needs it
-    keys = await stock.before(sid, request.path, body or b"", request.headers) if stock else None
+    keys = None
+    if stock is not None:
+        sent = [(k, v) for k, v in request.headers.items() if k.lower() not in DROP_REQUEST]
+        keys = await stock.before(sid, request.path, body or b"", sent)
     try:
         await life.begin(sid)
         response, outcome = await _forward(request, body, sid, keys)

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -96,7 +95,7 @@ class StockStack:
             return await r.json(content_type=None)
 
     async def before(
-        self, session_id: str, path: str, body: bytes, headers: Mapping[str, str]
+        self, session_id: str, path: str, body: bytes, headers: list[tuple[str, str]]
     ) -> dict[str, Any] | None:
         """Tokenise a named turn before it is forwarded: its ``{"chunk_hashes"}`` (the
         server's keys), its tokens kept for a restore's prefetch; None when unknown."""

@@ -106,6 +106,8 @@ def proxy(proxy_factory, stack: Stack, daemon: DaemonProcess):  # noqa: ANN001, 
         daemon.url,
         "--lmcache-mp-url",
         stack.server.url,
+        "--lmcache-mp-model",
+        stack.engine.model_name,
         "--tool-pause-suspend-s",
         "2",
         "--restore-wait-ms",
@@ -157,8 +159,13 @@ def test_a_tool_pause_demotes_and_the_next_request_finds_its_chunks_in_l1(
         {"role": "user", "content": "List the files."},
     ]
     before = l1_objects(stack.server.url)
+    # the proxy's default model name is the engine's /v1/models root: vLLM's --model
+    models = httpx.get(stack.engine.url + "/v1/models", timeout=30).json()
+    assert models["data"][0]["root"] == stack.engine.model_name
     call_id = tool_turn(proxy.url, sid, messages)
-    hashes = daemon.event("session_map", session_id=sid)["data"]["chunk_hashes"]
+    answer = daemon.event("session_map", session_id=sid)
+    assert answer.get("ok"), (answer, proxy.log_path.read_text(errors="replace")[-3000:])
+    hashes = answer["data"]["chunk_hashes"]
     assert len(hashes) >= 4
     # the engine's connector stored them (L1 and the fs L2, whose files name the hash)
     wait_for(lambda: all(stack.l2_has(hashes)), "the store to L2")
@@ -224,6 +231,7 @@ def test_both_processes_restarted_keep_hits(stack: Stack) -> None:
     prompt = text("restart survives", 1100)
     body = {"model": "tiny", "prompt": prompt, "max_tokens": 2, "temperature": 0}
     first = httpx.post(stack.engine.url + "/v1/completions", json=body, timeout=HTTP_TIMEOUT_S)
+    assert first.status_code == 200, first.text[:2000]
     assert cached(first.json()) == 0
     tokens = first.json()["usage"]["prompt_tokens"]
     ids = httpx.post(
@@ -234,4 +242,5 @@ def test_both_processes_restarted_keep_hits(stack: Stack) -> None:
     stack.stop()
     stack.start()
     again = httpx.post(stack.engine.url + "/v1/completions", json=body, timeout=HTTP_TIMEOUT_S)
+    assert again.status_code == 200, again.text[:2000]
     assert cached(again.json()) >= (tokens // 256) * 256 - 256, again.json()["usage"]
