@@ -228,7 +228,7 @@ def test_a_closed_sessions_dead_chunks_leave_l1_and_l2(
 
 
 def test_both_processes_restarted_keep_hits(stack: Stack) -> None:
-    prompt = text("restart survives", 1100)
+    prompt = text("restart", 1100)
     body = {"model": "tiny", "prompt": prompt, "max_tokens": 2, "temperature": 0}
     first = httpx.post(stack.engine.url + "/v1/completions", json=body, timeout=HTTP_TIMEOUT_S)
     assert first.status_code == 200, first.text[:2000]
