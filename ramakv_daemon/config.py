@@ -144,6 +144,13 @@ def from_mapping(
             values[key] = schema.normalised(key, value)
         except ValueError as err:
             errors.append(str(err))
+    if values.get("backend") == "lmcache_mp" and not values.get("model_name"):
+        # The stock server keys every chunk by the model: without it nothing would match.
+        del values["backend"]
+        errors.append(
+            "config key 'model_name' is required with backend = \"lmcache_mp\" "
+            "(vLLM's --model string, the server's key)"
+        )
     if strict and errors:
         raise ConfigError(f"config file {source}: " + "; ".join(errors))
     warnings += [f"{source}: {e}; using the default" for e in errors]
