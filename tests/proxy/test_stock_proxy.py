@@ -6,6 +6,7 @@ L2, and the next request's restore prefetches its own tokens back into L1."""
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 from collections.abc import AsyncIterator
 
@@ -116,3 +117,27 @@ async def test_a_tool_pause_demotes_and_the_restore_prefetches_the_turns_tokens(
     assert [p["token_ids"] for p in prefetched] == [tokens_of(prompt_of(follow))]
     # no token ids are kept once their request was handled
     await wait_until(lambda: proxy.runner.app[STOCK].in_flight == {}, "tokens dropped")
+
+
+async def test_the_stock_stack_reads_the_server_and_refuses_a_foreign_hash(server, engine) -> None:
+    from ramakv_sdk.proxy.stock import StockSettings, StockStack
+
+    body = json.dumps(ASK).encode()
+    async with aiohttp.ClientSession() as http:
+        # the model name defaults to the engine's /v1/models root (the stand-in has none)
+        stack = StockStack(StockSettings(server.url), http, engine.url)
+        assert not await stack.ready() and stack.chunk_size == CHUNK_TOKENS
+        stack = StockStack(StockSettings(server.url, MODEL), http, engine.url)
+        keys = await stack.before("s", "/v1/chat/completions", body, [])
+        assert keys == {"chunk_hashes": chunk_hashes(tokens_of(prompt_of(ASK)), CHUNK_TOKENS)}
+        assert stack.in_flight["s"] == [tokens_of(prompt_of(ASK))]
+        stack.after("s")
+        assert stack.in_flight == {}
+        # a prefetch the server refuses (no engine registered) is a failed wait, not a raise
+        server.registered.clear()
+        assert await stack.prefetch(tokens_of(prompt_of(ASK)), 5.0) is None
+        # a server hashing with anything but blake3: its keys cannot be computed here
+        server.hash_algorithm = "sha256_cbor"
+        foreign = StockStack(StockSettings(server.url, MODEL), http, engine.url)
+        assert await foreign.before("s", "/v1/chat/completions", body, []) is None
+        assert foreign.in_flight == {}
