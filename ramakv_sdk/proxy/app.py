@@ -166,7 +166,7 @@ async def forward(request: web.Request) -> web.StreamResponse:
         return response
     finally:
         if stock is not None:
-            stock.after(route.session_id)
+            stock.after(route.session_id, keys)
         life.end(route, ticket, outcome, named.agent_step)
 
 

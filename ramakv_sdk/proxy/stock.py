@@ -50,8 +50,8 @@ class StockStack:
         self.url = settings.url.rstrip("/")
         self.model_name = settings.model_name
         self.chunk_size: int | None = None
-        # session -> the token ids of its request in flight (popped when it is forwarded).
-        self.in_flight: dict[str, list[list[int]]] = {}
+        # session -> (its request's keys, their token ids) while that request is in flight.
+        self.in_flight: dict[str, tuple[dict[str, Any], list[list[int]]]] = {}
         self._lock = asyncio.Lock()
 
     async def ready(self) -> bool:
@@ -104,12 +104,16 @@ class StockStack:
         ids = await prompt_hashes.tokenized_ids(self.http, self.upstream, path, body, headers)
         if ids is None:
             return None
-        self.in_flight[session_id] = ids
-        return {"chunk_hashes": stock_keys.hashes_of(ids, self.chunk_size)}
+        keys = {"chunk_hashes": stock_keys.hashes_of(ids, self.chunk_size)}
+        self.in_flight[session_id] = (keys, ids)  # the keys object names this request
+        return keys
 
-    def after(self, session_id: str) -> None:
-        """The request was forwarded: its tokens are not needed any more."""
-        self.in_flight.pop(session_id, None)
+    def after(self, session_id: str, keys: dict[str, Any] | None) -> None:
+        """The request (whose :meth:`before` gave ``keys``) was handled: its tokens are not
+        needed any more; a newer request of the same session keeps its own."""
+        entry = self.in_flight.get(session_id)
+        if entry is not None and keys is not None and entry[0] is keys:
+            del self.in_flight[session_id]
 
     async def prefetch(self, token_ids: list[int], deadline_s: float) -> tuple[int, int] | None:
         """The server's warm prefetch of ``token_ids`` (L2 -> L1), polled until completed:
@@ -162,9 +166,10 @@ class StockLanding(LandingWait):
 
     async def wait(self, session_id: str, deadline: float) -> Landing:
         started = self.clock.now()
-        prompts = self.stock.in_flight.get(session_id)
-        if not prompts:
+        entry = self.stock.in_flight.get(session_id)
+        if entry is None or not entry[1]:
             return Landing("unknown")
+        prompts = entry[1]
         found = total = 0
         for ids in prompts:
             got = await self.stock.prefetch(ids, max(0.0, deadline - self.clock.now()))

@@ -130,8 +130,11 @@ async def test_the_stock_stack_reads_the_server_and_refuses_a_foreign_hash(serve
         stack = StockStack(StockSettings(server.url, MODEL), http, engine.url)
         keys = await stack.before("s", "/v1/chat/completions", body, [])
         assert keys == {"chunk_hashes": chunk_hashes(tokens_of(prompt_of(ASK)), CHUNK_TOKENS)}
-        assert stack.in_flight["s"] == [tokens_of(prompt_of(ASK))]
-        stack.after("s")
+        assert stack.in_flight["s"] == (keys, [tokens_of(prompt_of(ASK))])
+        newer = await stack.before("s", "/v1/chat/completions", body, [])
+        stack.after("s", keys)  # an older request's end keeps the newer one's tokens
+        assert stack.in_flight["s"][0] is newer
+        stack.after("s", newer)
         assert stack.in_flight == {}
         # a prefetch the server refuses (no engine registered) is a failed wait, not a raise
         server.registered.clear()
