@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from functools import partial
 
@@ -18,7 +18,7 @@ from ramakv_daemon.commit.ledger import OutboxLedger
 from ramakv_daemon.commit.restore import restore
 from ramakv_daemon.config import Config
 from ramakv_daemon.core.budget import BudgetState
-from ramakv_daemon.core.events import Limits
+from ramakv_daemon.core.events import JsonObject, Limits
 from ramakv_daemon.core.fork import ForkIds
 from ramakv_daemon.core.manager import SessionManager
 from ramakv_daemon.delivery.delivery_state import NamespaceState
@@ -26,7 +26,8 @@ from ramakv_daemon.delivery.dispatcher import BackendDispatcher
 from ramakv_daemon.delivery.window_report import report_window
 from ramakv_daemon.events.budget_policy import BudgetPolicy
 from ramakv_daemon.events.debug_files import DebugWriter
-from ramakv_daemon.events.idempotency import AnswerCache, EventIds
+from ramakv_daemon.events.idempotency import AnswerCache, EventIds, Reply
+from ramakv_daemon.events.lanes import Lanes
 from ramakv_daemon.events.pipeline import Pipeline
 from ramakv_daemon.events.reactions import (
     Reactions,
@@ -147,12 +148,20 @@ class Daemon:
     service: EventService
     fork_expiry: ForkExpiry
     idle_sweep: IdleSweep
+    # Client events first: the service counts them, background work waits its turn here.
+    lanes: Lanes = field(default_factory=Lanes)
     # Set by the command line, which calls listening() once the port is bound: the idle
     # policies' first sweep then runs after it, not while the port is being bound.
     sweep_after_listening: bool = False
     _subscribers_closed: bool = field(default=False, repr=False)
     _stopping: bool = field(default=False, repr=False)
     _sweep_start: asyncio.Task[None] | None = field(default=None, repr=False)
+
+    @property
+    def background_run(self) -> Callable[[JsonObject, None], Awaitable[Reply]]:
+        """The pipeline's run in the background lane: the entry for any sweep's events
+        (idle policies, retention), which then yield to client events."""
+        return self.lanes.background_run(self.pipeline.run)
 
     @property
     def default(self) -> Namespace:
@@ -302,12 +311,18 @@ def build(
     pipeline = Pipeline(
         registry, namespaces, committer, ownership, records, reactions, debug, clock
     )
+    # A release is not in the background lane: a client event for the session may wait
+    # for it (Ownership.before), and a lane that waits for that client would never open.
     ownership.serve(pipeline.run)  # releases re-enter the pipeline as session_close
     answers = AnswerCache(config.idempotency_window)
-    service = EventService(pipeline, EventIds(answers, committer, pipeline.run))
-    fork_expiry = ForkExpiry(config.fork_hold_ttl_s, namespaces, committer, records, metrics, clock)
-    # The idle policies' suspends and closes are events: they go through the pipeline.
-    idle_sweep = IdleSweep(config, namespaces, pipeline.run, metrics, clock)
+    lanes = Lanes()
+    service = EventService(pipeline, EventIds(answers, committer, pipeline.run), lanes)
+    fork_expiry = ForkExpiry(
+        config.fork_hold_ttl_s, namespaces, committer, records, metrics, clock, lanes
+    )
+    # The idle policies' suspends and closes are events: they go through the pipeline, in
+    # the background lane (client events first).
+    idle_sweep = IdleSweep(config, namespaces, lanes.background_run(pipeline.run), metrics, clock)
     return Daemon(
         config,
         store,
@@ -324,6 +339,7 @@ def build(
         service,
         fork_expiry,
         idle_sweep,
+        lanes=lanes,
     )
 
 
