@@ -57,16 +57,10 @@ log = logging.getLogger("ramakv")
 
 
 def make_backend(config: Config) -> Backend:
-    """The noop backend, or LMCache's memory API at lmcache_url."""
+    """The noop backend, or the configured `backend` at lmcache_url."""
     if config.noop_backend:
         return NoopBackend()
-    from ramakv_daemon.adapters.backends.lmcache import LMCacheBackend
-
-    return LMCacheBackend(
-        config.lmcache_url,
-        timeout=config.backend_timeout_s,
-        delete_locations=config.evict_locations or None,
-    )
+    return lmcache_factory(config)(config.lmcache_url, config.evict_locations)
 
 
 @dataclass(frozen=True, slots=True)
@@ -194,6 +188,11 @@ class Daemon:
             await self.store.close()
             raise
         self.committer.start()
+        # Stock-server routes moved during 2026: say at start what a cache lacks.
+        await self.backend.start()
+        for ns in self.namespaces:
+            if ns.own_backend is not None:
+                await ns.own_backend.start()
         for ns in self.namespaces:
             if ns.dispatcher.backlog:
                 log.info(

@@ -105,6 +105,11 @@ class Backend(ABC):
     # inside its eviction window is then kept; False: nothing is sent, keeps are moot.
     takes_keeps: bool = False
 
+    async def start(self) -> object:
+        """Probe the cache once at daemon start (its routes and capabilities), logging
+        what is missing; the default probes nothing."""
+        return None
+
     @abstractmethod
     async def prefetch(self, chunk_hashes: Sequence[str], tag: str) -> BackendResult:
         """Ask the cache to bring chunks up to DDR ahead of use.
