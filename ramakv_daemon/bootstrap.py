@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from functools import partial
 
@@ -18,7 +18,7 @@ from ramakv_daemon.commit.ledger import OutboxLedger
 from ramakv_daemon.commit.restore import restore
 from ramakv_daemon.config import Config
 from ramakv_daemon.core.budget import BudgetState
-from ramakv_daemon.core.events import Limits
+from ramakv_daemon.core.events import JsonObject, Limits
 from ramakv_daemon.core.fork import ForkIds
 from ramakv_daemon.core.manager import SessionManager
 from ramakv_daemon.delivery.delivery_state import NamespaceState
@@ -26,7 +26,8 @@ from ramakv_daemon.delivery.dispatcher import BackendDispatcher
 from ramakv_daemon.delivery.window_report import report_window
 from ramakv_daemon.events.budget_policy import BudgetPolicy
 from ramakv_daemon.events.debug_files import DebugWriter
-from ramakv_daemon.events.idempotency import AnswerCache, EventIds
+from ramakv_daemon.events.idempotency import AnswerCache, EventIds, Reply
+from ramakv_daemon.events.lanes import Lanes
 from ramakv_daemon.events.pipeline import Pipeline
 from ramakv_daemon.events.reactions import (
     Reactions,
@@ -57,16 +58,10 @@ log = logging.getLogger("ramakv")
 
 
 def make_backend(config: Config) -> Backend:
-    """The noop backend, or LMCache's memory API at lmcache_url."""
+    """The noop backend, or the configured `backend` at lmcache_url."""
     if config.noop_backend:
         return NoopBackend()
-    from ramakv_daemon.adapters.backends.lmcache import LMCacheBackend
-
-    return LMCacheBackend(
-        config.lmcache_url,
-        timeout=config.backend_timeout_s,
-        delete_locations=config.evict_locations or None,
-    )
+    return lmcache_factory(config)(config.lmcache_url, config.evict_locations)
 
 
 @dataclass(frozen=True, slots=True)
@@ -156,12 +151,20 @@ class Daemon:
     fork_expiry: ForkExpiry
     idle_sweep: IdleSweep
     retention: RetentionSweep
+    # Client events first: the service counts them, background work waits its turn here.
+    lanes: Lanes = field(default_factory=Lanes)
     # Set by the command line, which calls listening() once the port is bound: the idle
     # policies' first sweep then runs after it, not while the port is being bound.
     sweep_after_listening: bool = False
     _subscribers_closed: bool = field(default=False, repr=False)
     _stopping: bool = field(default=False, repr=False)
     _sweep_start: asyncio.Task[None] | None = field(default=None, repr=False)
+
+    @property
+    def background_run(self) -> Callable[[JsonObject, None], Awaitable[Reply]]:
+        """The pipeline's run in the background lane: the entry for any sweep's events
+        (idle policies, retention), which then yield to client events."""
+        return self.lanes.background_run(self.pipeline.run)
 
     @property
     def default(self) -> Namespace:
@@ -189,6 +192,11 @@ class Daemon:
             await self.store.close()
             raise
         self.committer.start()
+        # Stock-server routes moved during 2026: say at start what a cache lacks.
+        await self.backend.start()
+        for ns in self.namespaces:
+            if ns.own_backend is not None:
+                await ns.own_backend.start()
         for ns in self.namespaces:
             if ns.dispatcher.backlog:
                 log.info(
@@ -309,14 +317,21 @@ def build(
     pipeline = Pipeline(
         registry, namespaces, committer, ownership, records, reactions, debug, clock
     )
+    # A release is not in the background lane: a client event for the session may wait
+    # for it (Ownership.before), and a lane that waits for that client would never open.
     ownership.serve(pipeline.run)  # releases re-enter the pipeline as session_close
     answers = AnswerCache(config.idempotency_window)
-    service = EventService(pipeline, EventIds(answers, committer, pipeline.run))
-    fork_expiry = ForkExpiry(config.fork_hold_ttl_s, namespaces, committer, records, metrics, clock)
-    # The idle policies' suspends and closes are events: they go through the pipeline.
-    idle_sweep = IdleSweep(config, namespaces, pipeline.run, metrics, clock)
+    lanes = Lanes()
+    service = EventService(pipeline, EventIds(answers, committer, pipeline.run), lanes)
+    fork_expiry = ForkExpiry(
+        config.fork_hold_ttl_s, namespaces, committer, records, metrics, clock, lanes
+    )
+    # The idle policies' suspends and closes are events: they go through the pipeline, in
+    # the background lane (client events first).
+    idle_sweep = IdleSweep(config, namespaces, lanes.background_run(pipeline.run), metrics, clock)
+    # Dead chunks' deletes: committed as fork expiries are, in the background lane too.
     retention = RetentionSweep(
-        config.retain_unreferenced_s, namespaces, committer, records, metrics, clock
+        config.retain_unreferenced_s, namespaces, committer, records, metrics, clock, lanes
     )
     return Daemon(
         config,
@@ -335,6 +350,7 @@ def build(
         fork_expiry,
         idle_sweep,
         retention,
+        lanes=lanes,
     )
 
 

@@ -5,7 +5,8 @@ from __future__ import annotations
 import asyncio
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Collection, Sequence
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Literal, NamedTuple, Protocol, runtime_checkable
@@ -112,6 +113,11 @@ class Backend(ABC):
     # True when the cache knows keeps (ascend_ext's memory API): a chunk referenced again
     # inside its eviction window is then kept; False: nothing is sent, keeps are moot.
     takes_keeps: bool = False
+
+    async def start(self) -> object:
+        """Probe the cache once at daemon start (its routes and capabilities), logging
+        what is missing; the default probes nothing."""
+        return None
 
     @abstractmethod
     async def prefetch(self, chunk_hashes: Sequence[str], tag: str) -> BackendResult:
@@ -315,6 +321,13 @@ OutboxRowIn = tuple[int, str, Sequence[tuple[str, EvictMode]]]
 AnswerRowIn = tuple[str, str, float, str]
 
 
+# True in a background task (events.lanes: a sweep's events) and, set by the committer, while
+# it writes a batch of background changes alone: a store that commits on the event loop
+# (SQLite with synchronous=NORMAL) writes such a batch off it, so a sweep's large writes never
+# hold the loop that client events wait for.
+BACKGROUND: ContextVar[bool] = ContextVar("ramakv_background", default=False)
+
+
 class SessionStore(Protocol):
     """Durable home of every session's map, turn count and suspension, and of open forks."""
 
@@ -376,6 +389,7 @@ class SessionStore(Protocol):
         prune_event_ids_before: float | None = None,
         forks: dict[int, Fork | None] | None = None,
         next_fork_id: int | None = None,
+        maps_unchanged: Collection[str] = (),
     ) -> None:
         """Apply everything in one transaction: the fenced write. Each session row is
         written or deleted only at the version this store last loaded, claimed or wrote,
@@ -390,6 +404,9 @@ class SessionStore(Protocol):
             prune_event_ids_before: forget answers older than this timestamp.
             forks: fork id -> open fork, or None when it ended.
             next_fork_id: the counter's new value (stored only if higher).
+            maps_unchanged: sessions of ``sessions`` whose map and turn count are as this
+                store last wrote or loaded them: a row it holds may keep its stored map
+                and have only its state (suspended, last_event_ts) written.
         Raises:
             StoreError: nothing was written (StoreFenced: a row's version moved).
         """

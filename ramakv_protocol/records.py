@@ -105,6 +105,7 @@ class EventNotes(TypedDict, total=False):
     open_forks: int  # session_close: forks still open
     fork_depth: int  # session_fork: open forks after it
     idle_s: float  # suspend/close with if_idle_since (an idle policy's): seconds idle
+    request_id: str  # turn_start, snapshot_restore, turn_end: the request it begins or ends
 
 
 class EventBody(TypedDict):

@@ -137,27 +137,41 @@ class AsyncClient(AsyncClosing):
         optional}; ``events`` holds exactly the nine contract events."""
         return cast(ListEventsData, await self.send({"type": "list_events"}))
 
-    async def turn_start(self, session_id: str) -> TurnStartData:
-        return cast(TurnStartData, await self.send(events.session_event("turn_start", session_id)))
+    async def turn_start(
+        self, session_id: str, request_id: str | None = None, prefetch: bool | None = None
+    ) -> TurnStartData:
+        """Prefetch the session's chunks before inference (``prefetch=False``: mark the turn
+        only). ``request_id`` (at most 128 characters) names the request: only the
+        turn_end carrying it cancels this prefetch, so overlapping requests of one session
+        never cancel each other's."""
+        event = events.turn_start(session_id, prefetch, request_id)
+        return cast(TurnStartData, await self.send(event))
 
     async def turn_end(
         self,
         session_id: str,
         kv_transfer_params: Mapping[str, Any] | None = None,
         debug_context: Mapping[str, Any] | None = None,
+        request_id: str | None = None,
     ) -> TurnEndData:
         """Report a finished turn with the engine's ``kv_transfer_params``, which must carry
         a ``chunk_hashes`` list (``[]`` empties the map); without one MissingChunkHashes
-        (a ValueError) is raised and nothing is sent: the daemon would refuse it."""
-        event = events.turn_end(session_id, kv_transfer_params, debug_context)
+        (a ValueError) is raised and nothing is sent: the daemon would refuse it.
+        ``request_id``: the request it ends (its turn_start's), whose prefetches are
+        cancelled; without one, the session's oldest request's."""
+        event = events.turn_end(session_id, kv_transfer_params, debug_context, request_id)
         return cast(TurnEndData, await self.send(event))
 
     async def snapshot_restore(
-        self, session_id: str, source_session_id: str | None = None
+        self,
+        session_id: str,
+        source_session_id: str | None = None,
+        request_id: str | None = None,
     ) -> SnapshotRestoreData:
         """Re-reference a stored map and prefetch it; ``source_session_id`` seeds it from
-        another session (a resume under a new id), leaving the source as it was."""
-        event = events.snapshot_restore(session_id, source_session_id)
+        another session (a resume under a new id), leaving the source as it was;
+        ``request_id``: the request the prefetch is for."""
+        event = events.snapshot_restore(session_id, source_session_id, request_id)
         return cast(SnapshotRestoreData, await self.send(event))
 
     async def session_map(self, session_id: str) -> SessionMapData:

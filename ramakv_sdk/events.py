@@ -66,12 +66,23 @@ def session_event(type_: str, session_id: str, **extra: Any) -> dict[str, Any]:
     return event
 
 
+def turn_start(
+    session_id: str, prefetch: bool | None = None, request_id: str | None = None
+) -> dict[str, Any]:
+    """A turn_start event. ``request_id`` names the request it begins (at most 128
+    characters): the turn_end carrying the same id cancels its prefetch, and no other."""
+    return session_event("turn_start", session_id, prefetch=prefetch, request_id=request_id)
+
+
 def turn_end(
     session_id: str,
     kv_transfer_params: Mapping[str, Any] | None = None,
     debug_context: Mapping[str, Any] | None = None,
+    request_id: str | None = None,
 ) -> dict[str, Any]:
-    """A turn_end event (raises MissingChunkHashes without a chunk_hashes list)."""
+    """A turn_end event (raises MissingChunkHashes without a chunk_hashes list);
+    ``request_id``: the request it ends (the prefetches of that request are cancelled;
+    without one, those of the session's oldest request)."""
     event: dict[str, Any] = {
         "type": "turn_end",
         "session_id": session_id,
@@ -79,12 +90,22 @@ def turn_end(
     }
     if debug_context is not None:
         event["debug_context"] = dict(debug_context)
+    if request_id is not None:
+        event["request_id"] = request_id
     return event
 
 
-def snapshot_restore(session_id: str, source_session_id: str | None = None) -> dict[str, Any]:
-    """A snapshot_restore event, optionally seeding from another session's stored map."""
-    return session_event("snapshot_restore", session_id, source_session_id=source_session_id)
+def snapshot_restore(
+    session_id: str, source_session_id: str | None = None, request_id: str | None = None
+) -> dict[str, Any]:
+    """A snapshot_restore event, optionally seeding from another session's stored map;
+    ``request_id``: the request its prefetch is for."""
+    return session_event(
+        "snapshot_restore",
+        session_id,
+        source_session_id=source_session_id,
+        request_id=request_id,
+    )
 
 
 def chunk_event(type_: str, hashes: Iterable[str | int], **extra: Any) -> dict[str, Any]:

@@ -215,14 +215,16 @@ def _emit(event: dict[str, Any]) -> None:
         client.emit(event)
 
 
-def turn_start(session_id: str) -> None:
-    _emit({"type": "turn_start", "session_id": session_id})
+def turn_start(session_id: str, request_id: str | None = None) -> None:
+    """``request_id``: the request it begins; the turn_end naming it cancels its prefetch."""
+    _emit(events.turn_start(session_id, request_id=request_id))
 
 
 def turn_end(
     session_id: str,
     kv_transfer_params: Mapping[str, Any] | None = None,
     debug_context: Mapping[str, Any] | None = None,
+    request_id: str | None = None,
 ) -> None:
     """Report a turn; ``kv_transfer_params`` must carry a ``chunk_hashes`` list (``[]``
     empties the map). Without one the turn_end is dropped (counted as failed, logged): the
@@ -231,7 +233,7 @@ def turn_end(
     if client is None:
         return
     try:
-        event = events.turn_end(session_id, kv_transfer_params, debug_context)
+        event = events.turn_end(session_id, kv_transfer_params, debug_context, request_id)
     except events.MissingChunkHashes:
         client.stats.failed += 1
         log.warning(
@@ -245,8 +247,10 @@ def turn_end(
     client.emit(event)
 
 
-def snapshot_restore(session_id: str, source_session_id: str | None = None) -> None:
-    _emit(events.snapshot_restore(session_id, source_session_id))
+def snapshot_restore(
+    session_id: str, source_session_id: str | None = None, request_id: str | None = None
+) -> None:
+    _emit(events.snapshot_restore(session_id, source_session_id, request_id))
 
 
 def session_fork(session_id: str) -> None:

@@ -58,6 +58,7 @@ class MemoryStore:
         prune_event_ids_before: float | None = None,
         forks: dict | None = None,
         next_fork_id: int | None = None,
+        maps_unchanged: object = (),
     ) -> None:
         return None
 

@@ -16,6 +16,7 @@ from ramakv_daemon.core.change import Change
 from ramakv_daemon.core.fork import Fork, ForkIds
 from ramakv_daemon.core.session import Session
 from ramakv_daemon.ports import (
+    BACKGROUND,
     AnswerRowIn,
     CommittedRow,
     EvictMode,
@@ -47,10 +48,17 @@ class _Pending:
     done_rows: list[int]
     answer: AnswerRowIn | None  # an answer queued alone
     future: asyncio.Future[None] | None
+    background: bool = False  # submitted by background work (ports.BACKGROUND)
 
 
 def _change_of(p: _Pending) -> tuple[str, Change] | None:
     return None if p.record is None else (p.record.namespace, p.record.change)
+
+
+def _background(batch: list[_Pending]) -> bool:
+    """True for a batch of background changes alone (retired rows may ride along)."""
+    changes = [p for p in batch if p.record is not None or p.answer is not None]
+    return bool(changes) and all(p.background for p in changes)
 
 
 def _gate_of(p: _Pending) -> asyncio.Future[None] | None:
@@ -110,7 +118,7 @@ class GroupCommitter:
         """Queue ``record`` (its sessions, forks, evictions and answer); await the commit.
         The commit first waits for its ``gate`` and (at most READY_WAIT_S) its ``ready``."""
         fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self._pending.append(_Pending(record, [], None, fut))
+        self._pending.append(_Pending(record, [], None, fut, BACKGROUND.get()))
         self.ledger.submitted(record)
         gate = record.gate
         if gate is not None and not gate.done():
@@ -190,12 +198,14 @@ class GroupCommitter:
         evictions: dict[str, list[tuple[str, EvictMode]]] = {}
         done: list[int] = []
         answers: list[AnswerRowIn] = []
+        moved: set[str] = set()  # sessions some change of the batch gave a new map
         for p in batch:
             done.extend(p.done_rows)
             r = p.record
             answer = p.answer
             if r is not None:
                 sessions.update(r.sessions)
+                moved.update(_maps_moved(r))
                 forks.update(r.forks)
                 if r.evicts:
                     entries = evictions.setdefault(r.namespace, [])
@@ -218,16 +228,27 @@ class GroupCommitter:
         prune = None
         if answers and self._commits % PRUNE_EVERY_COMMITS == 0:
             prune = time.time() - self.event_id_ttl_s
+        # Only their state rows change (a turn_start's time): the store skips their maps.
+        kept = {sid for sid, s in sessions.items() if s is not None and sid not in moved}
         started = time.perf_counter()
+        # A batch of background changes alone may be written off the loop (ports.BACKGROUND).
+        token = BACKGROUND.set(_background(batch))
         try:
             if forks:
                 # One counter for the whole store; a value above ids not yet committed is
                 # harmless (those are skipped), one below would let a restart reuse an id.
                 await self.store.write(
-                    sessions, rows, done, answers, prune, forks, self.fork_ids.next_id
+                    sessions,
+                    rows,
+                    done,
+                    answers,
+                    prune,
+                    forks,
+                    self.fork_ids.next_id,
+                    maps_unchanged=kept,
                 )
             else:
-                await self.store.write(sessions, rows, done, answers, prune)
+                await self.store.write(sessions, rows, done, answers, prune, maps_unchanged=kept)
         except StoreFenced as err:
             # Another node changed some of these rows: nothing was written. Undone as any
             # failure (memory equals the database again); each event is refused with it,
@@ -239,6 +260,8 @@ class GroupCommitter:
         except Exception as err:  # any failure must undo, not kill the loop
             self._fail(batch, err)
             return
+        finally:
+            BACKGROUND.reset(token)
         self.last_error = None
         if self.on_commit is not None:
             self.on_commit(time.perf_counter() - started, len(batch))
@@ -291,3 +314,21 @@ class GroupCommitter:
                 await asyncio.wait_for(asyncio.shield(self._task), timeout=10)
             except TimeoutError:
                 self._task.cancel()
+
+
+def _maps_moved(record: ChangeRecord) -> list[str]:
+    """The sessions ``record`` writes whose map or turn count it changed. The others (a
+    turn_start's time, a suspend) keep the map object: evolve() passes it on, and a new
+    map is a new object even when equal, so the store may write only their state row."""
+    prev = record.change.prev_sessions
+    moved = []
+    for sid, new in record.sessions.items():
+        old = prev.get(sid)
+        if (
+            old is None
+            or new is None
+            or old.chunk_hashes is not new.chunk_hashes
+            or old.turn_count != new.turn_count
+        ):
+            moved.append(sid)
+    return moved

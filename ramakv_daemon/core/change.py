@@ -23,6 +23,8 @@ class Facts:
         idle_s: how long the session had been idle when a conditioned suspend or close
             (``if_idle_since``, an idle policy's) acted on it.
         reason: why the sender sent it (a lifecycle event's optional ``reason`` field).
+        request_id: the request of the session it begins or ends (turn_start,
+            snapshot_restore, turn_end): a turn_end cancels only that request's prefetches.
     """
 
     turn: int | None = None
@@ -33,6 +35,7 @@ class Facts:
     fork_depth: int | None = None
     idle_s: float | None = None
     reason: str | None = None
+    request_id: str | None = None
 
     def as_notes(self) -> dict[str, object]:
         """The trace record's ``notes`` object: the facts that are set."""
@@ -53,6 +56,8 @@ class Facts:
             notes["idle_s"] = self.idle_s
         if self.reason is not None:
             notes["reason"] = self.reason
+        if self.request_id is not None:
+            notes["request_id"] = self.request_id
         return notes
 
 

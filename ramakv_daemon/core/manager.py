@@ -252,14 +252,14 @@ class SessionManager(OperatorEvict):
     # ---- events ----------------------------------------------------------------------
     def turn_start(self, session_id: str, now: float = 0.0) -> Change:
         """Prefetch the session's map before inference; unknown sessions prefetch nothing."""
-        change = Change()
         session = self.sessions.get(session_id)
+        # Its time is stored: the idle clock counts from it across a restart (issue 31);
+        # the map is the same object, so the store writes only the state row.
+        change = Change(durable=session is not None)
         hashes: tuple[str, ...] = ()
         if session is not None and not session.suspended and self.turn_start_prefetch:
             hashes = session.unique_hashes()
         if session is not None:
-            # last_event_ts is advisory; it rides along with the next durable write. _put
-            # records it so the trace delta carries the new last_event_ts too.
             self._put(change, session.evolve(last_event_ts=now))
         change.prefetch = list(hashes)
         change.data = {"prefetch_sent": bool(hashes), "prefetch_count": len(hashes)}

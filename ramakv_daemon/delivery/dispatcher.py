@@ -100,14 +100,21 @@ class BackendDispatcher:
         self.delivery.ingest()
         self.outbox.add(delete, demote, row)
 
-    def prefetch(self, session_id: str | None, hashes: list[str]) -> None:
-        """Send one prefetch in the background."""
-        self.prefetcher.prefetch(session_id, hashes)
+    def prefetch(
+        self,
+        session_id: str | None,
+        hashes: list[str],
+        request_id: str | None = None,
+        starts: bool = False,
+    ) -> None:
+        """Send one prefetch in the background, for request ``request_id`` of the session
+        (``starts``: a turn_start's, which begins a request)."""
+        self.prefetcher.prefetch(session_id, hashes, request_id, starts)
 
-    def served(self, session_id: str) -> None:
-        """The session's request was served: its prefetches still pending are dropped
+    def served(self, session_id: str, request_id: str | None = None) -> None:
+        """A request of the session was served: its prefetches still pending are dropped
         (unsent parts) and cancelled in the cache (best effort, in the background)."""
-        self.prefetcher.served(session_id)
+        self.prefetcher.served(session_id, request_id)
 
     def demote(self, hashes: list[str]) -> None:
         """Budget demotion of still-referenced chunks (DDR -> disk), best effort."""

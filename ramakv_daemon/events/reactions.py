@@ -8,6 +8,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
+from ramakv_daemon.core.budget import Turn
 from ramakv_daemon.core.manager import SessionManager
 from ramakv_daemon.events.outcome import Outcome
 from ramakv_daemon.telemetry.log_text import loggable
@@ -44,12 +45,15 @@ def warn_forced(o: Outcome, _f: FollowUp) -> None:
 
 
 def send_prefetch(o: Outcome, f: FollowUp) -> None:
-    """Drop the prefetch of a request now served (turn_end), then bring the event's chunks
-    into DDR (after the budget chose them; a new prefetch has a new tag, so the cancel
-    never stops it)."""
+    """Drop the prefetches of the request now served (turn_end: the one its request_id
+    names, else the session's oldest), then bring the event's chunks into DDR (after the
+    budget chose them; a new prefetch has a new tag, so the cancel never stops it)."""
+    request_id = o.change.facts.request_id
     if o.effects.served and o.session_id is not None:
-        o.ns.dispatcher.served(o.session_id)
-    o.ns.dispatcher.prefetch(o.session_id, o.change.prefetch if f.prefetch is None else f.prefetch)
+        o.ns.dispatcher.served(o.session_id, request_id)
+        request_id = None  # what it prefetches itself is for the session's next request
+    hashes = o.change.prefetch if f.prefetch is None else f.prefetch
+    o.ns.dispatcher.prefetch(o.session_id, hashes, request_id, o.effects.turn is Turn.START)
 
 
 class Reactions:

@@ -45,9 +45,7 @@ async def apply_settled(
     """
     busy = committer.busy
     if busy and effects.reads:
-        return await read_committed(
-            effects, apply, payload, ctx, managers, committer, delta, clock()
-        )
+        return await read_committed(apply, payload, ctx, managers, committer, delta, clock())
     try:
         change = apply(ctx, payload, clock())
     except RamAKvError:
@@ -68,7 +66,6 @@ async def apply_settled(
 
 
 async def read_committed(
-    effects: Effects,
     apply: ApplyFn,
     payload: JsonObject,
     ctx: HandlerContext,
@@ -82,12 +79,6 @@ async def read_committed(
     a reader would get if every change in doubt were rolled back — and it is also right
     when they commit, because none of them is acknowledged yet. A sliced read takes its
     snapshot inside; its slices run after."""
-    if effects.live_effect:
-        # turn_start's advisory last_event_ts and its prefetch apply to the live state.
-        try:
-            apply(ctx, payload, now)
-        except RamAKvError:
-            pass
     taken: Delta | None = None
     with ExitStack() as stack:
         for key, manager in managers.items():

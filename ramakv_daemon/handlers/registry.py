@@ -49,8 +49,6 @@ class Effects:
         turn: its bearing on the session's turn in flight (the DDR budget's pins).
         grows: it can bring chunks into DDR, so a budget pass may follow it.
         reads: it only reads: while commits are in doubt it answers from committed state.
-        live_effect: a read whose advisory effect (turn_start's last_event_ts and
-            prefetch) still applies to the live state.
         debug_file: with debug_enabled, its debug_context is written to a debug file
             and the reply says ``debug_written``.
         takes_over: it acts on its session, which on a shared store another node may
@@ -63,7 +61,6 @@ class Effects:
     turn: Turn = Turn.NONE
     grows: bool = False
     reads: bool = False
-    live_effect: bool = False
     debug_file: bool = False
     takes_over: bool = False
     store_fork_id: bool = False

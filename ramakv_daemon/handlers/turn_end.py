@@ -11,13 +11,14 @@ from ramakv_daemon.core.events import (
     session_id_of,
 )
 from ramakv_daemon.handlers.registry import Effects, HandlerContext, event
+from ramakv_daemon.handlers.request_id import request_id_of
 
 
 @event(
     "turn_end",
     "Post-inference safe eviction + update: decrement refcount, evict only when refcount == 0",
     required=("session_id", "kv_transfer_params"),
-    optional=("debug_context",),
+    optional=("debug_context", "request_id"),
     effects=Effects(turn=Turn.FINISH, grows=True, debug_file=True, takes_over=True, served=True),
 )
 def turn_end(ctx: HandlerContext, payload: dict, now: float) -> Change:
@@ -35,7 +36,9 @@ def turn_end(ctx: HandlerContext, payload: dict, now: float) -> Change:
     debug_context = object_of(payload, "debug_context")
     if debug_context is not None:
         check_depth(debug_context, MAX_DEBUG_DEPTH, "debug_context")
+    request_id = request_id_of(payload)
     change = ctx.manager.turn_end(session_id, hashes, now)
+    change.facts.request_id = request_id
     if debug_context is not None:
         change.debug_context = debug_context
     return change

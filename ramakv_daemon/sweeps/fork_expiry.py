@@ -10,10 +10,11 @@ from collections.abc import Callable
 
 from ramakv_daemon.commit.committer import GroupCommitter
 from ramakv_daemon.commit.record import ChangeRecord
+from ramakv_daemon.events.lanes import Lanes
 from ramakv_daemon.events.outcome import Outcome
 from ramakv_daemon.handlers.registry import NO_EFFECTS
 from ramakv_daemon.ports import StoreError
-from ramakv_daemon.routing.namespaces import Namespaces
+from ramakv_daemon.routing.namespaces import Namespace, Namespaces
 from ramakv_daemon.telemetry.log_text import loggable
 from ramakv_daemon.telemetry.metrics import DaemonMetrics
 from ramakv_daemon.trace.records import TraceRecords
@@ -32,13 +33,16 @@ class ForkExpiry:
         records: TraceRecords,
         metrics: DaemonMetrics,
         clock: Callable[[], float],
+        lanes: Lanes | None = None,
     ) -> None:
+        """``lanes``: each namespace's expiry waits for the background lane (clients first)."""
         self.ttl_s = ttl_s
         self.namespaces = namespaces
         self.committer = committer
         self.records = records
         self.metrics = metrics
         self.clock = clock
+        self.lanes = lanes if lanes is not None else Lanes()
         self._task: asyncio.Task[None] | None = None
 
     async def start(self) -> None:
@@ -60,39 +64,45 @@ class ForkExpiry:
         Each expiry is logged at WARNING (a subagent that never sent its fork_end) and
         published on the trace as a ``fork_expire`` event. Returns how many expired.
         """
-        ttl, total = self.ttl_s, 0
+        total = 0
         for ns in list(self.namespaces):
             if not len(ns.manager.forks):
                 continue
-            if self.committer.busy:
-                await self.committer.barrier()  # never decide from a change still in doubt
-            change = ns.manager.expire_forks(self.clock(), ttl)
-            if change is None:
-                continue
-            delta = self.records.delta(change, ns.key)  # before the await: this change's
-            try:
-                await self.committer.submit(ChangeRecord.of(ns.key, change, ns.manager))
-            except StoreError as err:  # rolled back: the next pass tries again
-                log.error("fork expiry not persisted (will retry): %s", err)
-                continue
-            expired = change.data["expired"]
-            assert isinstance(expired, list)
-            for row in expired:
-                log.warning(
-                    "fork hold expired: session=%s fork_id=%s age=%.0fs (older than "
-                    "fork_hold_ttl_s=%g; its session_fork_end never came)%s",
-                    loggable(str(row["session_id"])),
-                    row["fork_id"],
-                    row["age_s"],
-                    ttl,
-                    f" namespace={ns.key}" if ns.key else "",
-                )
-            total += len(expired)
-            touched = sorted({str(r["session_id"]) for r in expired})
-            o = Outcome("fork_expire", None, change, ns, NO_EFFECTS, delta=delta, touched=touched)
-            self.records.event(o)
-            self.metrics.forks_expired.inc(len(expired))
+            async with self.lanes.background():
+                total += await self._expire(ns)
         return total
+
+    async def _expire(self, ns: Namespace) -> int:
+        """One namespace's expired holds, as one change (one commit); how many expired."""
+        ttl = self.ttl_s
+        if self.committer.busy:
+            await self.committer.barrier()  # never decide from a change still in doubt
+        change = ns.manager.expire_forks(self.clock(), ttl)
+        if change is None:
+            return 0
+        delta = self.records.delta(change, ns.key)  # before the await: this change's
+        try:
+            await self.committer.submit(ChangeRecord.of(ns.key, change, ns.manager))
+        except StoreError as err:  # rolled back: the next pass tries again
+            log.error("fork expiry not persisted (will retry): %s", err)
+            return 0
+        expired = change.data["expired"]
+        assert isinstance(expired, list)
+        for row in expired:
+            log.warning(
+                "fork hold expired: session=%s fork_id=%s age=%.0fs (older than "
+                "fork_hold_ttl_s=%g; its session_fork_end never came)%s",
+                loggable(str(row["session_id"])),
+                row["fork_id"],
+                row["age_s"],
+                ttl,
+                f" namespace={ns.key}" if ns.key else "",
+            )
+        touched = sorted({str(r["session_id"]) for r in expired})
+        o = Outcome("fork_expire", None, change, ns, NO_EFFECTS, delta=delta, touched=touched)
+        self.records.event(o)
+        self.metrics.forks_expired.inc(len(expired))
+        return len(expired)
 
     async def _forever(self) -> None:
         interval = min(60.0, max(1.0, self.ttl_s / 10))

@@ -11,6 +11,7 @@ from collections.abc import Callable
 
 from ramakv_daemon.commit.committer import GroupCommitter
 from ramakv_daemon.commit.record import ChangeRecord
+from ramakv_daemon.events.lanes import Lanes
 from ramakv_daemon.events.outcome import Outcome
 from ramakv_daemon.handlers.registry import NO_EFFECTS
 from ramakv_daemon.ports import StoreError
@@ -42,8 +43,11 @@ class RetentionSweep:
         records: TraceRecords,
         metrics: DaemonMetrics,
         clock: Callable[[], float],
+        lanes: Lanes | None = None,
         slice_size: int = SLICE,
     ) -> None:
+        """``lanes``: each slice waits for the background lane (client events first)."""
+        self.lanes = lanes if lanes is not None else Lanes()
         self.window_s = window_s
         self.namespaces = namespaces
         self.committer = committer
@@ -82,20 +86,21 @@ class RetentionSweep:
     async def _sweep_namespace(self, ns: Namespace) -> int:
         deleted = 0
         while True:
-            if self.committer.busy:
-                await self.committer.barrier()  # never decide from a change still in doubt
-            now = self.clock()
-            change = ns.manager.sweep_dead(now, self.slice_size)
-            if change is None:
-                return deleted
-            delta = self.records.delta(change, ns.key)  # before the await: this change's
-            try:
-                await self.committer.submit(ChangeRecord.of(ns.key, change, ns.manager))
-            except StoreError as err:
-                # Rolled back: still dead, looked at again by the next pass.
-                ns.manager.last_refs.released_now(change.evict_delete, "", now - self.window_s)
-                log.error("retention sweep not persisted (will retry): %s", err)
-                return deleted
+            async with self.lanes.background():
+                if self.committer.busy:
+                    await self.committer.barrier()  # never decide from a change in doubt
+                now = self.clock()
+                change = ns.manager.sweep_dead(now, self.slice_size)
+                if change is None:
+                    return deleted
+                delta = self.records.delta(change, ns.key)  # before the await: this change's
+                try:
+                    await self.committer.submit(ChangeRecord.of(ns.key, change, ns.manager))
+                except StoreError as err:
+                    # Rolled back: still dead, looked at again by the next pass.
+                    ns.manager.last_refs.released_now(change.evict_delete, "", now - self.window_s)
+                    log.error("retention sweep not persisted (will retry): %s", err)
+                    return deleted
             self.records.event(
                 Outcome("retention_sweep", None, change, ns, NO_EFFECTS, delta=delta, touched=[])
             )

@@ -1,19 +1,5 @@
-"""Text checks for what the daemon logs and stores: UTF-8 only, one event one log line."""
+"""The daemon's text checks: the one copy lives in :mod:`ramakv_protocol.log_text`."""
 
-from __future__ import annotations
+from ramakv_protocol.log_text import loggable, utf8
 
-
-def utf8(text: str) -> bool:
-    """True when ``text`` encodes as UTF-8 (no lone surrogates), so SQLite can store it."""
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        return False
-    return True
-
-
-def loggable(text: str, limit: int = 200) -> str:
-    """``text`` as is when printable and short; else its repr, cut: one event, one log line."""
-    if len(text) <= limit and text.isprintable():
-        return text
-    return repr(text[:limit]) + ("..." if len(text) > limit else "")
+__all__ = ["loggable", "utf8"]

@@ -12,11 +12,13 @@ from typing import cast
 
 import orjson
 
+from ramakv_daemon.core.count_table import CountTable
 from ramakv_daemon.core.events import JsonObject
 from ramakv_daemon.core.fork import Fork
 from ramakv_daemon.core.packed import PackedMap
 from ramakv_daemon.core.refcount import SharedChunks
 from ramakv_daemon.core.session import Session
+from ramakv_daemon.trace.shared_counts import counted_above
 from ramakv_protocol.records import ForkSummary, SessionState, SessionSummary
 from ramakv_protocol.wire import (
     MAX_DATA_BYTES,
@@ -83,7 +85,11 @@ def shared_count(
         if isinstance(m, PackedMap) and isinstance(shared, SharedChunks):
             return len(shared.codes.intersection(m.ints()))  # no decode of the map
         return len(shared.intersection(m))
-    unique = set(s.chunk_hashes)
+    m = s.chunk_hashes
+    if not forks and isinstance(m, PackedMap) and isinstance(counts, CountTable):
+        # A suspended map after a restart: its codes searched in the count arrays at once.
+        return counted_above(m, counts, 0 if s.suspended else 1)
+    unique = set(m)
     if not unique:
         return 0
     get = counts.get

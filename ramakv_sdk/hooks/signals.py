@@ -1,5 +1,6 @@
 """What the framework hooks send the daemon: suspend, restore (waiting, bounded, for the
-chunks to be back in DDR) and close; never raising into the agent."""
+chunks to be back in DDR) and close, decided by the proxy's own lifecycle machine
+(:mod:`ramakv_sdk.proxy.machine`, its ``HOST_*`` signals); never raising into the agent."""
 
 from __future__ import annotations
 
@@ -11,6 +12,16 @@ from ramakv_sdk.client import AsyncClient
 from ramakv_sdk.errors import RamAKvError
 from ramakv_sdk.proxy.clock import Clock, LoopClock
 from ramakv_sdk.proxy.landing import Landing, LandingWait
+from ramakv_sdk.proxy.machine import (
+    Forget,
+    IllegalStep,
+    Policy,
+    Restore,
+    Send,
+    SessionMachine,
+    Signal,
+    State,
+)
 
 log = logging.getLogger("ramakv_sdk.hooks")
 
@@ -20,6 +31,8 @@ SESSION_HEADER = "X-Session-ID"
 ToolFilter = Collection[str] | Callable[[str], bool] | None
 #: What a run's end does to its session: keep it (the conversation goes on) or close it.
 ON_END = ("keep", "close")
+#: The hooks set no deadlines: the framework says when a tool starts and ends.
+HOOK_POLICY = Policy(tool_pause_s=0, run_end_s=0, idle_s=0, close_on_disconnect=False)
 
 
 def is_slow(tools: ToolFilter, name: str) -> bool:
@@ -51,7 +64,7 @@ class SessionSignals:
         self.restore_wait_ms = restore_wait_ms
         self.poll_ms = poll_ms
         self.clock = clock or LoopClock()
-        self.suspended: set[str] = set()
+        self._machines: dict[str, SessionMachine] = {}
         self.sent: list[tuple[str, str, str]] = []  # (type, session, reason), for inspection
 
     @property
@@ -60,8 +73,28 @@ class SessionSignals:
             self._client = AsyncClient.from_config()
         return self._client
 
-    async def _send(self, type_: str, session_id: str, reason: str) -> dict[str, Any] | None:
-        event = {"type": type_, "session_id": session_id, "reason": reason}
+    @property
+    def suspended(self) -> set[str]:
+        """The sessions this object suspended (their next tool end restores them)."""
+        return {sid for sid, m in self._machines.items() if m.state is State.SUSPENDED}
+
+    def _step(self, session_id: str, signal: Signal) -> list[Any] | None:
+        """The machine's commands for ``signal``; None when its state does not allow it."""
+        m = self._machines.setdefault(session_id, SessionMachine())
+        try:
+            commands: list[Any] = m.step(signal, self.clock.now(), HOOK_POLICY)
+        except IllegalStep:
+            return None
+        if any(isinstance(c, Forget) for c in commands) or m.state is State.IDLE:
+            self._machines.pop(session_id, None)
+        return commands
+
+    async def _send(
+        self, type_: str, session_id: str, reason: str, inferred: bool = False
+    ) -> dict[str, Any] | None:
+        event: dict[str, Any] = {"type": type_, "session_id": session_id, "reason": reason}
+        if inferred:
+            event["inferred"] = True
         try:
             env = await self.client.raw(event)
         except RamAKvError as err:
@@ -78,19 +111,27 @@ class SessionSignals:
         return data if isinstance(data, dict) else {}
 
     async def suspend(self, session_id: str, reason: str = "slow_tool") -> bool:
-        """Suspend the session (its chunks leave DDR while the tool runs)."""
-        data = await self._send("session_suspend", session_id, reason)
-        if data is not None and data.get("suspended"):
-            self.suspended.add(session_id)
-            return True
-        return False
+        """Suspend the session (its chunks leave DDR while the tool runs); True when it is
+        suspended (already, by this object, or now)."""
+        commands = self._step(session_id, Signal.HOST_SUSPEND)
+        if commands is None:
+            return session_id in self.suspended
+        for c in commands:
+            if isinstance(c, Send):
+                data = await self._send(c.type, session_id, reason, c.inferred)
+                if data is None or not data.get("suspended"):
+                    self._machines.pop(session_id, None)  # not suspended: nothing to restore
+                    return False
+        return True
 
     async def restore(self, session_id: str, reason: str = "tool_done") -> Landing | None:
         """Restore a session this object suspended, and wait (bounded) for its chunks;
         None when it had not suspended it."""
         if session_id not in self.suspended:
             return None
-        self.suspended.discard(session_id)
+        commands = self._step(session_id, Signal.HOST_RESTORE) or []
+        if not any(isinstance(c, Restore) for c in commands):
+            return None
         deadline = self.clock.now() + self.restore_wait_ms / 1000
         data = await self._send("snapshot_restore", session_id, reason)
         if not data or not data.get("prefetch_count") or not self.restore_wait_ms:
@@ -99,10 +140,15 @@ class SessionSignals:
         return await wait.wait(session_id, deadline)
 
     async def close(self, session_id: str, reason: str = "run_end") -> bool:
-        """Close the session (chunks nothing else holds are deleted)."""
-        self.suspended.discard(session_id)
-        data = await self._send("session_close", session_id, reason)
-        return bool(data and data.get("closed"))
+        """Close the session: a declared close (the host knows the run ended), so chunks
+        nothing else holds are evicted as the daemon's contract says."""
+        commands = self._step(session_id, Signal.HOST_CLOSE) or []
+        closed = False
+        for c in commands:
+            if isinstance(c, Send):
+                data = await self._send(c.type, session_id, reason, c.inferred)
+                closed = bool(data and data.get("closed"))
+        return closed
 
     async def aclose(self) -> None:
         """Close the client if this object made it."""

@@ -11,15 +11,18 @@ from aiohttp import web
 from prometheus_client import CollectorRegistry
 from yarl import URL
 
+from ramakv_protocol.log_text import loggable
 from ramakv_sdk import events, prompt_hashes
 from ramakv_sdk.client import AsyncClient
 from ramakv_sdk.proxy.answers import Answer, StreamScanner, read_json_answer
 from ramakv_sdk.proxy.clock import Clock, LoopClock
 from ramakv_sdk.proxy.landing import LandingWait
-from ramakv_sdk.proxy.lifecycle import Lifecycle, Outcome
+from ramakv_sdk.proxy.lifecycle import Lifecycle, Ticket
 from ramakv_sdk.proxy.metrics import proxy_registry, render
-from ramakv_sdk.proxy.naming import Named, named_request
+from ramakv_sdk.proxy.naming import Named, api_key_of, named_request, scoped
+from ramakv_sdk.proxy.outcome import Outcome
 from ramakv_sdk.proxy.settings import ProxySettings
+from ramakv_sdk.proxy.stock import StockLanding, StockSettings, StockStack
 from ramakv_sdk.sender import EventSender
 
 log = logging.getLogger("ramakv_proxy")
@@ -28,8 +31,6 @@ TURN_PATHS = frozenset({"/v1/chat/completions", "/v1/completions"})
 STATS_PATH = "/_ramakv/stats"
 METRICS_PATH = "/_ramakv/metrics"
 SSE_DONE = b"data: [DONE]"
-# The longest the end of an answer waits for its turn_end's answer from the daemon.
-END_WAIT_S = 1.0
 # Hop-by-hop headers (RFC 9110 7.6.1) and the ones aiohttp recomputes itself.
 DROP_REQUEST = frozenset(
     {
@@ -56,6 +57,7 @@ LIFECYCLE = web.AppKey("lifecycle", Lifecycle)
 WARNED = web.AppKey("warned_no_hashes", set)
 TOKENIZE_CHECK = web.AppKey("tokenize_check", prompt_hashes.TokenizeCheck)
 REGISTRY = web.AppKey("registry", CollectorRegistry)
+STOCK = web.AppKey("stock", StockStack)
 
 
 def make_app(settings: ProxySettings, clock: Clock | None = None) -> web.Application:
@@ -78,6 +80,17 @@ def make_app(settings: ProxySettings, clock: Clock | None = None) -> web.Applica
         app[SENDER] = EventSender(client, retry_for=settings.retry_for)
         time = clock or LoopClock()
         landing = LandingWait(client, time, settings.restore_poll_ms / 1000)
+        # ---- stock stack hook (docs/stock-stack.md): keys and restores by token ids ----
+        if settings.lmcache_mp_url:
+            stock = StockSettings(
+                settings.lmcache_mp_url,
+                settings.lmcache_mp_model,
+                settings.lmcache_mp_world_size,
+                settings.lmcache_mp_cache_salt,
+            )
+            app[STOCK] = StockStack(stock, app[UPSTREAM], settings.upstream)
+            landing = StockLanding(app[STOCK], landing)
+        # ---- end of the stock stack hook ----
         app[LIFECYCLE] = Lifecycle(settings, app[SENDER], time, landing)
         yield
         app[LIFECYCLE].close()
@@ -99,7 +112,13 @@ async def stats(request: web.Request) -> web.Response:
         {
             **sender.stats.as_dict(),
             "pending": sender.pending,
-            "lifecycle": {**life.stats.as_dict(), "sessions": life.sessions},
+            "lifecycle": {
+                **life.stats.as_dict(),
+                "run_end_grace_s": round(life.grace.seconds, 3),
+                "breaker_open": life.breaker.is_open,
+                "sessions": life.sessions,
+                "sessions_by_state": life.by_state(),
+            },
         }
     )
 
@@ -128,20 +147,35 @@ async def forward(request: web.Request) -> web.StreamResponse:
     if named is None:
         return (await _forward(request, body, None))[0]
     sid = named.session_id
+    if settings.scope_sessions_by_key:
+        sid = scoped(api_key_of(request.headers.get("Authorization")), sid)
     life = request.app[LIFECYCLE]
+    route = life.route(sid, named.shape)  # a side call goes to the session's branch
     # A failure until the relay says otherwise: an unexpected error (or a cancelled
     # handler) must not close the session; only a client seen leaving does.
     outcome = Outcome.FAILED
+    stock = request.app.get(STOCK)  # the stock stack: tokenised before a restore needs it
+    keys = None
+    if stock is not None:
+        sent = [(k, v) for k, v in request.headers.items() if k.lower() not in DROP_REQUEST]
+        keys = await stock.before(route.session_id, request.path, body or b"", sent)
+    ticket = life.start(route)
     try:
-        await life.begin(sid)
-        response, outcome = await _forward(request, body, sid)
+        await life.ready(route, ticket)
+        response, outcome = await _forward(request, body, route.session_id, ticket, keys)
         return response
     finally:
-        life.end(sid, outcome, named.agent_step)
+        if stock is not None:
+            stock.after(route.session_id, keys)
+        life.end(route, ticket, outcome, named.agent_step)
 
 
 async def _forward(
-    request: web.Request, body: bytes | None, sid: str | None
+    request: web.Request,
+    body: bytes | None,
+    sid: str | None,
+    ticket: Ticket | None = None,
+    keys: dict | None = None,
 ) -> tuple[web.StreamResponse, Outcome]:
     """Send the request upstream and relay its answer; how it ended, for the lifecycle."""
     settings = request.app[SETTINGS]
@@ -150,7 +184,9 @@ async def _forward(
     url = URL(settings.upstream + request.rel_url.raw_path_qs, encoded=True)
     tokenized = None
     check = request.app[TOKENIZE_CHECK]
-    if sid is not None and body and (prompt_hashes.is_streamed(body) or check.agrees is None):
+    if STOCK in request.app:
+        pass  # the stock stack: keys are the server's, computed before (``keys``)
+    elif sid is not None and body and (prompt_hashes.is_streamed(body) or check.agrees is None):
         # Runs beside the engine's answer (tokenising only, no model step), so it is ready at
         # its end; a non-streamed turn is tokenised once, to check the hashes against the engine's.
         tokenized = asyncio.ensure_future(
@@ -173,7 +209,7 @@ async def _forward(
             log.warning("upstream %s unavailable: %s", settings.upstream, err)
             return _upstream_error(err, settings.upstream), Outcome.FAILED
         async with upstream:
-            return await _relay(request, upstream, sid, request.app[SENDER], tokenized)
+            return await _relay(request, upstream, sid, ticket, tokenized, keys)
     finally:
         if tokenized is not None and not tokenized.done():
             tokenized.cancel()
@@ -183,8 +219,9 @@ async def _relay(
     request: web.Request,
     upstream: aiohttp.ClientResponse,
     sid: str | None,
-    sender: EventSender,
+    ticket: Ticket | None,
     tokenized: asyncio.Future[dict | None] | None = None,
+    keys: dict | None = None,
 ) -> tuple[web.StreamResponse, Outcome]:
     """Copy the engine's answer to the client chunk by chunk; then send turn_end. Also
     says how the request ended (a tool call, a client gone mid-answer...)."""
@@ -224,7 +261,7 @@ async def _relay(
                 await out.write(chunk)
         received = True
     except (ConnectionResetError, aiohttp.ClientError) as err:
-        log.info("stream for session %s ended early: %s", sid, err)
+        log.info("stream for session %s ended early: %s", loggable(sid or ""), err)
     answer = Answer()
     if watch and sid is not None:
         if scanner is not None:
@@ -246,8 +283,11 @@ async def _relay(
                     request.app[SETTINGS].chunk_size,
                     request.app[SETTINGS].save_unfull_chunk,
                 )
-        if events.has_chunk_hashes(params):
-            await _report_turn(sender, events.turn_end(sid, params), received, request.app)
+        if STOCK in request.app:
+            params = keys  # the stock server's keys of this prompt, whatever the engine sent
+        if events.has_chunk_hashes(params) and ticket is not None:
+            event = {**events.turn_end(sid, params), "request_id": ticket.request_id}
+            await _report_turn(event, received, request.app, ticket)
         elif received:
             _warn_no_hashes(request.app, request.app[SETTINGS].upstream)
     try:
@@ -258,7 +298,7 @@ async def _relay(
     except (ConnectionResetError, aiohttp.ClientError) as err:
         # The engine's answer was whole and its turn recorded: a client that closes while
         # the end waited (one that never read the body) did not leave mid-answer.
-        log.info("client of session %s left before the answer's end: %s", sid, err)
+        log.info("client of session %s left before the answer's end: %s", loggable(sid or ""), err)
     if not received:
         return out, Outcome.DISCONNECTED
     if upstream.status != 200:
@@ -266,21 +306,21 @@ async def _relay(
     return out, Outcome.TOOL_CALL if answer.tool_call else Outcome.ANSWERED
 
 
-async def _report_turn(sender: EventSender, event: dict, wait: bool, app: web.Application) -> None:
+async def _report_turn(event: dict, wait: bool, app: web.Application, ticket: Ticket) -> None:
     """Send a turn_end; when the answer is whole, wait (bounded) for the daemon's answer
     before the client sees its end, so a session_close or suspend a framework hook sends
     straight to the daemon right after cannot overtake it (the late turn_end would make
-    the closed session active again). A slow or absent daemon costs at most the bound."""
+    the closed session active again). A slow or absent daemon costs at most the request's
+    daemon-wait budget (``daemon_wait_ms``), nothing while the breaker is open."""
+    sender = app[SENDER]
     if not wait:
         sender.submit(event)
         return
     acked = sender.submit_wait(event)
-    bound = min(END_WAIT_S, app[SETTINGS].daemon_timeout)
-    try:
-        # shield: on timeout the event stays queued and is still sent, in order.
-        await asyncio.wait_for(asyncio.shield(acked), bound)
-    except TimeoutError:
-        log.info("turn_end for session %s not answered within %.1f s", event["session_id"], bound)
+    # shield: on timeout the event stays queued and is still sent, in order.
+    ok, _ = await app[LIFECYCLE].wait_daemon(ticket, asyncio.shield(acked))
+    if not ok:
+        log.info("turn_end for session %s not awaited", loggable(event["session_id"]))
 
 
 def _warn_no_hashes(app: web.Application, upstream: str) -> None:

@@ -5,12 +5,14 @@ from __future__ import annotations
 import argparse
 import logging
 import sys
+from pathlib import Path
 
 from aiohttp import web
 
 from ramakv_sdk.config import DEFAULT_DAEMON_URL, load_config
 from ramakv_sdk.proxy.app import make_app
 from ramakv_sdk.proxy.naming import SOURCES
+from ramakv_sdk.proxy.pending import default_state_dir
 from ramakv_sdk.proxy.settings import TURN_START_PREFETCH, ProxySettings
 from ramakv_sdk.version import add_version_flag
 
@@ -25,7 +27,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         description="OpenAI-compatible reverse proxy that reports the turns of requests "
         "naming a session to ram-a-kv (" + ", then ".join(SOURCES) + ") and infers the "
         "session's lifecycle: a tool call then a pause suspends it, its next request "
-        "restores it, an agent's final answer, a client leaving or a long idle closes it.",
+        "restores it, an agent's final answer suspends it (inferred), a client leaving or a "
+        "long idle closes it.",
     )
     p.add_argument("--upstream", required=True, help="engine base URL, e.g. http://127.0.0.1:8000")
     p.add_argument("--listen", default="127.0.0.1:8001", help="HOST:PORT (127.0.0.1:8001)")
@@ -73,12 +76,35 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         f"(0 = never; {_DEFAULTS.session_idle_close_s:g})",
     )
     p.add_argument(
-        "--run-end-close-s",
+        "--run-end-grace-s",
+        "--run-end-close-s",  # its name before the run end suspended instead of closing
+        dest="run_end_grace_s",
         type=float,
-        default=_DEFAULTS.run_end_close_s,
-        help="close a session this long after an agent's final answer (an answer calling no "
-        "tool, to a request that offered tools and carried a tool's use) when no new "
-        f"request came (0 = never; {_DEFAULTS.run_end_close_s:g})",
+        default=_DEFAULTS.run_end_grace_s,
+        help="suspend a session (inferred: its chunks are ordered cold, never deleted) this "
+        "long after an agent's final answer (an answer calling no tool, to a request that "
+        "offered tools and carried a tool's use) when no new request came; the grace then "
+        "follows the 0.9 quantile of observed return gaps, in [0.5, 60] s "
+        f"(0 = never; {_DEFAULTS.run_end_grace_s:g})",
+    )
+    p.add_argument(
+        "--daemon-wait-ms",
+        type=int,
+        default=_DEFAULTS.daemon_wait_ms,
+        help="the most a request waits on the daemon's answers; a timeout opens a circuit "
+        f"breaker (no waits, backing off) ({_DEFAULTS.daemon_wait_ms})",
+    )
+    p.add_argument(
+        "--state-dir",
+        default=str(default_state_dir()),
+        help="where pending suspends and closes are kept over a restart, one file per "
+        "listen port ('' = not kept; default: %(default)s)",
+    )
+    p.add_argument(
+        "--scope-sessions-by-key",
+        action="store_true",
+        help="prefix each session id with a hash of the caller's API key (Authorization: "
+        "Bearer), so a client can name only its own key's sessions (SECURITY.md)",
     )
     p.add_argument(
         "--no-close-on-disconnect",
@@ -93,6 +119,19 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="off: turn_start asks for no prefetch (a prefetch nobody waits for only races the "
         "prefill); wait: prefetch and wait as after a restore (off)",
     )
+    p.add_argument(
+        "--lmcache-mp-url",
+        default="",
+        help="the stock stack (docs/stock-stack.md): the LMCache multiprocess server's HTTP "
+        "URL; turns are keyed as it keys them and restores prefetch their own tokens",
+    )
+    p.add_argument(
+        "--lmcache-mp-model",
+        default="",
+        help="vLLM's --model string, the server's key (default: the engine's /v1/models root)",
+    )
+    p.add_argument("--lmcache-mp-world-size", type=int, default=1, help="engine world size (1)")
+    p.add_argument("--lmcache-mp-cache-salt", default="", help="the requests' cache_salt ('')")
     p.add_argument("--log-level", default="INFO", help="DEBUG, INFO, WARNING (INFO)")
     add_version_flag(p)
     return p.parse_args(argv)
@@ -115,10 +154,25 @@ def settings_from(args: argparse.Namespace) -> ProxySettings:
         tool_pause_suspend_s=args.tool_pause_suspend_s,
         restore_wait_ms=args.restore_wait_ms,
         session_idle_close_s=args.session_idle_close_s,
-        run_end_close_s=args.run_end_close_s,
+        run_end_grace_s=args.run_end_grace_s,
+        daemon_wait_ms=args.daemon_wait_ms,
+        state_file=_state_file(args.state_dir, args.listen),
+        scope_sessions_by_key=args.scope_sessions_by_key,
         close_on_disconnect=args.close_on_disconnect,
         turn_start_prefetch=args.turn_start_prefetch,
+        lmcache_mp_url=args.lmcache_mp_url.rstrip("/"),
+        lmcache_mp_model=args.lmcache_mp_model,
+        lmcache_mp_world_size=args.lmcache_mp_world_size,
+        lmcache_mp_cache_salt=args.lmcache_mp_cache_salt,
     )
+
+
+def _state_file(state_dir: str, listen: str) -> str | None:
+    """One file per listen address, so two proxies on one host keep apart."""
+    if not state_dir:
+        return None
+    port = listen.rpartition(":")[2] or "default"
+    return str(Path(state_dir) / f"pending-{port}.json")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -138,14 +192,15 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     log.info(
         "ramakv-proxy on %s -> %s, reporting to %s; tool pause suspend %gs, restore wait "
-        "%d ms, idle close %gs, run end close %gs",
+        "%d ms, idle close %gs, run end grace %gs (adaptive), daemon wait %d ms",
         args.listen,
         settings.upstream,
         settings.daemon_url,
         settings.tool_pause_suspend_s,
         settings.restore_wait_ms,
         settings.session_idle_close_s,
-        settings.run_end_close_s,
+        settings.run_end_grace_s,
+        settings.daemon_wait_ms,
     )
     try:
         web.run_app(

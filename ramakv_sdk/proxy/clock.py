@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import heapq
 import itertools
+import time
 from collections.abc import Callable
 from typing import Protocol
 
@@ -20,6 +21,10 @@ class Clock(Protocol):
 
     def now(self) -> float: ...
 
+    def wall(self) -> float:
+        """Seconds since the epoch (deadlines written to disk outlive the monotonic clock)."""
+        ...
+
     def call_later(self, delay: float, fn: Callable[[], None]) -> Timer: ...
 
     async def sleep(self, delay: float) -> None: ...
@@ -30,6 +35,9 @@ class LoopClock:
 
     def now(self) -> float:
         return asyncio.get_running_loop().time()
+
+    def wall(self) -> float:
+        return time.time()
 
     def call_later(self, delay: float, fn: Callable[[], None]) -> Timer:
         return asyncio.get_running_loop().call_later(delay, fn)
@@ -61,6 +69,9 @@ class ManualClock:
         self._due: list[tuple[float, int, _ManualTimer, Callable[[], None]]] = []
 
     def now(self) -> float:
+        return self._now
+
+    def wall(self) -> float:
         return self._now
 
     def call_later(self, delay: float, fn: Callable[[], None]) -> Timer:

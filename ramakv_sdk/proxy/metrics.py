@@ -23,14 +23,41 @@ _DECISIONS = (
     ("closes_disconnect", "ramakv_proxy_closes_disconnect", "Sessions closed: client left"),
     ("closes_idle", "ramakv_proxy_closes_idle", "Sessions closed: no request for a while"),
     (
-        "closes_run_end",
-        "ramakv_proxy_closes_run_end",
-        "Sessions closed: the agent's run ended (a final answer, then no request)",
+        "disconnects_superseded",
+        "ramakv_proxy_disconnects_superseded",
+        "Clients that left mid-answer after a newer request of theirs came (kept: a retry)",
+    ),
+    (
+        "suspends_run_end",
+        "ramakv_proxy_suspends_run_end",
+        "Sessions suspended (inferred): the agent's run ended (a final answer, then no request)",
     ),
     (
         "run_end_cancelled",
         "ramakv_proxy_run_end_cancelled",
-        "Final answers followed by a request within the grace (the session stayed open)",
+        "Final answers followed by a request within the grace (not suspended)",
+    ),
+    (
+        "run_end_mispredictions",
+        "ramakv_proxy_run_end_mispredictions",
+        "Sessions that came back after their run-end suspend",
+    ),
+    ("branches", "ramakv_proxy_branches", "Side calls reported as the session's branch"),
+    ("closes_branch", "ramakv_proxy_closes_branch", "Branch sessions closed after their answer"),
+    (
+        "branches_promoted",
+        "ramakv_proxy_branches_promoted",
+        "Side calls whose prompt the next request extended (history rewritten)",
+    ),
+    (
+        "daemon_timeouts",
+        "ramakv_proxy_daemon_timeouts",
+        "Waits on the daemon's answers cut at daemon_wait_ms (each opens the breaker)",
+    ),
+    (
+        "daemon_waits_skipped",
+        "ramakv_proxy_daemon_waits_skipped",
+        "Waits on the daemon not made: the circuit breaker was open",
     ),
     (
         "restores_daemon_suspended",
@@ -89,6 +116,16 @@ class _ProxyCollector(Collector):
         restores.add_metric(["timeout"], st.restore_timed_out)
         restores.add_metric(["unknown"], st.restore_unknown)
         yield restores
+        yield GaugeMetricFamily(
+            "ramakv_proxy_run_end_grace_seconds",
+            "The run-end grace now (the 0.9 quantile of observed return gaps, clamped)",
+            value=life.grace.seconds,
+        )
+        yield GaugeMetricFamily(
+            "ramakv_proxy_daemon_breaker_open",
+            "1 while the circuit breaker on the daemon's answers is open",
+            value=1.0 if life.breaker.is_open else 0.0,
+        )
         for field, name, help_ in _DECISIONS:
             yield CounterMetricFamily(name, help_, value=getattr(st, field))
 

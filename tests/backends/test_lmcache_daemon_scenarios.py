@@ -153,8 +153,9 @@ async def test_turn_end_stops_the_restores_prefetch_still_loading(tmp_path):
             assert await asyncio.to_thread(inside.wait, 120), "the prefetch never loaded"
             await _event(svc, type="turn_end", session_id="e", kv_transfer_params=kv)
             release.set()
+            tag = f"prefetch_e:{svc.default.dispatcher.prefetcher.boot_id}:1"
             async with httpx.AsyncClient(base_url=url) as c:
-                while (status := (await c.get("/memory/prefetch/prefetch_e:1")).json())[
+                while (status := (await c.get(f"/memory/prefetch/{tag}")).json())[
                     "state"
                 ] == "running":
                     await asyncio.sleep(0.02)

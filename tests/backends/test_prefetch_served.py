@@ -67,7 +67,7 @@ def _cancelled(svc) -> dict[str, tuple[float, float]]:
 async def test_turn_end_cancels_the_restores_prefetch_the_cache_still_holds(daemon, fake_lmcache):
     fake_lmcache.hold_prefetches = True
     tag = await _restored(daemon, fake_lmcache)
-    assert re.fullmatch(r"prefetch_s:\d+", tag)
+    assert re.fullmatch(r"prefetch_s:[0-9a-z]+:\d+", tag)
     assert fake_lmcache.calls("cancel") == []
     await _event(
         daemon, type="turn_end", session_id="s", kv_transfer_params={"chunk_hashes": HASHES}
@@ -162,3 +162,102 @@ async def test_a_prefetch_served_before_it_left_the_daemon_is_never_sent(daemon,
     await dispatcher.drain()
     assert fake_lmcache.calls("prefetch") == [] and fake_lmcache.calls("cancel") == []
     assert _cancelled(daemon) == {"unsent": (1.0, 2.0)}
+
+
+async def _mapped(svc, fake, sid="s", hashes=HASHES) -> None:
+    """Session ``sid`` with ``hashes`` in its map, on disk only: a turn_start prefetches them."""
+    fake.put(hashes, DISK)
+    await _event(svc, type="turn_end", session_id=sid, kv_transfer_params={"chunk_hashes": hashes})
+
+
+def _last_tag(fake) -> str:
+    return fake.calls("prefetch")[-1]["lookup_id"]
+
+
+async def test_a_late_turn_end_cancels_only_its_own_requests_prefetch(daemon, fake_lmcache):
+    """Two overlapping requests of one session (issue 31 item 5): request n's turn_end,
+    arriving after request n+1's turn_start, cancels n's prefetch, never n+1's."""
+    fake_lmcache.hold_prefetches = True
+    await _mapped(daemon, fake_lmcache)
+    await _event(daemon, type="turn_start", session_id="s", request_id="req-n")
+    first = _last_tag(fake_lmcache)
+    await _event(daemon, type="turn_start", session_id="s", request_id="req-n1")
+    second = _last_tag(fake_lmcache)
+    assert first != second
+    kv = {"chunk_hashes": HASHES}
+    await _event(daemon, type="turn_end", session_id="s", request_id="req-n", kv_transfer_params=kv)
+    assert fake_lmcache.calls("cancel") == [{"lookup_id": first}]
+    assert list(fake_lmcache.held) == [second]  # n+1's still loading
+    await _event(
+        daemon, type="turn_end", session_id="s", request_id="req-n1", kv_transfer_params=kv
+    )
+    assert fake_lmcache.calls("cancel") == [{"lookup_id": first}, {"lookup_id": second}]
+    assert fake_lmcache.held == {}
+
+
+async def test_a_turn_end_without_request_id_ends_the_oldest_request(daemon, fake_lmcache):
+    """Without request ids the turn_ends end the session's requests in order (FIFO)."""
+    fake_lmcache.hold_prefetches = True
+    await _mapped(daemon, fake_lmcache)
+    await _event(daemon, type="turn_start", session_id="s")
+    first = _last_tag(fake_lmcache)
+    await _event(daemon, type="turn_start", session_id="s")
+    second = _last_tag(fake_lmcache)
+    kv = {"chunk_hashes": HASHES}
+    await _event(daemon, type="turn_end", session_id="s", kv_transfer_params=kv)
+    assert fake_lmcache.calls("cancel") == [{"lookup_id": first}]
+    assert list(fake_lmcache.held) == [second]
+    await _event(daemon, type="turn_end", session_id="s", kv_transfer_params=kv)
+    assert fake_lmcache.calls("cancel") == [{"lookup_id": first}, {"lookup_id": second}]
+    # A turn_start that prefetches nothing still begins a request: the turn_end that
+    # follows the next turn_start is that one's, not the later request's.
+    await _event(daemon, type="turn_start", session_id="s", prefetch=False)
+    await _event(daemon, type="turn_start", session_id="s")
+    third = _last_tag(fake_lmcache)
+    await _event(daemon, type="turn_end", session_id="s", kv_transfer_params=kv)
+    assert len(fake_lmcache.calls("cancel")) == 2 and list(fake_lmcache.held) == [third]
+    await _event(daemon, type="turn_end", session_id="s", kv_transfer_params=kv)
+    assert fake_lmcache.calls("cancel")[-1] == {"lookup_id": third}
+
+
+async def test_a_request_ends_its_restore_and_its_turn_starts_prefetch(daemon, fake_lmcache):
+    """One request (a restore, then its turn_start): its turn_end cancels both, as before
+    request ids; a restore sent without one is the next request's, whatever id it carries."""
+    fake_lmcache.hold_prefetches = True
+    restored = await _restored(daemon, fake_lmcache)
+    await _event(daemon, type="turn_start", session_id="s")
+    started = _last_tag(fake_lmcache)
+    kv = {"chunk_hashes": HASHES}
+    await _event(daemon, type="turn_end", session_id="s", kv_transfer_params=kv)
+    assert fake_lmcache.calls("cancel") == [{"lookup_id": restored}, {"lookup_id": started}]
+    # The proxy's shape: an untagged restore, a turn_start with no prefetch and an id.
+    await _event(daemon, type="session_suspend", session_id="s")
+    await _event(daemon, type="snapshot_restore", session_id="s")
+    again = _last_tag(fake_lmcache)
+    await _event(daemon, type="turn_start", session_id="s", request_id="r", prefetch=False)
+    await _event(daemon, type="turn_end", session_id="s", request_id="r", kv_transfer_params=kv)
+    assert fake_lmcache.calls("cancel")[-1] == {"lookup_id": again}
+    assert fake_lmcache.held == {}
+
+
+async def test_prefetch_tags_never_repeat_across_restarts(tmp_path, fake_lmcache):
+    """A restarted daemon's prefetches are not named as the last run's were: a cancel of
+    a new one never stops an old one the cache still holds, nor the reverse."""
+    db = str(tmp_path / "s.db")
+    tags: list[str] = []
+    for _ in range(2):
+        svc = build(
+            Config(session_store_path=db),
+            SqliteSessionStore(db),
+            LMCacheBackend(fake_lmcache.url),
+        )
+        await svc.start()
+        try:
+            await _mapped(svc, fake_lmcache)
+            await _event(svc, type="turn_start", session_id="s")
+            tags.append(_last_tag(fake_lmcache))
+        finally:
+            await svc.stop()
+            await svc.backend.close()
+    assert tags[0] != tags[1]
+    assert all(re.fullmatch(r"prefetch_s:[0-9a-z]+:1", t) for t in tags), tags

@@ -82,8 +82,8 @@ def test_both_sides_play_the_same_plain_openai_requests(tmp_path: Path, stand_in
             Side("steered", f"http://127.0.0.1:{b_port}", b_url),
         ]
         play_all(turns, system, (sides[0], sides[1]), 0.0)
-        # Each conversation ends with its final answer: the proxy closes it (run_end) and
-        # then forgets it; settle waits for that (a condition, bounded as a hang guard).
+        # Each conversation ends with its final answer: the proxy suspends it (run_end,
+        # inferred); settle waits for that (a condition, bounded as a hang guard).
         assert all(side.settle() for side in sides)
         summaries = [s.summary() for s in sides]
     a, b = summaries
@@ -93,7 +93,7 @@ def test_both_sides_play_the_same_plain_openai_requests(tmp_path: Path, stand_in
     calls = sum(t.after != END for t in turns)
     assert a["tool_call_answers"] == b["tool_call_answers"] == calls
     assert a["proxy_tool_calls"] == b["proxy_tool_calls"] == calls
-    assert a["proxy_closes_run_end"] == b["proxy_closes_run_end"] == SHAPE.sessions
+    assert a["proxy_suspends_run_end"] == b["proxy_suspends_run_end"] == SHAPE.sessions
     assert a["proxy_closes_idle"] == b["proxy_closes_idle"] == 0
     assert [t["chunk_hashes"] for t in sides[0].turns] == [
         t["chunk_hashes"] for t in sides[1].turns

@@ -372,3 +372,21 @@ async def test_session_id_too_long(daemon: DaemonClient) -> None:
     )
     status, body = await daemon.post({"type": "session_map", "session_id": "x" * 1024})
     assert body["error"] == f"session '{'x' * 1024}' not found"
+
+
+@pytest.mark.parametrize("type_", ["turn_start", "snapshot_restore", "turn_end"])
+@pytest.mark.parametrize("bad", [5, True, ["r"], {"id": "r"}, "", "r" * 129])
+async def test_bad_request_id_is_refused(daemon: DaemonClient, type_: str, bad: Any) -> None:
+    await seed(daemon)
+    payload: dict[str, Any] = {"type": type_, "session_id": "s1", "request_id": bad}
+    if type_ == "turn_end":
+        payload["kv_transfer_params"] = {"chunk_hashes": ["x"]}
+    await expect_error(daemon, payload, "'request_id' must be a string of 1 to 128 characters")
+
+
+async def test_a_request_id_of_128_characters_is_taken(daemon: DaemonClient) -> None:
+    await seed(daemon)
+    rid = "r" * 128
+    assert (await daemon.ok("turn_start", session_id="s1", request_id=rid))["prefetch_count"] == 3
+    await daemon.turn_end("s1", ["a"], request_id=rid)
+    await daemon.ok("turn_start", session_id="s1", request_id=None)  # null: none given

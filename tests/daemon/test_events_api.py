@@ -5,9 +5,9 @@ from __future__ import annotations
 from support.daemon_app import DaemonClient, RecordingBackend
 
 NINE = {
-    "turn_start": (["session_id"], ["prefetch"]),
-    "turn_end": (["session_id", "kv_transfer_params"], ["debug_context"]),
-    "snapshot_restore": (["session_id"], ["source_session_id", "reason"]),
+    "turn_start": (["session_id"], ["prefetch", "request_id"]),
+    "turn_end": (["session_id", "kv_transfer_params"], ["debug_context", "request_id"]),
+    "snapshot_restore": (["session_id"], ["source_session_id", "reason", "request_id"]),
     "session_map": (["session_id"], []),
     "session_close": (["session_id"], ["if_idle_since", "reason", "inferred"]),
     "session_suspend": (["session_id"], ["if_idle_since", "reason", "inferred"]),

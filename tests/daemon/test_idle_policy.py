@@ -254,3 +254,26 @@ async def test_zero_is_off(start_daemon, make_config) -> None:  # type: ignore[n
     done = await d.daemon.idle_sweep.sweep()
     assert (done.looked_at, done.suspended, done.closed) == (0, 0, 0)
     assert sessions(d) == {"p": "active"}
+
+
+async def test_a_turn_starts_time_is_stored(start_daemon, make_config) -> None:  # type: ignore[no-untyped-def]
+    """Issue 31 item 7: the idle clock counts from the last event of either kind, across a
+    restart too: a turn in flight when the daemon restarted is not closed at start-up."""
+    clock = Clock()
+    config = make_config(idle_close_s=300.0)
+    d = await manual(await start_daemon(config, clock=clock))
+    t0 = clock.now
+    await d.turn_end("p", ["a"])
+    clock.now = t0 + 200
+    await d.ok("turn_start", session_id="p")  # a long turn begins
+    await d.close()
+
+    clock.now = t0 + 300  # 300 s after its turn_end, 100 s after its turn_start
+    d = await start_daemon(config, clock=clock)
+    await d.daemon.idle_sweep.sweep()  # waits for the start-up sweep
+    assert sessions(d) == {"p": "active"}
+    assert d.daemon.default.manager.sessions["p"].last_event_ts == t0 + 200
+    clock.now = t0 + 499
+    assert (await d.daemon.idle_sweep.sweep()).closed == 0
+    clock.now = t0 + 500
+    assert (await d.daemon.idle_sweep.sweep()).closed == 1

@@ -160,3 +160,29 @@ async def test_start_up_folding_waits_for_a_lock_held_elsewhere(
         await store.close()
         con.close()
     assert [entries for _, _, entries in rows] == [[("h1", "delete")]]
+
+
+async def test_a_turn_start_writes_only_its_sessions_state_row(
+    start_daemon, make_config, monkeypatch: pytest.MonkeyPatch
+) -> None:  # type: ignore[no-untyped-def]
+    """turn_start's time is stored, and cheaply: its map is the stored one, so only the
+    state row is written; a turn_end in the same batch still writes its new map."""
+    maps: list[list[str]] = []
+    original = sqlite_store.write_sessions
+
+    def counting(db: Any, upserts: Any, deletes: Any, kept: Any = ()) -> None:
+        maps.append(sorted(s.session_id for s in upserts if s.session_id not in kept))
+        original(db, upserts, deletes, kept)
+
+    monkeypatch.setattr(sqlite_store, "write_sessions", counting)
+    d = await start_daemon(make_config())
+    await d.turn_end("a", ["h1", "h2"])
+    await d.turn_end("b", ["h3"])
+    maps.clear()
+    await d.ok("turn_start", session_id="a")
+    assert maps == [[]]  # a's state row only
+    maps.clear()
+    await asyncio.gather(d.ok("turn_start", session_id="b"), d.turn_end("a", ["h1"]))
+    assert sorted(m for batch in maps for m in batch) == ["a"]
+    stored = {s.session_id: s for s in await d.daemon.store.load_all()}
+    assert stored == d.daemon.default.manager.sessions

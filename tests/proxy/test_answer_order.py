@@ -9,8 +9,6 @@ import aiohttp
 import pytest
 from support.openai_engine import chunk_hashes, prompt_of
 
-from ramakv_sdk.proxy import app as proxy_app
-
 CHAT = {
     "model": "m",
     "messages": [
@@ -31,8 +29,9 @@ async def test_answer_ends_after_turn_end_is_acknowledged(
     already recorded: the turn_end's answer comes before the answer's end, even when the
     daemon is slow to give it."""
     # A bound far above HOLD_S, so a loaded box cannot make the proxy give up waiting.
-    monkeypatch.setattr(proxy_app, "END_WAIT_S", 30.0, raising=False)
-    proxy = await start_proxy(engine.url, daemon_proc.url, daemon_timeout=30.0)
+    proxy = await start_proxy(
+        engine.url, daemon_proc.url, daemon_timeout=30.0, daemon_wait_ms=30_000
+    )
     order: list[str] = []
     answered = asyncio.Event()
     real_raw = proxy.sender.client.raw

@@ -72,8 +72,8 @@ async def test_tool_pause_suspends_after_the_grace_and_the_next_request_restores
     daemon_proc, engine, start_proxy, caplog
 ) -> None:
     clock = ManualClock()
-    # run_end_close_s=0: the final answer's close (tests/proxy/test_run_end.py) stays out
-    proxy = await start_proxy(engine.url, daemon_proc.url, clock=clock, run_end_close_s=0)
+    # run_end_grace_s=0: the final answer's close (tests/proxy/test_run_end.py) stays out
+    proxy = await start_proxy(engine.url, daemon_proc.url, clock=clock, run_end_grace_s=0)
     first = await chat(proxy, ASK, "agent")
     assert first["choices"][0]["finish_reason"] == "tool_calls"
     assert await proxy.sender.flush(120)
@@ -111,7 +111,7 @@ async def test_a_request_within_the_grace_cancels_the_suspend(
     daemon_proc, engine, start_proxy
 ) -> None:
     clock = ManualClock()
-    proxy = await start_proxy(engine.url, daemon_proc.url, clock=clock, run_end_close_s=0)
+    proxy = await start_proxy(engine.url, daemon_proc.url, clock=clock, run_end_grace_s=0)
     first = await chat(proxy, ASK, "quick")
     clock.advance(1.0)
     await chat(proxy, after_tool(first["choices"][0]["message"]), "quick")

@@ -116,18 +116,28 @@ async def test_streamed_turn_under_one_chunk_empties_the_map(
     daemon_proc, engine, start_proxy
 ) -> None:
     proxy = await start_proxy(engine.url, daemon_proc.url)
-    hdr = {"X-Session-Id": "short"}
     async with aiohttp.ClientSession() as http:
-        for prompt in ("y" * 40, "y" * 5):  # 2 chunks, then under one chunk: []
+        for sid, prompt in (("short", "y" * 40), ("shorter", "y" * 5)):  # 2 chunks, then []
             async with http.post(
                 f"{proxy.url}/v1/completions",
-                headers=hdr,
+                headers={"X-Session-Id": sid},
                 json={"model": "m", "prompt": prompt, "stream": True},
             ) as r:
                 await r.read()
             assert await proxy.sender.flush(120)
-            assert session_map(daemon_proc, "short") == chunk_hashes(prompt)
+            assert session_map(daemon_proc, sid) == chunk_hashes(prompt)
     assert chunk_hashes("y" * 5) == []
+    # The shorter prompt under the first session does not extend its context: a side call,
+    # reported as the session's branch, so the session's map stays (test_branch.py).
+    async with aiohttp.ClientSession() as http:
+        async with http.post(
+            f"{proxy.url}/v1/completions",
+            headers={"X-Session-Id": "short"},
+            json={"model": "m", "prompt": "y" * 5, "stream": True},
+        ) as r:
+            await r.read()
+    assert await proxy.sender.flush(120)
+    assert session_map(daemon_proc, "short") == chunk_hashes("y" * 40)
 
 
 async def test_hashes_disagreeing_with_the_engine_stop_streamed_turn_ends(
@@ -143,7 +153,7 @@ async def test_hashes_disagreeing_with_the_engine_stop_streamed_turn_ends(
         async with http.post(
             f"{proxy.url}/v1/chat/completions",
             headers=hdr,
-            json={**CHAT, "messages": CHAT["messages"][:1], "stream": True},
+            json={**CHAT, "stream": True},  # the same prompt again: no branch
         ) as r:
             await r.read()
     assert await proxy.sender.flush(120)

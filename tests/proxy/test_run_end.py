@@ -1,4 +1,4 @@
-"""An agent's final answer ends its run: the proxy closes the session ``run_end_close_s``
+"""An agent's final answer ends its run: the proxy closes the session ``run_end_grace_s``
 later unless a new request comes first; plain chat (no tools) is not affected. A manual
 clock drives the timers; the daemon is real, the engine the stand-in."""
 
@@ -12,6 +12,24 @@ import pytest
 from test_lifecycle import ASK, after_tool, chat, daemon_events, state
 
 from ramakv_sdk.proxy import ManualClock
+
+
+def record_sent(proxy) -> list[dict[str, Any]]:  # noqa: ANN001
+    """Every event the proxy hands its sender from now on (fire-and-forget or awaited)."""
+    sent: list[dict[str, Any]] = []
+    sender = proxy.sender
+    submit, submit_wait = sender.submit, sender.submit_wait
+
+    def spy(event):  # noqa: ANN001, ANN202
+        sent.append(dict(event))
+        return submit(event)
+
+    def spy_wait(event):  # noqa: ANN001, ANN202
+        sent.append(dict(event))
+        return submit_wait(event)
+
+    sender.submit, sender.submit_wait = spy, spy_wait  # type: ignore[method-assign]
+    return sent
 
 
 async def run_to_final_answer(proxy, sid: str, stream: bool = False) -> dict[str, Any]:  # noqa: ANN001
@@ -36,11 +54,14 @@ async def run_to_final_answer(proxy, sid: str, stream: bool = False) -> dict[str
     return final
 
 
-async def test_a_final_answer_closes_the_session_after_the_grace(
+async def test_a_final_answer_suspends_the_session_inferred_after_the_grace(
     daemon_proc, engine, start_proxy, caplog
 ) -> None:
+    """Issue 31 item 1: a run end closed the session (its chunks deleted); now an inferred
+    suspend (its chunks ordered cold, kept)."""
     clock = ManualClock()
-    proxy = await start_proxy(engine.url, daemon_proc.url, clock=clock, run_end_close_s=5)
+    proxy = await start_proxy(engine.url, daemon_proc.url, clock=clock, run_end_grace_s=5)
+    sent = record_sent(proxy)
     await run_to_final_answer(proxy, "done")
     assert await proxy.sender.flush(120)
     assert proxy.lifecycle.state_of("done") == "run_end"
@@ -50,59 +71,95 @@ async def test_a_final_answer_closes_the_session_after_the_grace(
     with caplog.at_level(logging.INFO, logger="ramakv_proxy"):
         clock.advance(0.01)
         assert await proxy.sender.flush(120)
-    assert state(daemon_proc, "done") is None
-    assert proxy.lifecycle.state_of("done") is None and proxy.lifecycle.sessions == 0
+    assert state(daemon_proc, "done") == "suspended"  # kept, not closed
+    assert proxy.lifecycle.state_of("done") == "suspended"
     assert any(
-        "closed 5 s after its final answer (the agent's run ended)" in r.getMessage()
-        for r in caplog.records
+        "suspended (inferred) 5 s after its final answer" in r.getMessage() for r in caplog.records
     )
     assert (await daemon_events(daemon_proc, "done"))[-3:] == [
         ("turn_start", None),
         ("turn_end", None),
-        ("session_close", "run_end"),
+        ("session_suspend", "run_end"),
     ]
+    assert sent[-1] == {
+        "type": "session_suspend",
+        "session_id": "done",
+        "reason": "run_end",
+        "inferred": True,
+    }
+    assert not any(e["type"] == "session_close" for e in sent)
     st = proxy.lifecycle.stats
-    assert (st.closes_run_end, st.run_end_cancelled, st.closes_idle) == (1, 0, 0)
-    assert clock.pending == 0  # the idle timer went with the session
+    assert (st.suspends_run_end, st.run_end_cancelled, st.closes_idle) == (1, 0, 0)
     async with aiohttp.ClientSession() as http:
         async with http.get(f"{proxy.url}/_ramakv/stats") as r:
             life = (await r.json())["lifecycle"]
         async with http.get(f"{proxy.url}/_ramakv/metrics") as r:
             text = await r.text()
-    assert (life["closes_run_end"], life["run_end_cancelled"]) == (1, 0)
-    assert "ramakv_proxy_closes_run_end_total 1.0" in text
+    assert "closes_run_end" not in life
+    assert (life["suspends_run_end"], life["run_end_cancelled"]) == (1, 0)
+    assert life["run_end_mispredictions"] == 0 and life["run_end_grace_s"] == 5.0
+    assert "ramakv_proxy_suspends_run_end_total 1.0" in text
     assert "ramakv_proxy_run_end_cancelled_total 0.0" in text
+    assert "ramakv_proxy_run_end_mispredictions_total 0.0" in text
 
 
 async def test_a_streamed_final_answer_ends_the_run_too(daemon_proc, engine, start_proxy) -> None:
     clock = ManualClock()
-    proxy = await start_proxy(engine.url, daemon_proc.url, clock=clock, run_end_close_s=1)
+    proxy = await start_proxy(engine.url, daemon_proc.url, clock=clock, run_end_grace_s=1)
     await run_to_final_answer(proxy, "streamed", stream=True)
     clock.advance(1)
     assert await proxy.sender.flush(120)
-    assert state(daemon_proc, "streamed") is None
-    assert proxy.lifecycle.stats.closes_run_end == 1
+    assert state(daemon_proc, "streamed") == "suspended"
+    assert proxy.lifecycle.stats.suspends_run_end == 1
 
 
 async def test_a_request_within_the_grace_keeps_the_session(
     daemon_proc, engine, start_proxy
 ) -> None:
     clock = ManualClock()
-    proxy = await start_proxy(engine.url, daemon_proc.url, clock=clock, run_end_close_s=5)
+    proxy = await start_proxy(engine.url, daemon_proc.url, clock=clock, run_end_grace_s=5)
     final = await run_to_final_answer(proxy, "goes-on")
     clock.advance(4)
-    # The client asks again (a retry, a guardrail's check): the run was not over.
+    # The client asks again (a retry, the user's next message): the run was not over.
     await chat(proxy, final, "goes-on")
     assert proxy.lifecycle.stats.run_end_cancelled == 1
-    clock.advance(4.99)  # the first grace long past; the second not yet
+    # The return gap (4 s) is the only one seen: the grace follows it.
+    assert proxy.lifecycle.grace.seconds == 4.0
+    clock.advance(3.99)
     assert await proxy.sender.flush(120)
     assert state(daemon_proc, "goes-on") == "active"
-    assert proxy.lifecycle.stats.closes_run_end == 0
-    clock.advance(0.01)  # this answer was final too: its own grace ends
+    assert proxy.lifecycle.stats.suspends_run_end == 0
+    clock.advance(0.01)  # this answer was final too: its own (adapted) grace ends
     assert await proxy.sender.flush(120)
-    assert state(daemon_proc, "goes-on") is None
+    assert state(daemon_proc, "goes-on") == "suspended"
     types = [t for t, _ in await daemon_events(daemon_proc, "goes-on")]
-    assert types.count("session_close") == 1
+    assert types.count("session_suspend") == 1 and "session_close" not in types
+
+
+async def test_a_session_back_after_its_run_end_suspend_is_a_misprediction(
+    daemon_proc, engine, start_proxy
+) -> None:
+    """The Agents-SDK chat pattern: the user writes again after the grace. The session is
+    restored (its chunks were kept), the misprediction counted, the grace lengthened."""
+    clock = ManualClock()
+    proxy = await start_proxy(engine.url, daemon_proc.url, clock=clock, run_end_grace_s=2)
+    final = await run_to_final_answer(proxy, "chat-agent")
+    clock.advance(2)
+    assert await proxy.sender.flush(120)
+    assert state(daemon_proc, "chat-agent") == "suspended"
+    clock.advance(7)  # the user reads and writes again, 9 s after the answer
+    await chat(proxy, final, "chat-agent")
+    assert await proxy.sender.flush(120)
+    st = proxy.lifecycle.stats
+    assert (st.run_end_mispredictions, st.restores) == (1, 1)
+    assert state(daemon_proc, "chat-agent") == "active"
+    assert ("snapshot_restore", "next_request") in await daemon_events(daemon_proc, "chat-agent")
+    assert proxy.lifecycle.grace.seconds == 9.0
+    async with aiohttp.ClientSession() as http:
+        async with http.get(f"{proxy.url}/_ramakv/metrics") as r:
+            text = await r.text()
+    assert "ramakv_proxy_run_end_mispredictions_total 1.0" in text
+    assert "ramakv_proxy_run_end_grace_seconds 9.0" in text
 
 
 @pytest.mark.parametrize(
@@ -113,28 +170,28 @@ async def test_a_request_within_the_grace_keeps_the_session(
     ],
     ids=["no-tools", "tools-unused"],
 )
-async def test_chat_without_tool_use_is_not_closed(
+async def test_chat_without_tool_use_is_not_suspended(
     daemon_proc, engine, start_proxy, body: dict[str, Any]
 ) -> None:
     clock = ManualClock()
-    proxy = await start_proxy(engine.url, daemon_proc.url, clock=clock, run_end_close_s=5)
+    proxy = await start_proxy(engine.url, daemon_proc.url, clock=clock, run_end_grace_s=5)
     answer = await chat(proxy, body, "chat")
     assert not answer["choices"][0]["message"].get("tool_calls")
     assert proxy.lifecycle.state_of("chat") == "idle"
     clock.advance(600)  # far past the grace, short of the idle close
     assert await proxy.sender.flush(120)
     assert state(daemon_proc, "chat") == "active"
-    assert proxy.lifecycle.stats.closes_run_end == 0
+    assert proxy.lifecycle.stats.suspends_run_end == 0
 
 
-async def test_run_end_close_zero_never_closes(daemon_proc, engine, start_proxy) -> None:
+async def test_run_end_grace_zero_never_suspends(daemon_proc, engine, start_proxy) -> None:
     clock = ManualClock()
     proxy = await start_proxy(
-        engine.url, daemon_proc.url, clock=clock, run_end_close_s=0, session_idle_close_s=0
+        engine.url, daemon_proc.url, clock=clock, run_end_grace_s=0, session_idle_close_s=0
     )
     await run_to_final_answer(proxy, "kept")
     clock.advance(3600)
     assert await proxy.sender.flush(120)
     assert state(daemon_proc, "kept") == "active"
-    assert proxy.lifecycle.stats.closes_run_end == 0 and proxy.lifecycle.sessions == 0
+    assert proxy.lifecycle.stats.suspends_run_end == 0 and proxy.lifecycle.sessions == 0
     assert clock.pending == 0

@@ -37,6 +37,8 @@ WRITES: list[dict[str, Any]] = [
     {"type": "session_suspend", "session_id": "big"},
     {"type": "session_fork_end", "session_id": "s2"},
     {"type": "snapshot_restore", "session_id": "copy", "source_session_id": "big"},
+    # Its time is stored (the idle clock counts from it after a restart): a write too.
+    {"type": "turn_start", "session_id": "s1"},
 ]
 
 
@@ -53,7 +55,8 @@ async def assert_reads_work(d: DaemonClient) -> None:
     assert await d.ok("health") == {"status": "running", "sessions_count": 4}
     assert (await d.ok("session_map", session_id="s1"))["chunk_hashes"] == ["sys", "a", "b"]
     assert (await d.ok("session_map", session_id="s3"))["chunk_hashes"] == ["z"]
-    assert (await d.ok("turn_start", session_id="s1"))["prefetch_count"] == 3
+    # A session the daemon does not know: the turn_start stores nothing, and answers.
+    assert (await d.ok("turn_start", session_id="unknown"))["prefetch_count"] == 0
     assert (await d.ok("list_sessions"))["total"] == 4
     info = await d.ok("chunk_info", chunk_hashes=["sys"])
     assert info["chunks"]["sys"]["refcount"] == 3

@@ -58,7 +58,8 @@ async def test_concurrent_turn_end_and_turn_start_publish_in_apply_order(
                     }
                 )
             elif rng.random() < 0.5:
-                await d.ok("turn_start", session_id=sid)
+                # A write (its time is stored): it fails with its commit as turn_end does.
+                await d.post({"type": "turn_start", "session_id": sid})
             else:
                 await d.post({"type": "session_map", "session_id": sid})
 
@@ -78,7 +79,9 @@ async def test_concurrent_turn_end_and_turn_start_publish_in_apply_order(
             assert s["turn_count"] >= seen.get(sid, 0), (sid, s, seen.get(sid))
             seen[sid] = s["turn_count"]
             checked += 1
-    assert checked > 200
+    # A floor, not a rate: about 480 events, a quarter of the commits failing (turn_starts'
+    # too, now that their time is stored), the reads publishing no session.
+    assert checked > 150
     final = {sid: s.turn_count for sid, s in d.daemon.default.manager.sessions.items()}
     assert seen == final
     await ws.close()

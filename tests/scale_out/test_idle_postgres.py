@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from typing import Any
 
 from support.daemon_proc import DaemonProcess
 from support.pg_nodes import check_refcounts_match_owned, sql, until
@@ -88,3 +89,32 @@ def _state(d: DaemonProcess, sid: str) -> str | None:
 
 async def _async(check: Callable[[], bool]) -> bool:
     return check()
+
+
+async def test_a_turn_starts_time_is_stored_in_the_shared_row(
+    start_daemon: Callable[..., Any],
+    make_config: Callable[..., Any],
+    postgres_server: PostgresServer,
+) -> None:
+    """Issue 31 item 7 on PostgreSQL: a turn_start stores its time (the map stays as stored),
+    so a restart's idle clock counts from it, not from the turn_end before it."""
+    url = postgres_server.create_database()
+    now = [1_000_000.0]
+    config = make_config(session_store_url=url, node_id="a", idle_close_s=300.0)
+    d = await start_daemon(config, clock=lambda: now[0])
+    await d.turn_end("p", ["sys", "a1"])
+    now[0] += 200
+    await d.ok("turn_start", session_id="p")
+    stored = await sql(url, "SELECT map_json, last_event_ts FROM sessions")
+    assert [(r["map_json"], r["last_event_ts"]) for r in stored] == [('["sys","a1"]', 1_000_200.0)]
+    await d.close()
+
+    now[0] += 100  # 300 s after the turn_end, 100 s after the turn_start
+    d = await start_daemon(config, clock=lambda: now[0])
+    await d.daemon.idle_sweep.sweep()  # waits for the start-up sweep
+    assert list(d.daemon.default.manager.sessions) == ["p"]
+    now[0] = 1_000_499.0
+    assert (await d.daemon.idle_sweep.sweep()).closed == 0
+    now[0] = 1_000_500.0  # idle_close_s after the turn_start
+    assert (await d.daemon.idle_sweep.sweep()).closed == 1
+    await d.close()

@@ -73,6 +73,37 @@ async def test_resume_under_a_new_session_id(daemon_proc) -> None:
         assert [s["session_id"] for s in listed["sessions"]] == ["old"]
 
 
+async def test_request_ids_ride_on_the_three_request_events(daemon_proc) -> None:
+    """request_id is sent when given (the trace carries it as notes.request_id), omitted
+    when not; the daemon's refusal of a bad one names the field."""
+    from ramakv_sdk import events
+
+    assert events.turn_start("s", request_id="r1") == {
+        "type": "turn_start",
+        "session_id": "s",
+        "request_id": "r1",
+    }
+    assert "request_id" not in events.turn_end("s", {"chunk_hashes": []})
+    assert events.snapshot_restore("s", request_id="r2")["request_id"] == "r2"
+    async with AsyncClient(daemon_proc.url) as c:
+        await c.turn_end("s", {"chunk_hashes": ["a1"]}, request_id="r0")
+        assert await c.turn_start("s", request_id="r1") == {
+            "prefetch_sent": True,
+            "prefetch_count": 1,
+        }
+        assert await c.turn_start("s", "r1b", prefetch=False) == {
+            "prefetch_sent": False,
+            "prefetch_count": 0,
+        }
+        end = await c.turn_end("s", {"chunk_hashes": ["a1"]}, request_id="r1")
+        assert end["map_updated"] is True
+        await c.session_suspend("s")
+        restored = await c.snapshot_restore("s", request_id="r2")
+        assert restored == {"prefetch_sent": True, "prefetch_count": 1}
+        with pytest.raises(RamAKvError, match="'request_id' must be a string"):
+            await c.turn_start("s", request_id="x" * 129)
+
+
 async def test_admin_events(daemon_proc) -> None:
     async with AsyncClient(daemon_proc.url) as c:
         await c.turn_end("a", {"chunk_hashes": ["11", "22"]})

@@ -106,3 +106,18 @@ async def test_an_open_store_takes_writes_and_a_closed_one_says_why_not(home: St
     assert store.problem() is None
     await store.close()
     assert store.problem() == "session store is not open"
+
+
+async def test_a_session_whose_map_is_unchanged_writes_only_its_state(home: StoreHome) -> None:
+    """maps_unchanged (a turn_start's time, a suspend): the stored map stays as it was, the
+    state is written; a session the store holds no row of gets its map all the same."""
+    store = await home.opened()
+    await store.write({"s": Session("s", ("a", "b"), 3, False, 1.0, "ns")})
+    # The caller promises the map is the stored one: a differing map shows it is not written.
+    moved = Session("s", ("zzz",), 3, True, 2.0, "ns")
+    fresh = Session("new", ("c",), 1, False, 2.0, "ns")
+    await store.write({"s": moved, "new": fresh}, maps_unchanged={"s", "new"})
+    want = {"s": Session("s", ("a", "b"), 3, True, 2.0, "ns"), "new": fresh}
+    assert by_id(await store.load_all()) == want
+    await store.close()
+    assert by_id(await (await home.opened()).load_all()) == want

@@ -85,22 +85,30 @@ export class DaemonClient {
   listEvents(): Promise<ListEventsResult> {
     return this.send("list_events");
   }
-  turnStart(sessionId: string): Promise<TurnStartResult> {
-    return this.send("turn_start", { session_id: sessionId });
+  /**
+   * `requestId` (at most 128 characters) names the request it begins: only the
+   * turn_end carrying the same id cancels its prefetch (overlapping requests of one
+   * session never cancel each other's).
+   */
+  turnStart(sessionId: string, requestId?: string): Promise<TurnStartResult> {
+    return this.send("turn_start", withRequestId({ session_id: sessionId }, requestId));
   }
+  /** `requestId`: the request it ends (without one, the session's oldest open request). */
   turnEnd(
     sessionId: string,
     kvTransferParams?: KvTransferParams | null,
     debugContext?: DebugContext,
+    requestId?: string,
   ): Promise<TurnEndResult> {
     try {
-      return this.send("turn_end", turnEndPayload(sessionId, kvTransferParams, debugContext));
+      return this.send("turn_end", turnEndPayload(sessionId, kvTransferParams, debugContext, requestId));
     } catch (err) {
       return Promise.reject(err);
     }
   }
-  snapshotRestore(sessionId: string, sourceSessionId?: string): Promise<SnapshotRestoreResult> {
-    return this.send("snapshot_restore", restorePayload(sessionId, sourceSessionId));
+  /** `requestId`: the request its prefetch is for. */
+  snapshotRestore(sessionId: string, sourceSessionId?: string, requestId?: string): Promise<SnapshotRestoreResult> {
+    return this.send("snapshot_restore", restorePayload(sessionId, sourceSessionId, requestId));
   }
   sessionMap(sessionId: string): Promise<SessionMapResult> {
     return this.send("session_map", { session_id: sessionId });
@@ -156,6 +164,7 @@ export function turnEndPayload(
   sessionId: string,
   kvTransferParams?: KvTransferParams | null,
   debugContext?: DebugContext,
+  requestId?: string,
 ): Record<string, unknown> {
   const params: Record<string, unknown> =
     kvTransferParams && typeof kvTransferParams === "object" && !Array.isArray(kvTransferParams)
@@ -167,12 +176,18 @@ export function turnEndPayload(
   params["chunk_hashes"] = hashes;
   const payload: Record<string, unknown> = { session_id: sessionId, kv_transfer_params: params };
   if (debugContext) payload["debug_context"] = debugContext;
-  return payload;
+  return withRequestId(payload, requestId);
 }
 
-function restorePayload(sessionId: string, sourceSessionId?: string): Record<string, unknown> {
+function restorePayload(sessionId: string, sourceSessionId?: string, requestId?: string): Record<string, unknown> {
   const payload: Record<string, unknown> = { session_id: sessionId };
   if (sourceSessionId) payload["source_session_id"] = sourceSessionId;
+  return withRequestId(payload, requestId);
+}
+
+/** The payload with `request_id` when one is given (turn_start, snapshot_restore, turn_end). */
+function withRequestId(payload: Record<string, unknown>, requestId?: string): Record<string, unknown> {
+  if (requestId !== undefined) payload["request_id"] = requestId;
   return payload;
 }
 
@@ -254,14 +269,20 @@ export class EventSender {
     this.logger = opts.logger === undefined ? console : opts.logger;
   }
 
-  turnStart(sessionId: string): void {
-    this.enqueue("turn_start", { session_id: sessionId });
+  /** `requestId`: the request it begins (the turn_end naming it cancels its prefetch). */
+  turnStart(sessionId: string, requestId?: string): void {
+    this.enqueue("turn_start", withRequestId({ session_id: sessionId }, requestId));
   }
   /** A turn_end without a chunk_hashes list is never sent: it is counted as dropped, with a warning. */
-  turnEnd(sessionId: string, kvTransferParams?: KvTransferParams | null, debugContext?: DebugContext): void {
+  turnEnd(
+    sessionId: string,
+    kvTransferParams?: KvTransferParams | null,
+    debugContext?: DebugContext,
+    requestId?: string,
+  ): void {
     let payload: Record<string, unknown>;
     try {
-      payload = turnEndPayload(sessionId, kvTransferParams, debugContext);
+      payload = turnEndPayload(sessionId, kvTransferParams, debugContext, requestId);
     } catch (err) {
       this.counters.dropped++;
       this.warn(`ram-a-kv: turn_end for ${sessionId} not sent: ${errText(err)}`);
@@ -269,8 +290,8 @@ export class EventSender {
     }
     this.enqueue("turn_end", payload);
   }
-  snapshotRestore(sessionId: string, sourceSessionId?: string): void {
-    this.enqueue("snapshot_restore", restorePayload(sessionId, sourceSessionId));
+  snapshotRestore(sessionId: string, sourceSessionId?: string, requestId?: string): void {
+    this.enqueue("snapshot_restore", restorePayload(sessionId, sourceSessionId, requestId));
   }
   sessionFork(sessionId: string): void {
     this.enqueue("session_fork", { session_id: sessionId });

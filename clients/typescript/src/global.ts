@@ -60,14 +60,19 @@ export function globalSender(): EventSender | null {
   return sender;
 }
 
-export function turnStart(sessionId: string): void {
-  sender?.turnStart(sessionId);
+export function turnStart(sessionId: string, requestId?: string): void {
+  sender?.turnStart(sessionId, requestId);
 }
-export function turnEnd(sessionId: string, kvTransferParams?: KvTransferParams | null, debugContext?: DebugContext): void {
-  sender?.turnEnd(sessionId, kvTransferParams, debugContext);
+export function turnEnd(
+  sessionId: string,
+  kvTransferParams?: KvTransferParams | null,
+  debugContext?: DebugContext,
+  requestId?: string,
+): void {
+  sender?.turnEnd(sessionId, kvTransferParams, debugContext, requestId);
 }
-export function snapshotRestore(sessionId: string, sourceSessionId?: string): void {
-  sender?.snapshotRestore(sessionId, sourceSessionId);
+export function snapshotRestore(sessionId: string, sourceSessionId?: string, requestId?: string): void {
+  sender?.snapshotRestore(sessionId, sourceSessionId, requestId);
 }
 export function sessionFork(sessionId: string): void {
   sender?.sessionFork(sessionId);

@@ -64,6 +64,25 @@ describe("DaemonClient (request/response)", () => {
   });
 });
 
+describe("request ids", () => {
+  test("turn_start, turn_end and snapshot_restore carry request_id when given", async () => {
+    const sid = "ts-request";
+    assert.deepEqual(turnEndPayload(sid, { chunk_hashes: [] }, undefined, "r1").request_id, "r1");
+    assert.equal("request_id" in turnEndPayload(sid, { chunk_hashes: [] }), false);
+    await api.turnEnd(sid, { chunk_hashes: ["a"] });
+    assert.deepEqual(await api.turnStart(sid, "r1"), { prefetch_sent: true, prefetch_count: 1 });
+    assert.equal((await api.turnEnd(sid, { chunk_hashes: ["a"] }, undefined, "r1")).map_updated, true);
+    await api.sessionSuspend(sid);
+    assert.deepEqual(await api.snapshotRestore(sid, undefined, "r2"), { prefetch_sent: true, prefetch_count: 1 });
+    await assert.rejects(api.turnStart(sid, "x".repeat(129)), (err) => {
+      assert.ok(err instanceof RamAKvError);
+      assert.equal(err.message, "'request_id' must be a string of 1 to 128 characters");
+      return true;
+    });
+    await api.sessionClose(sid);
+  });
+});
+
 describe("turnEndPayload", () => {
   test("integer hashes become signed hex like the Python SDK; anything else is refused", () => {
     assert.deepEqual(turnEndPayload("s", { chunk_hashes: ["ab", 31, -31, -0x6ed9a448787a198fn] }).kv_transfer_params,

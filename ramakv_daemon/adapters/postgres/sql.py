@@ -14,16 +14,18 @@ RELEASE_CHANNEL = "ramakv_release"
 # node holds are updated at their expected version; new ones (`expected` NULL) are inserted
 # only where no row exists. Both return what they wrote, with the new version; a session
 # missing from the result was fenced. The UPDATE's row lock makes a concurrent claim wait
-# (or, after it, re-reads the row and finds another version).
+# (or, after it, re-reads the row and finds another version). A NULL map_json keeps the
+# stored map (an update whose map is unchanged: a turn_start's time); an insert has one.
 UPSERT_SESSIONS = """
 WITH incoming AS (
     SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::bigint[], $5::bool[],
                          $6::float8[], $7::bigint[])
         AS t(session_id, namespace, map_json, turn_count, suspended, last_event_ts, expected)
 ), updated AS (
-    UPDATE sessions s SET namespace = i.namespace, map_json = i.map_json,
-        turn_count = i.turn_count, suspended = i.suspended,
-        last_event_ts = i.last_event_ts, version = nextval('session_versions')
+    UPDATE sessions s SET namespace = i.namespace,
+        map_json = COALESCE(i.map_json, s.map_json), turn_count = i.turn_count,
+        suspended = i.suspended, last_event_ts = i.last_event_ts,
+        version = nextval('session_versions')
     FROM incoming i
     WHERE s.session_id = i.session_id AND i.expected IS NOT NULL
         AND s.version = i.expected AND s.owner = $8

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Collection, Sequence
 from typing import TYPE_CHECKING, Any
 
 import orjson
@@ -363,10 +363,12 @@ class PostgresSessionStore:
         prune_event_ids_before: float | None = None,
         forks: dict[int, Fork | None] | None = None,
         next_fork_id: int | None = None,
+        maps_unchanged: Collection[str] = (),
     ) -> None:
         """One transaction, committed (WAL flushed) before it returns, fenced: each session
         row only at the version this node last read (StoreFenced, nothing written, when
-        one moved); a write never takes a session over (only :meth:`claim` does)."""
+        one moved); a write never takes a session over (only :meth:`claim` does). A row
+        held here whose map is in ``maps_unchanged`` keeps its stored map."""
         pool = self.need_pool()
         try:
             async with pool.acquire() as con, con.transaction():
@@ -379,6 +381,7 @@ class PostgresSessionStore:
                     prune_event_ids_before,
                     forks or {},
                     next_fork_id,
+                    maps_unchanged,
                 )
         except StoreFenced:  # the database is fine: the rows moved (rolled back whole)
             self.fenced_writes += 1
@@ -410,6 +413,7 @@ class PostgresSessionStore:
         prune_before: float | None,
         forks: dict[int, Fork | None],
         next_fork_id: int | None,
+        maps_unchanged: Collection[str] = (),
     ) -> tuple[dict[str, int], list[str]]:
         """The transaction's statements; the rows written (id -> new version) and deleted.
 
@@ -423,15 +427,22 @@ class PostgresSessionStore:
         upserts = [s for s in sessions.values() if s is not None]
         if upserts:
             ids = [s.session_id for s in upserts]
+            expected = [versions.get(sid) for sid in ids]
+            unchanged = set(maps_unchanged)
             rows = await con.fetch(
                 sql.UPSERT_SESSIONS,
                 ids,
                 [s.namespace for s in upserts],
-                [_dumps(text_for_store(s.chunk_hashes)) for s in upserts],
+                [
+                    None  # the row's stored map stays (an update: a row held here)
+                    if v is not None and s.session_id in unchanged
+                    else _dumps(text_for_store(s.chunk_hashes))
+                    for s, v in zip(upserts, expected, strict=True)
+                ],
                 [s.turn_count for s in upserts],
                 [s.suspended for s in upserts],
                 [s.last_event_ts for s in upserts],
-                [versions.get(sid) for sid in ids],
+                expected,
                 node,
             )
             written = {r[0]: int(r[1]) for r in rows}

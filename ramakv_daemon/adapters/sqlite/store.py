@@ -8,7 +8,7 @@ import gc
 import logging
 import os
 import sqlite3
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, TypeVar
@@ -39,6 +39,7 @@ from ramakv_daemon.adapters.store_rows import (
 from ramakv_daemon.core.fork import Fork
 from ramakv_daemon.core.session import Session
 from ramakv_daemon.ports import (
+    BACKGROUND,
     AnswerRowIn,
     LoadedForks,
     OutboxRow,
@@ -328,9 +329,11 @@ class SqliteSessionStore:
         prune_event_ids_before: float | None = None,
         forks: dict[int, Fork | None] | None = None,
         next_fork_id: int | None = None,
+        maps_unchanged: Collection[str] = (),
     ) -> None:
-        """One transaction: sessions (None = delete), outbox rows added and done, answers,
-        forks (None = ended) and the fork id counter."""
+        """One transaction: sessions (None = delete; only the state row of a stored one
+        in ``maps_unchanged``), outbox rows added and done, answers, forks (None = ended)
+        and the fork id counter."""
         if self._recovering is not None:  # the idle check is rewriting the file: after it
             await asyncio.shield(self._recovering)
         if self._writer is None:
@@ -345,6 +348,7 @@ class SqliteSessionStore:
             prune_event_ids_before,
             forks or {},
             next_fork_id,
+            maps_unchanged,
         )
         self._writing = True
         try:
@@ -359,13 +363,18 @@ class SqliteSessionStore:
             self._commits += 1
             if self._commits % CHECKPOINT_EVERY == 0:
                 await self._checkpoint_if_due()
-            try:
-                self._write_sync(*args)
-            except StoreError as err:
-                if not _is_busy(err.__cause__):
-                    raise
-                # Another process holds the write lock: wait for it on the thread, not here.
+            if BACKGROUND.get():
+                # A sweep's batch (ports.BACKGROUND): off the loop, so client events are
+                # not held behind its writes; it waits for another process's lock there.
                 await self._in_thread(self._waiting_for_locks, self._write_sync, args)
+            else:
+                try:
+                    self._write_sync(*args)
+                except StoreError as err:
+                    if not _is_busy(err.__cause__):
+                        raise
+                    # Another process holds the write lock: wait for it on the thread.
+                    await self._in_thread(self._waiting_for_locks, self._write_sync, args)
         await self.verify_files()
 
     async def _watch_files(self) -> None:
@@ -495,10 +504,13 @@ class SqliteSessionStore:
         prune_before: float | None,
         forks: dict[int, Fork | None],
         next_fork_id: int | None,
+        maps_unchanged: Collection[str] = (),
     ) -> None:
         db = self._writer
         assert db is not None
         versions = self._versions
+        # A map is skipped only where this store holds its row (else it must be written).
+        kept = {sid for sid in maps_unchanged if sid in versions}
         upserts = [s for s in sessions.values() if s is not None]
         # A session with no row here (created and closed before a commit) has none to delete.
         deletes = [(sid,) for sid, s in sessions.items() if s is None and sid in versions]
@@ -513,7 +525,7 @@ class SqliteSessionStore:
                 fenced = existing_sessions(db, created)
                 if fenced:
                     raise StoreFenced(fenced)
-            write_sessions(db, upserts, deletes)
+            write_sessions(db, upserts, deletes, kept)
             if forks:
                 db.executemany(
                     UPSERT_FORK,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 import sqlite3
 import time
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 
 import orjson
 
@@ -18,20 +18,26 @@ log = logging.getLogger("ramakv.store")
 
 
 def write_sessions(
-    db: sqlite3.Connection, upserts: Sequence[Session], deletes: Sequence[tuple[str]]
+    db: sqlite3.Connection,
+    upserts: Sequence[Session],
+    deletes: Sequence[tuple[str]],
+    kept: Collection[str] = (),
 ) -> None:
     """Inside the caller's transaction: each upsert's map (JSON, then its codes where it
-    packs) and state; each delete's rows (the trigger drops its codes)."""
+    packs) and state; each delete's rows (the trigger drops its codes). ``kept``: stored
+    sessions whose map is unchanged: only their state row is written (a turn_start's
+    time costs one small row, not its whole map again)."""
     if upserts:
+        maps = [s for s in upserts if s.session_id not in kept] if kept else upserts
         db.executemany(
             UPSERT_SESSION,
             [
                 (s.session_id, orjson.dumps(text_for_store(s.chunk_hashes)).decode(), s.turn_count)
-                for s in upserts
+                for s in maps
             ],
         )
         # After the maps: their trigger dropped the codes of every changed map.
-        db.executemany(UPSERT_CODES, codes_rows(upserts))
+        db.executemany(UPSERT_CODES, codes_rows(maps))
         db.executemany(
             UPSERT_STATE,
             [(s.session_id, int(s.suspended), s.last_event_ts, s.namespace) for s in upserts],

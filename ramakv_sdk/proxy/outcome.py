@@ -1,0 +1,14 @@
+"""How one request of a session ended, as the proxy saw it."""
+
+from __future__ import annotations
+
+import enum
+
+
+class Outcome(enum.Enum):
+    """How one request of a session ended, as the proxy saw it."""
+
+    ANSWERED = "answered"  # a complete 200 answer that calls no tool
+    TOOL_CALL = "tool_call"  # a complete 200 answer that calls a tool
+    DISCONNECTED = "disconnected"  # the client left before the answer's end
+    FAILED = "failed"  # the engine answered an error, or could not be reached
