@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
+from itertools import compress, repeat
+from operator import ne, not_
 from typing import cast
 
 import orjson
@@ -47,6 +49,7 @@ __all__ = [
     "bounded",
     "encode",
     "is_resync",
+    "moved_between",
     "shared_count",
     "shares_moved",
     "summary",
@@ -140,13 +143,40 @@ def shares_moved(
     suspended map listing it, counted in ``parked``) when it leaves or reaches 0; own 2
     or more only for a session with open forks (``forks``: open in the namespace).
     """
-    get = counts.get
-    for h, old in before.items():
-        new = get(h, 0)
+    return moved_between(before, list(map(counts.get, before, repeat(0))), parked, forks)
+
+
+def moved_between(
+    before: Mapping[str, int], now: Sequence[int], parked: Mapping[str, int], forks: int
+) -> bool:
+    """:func:`shares_moved` with the counts now given, in ``before``'s order (the trace
+    delta has looked them up already).
+
+    Without open forks the test is two flags per chunk compared in C (every turn_end
+    asks, over a hundred chunks): "above 1" flips when a count crosses 1 <-> 2, "zero"
+    when it leaves or reaches 0 (which matters only for a chunk a suspended map lists).
+    """
+    if forks:
+        return _moved_with_forks(before, now, parked, forks)
+    olds = before.values()
+    above_one = (1).__lt__  # a bound C method: n > 1 without a Python call per chunk
+    if any(map(ne, map(above_one, olds), map(above_one, now))):
+        return True
+    if not parked:
+        return False
+    flipped = compress(before, map(ne, map(not_, olds), map(not_, now)))
+    return any(map(parked.__contains__, flipped))
+
+
+def _moved_with_forks(
+    before: Mapping[str, int], now: Sequence[int], parked: Mapping[str, int], forks: int
+) -> bool:
+    """The per-chunk test, holders with open forks included (own 2 or more)."""
+    for (h, old), new in zip(before.items(), now, strict=True):
         lo, hi = (old, new) if old < new else (new, old)
         if lo == hi:
             continue
-        if lo <= 1 < hi or (lo == 0 and h in parked) or (forks and hi >= 3 and lo <= forks + 1):
+        if lo <= 1 < hi or (lo == 0 and h in parked) or (hi >= 3 and lo <= forks + 1):
             return True
     return False
 

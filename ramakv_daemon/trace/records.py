@@ -4,6 +4,7 @@ a budget pass's; and the delta an event record carries."""
 from __future__ import annotations
 
 import time
+from itertools import repeat
 from typing import cast
 
 from ramakv_daemon.core.change import Change
@@ -14,7 +15,7 @@ from ramakv_daemon.events.reads import Delta
 from ramakv_daemon.ports import BackendResult
 from ramakv_daemon.routing.namespaces import Namespaces
 from ramakv_daemon.trace.hub import TraceHub, cut
-from ramakv_daemon.trace.protocol import fork_summary, shares_moved, summary
+from ramakv_daemon.trace.protocol import fork_summary, moved_between, summary
 from ramakv_daemon.trace.snapshot import totals
 from ramakv_protocol.records import EventBody, EventNotes, SessionSummary
 
@@ -32,12 +33,14 @@ class TraceRecords:
         a new shared_count (a chunk crossed 1 <-> 2: finding its other holders would cost
         a scan of every map or a holder index; readers ask list_sessions instead)."""
         manager = self.namespaces.managers[namespace]
-        counts = manager.refcounts.counts
+        prev = c.prev_counts
+        # Looked up once, in C: the delta's refcounts and the shares test both read them.
+        now = list(map(manager.refcounts.counts.get, prev, repeat(0)))
         delta: Delta = {
             "sessions": {sid: self._summary(manager, sid) for sid in c.prev_sessions},
-            "refcounts": {h: counts.get(h, 0) for h in c.prev_counts},
+            "refcounts": dict(zip(prev, now, strict=True)),
         }
-        if shares_moved(c.prev_counts, counts, manager.parked, len(manager.forks)):
+        if moved_between(prev, now, manager.parked, len(manager.forks)):
             delta["shared_changed"] = True
         if c.prev_forks:  # fork id -> its summary, or None once ended
             forks = manager.forks
