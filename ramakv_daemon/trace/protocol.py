@@ -7,7 +7,7 @@ its names are imported here so that the daemon's modules keep one import.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from itertools import compress, repeat
 from operator import ne, not_
 from typing import cast
@@ -147,38 +147,30 @@ def shares_moved(
 
 
 def moved_between(
-    before: Mapping[str, int], now: Sequence[int], parked: Mapping[str, int], forks: int
+    before: Mapping[str, int], now: Collection[int], parked: Mapping[str, int], forks: int
 ) -> bool:
     """:func:`shares_moved` with the counts now given, in ``before``'s order (the trace
     delta has looked them up already).
 
-    Without open forks the test is two flags per chunk compared in C (every turn_end
-    asks, over a hundred chunks): "above 1" flips when a count crosses 1 <-> 2, "zero"
-    when it leaves or reaches 0 (which matters only for a chunk a suspended map lists).
+    Every turn_end asks, over a hundred chunks or more, but the counts take few distinct
+    (before, now) pairs (0 -> 1, 1 -> 0, 1 -> 1, n -> n): the rule is applied to each
+    distinct pair, and only a pair leaving or reaching 0 needs its chunks (is one of them
+    listed by a suspended map?), found in C.
     """
-    if forks:
-        return _moved_with_forks(before, now, parked, forks)
     olds = before.values()
-    above_one = (1).__lt__  # a bound C method: n > 1 without a Python call per chunk
-    if any(map(ne, map(above_one, olds), map(above_one, now))):
-        return True
-    if not parked:
+    zero_moved = False
+    for old, new in set(zip(olds, now, strict=True)):
+        if old == new:
+            continue
+        lo, hi = (old, new) if old < new else (new, old)
+        if lo <= 1 < hi or (forks and hi >= 3 and lo <= forks + 1):
+            return True
+        if lo == 0:
+            zero_moved = True
+    if not (zero_moved and parked):
         return False
     flipped = compress(before, map(ne, map(not_, olds), map(not_, now)))
-    return any(map(parked.__contains__, flipped))
-
-
-def _moved_with_forks(
-    before: Mapping[str, int], now: Sequence[int], parked: Mapping[str, int], forks: int
-) -> bool:
-    """The per-chunk test, holders with open forks included (own 2 or more)."""
-    for (h, old), new in zip(before.items(), now, strict=True):
-        lo, hi = (old, new) if old < new else (new, old)
-        if lo == hi:
-            continue
-        if lo <= 1 < hi or (lo == 0 and h in parked) or (hi >= 3 and lo <= forks + 1):
-            return True
-    return False
+    return not parked.keys().isdisjoint(flipped)
 
 
 def fork_summary(f: Fork) -> ForkSummary:

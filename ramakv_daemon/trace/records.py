@@ -4,7 +4,6 @@ a budget pass's; and the delta an event record carries."""
 from __future__ import annotations
 
 import time
-from itertools import repeat
 from typing import cast
 
 from ramakv_daemon.core.change import Change
@@ -34,13 +33,13 @@ class TraceRecords:
         a scan of every map or a holder index; readers ask list_sessions instead)."""
         manager = self.namespaces.managers[namespace]
         prev = c.prev_counts
-        # Looked up once, in C: the delta's refcounts and the shares test both read them.
-        now = list(map(manager.refcounts.counts.get, prev, repeat(0)))
+        get = manager.refcounts.counts.get
+        refcounts = {h: get(h, 0) for h in prev}  # looked up once: the shares test reads them
         delta: Delta = {
             "sessions": {sid: self._summary(manager, sid) for sid in c.prev_sessions},
-            "refcounts": dict(zip(prev, now, strict=True)),
+            "refcounts": refcounts,
         }
-        if moved_between(prev, now, manager.parked, len(manager.forks)):
+        if moved_between(prev, refcounts.values(), manager.parked, len(manager.forks)):
             delta["shared_changed"] = True
         if c.prev_forks:  # fork id -> its summary, or None once ended
             forks = manager.forks
