@@ -8,8 +8,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Collection, Mapping, Sequence
-from itertools import compress, repeat
-from operator import ne, not_
+from itertools import repeat
 from typing import cast
 
 import orjson
@@ -152,25 +151,28 @@ def moved_between(
     """:func:`shares_moved` with the counts now given, in ``before``'s order (the trace
     delta has looked them up already).
 
-    Every turn_end asks, over a hundred chunks or more, but the counts take few distinct
-    (before, now) pairs (0 -> 1, 1 -> 0, 1 -> 1, n -> n): the rule is applied to each
-    distinct pair, and only a pair leaving or reaching 0 needs its chunks (is one of them
-    listed by a suspended map?), found in C.
+    Every turn_end asks, over a hundred chunks or more, so the common answer is found in
+    C first: when no chunk here is listed by a suspended map and no count is above 1 on
+    either side, nothing crossed 1 <-> 2 and no fork holder (count 3 or more) is involved.
     """
-    olds = before.values()
-    zero_moved = False
-    for old, new in set(zip(olds, now, strict=True)):
+    if parked and not parked.keys().isdisjoint(before):
+        return _moved_per_chunk(before, now, parked, forks)
+    if max(before.values(), default=0) <= 1 and max(now, default=0) <= 1:
+        return False
+    return _moved_per_chunk(before, now, {}, forks)
+
+
+def _moved_per_chunk(
+    before: Mapping[str, int], now: Collection[int], parked: Mapping[str, int], forks: int
+) -> bool:
+    """The rule of :func:`shares_moved`, one chunk at a time."""
+    for (h, old), new in zip(before.items(), now, strict=True):
         if old == new:
             continue
         lo, hi = (old, new) if old < new else (new, old)
-        if lo <= 1 < hi or (forks and hi >= 3 and lo <= forks + 1):
+        if lo <= 1 < hi or (lo == 0 and h in parked) or (forks and hi >= 3 and lo <= forks + 1):
             return True
-        if lo == 0:
-            zero_moved = True
-    if not (zero_moved and parked):
-        return False
-    flipped = compress(before, map(ne, map(not_, olds), map(not_, now)))
-    return not parked.keys().isdisjoint(flipped)
+    return False
 
 
 def fork_summary(f: Fork) -> ForkSummary:
