@@ -17,6 +17,7 @@ from typing import Any
 from ramakv_daemon.core.packed import code_of, text_of
 
 _MISSING: Any = object()
+_MASK = (1 << 64) - 1  # a code as the unsigned 64-bit integer of the same bits
 
 
 class CountTable(MutableMapping[str, int]):
@@ -29,7 +30,7 @@ class CountTable(MutableMapping[str, int]):
         live: how many of ``counts`` are not zero, when the caller knows (else counted).
     """
 
-    __slots__ = ("_extra", "_keys", "_counts", "_kv", "_cv", "_live")
+    __slots__ = ("_extra", "_keys", "_counts", "_kv", "_cv", "_live", "_codes", "_filter", "_shift")
 
     def __init__(
         self,
@@ -45,6 +46,11 @@ class CountTable(MutableMapping[str, int]):
             raise ValueError("a count table needs one count per key")
         self._extra = extra if extra is not None else {}
         self._live = len(self._cv) - self._cv.tolist().count(0) if live is None else live
+        # The codes of the dict's canonical hashes, and (built on first use by a bulk
+        # read) a bitmap of every code ever held: see :meth:`code_filter`.
+        self._codes = {c for c in map(code_of, self._extra) if c is not None}
+        self._filter: bytearray | None = None
+        self._shift = 0
 
     def _slot(self, h: str) -> int:
         """Index of ``h``'s code among the keys, or -1 (not canonical, or not a key)."""
@@ -59,6 +65,45 @@ class CountTable(MutableMapping[str, int]):
     def arrays(self) -> tuple[object, object]:
         """The key and count buffers as given (for bulk passes; write only through the table)."""
         return self._keys, self._counts
+
+    @property
+    def extra_codes(self) -> set[int]:
+        """The codes of the dict's canonical hashes (read it, never write it)."""
+        return self._codes
+
+    def code_filter(self) -> tuple[bytearray, int]:
+        """A bitmap with no false negatives for "is this code held here": bit
+        ``(code as unsigned) >> shift`` is set for every key of the arrays and every code
+        ever put in the dict (bits are never cleared: a code gone is a false positive).
+
+        Built on first use, ~8 bits a key, at most 16 MiB (2**27 bits, ~7 % false
+        positives at 10 M keys), from the keys' top bits: they are sorted, so the build
+        is a few linear passes. A bulk read filters millions of codes with it at a probe
+        each instead of a binary search each (trace.shared_counts).
+        """
+        if self._filter is not None:
+            return self._filter, self._shift
+        import numpy as np
+
+        bits = min(27, max(16, (len(self._kv) * 8).bit_length()))
+        shift = 64 - bits
+        f = bytearray(1 << (bits - 3))
+        view = np.frombuffer(f, dtype=np.uint8)
+        keys = np.frombuffer(memoryview(self._keys).cast("B"), dtype=np.uint64)  # type: ignore[arg-type]
+        step = 1 << 20  # bounded temporaries
+        for start in range(0, len(keys), step):
+            # Sorted as int64, the keys' top bits run in two sorted blocks: equal bytes
+            # are adjacent, so one reduceat ORs each byte's bits.
+            top = keys[start : start + step] >> np.uint64(shift)
+            byte = top >> np.uint64(3)
+            bit = np.left_shift(np.uint8(1), (top & np.uint64(7)).astype(np.uint8))
+            first = np.flatnonzero(np.concatenate(([True], byte[1:] != byte[:-1])))
+            view[byte[first]] |= np.bitwise_or.reduceat(bit, first)
+        for code in self._codes:
+            b = (code & _MASK) >> shift
+            f[b >> 3] |= 1 << (b & 7)
+        self._filter, self._shift = f, shift
+        return f, shift
 
     @property
     def extra(self) -> dict[str, int]:
@@ -93,6 +138,13 @@ class CountTable(MutableMapping[str, int]):
         i = self._slot(h)
         if i < 0:
             extra[h] = n
+            code = code_of(h)
+            if code is not None:
+                self._codes.add(code)
+                f = self._filter
+                if f is not None:
+                    bit = (code & _MASK) >> self._shift
+                    f[bit >> 3] |= 1 << (bit & 7)
             return
         if not self._cv[i]:
             self._live += 1
@@ -102,6 +154,9 @@ class CountTable(MutableMapping[str, int]):
         extra = self._extra
         if h in extra:
             del extra[h]
+            code = code_of(h)
+            if code is not None:
+                self._codes.discard(code)
             return
         i = self._slot(h)
         if i < 0 or not self._cv[i]:

@@ -110,15 +110,17 @@ def summary(
     counts: Mapping[str, int],
     forks: Sequence[Fork] = (),
     shared: set[str] | None = None,
+    known: int | None = None,
 ) -> SessionSummary:
     """A session as protocol 2 sends it: counts and its open forks' summaries, never the
-    map itself; its shared_count as of now (``shared``: see :func:`shared_count`)."""
+    map itself; its shared_count as of now (``shared``: see :func:`shared_count`;
+    ``known``: counted already, in bulk with others by trace.shared_counts)."""
     out: SessionSummary = {
         "session_id": s.session_id,
         "state": cast(SessionState, s.state),
         "turn_count": s.turn_count,
         "chunk_count": len(s.chunk_hashes),
-        "shared_count": shared_count(s, counts, forks, shared),
+        "shared_count": shared_count(s, counts, forks, shared) if known is None else known,
         "fork_holds": len(forks),
         "forks": [fork_summary(f) for f in forks],
         "last_event_ts": s.last_event_ts,
