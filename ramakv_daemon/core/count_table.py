@@ -30,7 +30,18 @@ class CountTable(MutableMapping[str, int]):
         live: how many of ``counts`` are not zero, when the caller knows (else counted).
     """
 
-    __slots__ = ("_extra", "_keys", "_counts", "_kv", "_cv", "_live", "_codes", "_filter", "_shift")
+    __slots__ = (
+        "_extra",
+        "_keys",
+        "_counts",
+        "_kv",
+        "_cv",
+        "_live",
+        "_codes",
+        "_filter",
+        "_shift",
+        "_starts",
+    )
 
     def __init__(
         self,
@@ -51,6 +62,7 @@ class CountTable(MutableMapping[str, int]):
         self._codes = {c for c in map(code_of, self._extra) if c is not None}
         self._filter: bytearray | None = None
         self._shift = 0
+        self._starts: tuple[Any, int] | None = None  # see bucket_starts
 
     def _slot(self, h: str) -> int:
         """Index of ``h``'s code among the keys, or -1 (not canonical, or not a key)."""
@@ -104,6 +116,32 @@ class CountTable(MutableMapping[str, int]):
             f[b >> 3] |= 1 << (b & 7)
         self._filter, self._shift = f, shift
         return f, shift
+
+    def bucket_starts(self) -> tuple[Any, int]:
+        """``(starts, shift)``: the keys whose code ``c`` has ``(c >> shift) + half == b``
+        (``half``: ``len(starts) // 2``) are ``keys[starts[b]:starts[b + 1]]``.
+
+        About 4 keys a bucket (int32 starts: 1 byte a key), built on first use: a bulk
+        read searches a code among its bucket's few keys, all codes at once, instead of
+        through the whole array (trace.shared_counts).
+        """
+        if self._starts is not None:
+            return self._starts
+        import numpy as np
+
+        bits = max(1, (len(self._kv) >> 2).bit_length())
+        shift = 64 - bits
+        keys = np.frombuffer(memoryview(self._keys).cast("B"), dtype=np.int64)  # type: ignore[arg-type]
+        sizes = np.zeros(1 << bits, dtype=np.int64)
+        step = 1 << 22  # bounded temporaries
+        for start in range(0, len(keys), step):
+            # An arithmetic shift keeps the keys' order: bucket numbers run sorted.
+            b = (keys[start : start + step] >> shift) + (1 << (bits - 1))
+            sizes += np.bincount(b, minlength=1 << bits)
+        starts = np.zeros((1 << bits) + 1, dtype=np.int32 if len(keys) < 1 << 31 else np.int64)
+        np.cumsum(sizes, out=starts[1:])
+        self._starts = (starts, shift)
+        return starts, shift
 
     @property
     def extra(self) -> dict[str, int]:
