@@ -84,7 +84,7 @@ def _counts_of(cand: Any, table: CountTable) -> Any:
 def _positions(keys: Any, cand: Any, table: CountTable) -> Any:
     """Where each code of ``cand`` is, or would go, among ``keys`` (clipped to the last):
     a binary search inside each code's bucket of the table, all codes a step at a time
-    (a handful of steps: the buckets hold ~4 keys; numpy's searchsorted walks the whole
+    (a handful of steps: the buckets hold ~8 keys; numpy's searchsorted walks the whole
     array a code at a time, ~20 cache misses each)."""
     import numpy as np
 
