@@ -3,7 +3,8 @@
 import heapq
 import time
 from collections.abc import Generator
-from itertools import islice
+from itertools import islice, repeat
+from operator import itemgetter
 
 from ramakv_daemon.core.change import Change
 from ramakv_daemon.core.errors import InvalidEvent
@@ -66,26 +67,27 @@ def list_sessions(ctx: HandlerContext, payload: dict, now: float) -> Generator[N
         managers = [ctx.manager]
     else:
         managers = list(ctx.every().values())
-    # The snapshot (sessions and forks are immutable values): the state of this moment.
-    states: dict[str, str] = {}
-    owner: dict[str, tuple[SessionManager, Session | None, list[Fork]]] = {}
+    # The snapshot (sessions and forks are immutable values): the state of this moment,
+    # taken at C speed (a tuple a session built in Python took ~50 ms at 50,000).
+    held: dict[str, tuple[SessionManager, Session | None]] = {}
+    forks_of: dict[tuple[int, str], list[Fork]] = {}
     for m in managers:
         for sid in m.forks.parents():  # closed parents first: a live session overrides
+            forks_of[id(m), sid] = list(m.forks.of(sid))
             if only is None or sid in only:
-                states[sid] = "closed"
-                owner[sid] = (m, None, list(m.forks.of(sid)))
-        forked = set(m.forks.parents())
-        chosen = m.sessions.items() if only is None else _picked(m.sessions, only)
-        for sid, s in chosen:
-            states[sid] = s.state
-            owner[sid] = (m, s, list(m.forks.of(sid)) if sid in forked else [])
+                held[sid] = (m, None)
+        chosen = m.sessions if only is None else dict(_picked(m.sessions, only))
+        held.update(zip(chosen, zip(repeat(m), chosen.values(), strict=False), strict=True))
     yield
-    items = list(states.items())
+    items = list(held.items())
     runs: list[list[str]] = []
     total = 0
     for start in range(0, len(items), SLICE):
         part = items[start : start + SLICE]
-        run = sorted(sid for sid, st in part if state is None or st == state)
+        if state is None:
+            run = sorted(map(itemgetter(0), part))
+        else:
+            run = sorted(sid for sid, (_, s) in part if _state(s) == state)
         total += len(run)
         runs.append(run)
         yield
@@ -110,10 +112,16 @@ def list_sessions(ctx: HandlerContext, payload: dict, now: float) -> Generator[N
             deadline = time.perf_counter() + ROW_SLICE_SECONDS
         # As of the slice that builds the row (the trace's summaries are as of their
         # record): the group's suspended maps counted in one numpy pass.
-        known = _bulk_counts([owner[sid] for sid in page])
+        group = [(m, s, forks_of.get((id(m), sid), [])) for sid in page for m, s in [held[sid]]]
+        known = _bulk_counts(group)
         for i, sid in enumerate(page):
-            rows.append(_row(ctx, sid, states[sid], owner[sid], known.get(i), now))
+            rows.append(_row(ctx, sid, _state(group[i][1]), group[i], known.get(i), now))
     return Change(data={"total": total, "sessions": rows})
+
+
+def _state(s: Session | None) -> str:
+    """A row's state: a closed parent (no session, open forks) is "closed"."""
+    return s.state if s is not None else "closed"
 
 
 def _picked(sessions: dict[str, Session], only: set[str]) -> list[tuple[str, Session]]:
