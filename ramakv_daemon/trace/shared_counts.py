@@ -42,8 +42,8 @@ def counts_above(maps: Sequence[PackedMap], table: CountTable, own: int) -> list
     codes = np.frombuffer(b"".join(m.codes for m in maps), dtype=np.int64)
     ends = np.cumsum(np.fromiter((len(m.codes) >> 3 for m in maps), np.int64, len(maps)))
     bitmap, shift = table.code_filter()
-    top = codes.view(np.uint64) >> np.uint64(shift)
-    probe = _view(bitmap, np.uint8)[top >> np.uint64(3)] >> (top & np.uint64(7)).astype(np.uint8)
+    top = (codes >> shift) + (len(bitmap) << 2)
+    probe = _view(bitmap, np.uint8)[top >> 3] >> (top & 7).astype(np.uint8)
     at = np.flatnonzero(probe & np.uint8(1))
     cand = codes[at]
     keep = _counts_of(cand, table) > own
