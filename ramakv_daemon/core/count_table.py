@@ -56,9 +56,10 @@ class CountTable(MutableMapping[str, int]):
             raise ValueError("a count table needs one count per key")
         self._extra = extra if extra is not None else {}
         self._live = len(self._cv) - self._cv.tolist().count(0) if live is None else live
-        # The codes of the dict's canonical hashes, and (built on first use by a bulk
-        # read) a bitmap of every code ever held: see :meth:`code_filter`.
-        self._codes = {c for c in map(code_of, self._extra) if c is not None}
+        # Built by the first bulk read, then kept up to date (a table never read in bulk
+        # pays nothing on the event path): the codes of the dict's canonical hashes, a
+        # bitmap of every code ever held (code_filter), the keys' buckets (bucket_starts).
+        self._codes: set[int] | None = None
         self._filter: bytearray | None = None
         self._shift = 0
         self._starts: tuple[Any, int] | None = None  # see bucket_starts
@@ -79,7 +80,10 @@ class CountTable(MutableMapping[str, int]):
 
     @property
     def extra_codes(self) -> set[int]:
-        """The codes of the dict's canonical hashes (read it, never write it)."""
+        """The codes of the dict's canonical hashes (read it, never write it); built on
+        first use (a pass over the dict), then kept as the dict changes."""
+        if self._codes is None:
+            self._codes = {c for c in map(code_of, self._extra) if c is not None}
         return self._codes
 
     def code_filter(self) -> tuple[bytearray, int]:
@@ -112,7 +116,7 @@ class CountTable(MutableMapping[str, int]):
             run[top - lo] = True
             packed = np.packbits(run, bitorder="little")
             view[lo >> 3 : (lo >> 3) + len(packed)] |= packed
-        for code in self._codes:
+        for code in self.extra_codes:
             b = (code >> shift) + half
             f[b >> 3] |= 1 << (b & 7)
         self._filter, self._shift = f, shift
@@ -177,10 +181,11 @@ class CountTable(MutableMapping[str, int]):
         i = self._slot(h)
         if i < 0:
             extra[h] = n
-            code = code_of(h)
-            if code is not None:
-                self._codes.add(code)
-                f = self._filter
+            codes = self._codes
+            code = code_of(h) if codes is not None else None
+            if codes is not None and code is not None:
+                codes.add(code)
+                f = self._filter  # built after the codes: None or kept up to date here
                 if f is not None:
                     bit = (code >> self._shift) + (len(f) << 2)
                     f[bit >> 3] |= 1 << (bit & 7)
@@ -193,9 +198,10 @@ class CountTable(MutableMapping[str, int]):
         extra = self._extra
         if h in extra:
             del extra[h]
-            code = code_of(h)
-            if code is not None:
-                self._codes.discard(code)
+            codes = self._codes
+            code = code_of(h) if codes is not None else None
+            if codes is not None and code is not None:
+                codes.discard(code)
             return
         i = self._slot(h)
         if i < 0 or not self._cv[i]:
