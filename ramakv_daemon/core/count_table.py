@@ -86,6 +86,11 @@ class CountTable(MutableMapping[str, int]):
             self._codes = {c for c in map(code_of, self._extra) if c is not None}
         return self._codes
 
+    @property
+    def indexed(self) -> bool:
+        """True once a bulk read built :meth:`code_filter` and :meth:`bucket_starts`."""
+        return self._filter is not None and self._starts is not None
+
     def code_filter(self) -> tuple[bytearray, int]:
         """``(bitmap, shift)``: no false negatives for "is this code held here": bit
         ``(code >> shift) + half`` (``half``: the bitmap's bits / 2) is set for every key

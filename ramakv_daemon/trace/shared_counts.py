@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from itertools import repeat
 from typing import Any
 
 from ramakv_daemon.core.count_table import CountTable
@@ -34,6 +35,10 @@ def counts_above(maps: Sequence[PackedMap], table: CountTable, own: int) -> list
     few keys (:func:`_positions`), the ones not among them in the table's dict. A binary search
     per code (~0.1-0.15 ms a suspended 512-chunk map at 20,000 x 512) was the cost of a
     snapshot at scale.
+
+    The bitmap and the buckets are built by the first call for several maps (0.1-0.3 s
+    at 10 M keys); one map alone (an event's record) never builds them: until a bulk read
+    did, its codes are searched in the whole array, as a handful of maps cost.
     """
     import numpy as np
 
@@ -41,12 +46,16 @@ def counts_above(maps: Sequence[PackedMap], table: CountTable, own: int) -> list
         return []
     codes = np.frombuffer(b"".join(m.codes for m in maps), dtype=np.int64)
     ends = np.cumsum(np.fromiter((len(m.codes) >> 3 for m in maps), np.int64, len(maps)))
-    bitmap, shift = table.code_filter()
-    top = (codes >> shift) + (len(bitmap) << 2)
-    probe = _view(bitmap, np.uint8)[top >> 3] >> (top & 7).astype(np.uint8)
-    at = np.flatnonzero(probe & np.uint8(1))
+    bulk = len(maps) > 1 or table.indexed
+    if bulk:
+        bitmap, shift = table.code_filter()
+        top = (codes >> shift) + (len(bitmap) << 2)
+        probe = _view(bitmap, np.uint8)[top >> 3] >> (top & 7).astype(np.uint8)
+        at = np.flatnonzero(probe & np.uint8(1))
+    else:
+        at = np.arange(len(codes))
     cand = codes[at]
-    keep = _counts_of(cand, table) > own
+    keep = _counts_of(cand, table, bulk) > own
     at, cand = at[keep], cand[keep]
     if not len(at):
         return [0] * len(maps)
@@ -59,8 +68,9 @@ def counts_above(maps: Sequence[PackedMap], table: CountTable, own: int) -> list
     return np.bincount(owner[first], minlength=len(maps)).tolist()
 
 
-def _counts_of(cand: Any, table: CountTable) -> Any:
-    """The live count of each code of ``cand`` (0 when absent)."""
+def _counts_of(cand: Any, table: CountTable, bulk: bool) -> Any:
+    """The live count of each code of ``cand`` (0 when absent); ``bulk``: through the
+    table's read indexes (built if need be), else without them."""
     import numpy as np
 
     keys_buf, counts_buf = table.arrays
@@ -68,12 +78,21 @@ def _counts_of(cand: Any, table: CountTable) -> Any:
     n = np.zeros(len(cand), dtype=np.int64)
     found = np.zeros(len(cand), dtype=bool)
     if len(cand) and len(keys):
-        pos = _positions(keys, cand, table)
+        if bulk:
+            pos = _positions(keys, cand, table)
+        else:
+            pos = np.minimum(np.searchsorted(keys, cand), len(keys) - 1)
         found = keys[pos] == cand
         n[found] = _view(counts_buf, np.int32)[pos[found]]
+    if not table.extra:
+        return n
+    rest = np.flatnonzero(~found)
+    if not bulk:
+        texts = map(text_of, cand[rest].tolist())
+        n[rest] = np.fromiter(map(table.extra.get, texts, repeat(0)), np.int64, len(rest))
+        return n
     codes = table.extra_codes
     if codes:
-        rest = np.flatnonzero(~found)
         listed = rest[np.fromiter(map(codes.__contains__, cand[rest].tolist()), bool, len(rest))]
         get = table.extra.get
         for j in listed.tolist():

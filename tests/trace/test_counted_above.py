@@ -135,3 +135,18 @@ def test_bulk_counts_of_a_group_match_shared_count(rnd: random.Random) -> None:
         if s is not None and wanted:
             assert known[i] == shared_count(s, table, forks.get(s.session_id, []))
     assert suspended_counts(group, dict(table.items()), forks) == {}  # a plain dict table
+
+
+def test_one_map_alone_builds_no_read_index() -> None:
+    """An event's record counts one suspended map: it must not pay for the table's read
+    indexes (a bulk read builds them, and from then on every count uses them)."""
+    codes = list(range(0, 4000, 7))
+    table = CountTable(array("q", codes), array("i", [1] * len(codes)), {})
+    table["-5"] = 1  # the dict
+    packed = PackedMap.of([text_of(c) for c in range(-6, 50)])
+    assert packed is not None
+    assert counted_above(packed, table, 0) == 8 + 1
+    assert not table.indexed
+    assert counts_above([packed, packed], table, 0) == [9, 9]
+    assert table.indexed
+    assert counted_above(packed, table, 0) == 9
