@@ -2,9 +2,9 @@
 
 import heapq
 import time
+from bisect import bisect_left, bisect_right
 from collections.abc import Generator
-from itertools import islice, repeat
-from operator import itemgetter
+from itertools import islice
 
 from ramakv_daemon.core.change import Change
 from ramakv_daemon.core.errors import InvalidEvent
@@ -68,38 +68,29 @@ def list_sessions(ctx: HandlerContext, payload: dict, now: float) -> Generator[N
     else:
         managers = list(ctx.every().values())
     # The snapshot (sessions and forks are immutable values): the state of this moment,
-    # taken at C speed (a tuple a session built in Python took ~50 ms at 50,000).
-    held: dict[str, tuple[SessionManager, Session | None]] = {}
-    forks_of: dict[tuple[int, str], list[Fork]] = {}
-    for m in managers:
-        for sid in m.forks.parents():  # closed parents first: a live session overrides
-            forks_of[id(m), sid] = list(m.forks.of(sid))
-            if only is None or sid in only:
-                held[sid] = (m, None)
-        chosen = m.sessions if only is None else dict(_picked(m.sessions, only))
-        held.update(zip(chosen, zip(repeat(m), chosen.values(), strict=False), strict=True))
+    # taken at C speed (a tuple a session built in Python took ~50 ms at 50,000): each
+    # namespace's sessions and forks by parent copied, each id -> its namespace's view.
+    views: list[tuple[SessionManager, dict[str, Session], dict[str, list[Fork]]]] = []
+    where: dict[str, int] = {}
+    for i, m in enumerate(managers):
+        forks = {sid: list(m.forks.of(sid)) for sid in m.forks.parents()}
+        sessions = dict(m.sessions) if only is None else dict(_picked(m.sessions, only))
+        views.append((m, sessions, forks))
+        # Closed parents first: a live session overrides.
+        where.update(dict.fromkeys((p for p in forks if only is None or p in only), i))
+        where.update(dict.fromkeys(sessions, i))
     yield
-    items = list(held.items())
+    ids = list(where)
     runs: list[list[str]] = []
-    total = 0
-    for start in range(0, len(items), SLICE):
-        part = items[start : start + SLICE]
-        if state is None:
-            run = sorted(map(itemgetter(0), part))
-        else:
-            run = sorted(sid for sid, (_, s) in part if _state(s) == state)
-        total += len(run)
-        runs.append(run)
+    for start in range(0, len(ids), SLICE):
+        part = ids[start : start + SLICE]
+        if state is not None:
+            part = [sid for sid in part if _state(views[where[sid]][1].get(sid)) == state]
+        runs.append(sorted(part))
         yield
+    total = sum(map(len, runs))
     rows = []
-    merged = heapq.merge(*runs)
-    skip = min(offset, total)
-    while skip:  # skipped a slice at a time too: merging is the costly part
-        step = min(skip, SLICE)
-        for _ in islice(merged, step):
-            pass
-        skip -= step
-        yield
+    merged = heapq.merge(*_without_smallest(runs, min(offset, total)))
     deadline = time.perf_counter() + ROW_SLICE_SECONDS
     left = limit
     while left:
@@ -112,11 +103,44 @@ def list_sessions(ctx: HandlerContext, payload: dict, now: float) -> Generator[N
             deadline = time.perf_counter() + ROW_SLICE_SECONDS
         # As of the slice that builds the row (the trace's summaries are as of their
         # record): the group's suspended maps counted in one numpy pass.
-        group = [(m, s, forks_of.get((id(m), sid), [])) for sid in page for m, s in [held[sid]]]
+        group = [_held(views[where[sid]], sid) for sid in page]
         known = _bulk_counts(group)
         for i, sid in enumerate(page):
             rows.append(_row(ctx, sid, _state(group[i][1]), group[i], known.get(i), now))
     return Change(data={"total": total, "sessions": rows})
+
+
+def _held(
+    view: tuple[SessionManager, dict[str, Session], dict[str, list[Fork]]], sid: str
+) -> tuple[SessionManager, Session | None, list[Fork]]:
+    """A row's namespace, session (None: a closed parent) and open forks."""
+    m, sessions, forks = view
+    return m, sessions.get(sid), forks.get(sid, [])
+
+
+def _without_smallest(runs: list[list[str]], k: int) -> list[list[str]]:
+    """The sorted ``runs`` of distinct ids less the ``k`` smallest ids of them all.
+
+    The k-th id is found by bisecting the runs (a pivot from the widest window, its rank
+    the sum of one bisect a run), a few thousand bisects: merging past an offset of
+    25,000 cost ~20 ms at 50,000 sessions.
+    """
+    if k <= 0:
+        return runs
+    lo = [0] * len(runs)
+    hi = [len(r) for r in runs]
+    while any(a < b for a, b in zip(lo, hi, strict=True)):
+        j = max(range(len(runs)), key=lambda i: hi[i] - lo[i])
+        pivot = runs[j][(lo[j] + hi[j]) // 2]
+        below = [bisect_left(r, pivot) for r in runs]
+        rank = sum(below)
+        if rank == k:
+            return [r[b:] for r, b in zip(runs, below, strict=True)]
+        if rank < k:  # the k-th id is above the pivot
+            lo = [max(a, bisect_right(r, pivot)) for a, r in zip(lo, runs, strict=True)]
+        else:
+            hi = [min(a, b) for a, b in zip(hi, below, strict=True)]
+    return []  # k is the number of ids or more
 
 
 def _state(s: Session | None) -> str:
