@@ -53,11 +53,15 @@ WORKLOADS: dict[str, Callable[[int], bytes]] = {
 }
 
 
-def run(seconds: float = 5.0, rounds: int = 2, concurrency: int = 32) -> dict:
-    """Alternate bare and daemon runs per workload; report rates, latencies and ratios."""
+def run(
+    seconds: float = 5.0, rounds: int = 2, concurrency: int = 32, only: list[str] | None = None
+) -> dict:
+    """Alternate bare and daemon runs per workload; report rates, latencies and ratios.
+    ``only``: these workloads (default: every one)."""
     out: dict = {}
+    workloads = {k: v for k, v in WORKLOADS.items() if only is None or k in only}
     with bare_server() as bare_port, daemon() as (daemon_port, _):
-        for name, bodies in WORKLOADS.items():
+        for name, bodies in workloads.items():
             bare_runs, daemon_runs = [], []
             for _ in range(rounds):
                 bare_runs.append(
@@ -132,5 +136,17 @@ def table(res: dict) -> str:
 
 
 if __name__ == "__main__":
-    result = run()
+    import argparse
+    import os
+
+    p = argparse.ArgumentParser(description=__doc__)
+    p.add_argument("--seconds", type=float, default=5.0, help="each run (default 5)")
+    p.add_argument("--rounds", type=int, default=2, help="bare/daemon pairs at full rate")
+    p.add_argument("--only", help=f"comma-separated workloads of {', '.join(WORKLOADS)}")
+    a = p.parse_args()
+    unknown = set(a.only.split(",")) - set(WORKLOADS) if a.only else set()
+    if unknown:
+        p.error(f"unknown workload(s): {', '.join(sorted(unknown))}")
+    result = run(a.seconds, a.rounds, only=a.only.split(",") if a.only else None)
     print(table(result))
+    print(f"load average {os.getloadavg()[0]:.2f} (1 min) on {os.cpu_count()} cores")

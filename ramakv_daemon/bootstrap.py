@@ -49,6 +49,7 @@ from ramakv_daemon.routing.namespaces import Namespace, Namespaces, backend_of
 from ramakv_daemon.routing.ownership import Ownership
 from ramakv_daemon.sweeps.fork_expiry import ForkExpiry
 from ramakv_daemon.sweeps.idle_policy import IdleSweep
+from ramakv_daemon.sweeps.retention import RetentionSweep
 from ramakv_daemon.telemetry.metrics import DaemonMetrics
 from ramakv_daemon.trace.hub import TraceHub
 from ramakv_daemon.trace.records import TraceRecords, publish_backend_failure
@@ -57,16 +58,10 @@ log = logging.getLogger("ramakv")
 
 
 def make_backend(config: Config) -> Backend:
-    """The noop backend, or LMCache's memory API at lmcache_url."""
+    """The noop backend, or the configured `backend` at lmcache_url."""
     if config.noop_backend:
         return NoopBackend()
-    from ramakv_daemon.adapters.backends.lmcache import LMCacheBackend
-
-    return LMCacheBackend(
-        config.lmcache_url,
-        timeout=config.backend_timeout_s,
-        delete_locations=config.evict_locations or None,
-    )
+    return lmcache_factory(config)(config.lmcache_url, config.evict_locations)
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,6 +89,7 @@ class NamespaceParts:
             namespace=key,
             fork_ids=namespaces.fork_ids,
             max_forks_per_session=cfg.max_forks_per_session,
+            retain_unreferenced_s=cfg.retain_unreferenced_s,
         )
         ctx = HandlerContext(
             manager,
@@ -154,6 +150,7 @@ class Daemon:
     service: EventService
     fork_expiry: ForkExpiry
     idle_sweep: IdleSweep
+    retention: RetentionSweep
     # Client events first: the service counts them, background work waits its turn here.
     lanes: Lanes = field(default_factory=Lanes)
     # Set by the command line, which calls listening() once the port is bound: the idle
@@ -187,6 +184,7 @@ class Daemon:
                 self.config.idempotency_window,
                 self.config.store_shown,
                 t0,
+                self.retention.clock(),
             )
         except BaseException:
             # A corrupt page found while loading: close the store (and its worker
@@ -194,6 +192,11 @@ class Daemon:
             await self.store.close()
             raise
         self.committer.start()
+        # Stock-server routes moved during 2026: say at start what a cache lacks.
+        await self.backend.start()
+        for ns in self.namespaces:
+            if ns.own_backend is not None:
+                await ns.own_backend.start()
         for ns in self.namespaces:
             if ns.dispatcher.backlog:
                 log.info(
@@ -208,6 +211,7 @@ class Daemon:
                 ns.dispatcher.start()
         await self.ownership.start()  # what a shared store says was lost while away
         await self.fork_expiry.start()
+        await self.retention.start()
         if not self.sweep_after_listening:
             await self.idle_sweep.start()
 
@@ -236,6 +240,7 @@ class Daemon:
             await self._sweep_start  # it only starts the loop: it has its task once done
         await self.idle_sweep.close()
         await self.fork_expiry.close()
+        await self.retention.close()
         self.close_subscribers()
         for ns in self.namespaces:
             await ns.dispatcher.close()
@@ -324,6 +329,10 @@ def build(
     # The idle policies' suspends and closes are events: they go through the pipeline, in
     # the background lane (client events first).
     idle_sweep = IdleSweep(config, namespaces, lanes.background_run(pipeline.run), metrics, clock)
+    # Dead chunks' deletes: committed as fork expiries are, in the background lane too.
+    retention = RetentionSweep(
+        config.retain_unreferenced_s, namespaces, committer, records, metrics, clock, lanes
+    )
     return Daemon(
         config,
         store,
@@ -340,6 +349,7 @@ def build(
         service,
         fork_expiry,
         idle_sweep,
+        retention,
         lanes=lanes,
     )
 

@@ -55,6 +55,10 @@ class Config:
     debug_enabled: bool = _default("debug_enabled")
     debug_dir: str = _default("debug_dir")
     noop_backend: bool = _default("noop_backend")
+    backend: str = _default("backend")
+    model_name: str = _default("model_name")
+    world_size: int = _default("world_size")
+    cache_salt: str = _default("cache_salt")
     trace_events: bool = _default("trace_events")
     session_store_path: str = _default("session_store_path")
     turn_start_prefetch: bool = _default("turn_start_prefetch")
@@ -76,6 +80,7 @@ class Config:
     max_forks_per_session: int = _default("max_forks_per_session")
     idle_suspend_s: float = _default("idle_suspend_s")
     idle_close_s: float = _default("idle_close_s")
+    retain_unreferenced_s: float = _default("retain_unreferenced_s")
     evict_locations: tuple[str, ...] = _default("evict_locations")
     ddr_budget_chunks: int = _default("ddr_budget_chunks")
     turn_in_flight_timeout_s: float = _default("turn_in_flight_timeout_s")
@@ -140,6 +145,13 @@ def from_mapping(
             values[key] = schema.normalised(key, value)
         except ValueError as err:
             errors.append(str(err))
+    if values.get("backend") == "lmcache_mp" and not values.get("model_name"):
+        # The stock server keys every chunk by the model: without it nothing would match.
+        del values["backend"]
+        errors.append(
+            "config key 'model_name' is required with backend = \"lmcache_mp\" "
+            "(vLLM's --model string, the server's key)"
+        )
     if strict and errors:
         raise ConfigError(f"config file {source}: " + "; ".join(errors))
     warnings += [f"{source}: {e}; using the default" for e in errors]

@@ -96,6 +96,14 @@ def store_url_problem(value: str) -> str | None:
     return None
 
 
+BACKENDS = ("lmcache", "lmcache_mp")
+
+
+def backend_problem(value: str) -> str | None:
+    """backend: one of the adapters the factory builds."""
+    return None if value in BACKENDS else f"must be one of {', '.join(BACKENDS)}, got {value!r}"
+
+
 def nonempty_problem(value: str) -> str | None:
     """A name that must say something."""
     return None if value.strip() else "must not be empty"
@@ -177,6 +185,25 @@ KEYS: tuple[Key, ...] = (
     Key("debug_enabled", "bool", False, "write a debug file per turn_end"),
     Key("debug_dir", "str", "kvcache_debug", "where debug files go", check=path_problem),
     Key("noop_backend", "bool", False, "steer nothing (no LMCache calls)"),
+    # The stock stack (docs/stock-stack.md): lmcache's own multiprocess server at lmcache_url
+    # (its --http-port), steered through its /cache routes instead of ascend_ext's /memory.
+    Key(
+        "backend",
+        "str",
+        "lmcache",
+        "`lmcache`: ascend_ext's memory API; `lmcache_mp`: the stock LMCache multiprocess "
+        "server's HTTP API (docs/stock-stack.md)",
+        check=backend_problem,
+    ),
+    Key(
+        "model_name",
+        "str",
+        "",
+        "`lmcache_mp` only: vLLM's `--model` string, the server's key (not "
+        "`--served-model-name`); required there",
+    ),
+    Key("world_size", "int", 1, "`lmcache_mp` only: the engine's world size (one key per rank)"),
+    Key("cache_salt", "str", "", "`lmcache_mp` only: the requests' `cache_salt` (usually none)"),
     Key("trace_events", "bool", False, "log every session's chunks and refcounts after each event"),
     Key(
         "session_store_path",
@@ -290,6 +317,20 @@ KEYS: tuple[Key, ...] = (
         "a session with no event for this long (seconds; an idle suspend does not count) "
         "is closed by the daemon; per deployment too",
         zero_means="never",
+    ),
+    # Release semantics (docs/architecture.md "Release and retention"): a chunk no session
+    # names is deleted only when dead by evidence. An hour covers a user's pause between
+    # messages and a prompt prefix's reuse across conversations; the cache's own LRU still
+    # evicts cold chunks first whenever it needs the room.
+    Key(
+        "retain_unreferenced_s",
+        "float",
+        3600.0,
+        "a chunk no live or suspended session and no open fork names is deleted by the "
+        "retention sweep once its last reference is this old (seconds); within it a chunk "
+        "two sessions shared is not deleted by a close either. A restart counts the chunks "
+        "its sessions name as referenced at the load",
+        zero_means="delete dead chunks at once",
     ),
     # Namespaces and the DDR budget (docs/namespaces.md):
     Key(

@@ -196,12 +196,19 @@ class AsyncClient(AsyncClosing):
         event = events.session_event("session_fork_end", session_id, fork_id=fork_id)
         return cast(SessionForkEndData, await self.send(event))
 
-    async def session_suspend(self, session_id: str) -> SessionSuspendData:
-        event = events.session_event("session_suspend", session_id)
+    async def session_suspend(
+        self, session_id: str, inferred: bool = False
+    ) -> SessionSuspendData:
+        """Suspend the session; ``inferred`` says the host guessed the pause (the daemon
+        then only orders its chunks cold)."""
+        event = events.session_event("session_suspend", session_id, inferred=inferred or None)
         return cast(SessionSuspendData, await self.send(event))
 
-    async def session_close(self, session_id: str) -> SessionCloseData:
-        event = events.session_event("session_close", session_id)
+    async def session_close(self, session_id: str, inferred: bool = False) -> SessionCloseData:
+        """Close the session. Declared (the default): its private chunks are evicted after
+        the deferral. ``inferred``: the host guessed the end; nothing is deleted on it,
+        its chunks are ordered cold and age out by the retention window."""
+        event = events.session_event("session_close", session_id, inferred=inferred or None)
         return cast(SessionCloseData, await self.send(event))
 
     # ---- admin events

@@ -264,12 +264,14 @@ def session_fork_end(session_id: str, fork_id: int | None = None) -> None:
     _emit(events.session_event("session_fork_end", session_id, fork_id=fork_id))
 
 
-def session_suspend(session_id: str) -> None:
-    _emit({"type": "session_suspend", "session_id": session_id})
+def session_suspend(session_id: str, inferred: bool = False) -> None:
+    """``inferred``: the host guessed the pause (AsyncClient.session_suspend)."""
+    _emit(events.session_event("session_suspend", session_id, inferred=inferred or None))
 
 
-def session_close(session_id: str) -> None:
-    _emit({"type": "session_close", "session_id": session_id})
+def session_close(session_id: str, inferred: bool = False) -> None:
+    """Declared by default; ``inferred`` never deletes (AsyncClient.session_close)."""
+    _emit(events.session_event("session_close", session_id, inferred=inferred or None))
 
 
 def flush(timeout: float = 5.0) -> bool:

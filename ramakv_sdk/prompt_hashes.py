@@ -114,6 +114,21 @@ async def tokenized_turn_params(
     save_unfull_chunk: bool,
 ) -> dict[str, Any] | None:
     """``{"chunk_hashes": [...]}`` of a turn request's prompt; None when the engine can't say."""
+    ids = await tokenized_ids(http, upstream, path, body, headers)
+    if ids is None:
+        return None
+    return {"chunk_hashes": hashes_of(ids, chunk_size, save_unfull_chunk)}
+
+
+async def tokenized_ids(
+    http: aiohttp.ClientSession,
+    upstream: str,
+    path: str,
+    body: bytes,
+    headers: Mapping[str, str] | list[tuple[str, str]],
+) -> list[list[int]] | None:
+    """The token ids of each prompt of a turn request (the engine's /tokenize); None when
+    the engine can't say."""
     prompts = prompts_of(path, body)
     if prompts is None:
         return None
@@ -136,7 +151,7 @@ async def tokenized_turn_params(
     except (aiohttp.ClientError, OSError, TimeoutError, ValueError) as err:
         log.warning("%s failed: %s", url, err)
         return None
-    return {"chunk_hashes": hashes_of(ids, chunk_size, save_unfull_chunk)}
+    return ids
 
 
 class TokenizeCheck:

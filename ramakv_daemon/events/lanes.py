@@ -81,10 +81,16 @@ class Lanes:
         try:
             yield
         finally:
-            self.clients -= 1
-            self._served += 1
-            self._last_client = self.clock()
-            self._admit()
+            self.client_done()
+
+    def client_done(self) -> None:
+        """A client event counted in ``clients`` (by :meth:`client`, or by the service
+        itself: a plain try/finally costs every event less than the context manager)
+        has finished."""
+        self.clients -= 1
+        self._served += 1
+        self._last_client = self.clock()
+        self._admit()
 
     @contextlib.asynccontextmanager
     async def background(self) -> AsyncIterator[None]:

@@ -24,7 +24,11 @@ class EventService:
         """
         if not isinstance(payload, dict):
             return 400, {"ok": False, "error": "request body must be a JSON object"}
-        with self.lanes.client():
+        lanes = self.lanes
+        lanes.clients += 1  # Lanes.client() inline: no generator per event
+        try:
             if "event_id" not in payload:
                 return await self.pipeline.run(payload, None)
             return await self.event_ids.handle(payload)
+        finally:
+            lanes.client_done()

@@ -7,7 +7,8 @@ its names are imported here so that the daemon's modules keep one import.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
+from itertools import repeat
 from typing import cast
 
 import orjson
@@ -47,6 +48,7 @@ __all__ = [
     "bounded",
     "encode",
     "is_resync",
+    "moved_between",
     "shared_count",
     "shares_moved",
     "summary",
@@ -142,12 +144,34 @@ def shares_moved(
     suspended map listing it, counted in ``parked``) when it leaves or reaches 0; own 2
     or more only for a session with open forks (``forks``: open in the namespace).
     """
-    get = counts.get
-    for h, old in before.items():
-        new = get(h, 0)
-        lo, hi = (old, new) if old < new else (new, old)
-        if lo == hi:
+    return moved_between(before, list(map(counts.get, before, repeat(0))), parked, forks)
+
+
+def moved_between(
+    before: Mapping[str, int], now: Collection[int], parked: Mapping[str, int], forks: int
+) -> bool:
+    """:func:`shares_moved` with the counts now given, in ``before``'s order (the trace
+    delta has looked them up already).
+
+    Every turn_end asks, over a hundred chunks or more, so the common answer is found in
+    C first: when no chunk here is listed by a suspended map and no count is above 1 on
+    either side, nothing crossed 1 <-> 2 and no fork holder (count 3 or more) is involved.
+    """
+    if parked and not parked.keys().isdisjoint(before):
+        return _moved_per_chunk(before, now, parked, forks)
+    if max(before.values(), default=0) <= 1 and max(now, default=0) <= 1:
+        return False
+    return _moved_per_chunk(before, now, {}, forks)
+
+
+def _moved_per_chunk(
+    before: Mapping[str, int], now: Collection[int], parked: Mapping[str, int], forks: int
+) -> bool:
+    """The rule of :func:`shares_moved`, one chunk at a time."""
+    for (h, old), new in zip(before.items(), now, strict=True):
+        if old == new:
             continue
+        lo, hi = (old, new) if old < new else (new, old)
         if lo <= 1 < hi or (lo == 0 and h in parked) or (forks and hi >= 3 and lo <= forks + 1):
             return True
     return False
@@ -184,7 +208,7 @@ def bounded(record: JsonObject) -> str:
         "sessions": len(delta.get("sessions") or ()),
         "refcounts": len(delta.get("refcounts") or ()),
     }
-    for key in ("prefetch", "evict", "demote"):
+    for key in ("prefetch", "evict", "demote", "cold"):
         if key in slim:
             slim["omitted"][key] = len(slim[key])
             slim[key] = []

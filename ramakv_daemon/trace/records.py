@@ -14,7 +14,7 @@ from ramakv_daemon.events.reads import Delta
 from ramakv_daemon.ports import BackendResult
 from ramakv_daemon.routing.namespaces import Namespaces
 from ramakv_daemon.trace.hub import TraceHub, cut
-from ramakv_daemon.trace.protocol import fork_summary, shares_moved, summary
+from ramakv_daemon.trace.protocol import fork_summary, moved_between, summary
 from ramakv_daemon.trace.snapshot import totals
 from ramakv_protocol.records import EventBody, EventNotes, SessionSummary
 
@@ -32,12 +32,14 @@ class TraceRecords:
         a new shared_count (a chunk crossed 1 <-> 2: finding its other holders would cost
         a scan of every map or a holder index; readers ask list_sessions instead)."""
         manager = self.namespaces.managers[namespace]
-        counts = manager.refcounts.counts
+        prev = c.prev_counts
+        get = manager.refcounts.counts.get
+        refcounts = {h: get(h, 0) for h in prev}  # looked up once: the shares test reads them
         delta: Delta = {
             "sessions": {sid: self._summary(manager, sid) for sid in c.prev_sessions},
-            "refcounts": {h: counts.get(h, 0) for h in c.prev_counts},
+            "refcounts": refcounts,
         }
-        if shares_moved(c.prev_counts, counts, manager.parked, len(manager.forks)):
+        if moved_between(prev, refcounts.values(), manager.parked, len(manager.forks)):
             delta["shared_changed"] = True
         if c.prev_forks:  # fork id -> its summary, or None once ended
             forks = manager.forks
@@ -69,6 +71,7 @@ class TraceRecords:
             "prefetch": c.prefetch,
             "evict": c.evict_delete,
             "demote": c.evict_demote,
+            "cold": c.evict_cold,
             "totals": totals(self.namespaces.managers),
         }
         if o.ns.key:

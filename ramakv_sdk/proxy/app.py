@@ -22,6 +22,7 @@ from ramakv_sdk.proxy.metrics import proxy_registry, render
 from ramakv_sdk.proxy.naming import Named, api_key_of, named_request, scoped
 from ramakv_sdk.proxy.outcome import Outcome
 from ramakv_sdk.proxy.settings import ProxySettings
+from ramakv_sdk.proxy.stock import StockLanding, StockSettings, StockStack
 from ramakv_sdk.sender import EventSender
 
 log = logging.getLogger("ramakv_proxy")
@@ -56,6 +57,7 @@ LIFECYCLE = web.AppKey("lifecycle", Lifecycle)
 WARNED = web.AppKey("warned_no_hashes", set)
 TOKENIZE_CHECK = web.AppKey("tokenize_check", prompt_hashes.TokenizeCheck)
 REGISTRY = web.AppKey("registry", CollectorRegistry)
+STOCK = web.AppKey("stock", StockStack)
 
 
 def make_app(settings: ProxySettings, clock: Clock | None = None) -> web.Application:
@@ -78,6 +80,17 @@ def make_app(settings: ProxySettings, clock: Clock | None = None) -> web.Applica
         app[SENDER] = EventSender(client, retry_for=settings.retry_for)
         time = clock or LoopClock()
         landing = LandingWait(client, time, settings.restore_poll_ms / 1000)
+        # ---- stock stack hook (docs/stock-stack.md): keys and restores by token ids ----
+        if settings.lmcache_mp_url:
+            stock = StockSettings(
+                settings.lmcache_mp_url,
+                settings.lmcache_mp_model,
+                settings.lmcache_mp_world_size,
+                settings.lmcache_mp_cache_salt,
+            )
+            app[STOCK] = StockStack(stock, app[UPSTREAM], settings.upstream)
+            landing = StockLanding(app[STOCK], landing)
+        # ---- end of the stock stack hook ----
         app[LIFECYCLE] = Lifecycle(settings, app[SENDER], time, landing)
         yield
         app[LIFECYCLE].close()
@@ -141,17 +154,28 @@ async def forward(request: web.Request) -> web.StreamResponse:
     # A failure until the relay says otherwise: an unexpected error (or a cancelled
     # handler) must not close the session; only a client seen leaving does.
     outcome = Outcome.FAILED
+    stock = request.app.get(STOCK)  # the stock stack: tokenised before a restore needs it
+    keys = None
+    if stock is not None:
+        sent = [(k, v) for k, v in request.headers.items() if k.lower() not in DROP_REQUEST]
+        keys = await stock.before(route.session_id, request.path, body or b"", sent)
     ticket = life.start(route)
     try:
         await life.ready(route, ticket)
-        response, outcome = await _forward(request, body, route.session_id, ticket)
+        response, outcome = await _forward(request, body, route.session_id, ticket, keys)
         return response
     finally:
+        if stock is not None:
+            stock.after(route.session_id, keys)
         life.end(route, ticket, outcome, named.agent_step)
 
 
 async def _forward(
-    request: web.Request, body: bytes | None, sid: str | None, ticket: Ticket | None = None
+    request: web.Request,
+    body: bytes | None,
+    sid: str | None,
+    ticket: Ticket | None = None,
+    keys: dict | None = None,
 ) -> tuple[web.StreamResponse, Outcome]:
     """Send the request upstream and relay its answer; how it ended, for the lifecycle."""
     settings = request.app[SETTINGS]
@@ -160,7 +184,9 @@ async def _forward(
     url = URL(settings.upstream + request.rel_url.raw_path_qs, encoded=True)
     tokenized = None
     check = request.app[TOKENIZE_CHECK]
-    if sid is not None and body and (prompt_hashes.is_streamed(body) or check.agrees is None):
+    if STOCK in request.app:
+        pass  # the stock stack: keys are the server's, computed before (``keys``)
+    elif sid is not None and body and (prompt_hashes.is_streamed(body) or check.agrees is None):
         # Runs beside the engine's answer (tokenising only, no model step), so it is ready at
         # its end; a non-streamed turn is tokenised once, to check the hashes against the engine's.
         tokenized = asyncio.ensure_future(
@@ -183,7 +209,7 @@ async def _forward(
             log.warning("upstream %s unavailable: %s", settings.upstream, err)
             return _upstream_error(err, settings.upstream), Outcome.FAILED
         async with upstream:
-            return await _relay(request, upstream, sid, ticket, tokenized)
+            return await _relay(request, upstream, sid, ticket, tokenized, keys)
     finally:
         if tokenized is not None and not tokenized.done():
             tokenized.cancel()
@@ -195,6 +221,7 @@ async def _relay(
     sid: str | None,
     ticket: Ticket | None,
     tokenized: asyncio.Future[dict | None] | None = None,
+    keys: dict | None = None,
 ) -> tuple[web.StreamResponse, Outcome]:
     """Copy the engine's answer to the client chunk by chunk; then send turn_end. Also
     says how the request ended (a tool call, a client gone mid-answer...)."""
@@ -256,6 +283,8 @@ async def _relay(
                     request.app[SETTINGS].chunk_size,
                     request.app[SETTINGS].save_unfull_chunk,
                 )
+        if STOCK in request.app:
+            params = keys  # the stock server's keys of this prompt, whatever the engine sent
         if events.has_chunk_hashes(params) and ticket is not None:
             event = {**events.turn_end(sid, params), "request_id": ticket.request_id}
             await _report_turn(event, received, request.app, ticket)

@@ -119,6 +119,19 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="off: turn_start asks for no prefetch (a prefetch nobody waits for only races the "
         "prefill); wait: prefetch and wait as after a restore (off)",
     )
+    p.add_argument(
+        "--lmcache-mp-url",
+        default="",
+        help="the stock stack (docs/stock-stack.md): the LMCache multiprocess server's HTTP "
+        "URL; turns are keyed as it keys them and restores prefetch their own tokens",
+    )
+    p.add_argument(
+        "--lmcache-mp-model",
+        default="",
+        help="vLLM's --model string, the server's key (default: the engine's /v1/models root)",
+    )
+    p.add_argument("--lmcache-mp-world-size", type=int, default=1, help="engine world size (1)")
+    p.add_argument("--lmcache-mp-cache-salt", default="", help="the requests' cache_salt ('')")
     p.add_argument("--log-level", default="INFO", help="DEBUG, INFO, WARNING (INFO)")
     add_version_flag(p)
     return p.parse_args(argv)
@@ -147,6 +160,10 @@ def settings_from(args: argparse.Namespace) -> ProxySettings:
         scope_sessions_by_key=args.scope_sessions_by_key,
         close_on_disconnect=args.close_on_disconnect,
         turn_start_prefetch=args.turn_start_prefetch,
+        lmcache_mp_url=args.lmcache_mp_url.rstrip("/"),
+        lmcache_mp_model=args.lmcache_mp_model,
+        lmcache_mp_world_size=args.lmcache_mp_world_size,
+        lmcache_mp_cache_salt=args.lmcache_mp_cache_salt,
     )
 
 

@@ -97,6 +97,7 @@ class LifecycleStats:
     run_end_mispredictions: int = 0  # a session came back after its run-end suspend
     branches: int = 0  # side calls sent to <sid>#branch (their prompt did not extend)
     closes_branch: int = 0  # branch sessions closed (inferred) after their answer
+    branches_promoted: int = 0  # a prompt extended the last side call: history rewritten
     daemon_timeouts: int = 0  # waits on the daemon cut at daemon_wait_ms
     daemon_waits_skipped: int = 0  # waits not made: the circuit breaker was open
     breaker_opens: int = 0  # times the breaker opened (or stayed open after a retry)
@@ -150,6 +151,9 @@ class Lifecycle:
         self._restoring: dict[str, asyncio.Task[None]] = {}
         self._last_end: dict[str, float] = {}
         self._shapes: dict[str, PromptShape] = {}
+        # The last side call's prompt per session: a next prompt extending it means the
+        # history was rewritten and the conversation goes on from there.
+        self._side_shapes: dict[str, PromptShape] = {}
         # Request ids unique across restarts: this process's random prefix, then a count.
         self._prefix = secrets.token_hex(4)
         self._ids = itertools.count(1)
@@ -193,14 +197,33 @@ class Lifecycle:
             return Route(session_id)
         before = self._shapes.get(session_id)
         if before is not None and not shape.extends(before):
+            side = self._side_shapes.get(session_id)
+            if side is not None and shape.extends(side) and not self._is_retry(shape, side):
+                # The conversation moved on from a rewritten history (a trimmed or
+                # summarised context): the last side call was its new line, not a side call.
+                self.stats.branches_promoted += 1
+                log.info(
+                    "session %s: its prompt moved on from a rewritten history",
+                    loggable(session_id),
+                )
+                self._side_shapes.pop(session_id, None)
+                self._shapes[session_id] = shape.slim()
+                return Route(session_id)
+            self._side_shapes[session_id] = shape.slim()
             self.stats.branches += 1
             log.info(
                 "session %s: a side call (its prompt does not extend the session's)",
                 loggable(session_id),
             )
             return Route(session_id + BRANCH_SUFFIX, branch=True)
+        self._side_shapes.pop(session_id, None)
         self._shapes[session_id] = shape.slim()
         return Route(session_id)
+
+    @staticmethod
+    def _is_retry(shape: PromptShape, side: PromptShape) -> bool:
+        """The same side call again (a re-ask retried) is no sign the history moved on."""
+        return side.extends(shape)
 
     # ---- a request begins -------------------------------------------------------------------
     def start(self, route: Route) -> Ticket:
@@ -454,6 +477,7 @@ class Lifecycle:
             timer.cancel()
         self._last_end.pop(sid, None)
         self._shapes.pop(sid, None)
+        self._side_shapes.pop(sid, None)
 
     # ---- pending state over a restart -------------------------------------------------------
     def _load(self) -> None:

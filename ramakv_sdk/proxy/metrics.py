@@ -45,6 +45,11 @@ _DECISIONS = (
     ("branches", "ramakv_proxy_branches", "Side calls reported as the session's branch"),
     ("closes_branch", "ramakv_proxy_closes_branch", "Branch sessions closed after their answer"),
     (
+        "branches_promoted",
+        "ramakv_proxy_branches_promoted",
+        "Side calls whose prompt the next request extended (history rewritten)",
+    ),
+    (
         "daemon_timeouts",
         "ramakv_proxy_daemon_timeouts",
         "Waits on the daemon's answers cut at daemon_wait_ms (each opens the breaker)",

@@ -53,6 +53,13 @@ class ProxySettings:
     daemon_wait_ms: int = 250
     state_file: str | None = None
     scope_sessions_by_key: bool = False
+    #: The stock stack (docs/stock-stack.md): the LMCache multiprocess server's HTTP URL
+    #: ("" = ascend_ext's connector), vLLM's --model ("" = the engine's /v1/models root),
+    #: its world size and the requests' cache_salt: the server's key fields.
+    lmcache_mp_url: str = ""
+    lmcache_mp_model: str = ""
+    lmcache_mp_world_size: int = 1
+    lmcache_mp_cache_salt: str = ""
 
     def __post_init__(self) -> None:
         for name in ("tool_pause_suspend_s", "session_idle_close_s", "run_end_grace_s"):

@@ -43,8 +43,18 @@ def run_daemon(*args: str, env: dict[str, str] | None = None) -> subprocess.Comp
         ),
         ("max_hashes_per_event = 0\n", "config key 'max_hashes_per_event' must be >= 1, got 0"),
         ('sqlite_synchronous = "OFF"\n', "must be NORMAL, FULL or EXTRA"),
+        ('backend = "lmcache_mp"\n', "config key 'model_name' is required with backend"),
+        ('backend = "vllm"\n', "must be one of lmcache, lmcache_mp, got 'vllm'"),
     ],
-    ids=["missing", "not toml", "bad url", "zero where 0 means nothing", "bad enum"],
+    ids=[
+        "missing",
+        "not toml",
+        "bad url",
+        "zero where 0 means nothing",
+        "bad enum",
+        "stock server without its model",
+        "unknown backend",
+    ],
 )
 def test_explicit_config_missing_or_invalid_exits_2(
     tmp_path: Path, content: str | None, error: str

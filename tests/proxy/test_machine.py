@@ -211,3 +211,32 @@ def test_pending_state_round_trips_on_wall_time_and_skips_bad_rows() -> None:
         "idle": 905.0,
     }
     assert pending.load({"version": 99}, 0.0, 0.0) == {}
+
+
+def test_a_prompt_extending_the_last_side_call_means_the_history_was_rewritten() -> None:
+    """A framework that trims or summarises its history sends a prompt that does not extend
+    the session's: a side call at first, but when the next prompt extends that one, the
+    conversation has moved on and it becomes the session's line again (a guardrail's calls
+    do not extend each other; the same side call retried stays a side call)."""
+    from typing import Any, cast
+
+    from ramakv_sdk.proxy.clock import ManualClock
+    from ramakv_sdk.proxy.lifecycle import Lifecycle
+    from ramakv_sdk.proxy.settings import ProxySettings
+
+    def shape(*texts: str) -> PromptShape:
+        s = PromptShape.of({"messages": [{"role": "user", "content": t} for t in texts]})
+        assert s is not None
+        return s
+
+    settings = ProxySettings(upstream="http://engine", daemon_url="http://daemon")
+    life = Lifecycle(settings, cast(Any, None), ManualClock(), cast(Any, None))
+    assert not life.route("s", shape("a", "b")).branch
+    assert life.route("s", shape("guard", "b")).branch
+    assert life.route("s", shape("guard", "b")).branch  # the same side call, retried
+    assert life.route("s", shape("guard2", "c")).branch  # another guardrail call
+    assert not life.route("s", shape("a", "b", "c")).branch  # the run's next step
+    assert life.route("s", shape("summary", "d")).branch  # the history rewritten...
+    assert not life.route("s", shape("summary", "d", "e")).branch  # ...and moving on
+    assert not life.route("s", shape("summary", "d", "e", "f")).branch
+    assert (life.stats.branches, life.stats.branches_promoted) == (4, 1)

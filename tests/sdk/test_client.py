@@ -104,6 +104,32 @@ async def test_request_ids_ride_on_the_three_request_events(daemon_proc) -> None
             await c.turn_start("s", request_id="x" * 129)
 
 
+async def test_inferred_rides_on_close_and_suspend_only_when_set(daemon_proc) -> None:
+    """A host that guessed the pause or the end says so (the daemon never deletes on it);
+    the default stays a declared event, sent without the field."""
+    async with AsyncClient(daemon_proc.url) as c:
+        sent: list[dict] = []
+        real = c.send
+
+        async def spy(event: dict) -> dict:
+            sent.append(dict(event))
+            return await real(event)
+
+        c.send = spy  # type: ignore[method-assign]
+        await c.turn_end("guessed", {"chunk_hashes": ["a1", "b2"]})
+        await c.turn_end("declared", {"chunk_hashes": ["c3"]})
+        assert await c.session_suspend("guessed", inferred=True) == {
+            "evicted_count": 2,
+            "suspended": True,
+        }
+        assert (await c.session_close("guessed", inferred=True))["closed"] is True
+        assert (await c.session_close("declared"))["closed"] is True
+        ends = [e for e in sent if e["type"] in ("session_suspend", "session_close")]
+        assert [e.get("inferred") for e in ends] == [True, True, None]
+        with pytest.raises(RamAKvError, match="inferred"):
+            await real({"type": "session_close", "session_id": "x", "inferred": "yes"})
+
+
 async def test_admin_events(daemon_proc) -> None:
     async with AsyncClient(daemon_proc.url) as c:
         await c.turn_end("a", {"chunk_hashes": ["11", "22"]})

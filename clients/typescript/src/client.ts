@@ -113,11 +113,13 @@ export class DaemonClient {
   sessionMap(sessionId: string): Promise<SessionMapResult> {
     return this.send("session_map", { session_id: sessionId });
   }
-  sessionClose(sessionId: string): Promise<SessionCloseResult> {
-    return this.send("session_close", { session_id: sessionId });
+  /** Declared close (private chunks evicted after the deferral); `inferred`: a guess, never deletes. */
+  sessionClose(sessionId: string, inferred?: boolean): Promise<SessionCloseResult> {
+    return this.send("session_close", withInferred({ session_id: sessionId }, inferred));
   }
-  sessionSuspend(sessionId: string): Promise<SessionSuspendResult> {
-    return this.send("session_suspend", { session_id: sessionId });
+  /** `inferred`: the host guessed the pause (chunks only ordered cold). */
+  sessionSuspend(sessionId: string, inferred?: boolean): Promise<SessionSuspendResult> {
+    return this.send("session_suspend", withInferred({ session_id: sessionId }, inferred));
   }
   /** Holds the session's chunks for a subagent; keep the answer's `fork_id`. */
   sessionFork(sessionId: string): Promise<SessionForkResult> {
@@ -188,6 +190,12 @@ function restorePayload(sessionId: string, sourceSessionId?: string, requestId?:
 /** The payload with `request_id` when one is given (turn_start, snapshot_restore, turn_end). */
 function withRequestId(payload: Record<string, unknown>, requestId?: string): Record<string, unknown> {
   if (requestId !== undefined) payload["request_id"] = requestId;
+  return payload;
+}
+
+/** `inferred: true` only when set: the daemon's default is a declared event. */
+function withInferred(payload: Record<string, unknown>, inferred?: boolean): Record<string, unknown> {
+  if (inferred) payload["inferred"] = true;
   return payload;
 }
 
@@ -300,11 +308,11 @@ export class EventSender {
   sessionForkEnd(sessionId: string, forkId?: number): void {
     this.enqueue("session_fork_end", forkEndPayload(sessionId, forkId));
   }
-  sessionSuspend(sessionId: string): void {
-    this.enqueue("session_suspend", { session_id: sessionId });
+  sessionSuspend(sessionId: string, inferred?: boolean): void {
+    this.enqueue("session_suspend", withInferred({ session_id: sessionId }, inferred));
   }
-  sessionClose(sessionId: string): void {
-    this.enqueue("session_close", { session_id: sessionId });
+  sessionClose(sessionId: string, inferred?: boolean): void {
+    this.enqueue("session_close", withInferred({ session_id: sessionId }, inferred));
   }
 
   /** Queue any event (`type` plus fields). Never throws. */

@@ -80,11 +80,11 @@ export function sessionFork(sessionId: string): void {
 export function sessionForkEnd(sessionId: string, forkId?: number): void {
   sender?.sessionForkEnd(sessionId, forkId);
 }
-export function sessionSuspend(sessionId: string): void {
-  sender?.sessionSuspend(sessionId);
+export function sessionSuspend(sessionId: string, inferred?: boolean): void {
+  sender?.sessionSuspend(sessionId, inferred);
 }
-export function sessionClose(sessionId: string): void {
-  sender?.sessionClose(sessionId);
+export function sessionClose(sessionId: string, inferred?: boolean): void {
+  sender?.sessionClose(sessionId, inferred);
 }
 /** Waits for queued events (true) or the timeout (false). Never rejects. */
 export function flush(timeoutMs = 5000): Promise<boolean> {

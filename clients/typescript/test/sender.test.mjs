@@ -83,6 +83,20 @@ describe("request ids", () => {
   });
 });
 
+describe("inferred ends", () => {
+  test("sessionSuspend and sessionClose say a guessed end; the daemon accepts it", async () => {
+    const sid = "ts-inferred";
+    await api.turnEnd(sid, { chunk_hashes: ["i1", "i2"] });
+    assert.deepEqual(await api.sessionSuspend(sid, true), { evicted_count: 2, suspended: true });
+    assert.equal((await api.sessionClose(sid, true)).closed, true);
+    await assert.rejects(api.send("session_close", { session_id: sid, inferred: "yes" }), (err) => {
+      assert.ok(err instanceof RamAKvError);
+      assert.match(err.message, /inferred/);
+      return true;
+    });
+  });
+});
+
 describe("turnEndPayload", () => {
   test("integer hashes become signed hex like the Python SDK; anything else is refused", () => {
     assert.deepEqual(turnEndPayload("s", { chunk_hashes: ["ab", 31, -31, -0x6ed9a448787a198fn] }).kv_transfer_params,

