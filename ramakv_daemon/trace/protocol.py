@@ -7,7 +7,7 @@ its names are imported here so that the daemon's modules keep one import.
 from __future__ import annotations
 
 import json
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from itertools import repeat
 from typing import cast
 
@@ -157,11 +157,19 @@ def moved_between(
     C first: when no chunk here is listed by a suspended map and no count is above 1 on
     either side, nothing crossed 1 <-> 2 and no fork holder (count 3 or more) is involved.
     """
-    if parked and not parked.keys().isdisjoint(before):
+    if parked and _lists_any(parked, before):
         return _moved_per_chunk(before, now, parked, forks)
     if max(before.values(), default=0) <= 1 and max(now, default=0) <= 1:
         return False
     return _moved_per_chunk(before, now, {}, forks)
+
+
+def _lists_any(parked: Mapping[str, int], hashes: Iterable[str]) -> bool:
+    """True when a suspended map lists one of ``hashes``. A dict answers in C; a loaded
+    CountTable (a restart with suspended packed maps) has no keys view: one lookup each."""
+    if isinstance(parked, dict):
+        return not parked.keys().isdisjoint(hashes)
+    return any(map(parked.__contains__, hashes))
 
 
 def _moved_per_chunk(
