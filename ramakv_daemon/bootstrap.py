@@ -49,6 +49,7 @@ from ramakv_daemon.routing.namespaces import Namespace, Namespaces, backend_of
 from ramakv_daemon.routing.ownership import Ownership
 from ramakv_daemon.sweeps.fork_expiry import ForkExpiry
 from ramakv_daemon.sweeps.idle_policy import IdleSweep
+from ramakv_daemon.sweeps.l2_budget import L2BudgetSweep, named_by_sessions
 from ramakv_daemon.telemetry.metrics import DaemonMetrics
 from ramakv_daemon.trace.hub import TraceHub
 from ramakv_daemon.trace.records import TraceRecords, publish_backend_failure
@@ -153,6 +154,8 @@ class Daemon:
     # Set by the command line, which calls listening() once the port is bound: the idle
     # policies' first sweep then runs after it, not while the port is being bound.
     sweep_after_listening: bool = False
+    # The stock server's disk budget (l2_budget_bytes); None when not configured.
+    l2_budget: L2BudgetSweep | None = None
     _subscribers_closed: bool = field(default=False, repr=False)
     _stopping: bool = field(default=False, repr=False)
     _sweep_start: asyncio.Task[None] | None = field(default=None, repr=False)
@@ -209,6 +212,8 @@ class Daemon:
         await self.fork_expiry.start()
         if not self.sweep_after_listening:
             await self.idle_sweep.start()
+        if self.l2_budget is not None:
+            await self.l2_budget.start()
 
     def listening(self) -> None:
         """Once the port accepts connections: what start-up left for then, next on the
@@ -234,6 +239,8 @@ class Daemon:
         if self._sweep_start is not None:
             await self._sweep_start  # it only starts the loop: it has its task once done
         await self.idle_sweep.close()
+        if self.l2_budget is not None:
+            await self.l2_budget.close()
         await self.fork_expiry.close()
         self.close_subscribers()
         for ns in self.namespaces:
@@ -340,7 +347,30 @@ def build(
         fork_expiry,
         idle_sweep,
         lanes=lanes,
+        l2_budget=l2_budget_of(config, namespaces, backend, lanes, clock),
     )
+
+
+def l2_budget_of(
+    config: Config,
+    namespaces: Namespaces,
+    backend: Backend,
+    lanes: Lanes,
+    clock: Callable[[], float],
+) -> L2BudgetSweep | None:
+    """The disk budget sweep when lmcache_mp_l2_path and l2_budget_bytes are set; its
+    deletes go through the stock server's adapter when the daemon steers one."""
+    sweep = L2BudgetSweep(
+        config.lmcache_mp_l2_path,
+        config.model_name,
+        config.l2_budget_bytes,
+        config.l2_check_interval_s,
+        named_by_sessions(namespaces),
+        backend if backend.name == "lmcache_mp" else None,
+        lanes=lanes,
+        clock=clock,
+    )
+    return sweep if sweep.on else None
 
 
 def _log_version() -> None:
