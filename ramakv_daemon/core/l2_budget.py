@@ -136,13 +136,21 @@ def plan_l2(
     last_used: LastUsed | None = None,
     all_dead: bool = False,
     before: float | None = None,
+    classify: bool = True,
 ) -> L2Plan:
     """Dead chunks to delete, oldest first: just enough to fit ``budget`` (nothing when
     within it or ``budget <= 0``), or every dead one with ``all_dead`` (an explicit clean-up).
     ``before``: only chunks older than this time. A referenced chunk is never listed, so
-    the tier can stay over budget: :attr:`L2Plan.still_over` says so."""
-    chunks = chunks_of(files, referenced, last_used)
+    the tier can stay over budget: :attr:`L2Plan.still_over` says so. ``classify=False``:
+    within budget, only the files and bytes are counted (the daemon's cheap pass)."""
     plan = L2Plan(budget=max(0, budget))
+    files = list(files)
+    if not classify and not all_dead and (plan.budget == 0 or _size(files) <= plan.budget):
+        plan.files, plan.bytes = len(files), _size(files)
+        plan.chunks = len({f.chunk_hash for f in files})
+        plan.bytes_after = plan.bytes
+        return plan
+    chunks = chunks_of(files, referenced, last_used)
     for c in chunks:
         plan.files += len(c.files)
         plan.bytes += c.size
@@ -163,3 +171,7 @@ def plan_l2(
         left -= c.size
     plan.bytes_after = left
     return plan
+
+
+def _size(files: list[L2File]) -> int:
+    return sum(f.size for f in files)

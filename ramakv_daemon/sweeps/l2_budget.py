@@ -31,7 +31,7 @@ def named_by_sessions(namespaces: Namespaces) -> Referenced:
     adds the retention evidence (``retain_unreferenced_s``) here when it lands."""
 
     def referenced(chunk_hash: str) -> bool:
-        for ns in namespaces:
+        for ns in list(namespaces):  # a copy: a pass may run on a thread
             m = ns.manager
             if chunk_hash in m.refcounts or chunk_hash in m.parked:
                 return True
@@ -164,8 +164,10 @@ class L2BudgetSweep:
         """One pass (a second caller waits for the pass under way, then makes its own)."""
         async with self._lock:
             started = time.perf_counter()
-            mine, _ = await asyncio.to_thread(deployment_scan, self.path, self.model_name)
-            plan = plan_l2(mine.files, self.referenced, self.budget, last_used=self.last_used)
+            # Scan and plan on a thread (a million files is seconds of work): the plan's
+            # look at the refcounts may race an event, so each slice asks again on the loop
+            # before deleting, and a chunk seen referenced is only kept a pass longer.
+            plan = await asyncio.to_thread(self._plan)
             deleted = Deleted()
             if plan.delete:
                 deleted = await delete_chunks(
@@ -195,6 +197,12 @@ class L2BudgetSweep:
                 )
             self.last = SweepResult(plan, deleted, time.perf_counter() - started)
             return self.last
+
+    def _plan(self) -> L2Plan:
+        mine, _ = deployment_scan(self.path, self.model_name)
+        return plan_l2(
+            mine.files, self.referenced, self.budget, last_used=self.last_used, classify=False
+        )
 
     async def _forever(self) -> None:
         while True:

@@ -123,3 +123,48 @@ async def test_sweep_keeps_what_is_named_again_and_works_without_a_server(tmp_pa
     assert result.deleted.skipped_referenced == 1 and result.deleted.chunks == 1
     assert [p.name for p in tmp_path.iterdir()] == [file_name(MODEL, RANK, "d1")]
     assert not L2BudgetSweep(str(tmp_path), MODEL, 0, 60.0, referenced, None).on
+
+
+async def test_the_daemon_keeps_what_sessions_and_forks_name(tmp_path: Path) -> None:
+    """Wired by the daemon: a live map, a suspended session's stored map and an open fork
+    keep their chunks on disk over budget; a closed session's chunk is deleted."""
+    from support.ns_rig import Rig
+
+    from ramakv_daemon.config import Config
+
+    l2 = tmp_path / "l2"
+    l2.mkdir()
+    cfg = Config(
+        session_store_path=str(tmp_path / "s.db"),
+        backend="lmcache_mp",
+        model_name=MODEL,
+        lmcache_mp_l2_path=str(l2),
+        l2_budget_bytes=1,
+        idle_suspend_s=0,
+        idle_close_s=0,
+    )
+    async with Rig(cfg) as r:
+        sweep = r.svc.l2_budget
+        assert sweep is not None and sweep.backend is None  # the rig steers no server
+        await r.turn_end("live", ["a1"])
+        await r.turn_end("parked", ["b1"])
+        await r.ev("session_suspend", session_id="parked")
+        await r.turn_end("forked", ["c1"])
+        await r.ev("session_fork", session_id="forked")
+        await r.turn_end("forked", ["c2"])  # the map moves on: the fork still holds c1
+        await r.turn_end("closed", ["d1"])
+        await r.ev("session_close", session_id="closed")
+        for i, h in enumerate(["a1", "b1", "c1", "c2", "d1", "d2"]):
+            put(l2, h, 100.0 + i)
+        await sweep.sweep()
+        left = {p.name for p in l2.iterdir()}
+        assert left == {file_name(MODEL, RANK, h) for h in ("a1", "b1", "c1", "c2")}
+        assert sweep.last is not None and sweep.last.plan.still_over
+
+
+def test_no_sweep_without_a_budget(tmp_path: Path) -> None:
+    from ramakv_daemon.bootstrap import build
+    from ramakv_daemon.config import Config
+
+    cfg = Config(session_store_path=str(tmp_path / "s.db"), lmcache_mp_l2_path=str(tmp_path))
+    assert build(cfg).l2_budget is None
