@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
 from functools import partial
 
@@ -154,8 +154,8 @@ class Daemon:
     # Set by the command line, which calls listening() once the port is bound: the idle
     # policies' first sweep then runs after it, not while the port is being bound.
     sweep_after_listening: bool = False
-    # The stock server's disk budget (l2_budget_bytes); None when not configured.
-    l2_budget: L2BudgetSweep | None = None
+    # The stock servers' disk budgets (l2_budget_bytes): one per fs L2 folder configured.
+    l2_budgets: list[L2BudgetSweep] = field(default_factory=list)
     _subscribers_closed: bool = field(default=False, repr=False)
     _stopping: bool = field(default=False, repr=False)
     _sweep_start: asyncio.Task[None] | None = field(default=None, repr=False)
@@ -212,8 +212,8 @@ class Daemon:
         await self.fork_expiry.start()
         if not self.sweep_after_listening:
             await self.idle_sweep.start()
-        if self.l2_budget is not None:
-            await self.l2_budget.start()
+        for sweep in self.l2_budgets:
+            await sweep.start()
 
     def listening(self) -> None:
         """Once the port accepts connections: what start-up left for then, next on the
@@ -239,8 +239,8 @@ class Daemon:
         if self._sweep_start is not None:
             await self._sweep_start  # it only starts the loop: it has its task once done
         await self.idle_sweep.close()
-        if self.l2_budget is not None:
-            await self.l2_budget.close()
+        for sweep in self.l2_budgets:
+            await sweep.close()
         await self.fork_expiry.close()
         self.close_subscribers()
         for ns in self.namespaces:
@@ -347,30 +347,48 @@ def build(
         fork_expiry,
         idle_sweep,
         lanes=lanes,
-        l2_budget=l2_budget_of(config, namespaces, backend, lanes, clock),
+        l2_budgets=l2_budgets_of(config, namespaces, backend, lanes, clock),
     )
 
 
-def l2_budget_of(
+def l2_budgets_of(
     config: Config,
     namespaces: Namespaces,
     backend: Backend,
     lanes: Lanes,
     clock: Callable[[], float],
-) -> L2BudgetSweep | None:
-    """The disk budget sweep when lmcache_mp_l2_path and l2_budget_bytes are set; its
-    deletes go through the stock server's adapter when the daemon steers one."""
-    sweep = L2BudgetSweep(
-        config.lmcache_mp_l2_path,
-        config.model_name,
-        config.l2_budget_bytes,
-        config.l2_check_interval_s,
-        named_by_sessions(namespaces),
-        backend if backend.name == "lmcache_mp" else None,
-        lanes=lanes,
-        clock=clock,
-    )
-    return sweep if sweep.on else None
+) -> list[L2BudgetSweep]:
+    """A disk budget sweep per fs L2 folder with a budget: each deployment with its own
+    lmcache_mp_l2_path (its namespace's sessions and its server), then the top-level
+    folder (every namespace's sessions, the default server) unless a deployment has it.
+    Deletes go through the stock server's adapter where the daemon steers one."""
+    sweeps: list[L2BudgetSweep] = []
+
+    def add(path: str, budget: int, named: Iterable[Namespace], via: Backend) -> None:
+        sweep = L2BudgetSweep(
+            path,
+            config.model_name,
+            budget,
+            config.l2_check_interval_s,
+            named_by_sessions(named),
+            via if via.name == "lmcache_mp" else None,
+            lanes=lanes,
+            clock=clock,
+        )
+        if sweep.on:
+            sweeps.append(sweep)
+
+    own: set[str] = set()
+    for ns in namespaces:
+        dep = ns.deployment
+        if dep is None or dep.l2_path is None or not ns.steered:
+            continue
+        own.add(dep.l2_path)
+        budget = config.l2_budget_bytes if dep.l2_budget_bytes is None else dep.l2_budget_bytes
+        add(dep.l2_path, budget, [ns], ns.own_backend or backend)
+    if config.lmcache_mp_l2_path not in own:
+        add(config.lmcache_mp_l2_path, config.l2_budget_bytes, namespaces, backend)
+    return sweeps
 
 
 def _log_version() -> None:

@@ -229,6 +229,10 @@ def _deployment_table(d: Deployment) -> JsonObject:
     for name in ("idle_suspend_s", "idle_close_s"):
         if getattr(d, name) is not None:
             table[name] = getattr(d, name)
+    if d.l2_path is not None:
+        table["lmcache_mp_l2_path"] = d.l2_path
+    if d.l2_budget_bytes is not None:
+        table["l2_budget_bytes"] = d.l2_budget_bytes
     if d.problems:
         table["problems"] = list(d.problems)
     return table

@@ -15,7 +15,7 @@ from ramakv_daemon.adapters.backends.lmcache_fs_l2 import Scan, remove, scan
 from ramakv_daemon.core.l2_budget import L2Chunk, L2File, L2Plan, LastUsed, Referenced, plan_l2
 from ramakv_daemon.events.lanes import Lanes
 from ramakv_daemon.ports import Backend, EvictMode
-from ramakv_daemon.routing.namespaces import Namespaces
+from ramakv_daemon.routing.namespaces import Namespace
 
 log = logging.getLogger("ramakv")
 
@@ -25,7 +25,7 @@ SLICE = 500
 WARN_EVERY_S = 60.0
 
 
-def named_by_sessions(namespaces: Namespaces) -> Referenced:
+def named_by_sessions(namespaces: Iterable[Namespace]) -> Referenced:
     """A chunk is referenced while a live session's map, a suspended session's stored map
     or an open fork names it, in any namespace (the refcount and parked tables). The lead
     adds the retention evidence (``retain_unreferenced_s``) here when it lands."""

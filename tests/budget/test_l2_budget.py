@@ -144,8 +144,8 @@ async def test_the_daemon_keeps_what_sessions_and_forks_name(tmp_path: Path) -> 
         idle_close_s=0,
     )
     async with Rig(cfg) as r:
-        sweep = r.svc.l2_budget
-        assert sweep is not None and sweep.backend is None  # the rig steers no server
+        (sweep,) = r.svc.l2_budgets
+        assert sweep.backend is None  # the rig steers no server
         await r.turn_end("live", ["a1"])
         await r.turn_end("parked", ["b1"])
         await r.ev("session_suspend", session_id="parked")
@@ -167,4 +167,44 @@ def test_no_sweep_without_a_budget(tmp_path: Path) -> None:
     from ramakv_daemon.config import Config
 
     cfg = Config(session_store_path=str(tmp_path / "s.db"), lmcache_mp_l2_path=str(tmp_path))
-    assert build(cfg).l2_budget is None
+    assert build(cfg).l2_budgets == []
+
+
+async def test_a_budget_per_deployment_folder(tmp_path: Path) -> None:
+    """Each deployment with its own folder gets its own sweep and budget, judged by its own
+    namespace's sessions: a chunk named in one deployment is dead in the other's folder."""
+    from support.ns_rig import Rig, ident
+
+    from ramakv_daemon.config import from_mapping
+
+    a, b = tmp_path / "a", tmp_path / "b"
+    a.mkdir()
+    b.mkdir()
+    deps = [
+        {"name": "qa", **ident(), "lmcache_mp_l2_path": str(a)},
+        {"name": "qb", **ident(model_id="other/m"), "lmcache_mp_l2_path": str(b)},
+    ]
+    raw = {
+        "session_store_path": str(tmp_path / "s.db"),
+        "model_name": MODEL,
+        "l2_budget_bytes": 1,
+        "idle_suspend_s": 0,
+        "idle_close_s": 0,
+        "deployments": deps,
+    }
+    cfg, warnings = from_mapping(raw)
+    assert warnings == []
+    async with Rig(cfg) as r:
+        assert sorted(s.path for s in r.svc.l2_budgets) == [str(a), str(b)]
+        await r.turn_end("s", ["a1"], namespace="qa")
+        for folder in (a, b):
+            put(folder, "a1", 1.0)
+        for sweep in r.svc.l2_budgets:
+            await sweep.sweep()
+        assert [p.name for p in a.iterdir()] == [file_name(MODEL, RANK, "a1")]
+        assert list(b.iterdir()) == []
+    deps[1]["l2_budget_bytes"] = 0  # its own: no budget there
+    cfg, _ = from_mapping(raw)
+    from ramakv_daemon.bootstrap import build
+
+    assert [s.path for s in build(cfg).l2_budgets] == [str(a)]
