@@ -10,6 +10,7 @@ import sys
 import time
 from collections import Counter
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any, TextIO
 
 from ramakv_daemon.adapters.backends.lmcache_mp import LMCacheMPBackend
@@ -54,29 +55,59 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
 
 
 def _common(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--deployment",
+        help="a [[deployments]] name: its lmcache_mp_l2_path, budget and namespace's sessions",
+    )
     p.add_argument("--path", help="the fs L2 folder (default: the config's lmcache_mp_l2_path)")
     p.add_argument("--model", help="the deployment's model (default: the config's model_name)")
 
 
-def referenced_by(view: AdminView) -> Referenced:
-    """Named by a stored session (active or suspended) or an open fork, any namespace."""
+def referenced_by(view: AdminView, namespace: str | None = None) -> Referenced:
+    """Named by a stored session (active or suspended) or an open fork, of ``namespace``
+    (None: of any namespace, as the daemon's top-level folder is judged)."""
     named: set[str] = set()
     for s in view.sessions:
-        named.update(s.chunk_hashes)
+        if namespace is None or s.namespace == namespace:
+            named.update(s.chunk_hashes)
     for f in view.forks:
-        named.update(f.hashes)
+        if namespace is None or f.namespace == namespace:
+            named.update(f.hashes)
     return named.__contains__
 
 
-def _where(args: argparse.Namespace, cfg: Config) -> tuple[str, str] | str:
-    """(folder, model), or why there is none."""
-    path = args.path or cfg.lmcache_mp_l2_path
+@dataclass(frozen=True, slots=True)
+class Target:
+    """The folder a command reads, whose files are whose, and its budget."""
+
+    path: str
+    model: str
+    budget: int
+    namespace: str | None  # whose sessions name its chunks (None: every namespace's)
+    url: str  # the stock server whose all-tier delete goes first
+
+
+def _where(args: argparse.Namespace, cfg: Config) -> Target | str:
+    """The folder, model, budget and namespace, or why there is none."""
+    path, budget, namespace = cfg.lmcache_mp_l2_path, cfg.l2_budget_bytes, None
+    url = cfg.lmcache_url
+    if args.deployment is not None:
+        dep = next((d for d in cfg.deployments if d.name == args.deployment), None)
+        if dep is None:
+            names = ", ".join(d.name for d in cfg.deployments) or "none configured"
+            return f"unknown deployment {args.deployment!r} (deployments: {names})"
+        namespace = dep.key
+        url = dep.lmcache_url or url
+        if dep.l2_path is not None:
+            path = dep.l2_path
+            budget = budget if dep.l2_budget_bytes is None else dep.l2_budget_bytes
+    path = args.path or path
     model = args.model or cfg.model_name
     if not path:
         return "no fs L2 folder: give --path or set lmcache_mp_l2_path in the config"
     if not model:
         return "no model: give --model or set model_name in the config (vLLM's --model)"
-    return path, model
+    return Target(path, model, budget, namespace, url)
 
 
 async def run(args: argparse.Namespace, cfg: Config, view: AdminView, out: TextIO) -> int:
@@ -85,14 +116,13 @@ async def run(args: argparse.Namespace, cfg: Config, view: AdminView, out: TextI
     if isinstance(where, str):
         print(f"ramakv-admin: {where}", file=sys.stderr)
         return EXIT_USAGE
-    path, model = where
+    path, model, budget = where.path, where.model, where.budget
     try:
         mine, others = await asyncio.to_thread(deployment_scan, path, model)
     except OSError as err:
         print(f"ramakv-admin: cannot read the fs L2 folder {path}: {err}", file=sys.stderr)
         return EXIT_FAILED
-    referenced = referenced_by(view)
-    budget = cfg.l2_budget_bytes
+    referenced = referenced_by(view, where.namespace)
     if args.command == "l2-report":
         plan = plan_l2(mine.files, referenced, budget)
         rep = {
@@ -130,7 +160,7 @@ async def run(args: argparse.Namespace, cfg: Config, view: AdminView, out: TextI
         return EXIT_OK
     backend = None
     if not args.files_only and cfg.backend == "lmcache_mp" and not cfg.noop_backend:
-        backend = LMCacheMPBackend(cfg.lmcache_url, model, cfg.world_size, cfg.cache_salt)
+        backend = LMCacheMPBackend(where.url, model, cfg.world_size, cfg.cache_salt)
     try:
         done = await delete_chunks(
             path, plan.delete, referenced, backend, progress=_progress(len(plan.delete))

@@ -143,3 +143,22 @@ async def test_clear_errors(tmp_path: Path, argv: list[str], code: int, message:
         Path(cfg).write_text(text)
     got, _, err = await admin("--config", str(cfg), *argv)
     assert got == code and message in err
+
+
+async def test_a_deployments_folder_is_judged_by_its_namespace(tmp_path: Path) -> None:
+    """--deployment: its folder and budget; only its namespace's sessions keep chunks."""
+    from support.ns_rig import ident
+
+    cfg = await seeded(tmp_path)  # sessions in the default namespace name a1, a2, b1
+    own = tmp_path / "own"
+    own.mkdir()
+    put(own, "a1", 1.0)
+    text = Path(cfg).read_text()
+    dep = {"deployments": [{"name": "qa", **ident(), "lmcache_mp_l2_path": str(own)}]}
+    Path(cfg).write_text(text + "\n" + tomli_w.dumps(dep))
+    code, out, err = await admin("--config", str(cfg), "l2-report", "--deployment", "qa", "--json")
+    assert code == 0, err
+    rep = json.loads(out)
+    assert rep["path"] == str(own) and rep["dead_chunks"] == 1  # a1 is the default's
+    code, _, err = await admin("--config", str(cfg), "l2-report", "--deployment", "nope")
+    assert code == 2 and "unknown deployment 'nope' (deployments: qa)" in err
