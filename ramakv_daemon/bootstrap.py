@@ -372,6 +372,8 @@ def l2_budgets_of(
             config.l2_check_interval_s,
             named_by_sessions(named),
             via if via.name == "lmcache_mp" else None,
+            # A turn in flight has written its chunks before its turn_end names them.
+            grace_s=config.turn_in_flight_timeout_s,
             lanes=lanes,
             clock=clock,
         )

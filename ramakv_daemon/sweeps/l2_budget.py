@@ -127,10 +127,13 @@ class L2BudgetSweep:
         backend: Backend | None,
         *,
         last_used: LastUsed | None = None,
+        grace_s: float = 0.0,
         lanes: Lanes | None = None,
         clock: Callable[[], float] = time.time,
     ) -> None:
-        """``backend``: the stock server's adapter (None: the files are removed directly)."""
+        """``backend``: the stock server's adapter (None: the files are removed directly).
+        ``grace_s``: a chunk younger than this is never deleted (a turn in flight writes
+        its chunks before its turn_end names them)."""
         self.path = path
         self.model_name = model_name
         self.budget = budget
@@ -138,12 +141,14 @@ class L2BudgetSweep:
         self.referenced = referenced
         self.backend = backend
         self.last_used = last_used
+        self.grace_s = grace_s
         self.lanes = lanes
         self.clock = clock
         self.last: SweepResult | None = None
         self._lock = asyncio.Lock()
         self._task: asyncio.Task[None] | None = None
         self._warned = float("-inf")
+        self._failed = float("-inf")
 
     @property
     def on(self) -> bool:
@@ -200,8 +205,14 @@ class L2BudgetSweep:
 
     def _plan(self) -> L2Plan:
         mine, _ = deployment_scan(self.path, self.model_name)
+        before = self.clock() - self.grace_s if self.grace_s > 0 else None
         return plan_l2(
-            mine.files, self.referenced, self.budget, last_used=self.last_used, classify=False
+            mine.files,
+            self.referenced,
+            self.budget,
+            last_used=self.last_used,
+            before=before,
+            classify=False,
         )
 
     async def _forever(self) -> None:
@@ -209,7 +220,10 @@ class L2BudgetSweep:
             try:
                 await self.sweep()
             except OSError as err:  # the folder missing or unreadable: say so, keep trying
-                log.error("l2 budget: cannot read %s: %s", self.path, err)
+                now = self.clock()
+                if now - self._failed >= WARN_EVERY_S:  # once a minute, not every pass
+                    self._failed = now
+                    log.error("l2 budget: cannot read %s: %s", self.path, err)
             except Exception:  # the loop must outlive one bad pass
                 log.exception("l2 budget pass failed")
             await asyncio.sleep(self.interval_s)

@@ -208,3 +208,16 @@ async def test_a_budget_per_deployment_folder(tmp_path: Path) -> None:
     from ramakv_daemon.bootstrap import build
 
     assert [s.path for s in build(cfg).l2_budgets] == [str(a)]
+
+
+async def test_a_fresh_chunk_has_its_grace(tmp_path: Path) -> None:
+    """A chunk written within grace_s may belong to a turn whose turn_end has not named it
+    yet: kept, even over budget."""
+    put(tmp_path, "d1", 1000.0)
+    put(tmp_path, "d2", 1990.0)
+    sweep = L2BudgetSweep(
+        str(tmp_path), MODEL, 1, 60.0, lambda h: False, None, grace_s=60.0, clock=lambda: 2000.0
+    )
+    result = await sweep.sweep()
+    assert [c.chunk_hash for c in result.plan.delete] == ["d1"]
+    assert [p.name for p in tmp_path.iterdir()] == [file_name(MODEL, RANK, "d2")]

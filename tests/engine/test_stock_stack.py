@@ -282,6 +282,7 @@ def test_the_disk_budget_holds_and_keeps_what_sessions_name(
         "lmcache_mp_l2_path": str(l2),
         "l2_budget_bytes": budget,
         "l2_check_interval_s": 1,
+        "turn_in_flight_timeout_s": 1,  # the grace of a fresh chunk no turn_end named yet
     }
     d = DaemonProcess(tmp_path_factory.mktemp("daemon_l2"), config=config, noop=False)
     try:
