@@ -49,7 +49,8 @@ from ramakv_daemon.routing.namespaces import Namespace, Namespaces, backend_of
 from ramakv_daemon.routing.ownership import Ownership
 from ramakv_daemon.sweeps.fork_expiry import ForkExpiry
 from ramakv_daemon.sweeps.idle_policy import IdleSweep
-from ramakv_daemon.sweeps.l2_budget import L2BudgetSweep, named_by_sessions
+from ramakv_daemon.sweeps.l2_budget import L2BudgetSweep, evidence
+from ramakv_daemon.sweeps.retention import RetentionSweep
 from ramakv_daemon.telemetry.metrics import DaemonMetrics
 from ramakv_daemon.trace.hub import TraceHub
 from ramakv_daemon.trace.records import TraceRecords, publish_backend_failure
@@ -89,6 +90,7 @@ class NamespaceParts:
             namespace=key,
             fork_ids=namespaces.fork_ids,
             max_forks_per_session=cfg.max_forks_per_session,
+            retain_unreferenced_s=cfg.retain_unreferenced_s,
         )
         ctx = HandlerContext(
             manager,
@@ -149,6 +151,7 @@ class Daemon:
     service: EventService
     fork_expiry: ForkExpiry
     idle_sweep: IdleSweep
+    retention: RetentionSweep
     # Client events first: the service counts them, background work waits its turn here.
     lanes: Lanes = field(default_factory=Lanes)
     # Set by the command line, which calls listening() once the port is bound: the idle
@@ -184,6 +187,7 @@ class Daemon:
                 self.config.idempotency_window,
                 self.config.store_shown,
                 t0,
+                self.retention.clock(),
             )
         except BaseException:
             # A corrupt page found while loading: close the store (and its worker
@@ -210,6 +214,7 @@ class Daemon:
                 ns.dispatcher.start()
         await self.ownership.start()  # what a shared store says was lost while away
         await self.fork_expiry.start()
+        await self.retention.start()
         if not self.sweep_after_listening:
             await self.idle_sweep.start()
         for sweep in self.l2_budgets:
@@ -242,6 +247,7 @@ class Daemon:
         for sweep in self.l2_budgets:
             await sweep.close()
         await self.fork_expiry.close()
+        await self.retention.close()
         self.close_subscribers()
         for ns in self.namespaces:
             await ns.dispatcher.close()
@@ -330,6 +336,10 @@ def build(
     # The idle policies' suspends and closes are events: they go through the pipeline, in
     # the background lane (client events first).
     idle_sweep = IdleSweep(config, namespaces, lanes.background_run(pipeline.run), metrics, clock)
+    # Dead chunks' deletes: committed as fork expiries are, in the background lane too.
+    retention = RetentionSweep(
+        config.retain_unreferenced_s, namespaces, committer, records, metrics, clock, lanes
+    )
     return Daemon(
         config,
         store,
@@ -346,6 +356,7 @@ def build(
         service,
         fork_expiry,
         idle_sweep,
+        retention,
         lanes=lanes,
         l2_budgets=l2_budgets_of(config, namespaces, backend, lanes, clock),
     )
@@ -365,13 +376,15 @@ def l2_budgets_of(
     sweeps: list[L2BudgetSweep] = []
 
     def add(path: str, budget: int, named: Iterable[Namespace], via: Backend) -> None:
+        referenced, last_used = evidence(named, clock)
         sweep = L2BudgetSweep(
             path,
             config.model_name,
             budget,
             config.l2_check_interval_s,
-            named_by_sessions(named),
+            referenced,
             via if via.name == "lmcache_mp" else None,
+            last_used=last_used,
             # A turn in flight has written its chunks before its turn_end names them.
             grace_s=config.turn_in_flight_timeout_s,
             lanes=lanes,

@@ -83,6 +83,7 @@ class Config:
     max_forks_per_session: int = _default("max_forks_per_session")
     idle_suspend_s: float = _default("idle_suspend_s")
     idle_close_s: float = _default("idle_close_s")
+    retain_unreferenced_s: float = _default("retain_unreferenced_s")
     evict_locations: tuple[str, ...] = _default("evict_locations")
     ddr_budget_chunks: int = _default("ddr_budget_chunks")
     turn_in_flight_timeout_s: float = _default("turn_in_flight_timeout_s")

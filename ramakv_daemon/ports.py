@@ -9,7 +9,7 @@ from collections.abc import Awaitable, Callable, Collection, Sequence
 from contextvars import ContextVar
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import NamedTuple, Protocol, runtime_checkable
+from typing import Literal, NamedTuple, Protocol, runtime_checkable
 
 from ramakv_daemon.core.events import JsonObject
 from ramakv_daemon.core.fork import Fork
@@ -21,6 +21,14 @@ class EvictMode(StrEnum):
 
     DELETE = "delete"  # no live session references it: drop it from every tier
     DEMOTE = "demote"  # its session was suspended: drop it from DDR, keep it on disk
+    # No longer named, not dead yet: an order hint (the cold end of the cache's eviction
+    # order: evicted first, still hit while there is room); DEMOTE where the cache has no
+    # order route. Nothing is removed, so a wrong guess costs nothing.
+    COLD = "cold"
+
+
+#: Where an order hint moves chunks in the cache's eviction order.
+OrderPosition = Literal["cold", "warm"]
 
 
 _MODES = {m.value: m for m in EvictMode}
@@ -61,7 +69,8 @@ class EvictRequest:
 
     Attributes:
         chunk_hashes: the chunks to evict (checked again just before the write).
-        mode: DELETE (every tier) or DEMOTE (DDR only, keep on disk).
+        mode: DELETE (every tier) or DEMOTE (DDR only, keep on disk; also COLD's where the
+            cache has no order route).
         generation: the eviction window's generation at the write (wall clock ns): a keep
             of a newer generation cancels this delete in a deferring cache.
         defer_s: how long a deferring cache waits before it deletes (0: at once; the
@@ -155,6 +164,12 @@ class Backend(ABC):
         (its answer's ``expires``). The default knows no keeps: a 404, as a stock cache."""
         return BackendResult(False, 404, f"{self.name} knows no keeps")
 
+    async def order(self, chunk_hashes: Sequence[str], position: OrderPosition) -> BackendResult:
+        """Move chunks to the cold (evicted first) or warm end of the cache's eviction order;
+        nothing is removed. The default knows no order: a 404, as a stock cache (delivery
+        then demotes what it would have ordered cold)."""
+        return BackendResult(False, 404, f"{self.name} knows no order hints")
+
     async def cancel_prefetch(self, tag: str) -> BackendResult:
         """Stop the cache's prefetch ``tag`` before its next chunk (its request was
         served); the answer's body says how many it stopped (``cancelled``) and the chunks
@@ -187,6 +202,7 @@ class CommittedRow(NamedTuple):
     row_id: int
     delete: Sequence[str]
     demote: Sequence[str]
+    cold: Sequence[str] = ()
 
 
 class Unkept(NamedTuple):

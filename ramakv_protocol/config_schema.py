@@ -349,6 +349,20 @@ KEYS: tuple[Key, ...] = (
         "is closed by the daemon; per deployment too",
         zero_means="never",
     ),
+    # Release semantics (docs/architecture.md "Release and retention"): a chunk no session
+    # names is deleted only when dead by evidence. An hour covers a user's pause between
+    # messages and a prompt prefix's reuse across conversations; the cache's own LRU still
+    # evicts cold chunks first whenever it needs the room.
+    Key(
+        "retain_unreferenced_s",
+        "float",
+        3600.0,
+        "a chunk no live or suspended session and no open fork names is deleted by the "
+        "retention sweep once its last reference is this old (seconds); within it a chunk "
+        "two sessions shared is not deleted by a close either. A restart counts the chunks "
+        "its sessions name as referenced at the load",
+        zero_means="delete dead chunks at once",
+    ),
     # Namespaces and the DDR budget (docs/namespaces.md):
     Key(
         "evict_locations",

@@ -92,6 +92,7 @@ class Omitted(TypedDict):
     prefetch: NotRequired[int]
     evict: NotRequired[int]
     demote: NotRequired[int]
+    cold: NotRequired[int]
 
 
 class EventNotes(TypedDict, total=False):
@@ -121,8 +122,9 @@ class EventBody(TypedDict):
     error: NotRequired[str]  # failed only
     totals: NotRequired[Totals]  # ok only
     prefetch: NotRequired[list[str]]
-    evict: NotRequired[list[str]]
+    evict: NotRequired[list[str]]  # deleted from every tier
     demote: NotRequired[list[str]]
+    cold: NotRequired[list[str]]  # released, ordered cold (never deleted on this event)
     notes: NotRequired[EventNotes]
     namespace: NotRequired[str]
     resync: NotRequired[bool]  # cut down for size: a fresh snapshot follows at once
@@ -142,7 +144,7 @@ class BackendBody(TypedDict):
 
     kind: Literal["backend"]
     ts: float
-    op: str  # prefetch, evict_delete, evict_demote
+    op: str  # prefetch, evict_delete, evict_demote, order_cold
     count: int
     ok: bool
     status: int  # HTTP status, 0 when no answer came

@@ -283,7 +283,9 @@ class TraceLines(TraceReader[str]):
         data = msg.get("data") or {}
         fields = " ".join(f"{k}={v}" for k, v in data.items() if not isinstance(v, list | dict))
         extra = [
-            f"{name}={len(msg[name])}" for name in ("prefetch", "evict", "demote") if msg.get(name)
+            f"{name}={len(msg[name])}"
+            for name in ("prefetch", "evict", "demote", "cold")
+            if msg.get(name)
         ]
         return " ".join(x for x in (head, "ok", fields, *extra) if x)
 

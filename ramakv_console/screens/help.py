@@ -36,7 +36,7 @@ after a "too slow" drop it resumes from the last event it saw; after any other d
 | `v` | show / hide suspended sessions |
 | `o` | cycle the sort: id, state, turns, chunks, last event |
 | `enter` | open the session's detail |
-| `s` | suspend (releases its references, demotes its chunks) |
+| `s` | suspend (releases its references, orders its chunks cold) |
 | `r` | restore (snapshot_restore: references + prefetch again) |
 | `k` | fork (hold its current chunks) |
 | `K` | fork end (release the newest fork hold) |

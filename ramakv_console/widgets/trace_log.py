@@ -25,7 +25,7 @@ def describe(rec: dict[str, Any]) -> str:
     data = rec.get("data") or {}
     if isinstance(data, dict) and "events" not in data:
         parts.append(" ".join(f"{k}={v}" for k, v in data.items()))
-    for key in ("prefetch", "evict", "demote"):
+    for key in ("prefetch", "evict", "demote", "cold"):
         if rec.get(key):
             parts.append(f"{key}={len(rec[key])}")
     reason = (rec.get("notes") or {}).get("reason")

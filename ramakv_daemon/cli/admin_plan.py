@@ -79,11 +79,16 @@ def plan_close(
         m = SessionManager(max_sessions=0, namespace=ns)
         m.load(by_ns.get(ns, []), forks_of.get(ns, []))
         changes = [m.session_close(v.session_id) for v in victims if v.namespace == ns]
-        changes += [m.session_fork_end(f.session_id, f.fork_id) for f in ended]
+        purged = [m.session_fork_end(f.session_id, f.fork_id) for f in ended]
         rows = evict.setdefault(ns, {})
-        for change in changes:
+        for change in changes + purged:
             rows.update(dict.fromkeys(change.evict_delete, EvictMode.DELETE))
             rows.update(dict.fromkeys(change.evict_demote, EvictMode.DEMOTE))
+            rows.update(dict.fromkeys(change.evict_cold, EvictMode.COLD))
+        for change in purged:
+            # The operator purges the namespace: nothing in it will be wanted again, so a
+            # fork hold's last chunks are deleted, not only ordered cold as a fork_end's.
+            rows.update(dict.fromkeys(change.evict_cold, EvictMode.DELETE))
     return Cleanup(sorted(victims, key=lambda s: (s.namespace, s.session_id)), evict, ended)
 
 

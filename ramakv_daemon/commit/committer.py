@@ -212,6 +212,7 @@ class GroupCommitter:
                     # Plain pairs: orjson writes them without a call back per entry.
                     entries.extend((h, EvictMode.DELETE) for h in r.evict_delete)
                     entries.extend((h, EvictMode.DEMOTE) for h in r.evict_demote)
+                    entries.extend((h, EvictMode.COLD) for h in r.evict_cold)
                 # The answer is read now, as the transaction is built: the reply is final.
                 answer = r.answer() if r.answer is not None else None
             if answer is not None:
@@ -269,9 +270,10 @@ class GroupCommitter:
         # Every row whole, before any waiter resumes; then the records, in apply order.
         for r in records:
             if r.evicts:
-                ledger.committed(
-                    r.namespace, CommittedRow(row_of[r.namespace], r.evict_delete, r.evict_demote)
+                row = CommittedRow(
+                    row_of[r.namespace], r.evict_delete, r.evict_demote, r.evict_cold
                 )
+                ledger.committed(r.namespace, row)
         ledger.settled(records)
         for r in records:
             if r.publish is not None:

@@ -26,7 +26,7 @@ class ChangeRecord:
         manager: undoes it if the commit fails.
         sessions: session id -> its state to store (None: delete the row), as applied.
         forks: fork id -> the open fork to store (None: it ended).
-        evict_delete / evict_demote: the evictions its outbox row holds.
+        evict_delete / evict_demote / evict_cold: the evictions its outbox row holds.
         kept: chunks a keep was asked for because it referenced them again (evicted
             again if it is rolled back).
         answer: the event_id answer stored with it, read as the transaction is built (the
@@ -50,6 +50,7 @@ class ChangeRecord:
     publish: Callable[[], None] | None = None
     gate: asyncio.Future[None] | None = None
     ready: asyncio.Future[bool] | None = None
+    evict_cold: Sequence[str] = ()
 
     @classmethod
     def of(
@@ -81,9 +82,10 @@ class ChangeRecord:
             publish,
             gate,
             ready,
+            change.evict_cold,
         )
 
     @property
     def evicts(self) -> bool:
         """True when its evictions need an outbox row."""
-        return bool(self.evict_delete or self.evict_demote)
+        return bool(self.evict_delete or self.evict_demote or self.evict_cold)

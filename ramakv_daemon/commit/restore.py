@@ -24,10 +24,12 @@ async def restore(
     answer_window: int,
     store_shown: str,
     t0: float,
+    now: float = 0.0,
 ) -> None:
     """Load the open store into the namespaces (a namespace found only in the database is
     added), the outbox into their dispatchers and the answers into ``answers``; ``t0``:
-    ``time.perf_counter()`` when start-up began (logged)."""
+    ``time.perf_counter()`` when start-up began (logged); ``now``: the wall-clock time
+    the retention window counts the loaded sessions' shared chunks from."""
     groups: dict[str, list[Session]] = {key: [] for key in namespaces.managers}
     for s in await store.load_all():
         groups.setdefault(s.namespace, []).append(s)
@@ -38,7 +40,7 @@ async def restore(
         groups.setdefault(f.namespace, [])
     namespaces.fork_ids.seen(next_fork_id - 1)
     for key, group in groups.items():
-        namespaces.add(key).manager.load(group, fork_groups.get(key, ()))
+        namespaces.add(key).manager.load(group, fork_groups.get(key, ()), now)
     for row_id, key, entries in await store.load_outbox():
         committer.next_row_id = max(committer.next_row_id, row_id + 1)
         namespaces.add(key).dispatcher.load(row_id, entries)

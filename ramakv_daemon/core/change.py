@@ -73,8 +73,11 @@ class Change:
         prev_counts: chunk hash -> refcount before the event (0 = absent).
         prev_parked: chunk hash -> suspended-map count before the event.
         prefetch: hashes to bring into DDR, in reuse order.
-        evict_delete: hashes no live session references: drop from every tier.
-        evict_demote: hashes released by a suspend: drop from DDR, keep on disk.
+        evict_delete: hashes dead by evidence (a declared release of private chunks, the
+            retention sweep, an operator): drop from every tier.
+        evict_demote: hashes to drop from DDR, keep on disk.
+        evict_cold: hashes no longer named but not dead (a suspend, an inferred close, a
+            refcount reaching 0 otherwise): ordered cold in the cache, never deleted.
         facts: extra facts for the trace and logs (never in ``data``).
         debug_context: a turn_end's debug context, for its debug file (never traced).
     """
@@ -88,19 +91,25 @@ class Change:
     prefetch: list[str] = field(default_factory=list)
     evict_delete: list[str] = field(default_factory=list)
     evict_demote: list[str] = field(default_factory=list)
+    evict_cold: list[str] = field(default_factory=list)
     facts: Facts = field(default_factory=Facts)
     debug_context: dict[str, object] | None = None
 
     @property
     def evicted_count(self) -> int:
-        """Chunks evicted by this event, both kinds."""
-        return len(self.evict_delete) + len(self.evict_demote)
+        """Chunks released to the cache by this event, every kind."""
+        return len(self.evict_delete) + len(self.evict_demote) + len(self.evict_cold)
 
     @property
     def writes(self) -> bool:
         """True when the change must go through the store: state to persist or evictions
         to keep in the outbox."""
-        return self.durable or bool(self.evict_delete) or bool(self.evict_demote)
+        return (
+            self.durable
+            or bool(self.evict_delete)
+            or bool(self.evict_demote)
+            or bool(self.evict_cold)
+        )
 
     @property
     def notes(self) -> dict[str, object]:

@@ -54,6 +54,7 @@ class L2Chunk:
     size: int
     age_ts: float  # the later of its newest file's mtime and its last known reference
     referenced: bool
+    written_ts: float = 0.0  # its newest file's mtime
 
 
 @dataclass(slots=True)
@@ -122,8 +123,10 @@ def chunks_of(
     out = []
     for h, group in by_chunk(files).items():
         seen = last_used(h) if last_used is not None else None
-        age = max(max(f.mtime for f in group), seen or 0.0)
-        out.append(L2Chunk(h, tuple(group), sum(f.size for f in group), age, referenced(h)))
+        written = max(f.mtime for f in group)
+        age = max(written, seen or 0.0)
+        size = sum(f.size for f in group)
+        out.append(L2Chunk(h, tuple(group), size, age, referenced(h), written))
     out.sort(key=lambda c: (c.age_ts, c.chunk_hash))
     return out
 
@@ -136,11 +139,14 @@ def plan_l2(
     last_used: LastUsed | None = None,
     all_dead: bool = False,
     before: float | None = None,
+    written_before: float | None = None,
     classify: bool = True,
 ) -> L2Plan:
     """Dead chunks to delete, oldest first: just enough to fit ``budget`` (nothing when
     within it or ``budget <= 0``), or every dead one with ``all_dead`` (an explicit clean-up).
-    ``before``: only chunks older than this time. A referenced chunk is never listed, so
+    ``before``: only chunks older than this time (written and last referenced);
+    ``written_before``: only chunks whose files were written before it (a fresh chunk may
+    be a turn's whose turn_end has not named it yet). A referenced chunk is never listed, so
     the tier can stay over budget: :attr:`L2Plan.still_over` says so. ``classify=False``:
     within budget, only the files and bytes are counted (the daemon's cheap pass)."""
     plan = L2Plan(budget=max(0, budget))
@@ -166,6 +172,8 @@ def plan_l2(
         if not all_dead and (plan.budget == 0 or left <= plan.budget):
             break
         if c.referenced or (before is not None and c.age_ts >= before):
+            continue
+        if written_before is not None and c.written_ts >= written_before:
             continue
         plan.delete.append(c)
         left -= c.size

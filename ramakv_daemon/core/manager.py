@@ -2,26 +2,35 @@
 
 from __future__ import annotations
 
-from collections import Counter
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 
 from ramakv_daemon.core.change import Change
 from ramakv_daemon.core.errors import CapacityExceeded, IllegalTransition, SessionNotFound
 from ramakv_daemon.core.fork import Fork, ForkBook, ForkIds
+from ramakv_daemon.core.last_refs import LastRefs
+from ramakv_daemon.core.operator_evict import OperatorEvict
+
+# The tests' oracle, where they have always imported it from.
+from ramakv_daemon.core.oracle import recompute_parked as recompute_parked
+from ramakv_daemon.core.oracle import recompute_refcounts as recompute_refcounts
 from ramakv_daemon.core.packed import PackedMap, packed_like
 from ramakv_daemon.core.refcount import Counts, RefcountTable
 from ramakv_daemon.core.session import ChunkMap, Session, unique
 
 
-class SessionManager:
+class SessionManager(OperatorEvict):
     """Owns every session and the global refcount table.
 
     Each operation validates first, then mutates, and returns a :class:`Change` that
     records the previous values it touched, so :meth:`undo` can put the state back if
     persisting the change fails. Operations never do I/O and never await: on one event
-    loop each is atomic. The invariant: a chunk is evicted only when its global
-    refcount reaches 0, and every drop to 0 is evicted exactly once.
+    loop each is atomic. The invariant: a chunk is released to the cache only when its
+    global refcount reaches 0, and every drop to 0 is released exactly once: deleted when
+    the host declared it (a session_close that is not ``inferred``, a turn_end that drops
+    it) and no evidence says it may be wanted (a suspended map names it, two sessions
+    shared it within ``retain_unreferenced_s``), else ordered cold; the retention sweep
+    (:meth:`sweep_dead`) deletes what stayed unnamed past the window.
     """
 
     def __init__(
@@ -32,6 +41,7 @@ class SessionManager:
         namespace: str = "",
         fork_ids: ForkIds | None = None,
         max_forks_per_session: int = 64,
+        retain_unreferenced_s: float = 0.0,
     ) -> None:
         # One manager per compatibility namespace: its hashes mean nothing in another one.
         self.namespace = namespace
@@ -46,6 +56,8 @@ class SessionManager:
         # the sessions (rebuilt exactly at start-up): a chunk that drops to 0 while parked is
         # demoted, not deleted, because a suspended session will want it back from disk.
         self.parked: Counts = {}
+        # When unnamed chunks were last referenced, which were shared: evidence for deletes.
+        self.last_refs = LastRefs(retain_unreferenced_s)
         self.turn_start_prefetch = turn_start_prefetch
         self.max_sessions = max_sessions  # 0 = no cap
 
@@ -97,23 +109,25 @@ class SessionManager:
         self.sessions[sid] = session
 
     def _delete(self, change: Change, session_id: str) -> None:
-        if session_id not in change.prev_sessions:
-            change.prev_sessions[session_id] = self.sessions.get(session_id)
+        change.prev_sessions.setdefault(session_id, self.sessions.get(session_id))
         self.sessions.pop(session_id, None)
 
     def _put_fork(self, change: Change, fork: Fork) -> None:
-        fid = fork.fork_id
-        if fid not in change.prev_forks:
-            change.prev_forks[fid] = self.forks.get(fid)
+        change.prev_forks.setdefault(fork.fork_id, self.forks.get(fork.fork_id))
         self.forks.put(fork)
 
     def _drop_fork(self, change: Change, fork_id: int) -> None:
-        if fork_id not in change.prev_forks:
-            change.prev_forks[fork_id] = self.forks.get(fork_id)
+        change.prev_forks.setdefault(fork_id, self.forks.get(fork_id))
         self.forks.drop(fork_id)
 
-    def _park(self, change: Change, hashes: Iterable[str], step: int) -> None:
-        parked = self.parked
+    def _park(
+        self, change: Change, hashes: Sequence[str], step: int, sid: str = "", now: float = 0.0
+    ) -> None:
+        parked, counts, refs = self.parked, self.refcounts.counts, self.last_refs
+        if step > 0:
+            refs.named(hashes)
+        unnamed: list[str] = []
+        shared: list[str] = []
         for h in hashes:
             old = parked.get(h, 0)
             change.prev_parked.setdefault(h, old)
@@ -121,25 +135,68 @@ class SessionManager:
                 parked[h] = old + step
             else:
                 del parked[h]
+            if step < 0:
+                if old >= 2 or h in counts:
+                    shared.append(h)
+                elif old == 1:
+                    unnamed.append(h)
+        if step < 0:
+            refs.holding(shared, now)
+            refs.released_now(unnamed, sid, now)
 
-    def _reference(self, change: Change, hashes: Sequence[str]) -> None:
+    def _reference(
+        self, change: Change, hashes: Sequence[str], sid: str | None = None, now: float = 0.0
+    ) -> None:
+        """``sid`` takes up ``hashes`` (None: a fork hold of what its session holds)."""
+        if sid is not None:
+            self.last_refs.referenced(hashes, sid, now, self.refcounts.counts, self.parked)
         self.refcounts.incr(hashes, change.prev_counts)
 
-    def _release(self, change: Change, hashes: Sequence[str], *, demote: bool = False) -> None:
-        zeros = self.refcounts.decr(hashes, change.prev_counts)
-        parked = self.parked
-        if demote:
-            change.evict_demote.extend(zeros)
-        elif not parked:
-            change.evict_delete.extend(zeros)
-        else:
-            for h in zeros:
-                if h in parked:
-                    change.evict_demote.append(h)
-                else:
-                    change.evict_delete.append(h)
+    def _release(
+        self,
+        change: Change,
+        hashes: Sequence[str],
+        sid: str,
+        now: float,
+        *,
+        declared: bool = False,
+    ) -> None:
+        table = self.refcounts
+        if self.last_refs.window_s > 0 and table.shared:
+            self.last_refs.holding(table.shared.intersection(hashes), now)
+        zeros = table.decr(hashes, change.prev_counts)
+        if zeros:
+            self._unnamed(change, zeros, sid, now, declared)
 
-    def _swap_map(self, change: Change, old: Session, new_hashes: Sequence[str]) -> ChunkMap:
+    def _unnamed(
+        self, change: Change, zeros: Sequence[str], sid: str, now: float, declared: bool
+    ) -> None:
+        """Chunks no live map or fork references any more: deleted when the host declared
+        it and nothing says they may be wanted, else ordered cold (never deleted on a
+        guess; the retention sweep deletes them once dead past the window)."""
+        parked, refs = self.parked, self.last_refs
+        if declared:
+            gone = [h for h in zeros if h not in parked and not refs.shared_recently(h, now)]
+            if len(gone) == len(zeros):
+                change.evict_delete.extend(gone)
+                refs.forget(gone)
+                return
+            dead = set(gone)
+            change.evict_delete.extend(gone)
+            refs.forget(gone)
+            zeros = [h for h in zeros if h not in dead]
+        change.evict_cold.extend(zeros)
+        refs.released_now((h for h in zeros if h not in parked), sid, now)
+
+    def _swap_map(
+        self,
+        change: Change,
+        old: Session,
+        new_hashes: Sequence[str],
+        now: float = 0.0,
+        *,
+        declared: bool = False,
+    ) -> ChunkMap:
         """Reference ``new_hashes`` in place of ``old``'s held map, diffing the two.
 
         Returns the new map to store, packed (core.packed) when the old one was or the
@@ -149,7 +206,7 @@ class SessionManager:
         """
         held = old.chunk_hashes
         old_hashes = held.as_tuple() if isinstance(held, PackedMap) else held
-        new_map = self._diff_maps(change, old, old_hashes, new_hashes)
+        new_map = self._diff_maps(change, old, old_hashes, new_hashes, now, declared)
         return packed_like(held, old_hashes, new_map)
 
     def _diff_maps(
@@ -158,6 +215,8 @@ class SessionManager:
         old: Session,
         old_hashes: tuple[str, ...],
         new_hashes: Sequence[str],
+        now: float,
+        declared: bool,
     ) -> tuple[str, ...]:
         old_objects = dict(zip(old_hashes, old_hashes, strict=True))
         new_map = (
@@ -169,19 +228,25 @@ class SessionManager:
         # Maps rarely repeat a hash: then the map is its own unique list (no rebuild).
         new_unique = new_map if len(new_set) == len(new_map) else unique(new_map)
         old_unique = old_hashes if len(old_objects) == len(old_hashes) else unique(old_hashes)
+        sid = old.session_id
         if old.suspended:
             # The old map held no references: reference the whole new map; the old map's
-            # chunks were demoted at suspend, and those now left out of it are deleted.
-            self._park(change, old_unique, -1)
-            self._reference(change, new_unique)
-            change.evict_delete.extend(
+            # chunks were ordered cold at suspend, and those now left out of it are
+            # released as any other map's dropped chunks.
+            self._park(change, old_unique, -1, sid, now)
+            self._reference(change, new_unique, sid, now)
+            left = [
                 h
                 for h in old_unique
                 if h not in new_set and h not in self.refcounts and h not in self.parked
-            )
+            ]
+            if left:
+                self._unnamed(change, left, sid, now, declared)
             return new_map
-        self._reference(change, [h for h in new_unique if h not in old_objects])
-        self._release(change, [h for h in old_unique if h not in new_set])
+        self._reference(change, [h for h in new_unique if h not in old_objects], sid, now)
+        dropped = [h for h in old_unique if h not in new_set]
+        if dropped:
+            self._release(change, dropped, sid, now, declared=declared)
         return new_map
 
     # ---- events ----------------------------------------------------------------------
@@ -207,7 +272,8 @@ class SessionManager:
         """
         change = Change(durable=True)
         old = self.sessions.get(session_id) or self._new_session(session_id)
-        new_map = self._swap_map(change, old, chunk_hashes)
+        # Declared: the host's engine says these chunks left the context.
+        new_map = self._swap_map(change, old, chunk_hashes, now, declared=True)
         # Built directly rather than with evolve(): dataclasses.replace costs 3x more
         # and this runs on every turn_end.
         new = Session(
@@ -235,7 +301,8 @@ class SessionManager:
         hashes = source.chunk_hashes
         change = Change(durable=True)
         target = self.sessions.get(session_id) or self._new_session(session_id)
-        new_map = self._swap_map(change, target, hashes)
+        # The map moves on to a stored one: what it leaves is only ordered cold.
+        new_map = self._swap_map(change, target, hashes, now)
         self._put(change, target.evolve(chunk_hashes=new_map, suspended=False, last_event_ts=now))
         order = list(unique(hashes))
         change.prefetch = order
@@ -251,20 +318,22 @@ class SessionManager:
         return Change(data={"session_id": session_id, "chunk_hashes": list(session.chunk_hashes)})
 
     def session_suspend(self, session_id: str, now: float = 0.0) -> Change:
-        """Release the map's references and demote zeros; keep the stored row."""
+        """Release the map's references and order zeros cold; keep the stored row."""
         session = self.sessions.get(session_id)
         if session is None:
             return Change(data={"evicted_count": 0, "suspended": False})
         change = Change(durable=True)
         if not session.suspended:
-            self._release(change, session.unique_hashes(), demote=True)
+            self._release(change, session.unique_hashes(), session_id, now)
             self._park(change, session.unique_hashes(), +1)
             self._put(change, session.evolve(suspended=True, last_event_ts=now))
         change.data = {"evicted_count": change.evicted_count, "suspended": True}
         return change
 
-    def session_close(self, session_id: str) -> Change:
-        """Release the session's map, delete zeros and forget the session.
+    def session_close(self, session_id: str, now: float = 0.0, *, inferred: bool = False) -> Change:
+        """Release the session's map and forget the session: zeros are deleted when the
+        close is declared (not ``inferred``) and nothing says they may be wanted, else
+        ordered cold.
 
         Its open forks stay held: a subagent may still be running on them. They end with
         their fork_end (by id, or by this session id) or their expiry.
@@ -273,18 +342,18 @@ class SessionManager:
         if session is None:
             return Change(data={"evicted_count": 0, "closed": False})
         change = Change(durable=True)
+        declared = not inferred
         if session.suspended:
-            # Its chunks were demoted at suspend; delete those no live session references
-            # and no other suspended session will want back.
+            # Its chunks were ordered cold at suspend; those no live session references
+            # and no other suspended session names are released now.
             mine = session.unique_hashes()
-            self._park(change, mine, -1)
-            change.evict_delete.extend(
-                h for h in mine if h not in self.refcounts and h not in self.parked
-            )
+            self._park(change, mine, -1, session_id, now)
+            left = [h for h in mine if h not in self.refcounts and h not in self.parked]
+            if left:
+                self._unnamed(change, left, session_id, now, declared)
         else:
-            self._release(change, session.unique_hashes())
+            self._release(change, session.unique_hashes(), session_id, now, declared=declared)
         self._delete(change, session_id)
-        change.evict_delete[:] = unique(tuple(change.evict_delete))
         change.data = {"evicted_count": change.evicted_count, "closed": True}
         open_forks = self.forks.count(session_id)
         if open_forks:
@@ -311,7 +380,7 @@ class SessionManager:
         if session.suspended:
             self._park(change, session.unique_hashes(), +1)
         else:
-            self._reference(change, session.unique_hashes())
+            self._reference(change, session.unique_hashes(), session.session_id)
         for fork in moved:
             self._put_fork(change, fork)
             self._reference(change, fork.hashes)
@@ -371,15 +440,16 @@ class SessionManager:
             if found is None or found.session_id != session_id:
                 return Change(data={"fork_end": False, "fork_id": fork_id})
             fork = found
-        change = self._end_fork(fork, now)
+        change = self._end_fork(fork, now, now)
         change.data = {"fork_end": True, "fork_id": fork.fork_id}
         change.facts.evicted_count = change.evicted_count
         return change
 
-    def _end_fork(self, fork: Fork, now: float | None) -> Change:
-        """Release ``fork``'s hold; the parent (when still open) records the event."""
+    def _end_fork(self, fork: Fork, now: float | None, at: float) -> Change:
+        """Release ``fork``'s hold at ``at``; the parent (when still open) records the
+        event at ``now`` (None: not its event). What reaches 0 is ordered cold."""
         change = Change(durable=True)
-        self._release(change, fork.hashes)
+        self._release(change, fork.hashes, fork.session_id, at)
         self._drop_fork(change, fork.fork_id)
         parent = self.sessions.get(fork.session_id)
         if parent is not None:
@@ -400,7 +470,7 @@ class SessionManager:
         change = Change(durable=True)
         expired = []
         for fork in old:
-            part = self._end_fork(fork, None)
+            part = self._end_fork(fork, None, now)
             _merge(change, part)
             expired.append(
                 {
@@ -409,83 +479,8 @@ class SessionManager:
                     "age_s": round(fork.age(now), 3),
                 }
             )
-        change.evict_delete[:] = unique(tuple(change.evict_delete))
         change.data = {"expired": expired, "evicted_count": change.evicted_count}
         return change
-
-    def chunk_evict(
-        self,
-        hashes: Sequence[str],
-        *,
-        force: bool = False,
-        dry_run: bool = False,
-        now: float = 0.0,
-    ) -> Change:
-        """Operator eviction: free chunks go at once; referenced ones only with ``force``.
-
-        Without force, a referenced chunk is refused and its holders reported. With
-        force, the holders' maps and fork holds drop the chunk first (the chunk then
-        reaches 0 and is deleted from every tier). ``dry_run`` changes nothing.
-        """
-        wanted = unique(tuple(hashes))
-        holders = self.holders_of(
-            (h for h in wanted if h in self.refcounts or h in self.parked), with_suspended=True
-        )
-        refused = {h: sids for h, sids in holders.items() if sids}
-        free = [h for h in wanted if h not in refused]
-        released: dict[str, list[str]] = {}
-        if force:
-            for h, sids in refused.items():
-                for sid in sids:
-                    released.setdefault(sid, []).append(h)
-        change = Change(durable=force and bool(released) and not dry_run)
-        evicted = list(free) + ([h for h in wanted if h in refused] if force else [])
-        if not dry_run:
-            for sid, dropped in released.items():
-                self._force_release(change, sid, set(dropped), now)
-            # The operator asked for these gone from every tier, parked or not.
-            forced = set(refused) if force else set()
-            change.evict_delete.extend(h for h in change.evict_demote if h in forced)
-            change.evict_demote[:] = [h for h in change.evict_demote if h not in forced]
-            change.evict_delete.extend(free)
-        change.data = {
-            "dry_run": dry_run,
-            "force": force,
-            "evicted": evicted,
-            "refused": {} if force else refused,
-            "released": {sid: sorted(h) for sid, h in released.items()},
-        }
-        return change
-
-    def _force_release(
-        self, change: Change, session_id: str, dropped: set[str], now: float
-    ) -> None:
-        """Take ``dropped`` out of a session's map and forks, releasing references (the
-        session may be closed, holding only through its forks)."""
-        for fork in self.forks.of(session_id):
-            gone = [h for h in fork.hashes if h in dropped]
-            if gone:
-                self._release(change, gone)
-                kept = tuple(h for h in fork.hashes if h not in dropped)
-                self._put_fork(
-                    change,
-                    Fork(fork.fork_id, fork.session_id, kept, fork.created_ts, fork.namespace),
-                )
-        session = self.sessions.get(session_id)
-        if session is None:
-            return
-        mine = [h for h in session.unique_hashes() if h in dropped]
-        if session.suspended:
-            self._park(change, mine, -1)
-        else:
-            self._release(change, mine)
-        self._put(
-            change,
-            session.evolve(
-                chunk_hashes=tuple(h for h in session.chunk_hashes if h not in dropped),
-                last_event_ts=now,
-            ),
-        )
 
     def health(self) -> Change:
         """Liveness and session count."""
@@ -546,8 +541,11 @@ class SessionManager:
                 )
             )
 
-    def load(self, sessions: Iterable[Session], forks: Iterable[Fork] = ()) -> None:
-        """Replace all state with stored sessions and forks; rebuild refcounts from them."""
+    def load(
+        self, sessions: Iterable[Session], forks: Iterable[Fork] = (), now: float = 0.0
+    ) -> None:
+        """Replace all state with stored sessions and forks; rebuild refcounts from them
+        (what they share counts as shared at ``now``, the load's wall-clock time)."""
         # Imported here so this method is the only part of the module that knows about it.
         from ramakv_daemon.core import rebuild
 
@@ -561,6 +559,20 @@ class SessionManager:
             rebuild.refcounts(self.sessions.values(), self.forks.by_id.values())
         )
         self.parked = rebuild.parked(self.sessions.values())
+        parked, counts = self.parked, self.refcounts.counts
+        shared = [h for h, n in parked.items() if n > 1 or h in counts]
+        self.last_refs.loaded([*self.refcounts.shared, *shared], now)
+
+    def sweep_dead(self, now: float, limit: int) -> Change | None:
+        """Up to ``limit`` chunks dead by evidence (no one names them, last referenced
+        before the retention window), to delete; None when there is none."""
+        refs = self.last_refs
+        refs.prune_shared(now, 8 * limit)  # cheap: forgetting stamps deletes nothing
+        dead = refs.dead(now, limit, self.refcounts.counts, self.parked)
+        if not dead:
+            return None
+        refs.forget(dead)
+        return Change(evict_delete=dead, data={"deleted": len(dead)})
 
 
 def _merge(into: Change, part: Change) -> None:
@@ -575,25 +587,4 @@ def _merge(into: Change, part: Change) -> None:
         into.prev_parked.setdefault(h, n)
     into.evict_delete.extend(part.evict_delete)
     into.evict_demote.extend(part.evict_demote)
-
-
-def recompute_refcounts(sessions: Iterable[Session], forks: Iterable[Fork] = ()) -> dict[str, int]:
-    """Refcounts from first principles: each active map's unique hashes + every fork hold."""
-    counts: Counter[str] = Counter()
-    for s in sessions:
-        # Counter.update over an iterable counts in C; this runs over every stored
-        # reference at start-up.
-        counts.update(s.held_hashes())
-    for fork in forks:
-        counts.update(fork.hashes)
-    # A Counter is a dict: handing it over as is saves copying millions of entries.
-    return counts
-
-
-def recompute_parked(sessions: Iterable[Session]) -> dict[str, int]:
-    """hash -> number of suspended sessions whose map contains it."""
-    counts: Counter[str] = Counter()
-    for s in sessions:
-        if s.suspended:
-            counts.update(set(s.chunk_hashes))
-    return dict(counts)
+    into.evict_cold.extend(part.evict_cold)

@@ -82,13 +82,15 @@ class BackendDispatcher:
         self.delivery.ingest()
         delete = [h for h, m in entries if m == EvictMode.DELETE.value]
         demote = [h for h, m in entries if m == EvictMode.DEMOTE.value]
+        cold = [h for h, m in entries if m == EvictMode.COLD.value]
         self.outbox.repeat.update(delete)
         self.outbox.repeat.update(demote)
         # Its delete may still be pending in the cache: a reference before the re-send
-        # must get a keep before its commit, not after (a restart inside the deferral).
+        # must get a keep before its commit, not after (a restart inside the deferral). An
+        # order hint removes nothing: no window to watch.
         self.window.loaded(delete + demote, time.monotonic())
-        self.outbox.add(delete, demote, row_id)
-        if not (delete or demote):
+        self.outbox.add(delete, demote, row_id, cold)
+        if not (delete or demote or cold):
             self.outbox.row_done(row_id)
         self.outbox.flush_rows()
 

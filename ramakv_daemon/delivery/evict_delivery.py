@@ -17,6 +17,9 @@ log = logging.getLogger("ramakv.backend")
 
 MAX_BATCH = 1000
 MAX_BACKOFF_S = 60.0
+# The answers of a cache that has no such route: a stock memory API (404), an older
+# ascend_ext (405).
+ROUTE_MISSING = (404, 405)
 
 Report = Callable[[str, int, BackendResult], None]
 
@@ -65,14 +68,15 @@ class EvictDelivery:
         outbox = self.outbox
         for item in items:
             if isinstance(item, CommittedRow):
-                outbox.add(item.delete, item.demote, item.row_id)
+                outbox.add(item.delete, item.demote, item.row_id, item.cold)
                 continue
             # Kept for a change that was rolled back: unreferenced now, it was kept in the
-            # cache for nothing, so evict it again.
-            refs, parked = self.state.references(), self.state.parked()
+            # cache for nothing; ordered cold again (never deleted on that guess: the
+            # retention sweep deletes what stays dead).
+            refs = self.state.references()
             free = [h for h in item.hashes if h not in refs]
             if free:
-                outbox.add([h for h in free if h not in parked], [h for h in free if h in parked])
+                outbox.add((), (), 0, free)
 
     def start(self) -> None:
         """Start the delivery loop."""
@@ -113,13 +117,10 @@ class EvictDelivery:
             return
         entries = outbox.entries
         due = outbox.take_ready()
-        deleting = EvictMode.DELETE
         batches = [
             (hashes[i : i + MAX_BATCH], mode)
-            for hashes, mode in (
-                ([h for h in due if entries[h].mode is deleting], EvictMode.DELETE),
-                ([h for h in due if entries[h].mode is not deleting], EvictMode.DEMOTE),
-            )
+            for mode in (EvictMode.DELETE, EvictMode.DEMOTE, EvictMode.COLD)
+            if (hashes := [h for h in due if entries[h].mode is mode])
             for i in range(0, len(hashes), MAX_BATCH)
         ]
         for n, (batch, mode) in enumerate(batches):
@@ -130,7 +131,10 @@ class EvictDelivery:
             if not part:
                 continue
             try:
-                delivered = await self._deliver(part, mode)
+                if mode is EvictMode.COLD:
+                    delivered = await self._order_cold(part)
+                else:
+                    delivered = await self._deliver(part, mode)
             except BaseException:
                 # Cancelled (shutdown) with batches unsent: they stay due for drain().
                 outbox.requeue((b for b, _ in batches[n:]), [])
@@ -172,9 +176,34 @@ class EvictDelivery:
             return part
         return [h for h in part if h not in refs and h not in doubt]
 
-    async def _deliver(self, hashes: list[str], mode: EvictMode) -> bool:
+    async def _order_cold(self, hashes: list[str]) -> bool:
+        """One order hint (the cold end of the cache's eviction order: nothing removed);
+        a cache without the route (404/405: a stock memory API, a backend without order)
+        gets the chunks demoted instead. True when the backend took it."""
+        outbox = self.outbox
+        entries = {h: outbox.entries[h] for h in hashes}
+        result = await self.backend.order(hashes, "cold")
+        if not result.ok and result.status in ROUTE_MISSING:
+            return await self._deliver(hashes, EvictMode.COLD, EvictMode.DEMOTE)
+        self.report("order_cold", len(hashes), result)
+        self.ingest()  # a newer intent committed while the call was out stays queued
+        if result.ok:
+            outbox.forget_all([h for h in hashes if outbox.entries.get(h) is entries[h]])
+            outbox.flush_rows()
+            self.failures, self.paused_until = 0, 0.0
+            return True
+        self._back_off()
+        if self.on_failure is not None:
+            self.on_failure("order_cold", len(hashes), result, len(outbox))
+        return False
+
+    async def _deliver(
+        self, hashes: list[str], mode: EvictMode, send_as: EvictMode | None = None
+    ) -> bool:
         """One evict call, its hashes checked once more as the body is written; True when
-        the backend took it (or nothing was left to send)."""
+        the backend took it (or nothing was left to send). ``send_as``: the evict's mode
+        when it is not the intents' (COLD intents demoted where the cache has no order)."""
+        sent_mode = send_as or mode
         outbox, window = self.outbox, self.window
         entries: dict[str, Intent] = {}
         # The generation is taken at the write too: a keep sent while this call waited for
@@ -188,10 +217,10 @@ class EvictDelivery:
             gen = window.generation()
             window.wrote(part, gen, time.monotonic())
             if defer_s > 0:
-                return EvictRequest(part, mode, gen, defer_s, window.not_after(gen))
-            return EvictRequest(part, mode, gen)
+                return EvictRequest(part, sent_mode, gen, defer_s, window.not_after(gen))
+            return EvictRequest(part, sent_mode, gen)
 
-        result, request, wrote_at = await self.backend.evict_checked(hashes, mode, at_write)
+        result, request, wrote_at = await self.backend.evict_checked(hashes, sent_mode, at_write)
         sent = request.chunk_hashes if request is not None else []
         answered_at = time.monotonic()
         self.ingest()  # a newer intent committed while the call was out stays queued
@@ -201,7 +230,7 @@ class EvictDelivery:
         # (some workers acted), a timeout may still be acted on.
         refused = not result.ok and (400 <= result.status < 500 or result.status == 503)
         window.answered(sent, result.ok, deferred, answered_at, expires, refused)
-        op = f"evict_{mode.value}"
+        op = f"evict_{sent_mode.value}"
         # A call that failed before its body went out (connect refused) sent nothing.
         count = len(sent) or len(hashes)
         if sent or not result.ok:

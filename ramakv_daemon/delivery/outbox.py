@@ -56,14 +56,20 @@ class Outbox:
     def __contains__(self, chunk_hash: object) -> bool:
         return chunk_hash in self.entries
 
-    def add(self, delete: Sequence[str], demote: Sequence[str], row: int = 0) -> None:
+    def add(
+        self, delete: Sequence[str], demote: Sequence[str], row: int = 0, cold: Sequence[str] = ()
+    ) -> None:
         """Queue evictions whose outbox row ``row`` is durable now (hot path: kept inline)."""
-        if not (delete or demote):
+        if not (delete or demote or cold):
             return
         outbox, v = self.entries, self._version
         ready = self.ready
         replaced: list[int] = []
-        for mode, hashes in ((EvictMode.DELETE, delete), (EvictMode.DEMOTE, demote)):
+        for mode, hashes in (
+            (EvictMode.DELETE, delete),
+            (EvictMode.DEMOTE, demote),
+            (EvictMode.COLD, cold),
+        ):
             for h in hashes:
                 v += 1
                 old = outbox.get(h)
@@ -72,7 +78,7 @@ class Outbox:
                 outbox[h] = Intent(mode, v, row)
                 ready[h] = None
         self._version = v
-        self._row_live[row] = self._row_live.get(row, 0) + len(delete) + len(demote)
+        self._row_live[row] = self._row_live.get(row, 0) + len(delete) + len(demote) + len(cold)
         for old_row in replaced:
             self.release_row(old_row)
         self.flush_rows()

@@ -1,10 +1,12 @@
 """The optional ``reason`` a lifecycle event carries (who decided it and why, e.g. the
-proxy's ``tool_pause``); the trace record shows it as ``notes.reason``."""
+proxy's ``tool_pause``; the trace record shows it as ``notes.reason``) and its optional
+``inferred`` flag (the host guessed: nothing is deleted on it)."""
 
 from ramakv_daemon.core.errors import InvalidEvent
 from ramakv_daemon.core.events import JsonObject
 
 MAX_REASON_CHARS = 64
+INFERRED = "inferred"
 
 
 def reason_of(payload: JsonObject) -> str | None:
@@ -16,4 +18,14 @@ def reason_of(payload: JsonObject) -> str | None:
         raise InvalidEvent(f"'reason' must be a string of 1 to {MAX_REASON_CHARS} characters")
     if not value.isprintable():
         raise InvalidEvent("'reason' must be printable text")
+    return value
+
+
+def inferred_of(payload: JsonObject) -> bool:
+    """The validated ``inferred`` field (absent or null: False, a declared event)."""
+    value = payload.get(INFERRED)
+    if value is None:
+        return False
+    if not isinstance(value, bool):
+        raise InvalidEvent(f"'{INFERRED}' must be a boolean (true: the host guessed)")
     return value

@@ -1,26 +1,30 @@
-"""session_suspend: release the map's references and demote zeros; keep the stored row."""
+"""session_suspend: release the map's references and order zeros cold; keep the stored
+row."""
 
 from ramakv_daemon.core.budget import Turn
 from ramakv_daemon.core.change import Change
 from ramakv_daemon.core.events import session_id_of
 from ramakv_daemon.handlers.idle_condition import FIELD, idle_for, idle_since_of, still_idle
-from ramakv_daemon.handlers.reason import reason_of
+from ramakv_daemon.handlers.reason import INFERRED, inferred_of, reason_of
 from ramakv_daemon.handlers.registry import Effects, HandlerContext, event
 
 
 @event(
     "session_suspend",
     "Suspend session: keep the stored map for snapshot_restore, release references and "
-    f"demote refcount==0 chunks out of DDR (kept on disk). With {FIELD} (a wall-clock "
+    "order refcount==0 chunks to the cold end of the cache's eviction order (demoted out "
+    "of DDR, kept on disk, where the cache has no order route); never deleted. "
+    f"{INFERRED}=true says the host guessed (the same effect). With {FIELD} (a wall-clock "
     "time), only a session with no event after it is suspended and its last_event_ts is "
     "kept (the idle policy's suspend); otherwise nothing changes and suspended is false",
     required=("session_id",),
-    optional=(FIELD, "reason"),
+    optional=(FIELD, "reason", INFERRED),
     effects=Effects(turn=Turn.LEAVE, takes_over=True),
 )
 def session_suspend(ctx: HandlerContext, payload: dict, now: float) -> Change:
     session_id = session_id_of(payload)
     reason = reason_of(payload)
+    inferred_of(payload)  # validated: a suspend never deletes, declared or not
     since = idle_since_of(payload)
     if since is None:
         change = ctx.manager.session_suspend(session_id, now)

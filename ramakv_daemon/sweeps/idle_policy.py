@@ -1,6 +1,7 @@
 """Idle policies: a session with no event for idle_suspend_s is suspended, for idle_close_s
-closed; each as a host's event, through the event pipeline (committed, traced, counted and,
-on a shared store, taken over and fenced like any other change)."""
+closed (``inferred``: nothing is deleted on them); each as a host's event, through the
+event pipeline (committed, traced, counted and, on a shared store, taken over and fenced
+like any other change)."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from dataclasses import dataclass
 from ramakv_daemon.config import Config
 from ramakv_daemon.core.events import JsonObject
 from ramakv_daemon.handlers.idle_condition import FIELD
+from ramakv_daemon.handlers.reason import INFERRED
 from ramakv_daemon.routing.namespaces import Namespace, Namespaces
 from ramakv_daemon.routing.ownership import Ownership
 from ramakv_daemon.telemetry.log_text import loggable
@@ -204,6 +206,8 @@ class IdleSweep:
             "namespace": ns.key,
             FIELD: since,
             "reason": reason,
+            # A policy guesses the session is done: its chunks are never deleted on it.
+            INFERRED: True,
         }
         # On a shared store the sweep acts on this node's copy only: never taking the
         # session over from the node another event moved it to (its write is fenced).

@@ -25,19 +25,37 @@ SLICE = 500
 WARN_EVERY_S = 60.0
 
 
-def named_by_sessions(namespaces: Iterable[Namespace]) -> Referenced:
-    """A chunk is referenced while a live session's map, a suspended session's stored map
-    or an open fork names it, in any namespace (the refcount and parked tables). The lead
-    adds the retention evidence (``retain_unreferenced_s``) here when it lands."""
+def evidence(
+    namespaces: Iterable[Namespace], clock: Callable[[], float]
+) -> tuple[Referenced, LastUsed]:
+    """What the budget asks the sessions' managers (issue 31's evidence, core/last_refs.py),
+    in any of ``namespaces``: a chunk is referenced while a live session's map, a suspended
+    session's stored map or an open fork names it, or two sessions shared it within
+    ``retain_unreferenced_s`` (a shared prefix: never deleted, as the never-worse rules
+    say); its last use (what orders the dead, oldest first) is its last reference or
+    sharing, where the evidence has one (None: the file's mtime alone)."""
 
     def referenced(chunk_hash: str) -> bool:
+        now = clock()
         for ns in list(namespaces):  # a copy: a pass may run on a thread
             m = ns.manager
             if chunk_hash in m.refcounts or chunk_hash in m.parked:
                 return True
+            if m.last_refs.shared_recently(chunk_hash, now):
+                return True
         return False
 
-    return referenced
+    def last_used(chunk_hash: str) -> float | None:
+        best: float | None = None
+        for ns in list(namespaces):
+            refs = ns.manager.last_refs
+            released = refs.released.get(chunk_hash)
+            for ts in (released[0] if released else None, refs.shared_at.get(chunk_hash)):
+                if ts is not None and (best is None or ts > best):
+                    best = ts
+        return best
+
+    return referenced, last_used
 
 
 def deployment_scan(path: str | Path, model_name: str) -> tuple[Scan, Scan]:
@@ -205,13 +223,13 @@ class L2BudgetSweep:
 
     def _plan(self) -> L2Plan:
         mine, _ = deployment_scan(self.path, self.model_name)
-        before = self.clock() - self.grace_s if self.grace_s > 0 else None
+        fresh = self.clock() - self.grace_s if self.grace_s > 0 else None
         return plan_l2(
             mine.files,
             self.referenced,
             self.budget,
             last_used=self.last_used,
-            before=before,
+            written_before=fresh,
             classify=False,
         )
 

@@ -44,6 +44,7 @@ class DaemonMetrics:
     subscribers: Gauge
     open_forks: Gauge
     forks_expired: Counter
+    retention_deleted: Counter
     idle_actions: Counter
     idle_sweep_seconds: Histogram
     dropped_subscribers: Counter
@@ -171,6 +172,11 @@ class DaemonMetrics:
         self.open_forks = Gauge("ramakv_open_forks", "Open fork holds", registry=r)
         self.forks_expired = Counter(
             "ramakv_fork_holds_expired", "Fork holds released by fork_hold_ttl_s", registry=r
+        )
+        self.retention_deleted = Counter(
+            "ramakv_retention_deleted_chunks",
+            "Chunks the retention sweep deleted: named by no one for retain_unreferenced_s",
+            registry=r,
         )
         self.idle_actions = Counter(
             "ramakv_idle_policy_sessions",

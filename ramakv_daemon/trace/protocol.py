@@ -182,7 +182,7 @@ def bounded(record: JsonObject) -> str:
         "sessions": len(delta.get("sessions") or ()),
         "refcounts": len(delta.get("refcounts") or ()),
     }
-    for key in ("prefetch", "evict", "demote"):
+    for key in ("prefetch", "evict", "demote", "cold"):
         if key in slim:
             slim["omitted"][key] = len(slim[key])
             slim[key] = []

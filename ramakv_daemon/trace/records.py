@@ -69,6 +69,7 @@ class TraceRecords:
             "prefetch": c.prefetch,
             "evict": c.evict_delete,
             "demote": c.evict_demote,
+            "cold": c.evict_cold,
             "totals": totals(self.namespaces.managers),
         }
         if o.ns.key:

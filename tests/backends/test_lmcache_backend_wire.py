@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 
 import pytest
+from support.daemon_app import RecordingBackend
 
 from ramakv_daemon.adapters.backends.lmcache import LMCacheBackend
 from ramakv_daemon.adapters.backends.noop import NoopBackend
@@ -145,3 +146,32 @@ async def test_a_stock_cache_answers_a_prefetch_cancel_404(backend, fake_lmcache
     assert not res.ok and res.status == 404
     noop = await NoopBackend().cancel_prefetch("prefetch_s1:1")
     assert not noop.ok and noop.status == 404  # the port's default: knows no cancel
+
+
+async def test_order_posts_hashes_and_position_as_ascend_ext_takes_them(backend, fake_lmcache):
+    fake_lmcache.put(HASHES[:2])
+    res = await backend.order(HASHES, "cold")
+    assert res.ok and res.body == {"status": "success", "moved": 4, "missing": 1}
+    assert fake_lmcache.calls("order") == [{"chunk_hashes": HASHES, "position": "cold"}]
+    assert list(fake_lmcache.cold) == HASHES[:2]  # nothing removed, hinted cold
+    res, locs = await backend.query(HASHES[:2])
+    assert all(t == ["LocalCPUBackend", "LocalDiskBackend"] for t in locs.locations.values())
+
+
+async def test_a_missing_order_route_is_remembered_and_logged_once(
+    backend, fake_lmcache, caplog: pytest.LogCaptureFixture
+):
+    fake_lmcache.orders = False  # a stock memory API: 404
+    with caplog.at_level(logging.WARNING, logger="ramakv.backend"):
+        first = await backend.order(HASHES, "cold")
+        second = await backend.order(HASHES, "cold")
+    assert (first.ok, first.status, second.ok, second.status) == (False, 404, False, 404)
+    assert backend.order_missing
+    assert len(fake_lmcache.calls("order")) == 1  # the second never went out
+    assert sum("has no /memory/order" in r.getMessage() for r in caplog.records) == 1
+
+
+async def test_the_noop_backend_accepts_orders_and_the_port_default_is_unsupported():
+    assert (await NoopBackend().order(HASHES, "cold")).ok
+    stock = await RecordingBackend().order(HASHES, "cold")  # the port's default
+    assert not stock.ok and stock.status == 404

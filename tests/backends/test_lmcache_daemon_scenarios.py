@@ -74,9 +74,25 @@ async def test_turn_end_drop_removes_unshared_chunks(rig):
     assert await _where(url, kv1["chunk_hashes"], []) == {h: [] for h in kv1["chunk_hashes"]}
 
 
-async def test_suspend_and_restore_move_chunks_out_and_back(rig):
+async def test_suspend_orders_cold_and_restore_finds_the_chunks_in_place(rig):
+    # ascend_ext has /memory/order: a suspend moves the chunks to the cold end of the
+    # eviction order and removes nothing (issue 31: a wrong guess must cost nothing).
     svc, url = rig
     kv = await _turn(url, tokens(3, start=2000))
+    hashes = kv["chunk_hashes"]
+    await _where(url, hashes, [CPU, DISK])
+    await _event(svc, type="turn_end", session_id="b", kv_transfer_params=kv)
+    await _event(svc, type="session_suspend", session_id="b")
+    assert not svc.backend.order_missing
+    assert await _where(url, hashes) == {h: [CPU, DISK] for h in hashes}
+    await _event(svc, type="snapshot_restore", session_id="b")
+    assert await _where(url, hashes, [CPU, DISK]) == {h: [CPU, DISK] for h in hashes}
+
+
+async def test_suspend_demotes_where_the_cache_has_no_order_route(rig):
+    svc, url = rig
+    svc.backend.order_missing = True  # as after a stock memory API's 404
+    kv = await _turn(url, tokens(3, start=3000))
     hashes = kv["chunk_hashes"]
     await _where(url, hashes, [CPU, DISK])
     await _event(svc, type="turn_end", session_id="b", kv_transfer_params=kv)
@@ -112,7 +128,9 @@ async def test_turn_end_stops_the_restores_prefetch_still_loading(tmp_path):
     says the request was served makes the daemon cancel it: the rest is never loaded."""
     with cpu_engine(tmp_path / "disk", ddr_mb=4) as engine, serve(create_app(engine)) as url:
         db = str(tmp_path / "s.db")
-        svc = build(Config(session_store_path=db), SqliteSessionStore(db), LMCacheBackend(url))
+        backend = LMCacheBackend(url)
+        backend.order_missing = True  # suspend demotes: the restore has disk loads to do
+        svc = build(Config(session_store_path=db), SqliteSessionStore(db), backend)
         await svc.start()
         sm = engine.storage_manager
         original, inside, release = sm.get, threading.Event(), threading.Event()

@@ -126,8 +126,9 @@ async def test_sweep_keeps_what_is_named_again_and_works_without_a_server(tmp_pa
 
 
 async def test_the_daemon_keeps_what_sessions_and_forks_name(tmp_path: Path) -> None:
-    """Wired by the daemon: a live map, a suspended session's stored map and an open fork
-    keep their chunks on disk over budget; a closed session's chunk is deleted."""
+    """Wired by the daemon: a live map, a suspended session's stored map, an open fork and
+    a prefix two sessions shared within retain_unreferenced_s keep their chunks on disk
+    over budget; a closed session's private chunk is deleted, after older dead ones."""
     from support.ns_rig import Rig
 
     from ramakv_daemon.config import Config
@@ -146,6 +147,7 @@ async def test_the_daemon_keeps_what_sessions_and_forks_name(tmp_path: Path) -> 
     async with Rig(cfg) as r:
         (sweep,) = r.svc.l2_budgets
         assert sweep.backend is None  # the rig steers no server
+        await sweep.close()  # its loop stopped: only the passes below run
         await r.turn_end("live", ["a1"])
         await r.turn_end("parked", ["b1"])
         await r.ev("session_suspend", session_id="parked")
@@ -153,13 +155,20 @@ async def test_the_daemon_keeps_what_sessions_and_forks_name(tmp_path: Path) -> 
         await r.ev("session_fork", session_id="forked")
         await r.turn_end("forked", ["c2"])  # the map moves on: the fork still holds c1
         await r.turn_end("closed", ["d1"])
-        await r.ev("session_close", session_id="closed")
-        for i, h in enumerate(["a1", "b1", "c1", "c2", "d1", "d2"]):
+        # an inferred close only orders d1 cold: the evidence stamps its last reference
+        await r.ev("session_close", session_id="closed", inferred=True)
+        for sid in ("x", "y"):  # both hold 5e at once: a shared prefix
+            await r.turn_end(sid, ["5e"])
+        for sid in ("x", "y"):
+            await r.ev("session_close", session_id=sid)
+        for i, h in enumerate(["a1", "b1", "c1", "c2", "d1", "d2", "5e"]):
             put(l2, h, 100.0 + i)
         await sweep.sweep()
         left = {p.name for p in l2.iterdir()}
-        assert left == {file_name(MODEL, RANK, h) for h in ("a1", "b1", "c1", "c2")}
+        assert left == {file_name(MODEL, RANK, h) for h in ("a1", "b1", "c1", "c2", "5e")}
         assert sweep.last is not None and sweep.last.plan.still_over
+        # d1's file is older, but it was referenced until its close (the evidence): d2 first
+        assert [c.chunk_hash for c in sweep.last.plan.delete] == ["d2", "d1"]
 
 
 def test_no_sweep_without_a_budget(tmp_path: Path) -> None:
@@ -196,6 +205,8 @@ async def test_a_budget_per_deployment_folder(tmp_path: Path) -> None:
     assert warnings == []
     async with Rig(cfg) as r:
         assert sorted(s.path for s in r.svc.l2_budgets) == [str(a), str(b)]
+        for sweep in r.svc.l2_budgets:
+            await sweep.close()
         await r.turn_end("s", ["a1"], namespace="qa")
         for folder in (a, b):
             put(folder, "a1", 1.0)

@@ -57,7 +57,7 @@ def test_open_forks_move_with_an_adopted_session_and_end_here() -> None:
     assert m.fork_ids.take() == 43  # ids stay above every fork held here
     # The subagent's fork_end reaches the new owner (affinity by session id) and ends it.
     ended = m.session_fork_end("s", 42)
-    assert ended.data["fork_end"] and ended.evict_delete == ["old"]
+    assert ended.data["fork_end"] and ended.evict_cold == ["old"]
     assert dict(m.refcounts.counts) == recompute_refcounts(m.sessions.values(), moved[:1])
 
 

@@ -44,9 +44,9 @@ def test_parallel_subagents_end_in_any_order(m: SessionManager) -> None:
     m.turn_end("p", ["c"])  # b still held by the second fork
     change = m.session_fork_end("p", first)
     assert change.data == {"fork_end": True, "fork_id": first}
-    assert change.evict_delete == ["a"]
+    assert change.evict_cold == ["a"]
     assert m.refcounts.get("b") == 1  # the second subagent's chunk is still held
-    assert m.session_fork_end("p", second).evict_delete == ["b"]
+    assert m.session_fork_end("p", second).evict_cold == ["b"]
     exact(m)
 
 
@@ -79,8 +79,8 @@ def test_without_an_id_the_newest_fork_ends(m: SessionManager) -> None:
     newest = fork(m, "p")
     m.turn_end("p", ["c"])
     change = m.session_fork_end("p")
-    assert change.data["fork_id"] == newest and change.evict_delete == ["b"]
-    assert m.session_fork_end("p").evict_delete == ["a"]
+    assert change.data["fork_id"] == newest and change.evict_cold == ["b"]
+    assert m.session_fork_end("p").evict_cold == ["a"]
     with pytest.raises(IllegalTransition, match="has no open fork"):
         m.session_fork_end("p")
     with pytest.raises(SessionNotFound):
@@ -99,7 +99,7 @@ def test_close_keeps_open_forks_held_until_their_end(m: SessionManager) -> None:
     assert m.holders_of(["a"]) == {"a": ["p"]}
     exact(m)
     end = m.session_fork_end("p", fid)  # by id, after the parent's close
-    assert sorted(end.evict_delete) == ["a", "sys"]
+    assert sorted(end.evict_cold) == ["a", "sys"]
     assert len(m.refcounts) == 0 and len(m.forks) == 0
 
 
@@ -107,7 +107,7 @@ def test_fork_end_by_a_closed_session_id_ends_its_newest_fork(m: SessionManager)
     m.turn_end("p", ["a"])
     fork(m, "p")
     m.session_close("p")
-    assert m.session_fork_end("p").evict_delete == ["a"]
+    assert m.session_fork_end("p").evict_cold == ["a"]
     with pytest.raises(SessionNotFound):
         m.session_fork_end("p")
 
@@ -126,7 +126,7 @@ def test_expiry_releases_old_holds_only(m: SessionManager) -> None:
         "expired": [{"fork_id": old, "session_id": "p", "age_s": 50.0}],
         "evicted_count": 1,
     }
-    assert change.evict_delete == ["a"]
+    assert change.evict_cold == ["a"]
     assert [f.fork_id for f in m.forks.values()] == [young]
     exact(m)
 
@@ -138,7 +138,7 @@ def test_expiry_of_a_closed_parents_forks(m: SessionManager) -> None:
     m.session_close("p")
     change = m.expire_forks(now=10.0, ttl_s=5.0)
     assert change is not None
-    assert sorted(change.evict_delete) == ["a", "b"]  # each zero evicted once
+    assert sorted(change.evict_cold) == ["a", "b"]  # each zero evicted once
     assert [r["fork_id"] for r in change.data["expired"]] == [1, 2]  # type: ignore[index]
     assert len(m.refcounts) == 0 and change.prev_sessions == {}
 

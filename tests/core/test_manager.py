@@ -52,7 +52,7 @@ def test_fork_end_releases_the_snapshot_not_the_current_map(m: SessionManager) -
     m.turn_end("p", ["a", "c"])  # b is still held by the fork
     assert m.refcounts.get("b") == 1
     change = m.session_fork_end("p")
-    assert change.evict_delete == ["b"]
+    assert change.evict_cold == ["b"]
     assert m.refcounts.get("a") == 1 and m.refcounts.get("c") == 1
 
 
@@ -62,8 +62,8 @@ def test_forks_nest_newest_first(m: SessionManager) -> None:
     m.turn_end("p", ["b"])
     m.session_fork("p")
     m.turn_end("p", ["c"])
-    assert m.session_fork_end("p").evict_delete == ["b"]
-    assert m.session_fork_end("p").evict_delete == ["a"]
+    assert m.session_fork_end("p").evict_cold == ["b"]
+    assert m.session_fork_end("p").evict_cold == ["a"]
     with pytest.raises(IllegalTransition, match="has no open fork"):
         m.session_fork_end("p")
 
@@ -81,7 +81,7 @@ def test_suspend_demotes_and_restore_prefetches_in_order(m: SessionManager) -> N
     m.turn_end("a", ["z", "y", "z", "x"])
     m.turn_end("b", ["y"])
     change = m.session_suspend("a")
-    assert sorted(change.evict_demote) == ["x", "z"] and change.evict_delete == []
+    assert sorted(change.evict_cold) == ["x", "z"] and change.evict_delete == []
     assert change.data == {"evicted_count": 2, "suspended": True}
     assert m.session_map("a").data["chunk_hashes"] == ["z", "y", "z", "x"]
     restore = m.snapshot_restore("a")
@@ -145,12 +145,12 @@ def test_undo_restores_state(m: SessionManager) -> None:
     assert (dict(m.sessions), m.refcounts.as_dict()) == before
 
 
-def test_zero_chunk_still_in_a_suspended_map_is_demoted_not_deleted(m: SessionManager) -> None:
+def test_zero_chunk_still_in_a_suspended_map_is_ordered_cold_not_deleted(m: SessionManager) -> None:
     m.turn_end("a", ["x"])
     m.turn_end("b", ["x"])
     m.session_suspend("a")  # x still held by b
     change = m.turn_end("b", ["y"])  # x drops to 0, but a will want it back
-    assert change.evict_demote == ["x"] and change.evict_delete == []
+    assert change.evict_cold == ["x"] and change.evict_delete == []
     assert m.session_close("a").evict_delete == ["x"]
 
 

@@ -23,6 +23,7 @@ HASHES = st.lists(
 )
 TTL = 100.0
 MAX_FORKS = 3
+WINDOW = 60.0  # retain_unreferenced_s
 
 
 class ManagerMachine(RuleBasedStateMachine):
@@ -34,7 +35,7 @@ class ManagerMachine(RuleBasedStateMachine):
 
     def __init__(self) -> None:
         super().__init__()
-        self.m = SessionManager(max_forks_per_session=MAX_FORKS)
+        self.m = SessionManager(max_forks_per_session=MAX_FORKS, retain_unreferenced_s=WINDOW)
         self.now = 0.0
         self.issued: list[int] = []
         self.open: dict[int, tuple[str, tuple[str, ...], float]] = {}
@@ -54,7 +55,12 @@ class ManagerMachine(RuleBasedStateMachine):
         if change is None:  # expire_forks: nothing was due
             return None
         after = self.m.refcounts.as_dict()
-        evicted = change.evict_delete + change.evict_demote
+        # Released to the cache: deleted, demoted or ordered cold (issue 31: a refcount
+        # reaching 0 is not by itself a delete).
+        evicted = change.evict_delete + change.evict_demote + change.evict_cold
+        # A chunk deleted is named by nobody: no live map, fork hold or suspended map.
+        for h in change.evict_delete:
+            assert h not in self.m.parked, f"deleted chunk {h} still in a suspended map"
         # Every chunk evicted is referenced by nobody.
         for h in evicted:
             assert after.get(h, 0) == 0, f"evicted referenced chunk {h}"
@@ -99,6 +105,18 @@ class ManagerMachine(RuleBasedStateMachine):
         assert {f for f, (p, _, _) in self.open.items() if p == sid} == {
             f.fork_id for f in self.m.forks.of(sid)
         }
+
+    @rule(sid=SIDS)
+    def close_inferred(self, sid: str) -> None:
+        change = self._apply(self.m.session_close, sid, self.now, inferred=True)
+        assert change is not None and change.evict_delete == []  # a guess never deletes
+
+    @rule()
+    def retention_sweep(self) -> None:
+        change = self._apply(self.m.sweep_dead, self.now, 3)
+        if change is not None:
+            assert 0 < len(change.evict_delete) <= 3
+            assert change.evict_demote == change.evict_cold == []
 
     @rule(sid=SIDS)
     def fork(self, sid: str) -> None:
@@ -191,7 +209,7 @@ class ManagerMachine(RuleBasedStateMachine):
         before = state()
         calls = {
             "turn_end": lambda: self.m.turn_end(sid, hashes),
-            "close": lambda: self.m.session_close(sid),
+            "close": lambda: self.m.session_close(sid, self.now),
             "fork": lambda: self.m.session_fork(sid),
             "suspend": lambda: self.m.session_suspend(sid),
             "fork_end": lambda: self.m.session_fork_end(sid),
@@ -212,14 +230,16 @@ class ManagerMachine(RuleBasedStateMachine):
         """What the store gives back at start-up: sessions, open forks, the counter."""
         counts = self.m.refcounts.as_dict()
         fresh = SessionManager(
-            max_forks_per_session=MAX_FORKS, fork_ids=ForkIds(self.m.fork_ids.next_id)
+            max_forks_per_session=MAX_FORKS,
+            fork_ids=ForkIds(self.m.fork_ids.next_id),
+            retain_unreferenced_s=WINDOW,
         )
         # As a store load gives them back: maps of canonical hashes packed.
         stored = [
             s.evolve(chunk_hashes=PackedMap.of(s.chunk_hashes) or tuple(s.chunk_hashes))
             for s in self.m.sessions.values()
         ]
-        fresh.load(stored, self.m.forks.values())
+        fresh.load(stored, self.m.forks.values(), self.now)
         assert fresh.refcounts.as_dict() == counts
         assert fresh.sessions == self.m.sessions
         self.m = fresh

@@ -32,7 +32,8 @@ async def test_all_of_a_rows_evictions_are_registered_before_the_first_reply(
         first = submit(Change(durable=True, evict_delete=["a", "b"]))
         second = submit(Change(durable=True, evict_delete=["c"]))
         await first
-        assert ledger.take("") == [(1, ["a", "b"], []), (1, ["c"], [])]  # both, before it ran
+        # both, before it ran (delete, demote, cold)
+        assert ledger.take("") == [(1, ["a", "b"], [], []), (1, ["c"], [], [])]
         await second
     finally:
         await committer.close()

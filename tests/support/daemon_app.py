@@ -19,17 +19,26 @@ from ramakv_daemon.config import Config
 from ramakv_daemon.core.manager import recompute_refcounts
 from ramakv_daemon.http.app import init_app
 from ramakv_daemon.http.keys import DAEMON_KEY
-from ramakv_daemon.ports import Backend, BackendResult, ChunkLocations, EvictMode
+from ramakv_daemon.ports import (
+    Backend,
+    BackendResult,
+    ChunkLocations,
+    EvictMode,
+    OrderPosition,
+)
 from support.trace_wire import parse_metrics
 
 
 class RecordingBackend(Backend):
-    """A noop backend that records every call: ("prefetch"|"delete"|"demote", hashes)."""
+    """A noop backend that records every call: ("prefetch"|"delete"|"demote"|"cold",
+    hashes). ``orders``: it takes order hints (ascend_ext's /memory/order: COLD is recorded
+    as "cold"); off (the default), a stock memory API: COLD arrives as "demote"."""
 
     name = "recording"
 
-    def __init__(self) -> None:
+    def __init__(self, orders: bool = False) -> None:
         self.calls: list[tuple[str, list[str]]] = []
+        self.orders = orders
 
     async def prefetch(self, chunk_hashes: Sequence[str], tag: str) -> BackendResult:
         self.calls.append(("prefetch", list(chunk_hashes)))
@@ -37,6 +46,12 @@ class RecordingBackend(Backend):
 
     async def evict(self, chunk_hashes: Sequence[str], mode: EvictMode) -> BackendResult:
         self.calls.append((mode.value, list(chunk_hashes)))
+        return BackendResult(ok=True, status=200)
+
+    async def order(self, chunk_hashes: Sequence[str], position: OrderPosition) -> BackendResult:
+        if not self.orders:
+            return await super().order(chunk_hashes, position)
+        self.calls.append((position, list(chunk_hashes)))
         return BackendResult(ok=True, status=200)
 
     async def query(self, chunk_hashes: Sequence[str]) -> tuple[BackendResult, ChunkLocations]:

@@ -8,6 +8,9 @@ GET /_fake/requests, POST /_fake/put {"chunk_hashes", "tiers"}.
 Prefetches load at once unless ``hold_prefetches`` is set: they then wait, as behind a busy
 worker, until ``release_prefetches()``, and ``POST /memory/prefetch/cancel`` stops them as
 ascend_ext's does (``cancels = False``: the route is missing, as on a stock memory API).
+``POST /memory/order`` answers as ascend_ext's (``{status, moved, missing}``: copies moved,
+chunks held nowhere) and keeps each tier's order hints (``cold``: hinted cold, oldest
+first); ``orders = False``: the route is missing (404), as on a stock memory API.
 Run alone: ``python tests/support/lmcache_server.py --port 6999``.
 """
 
@@ -32,6 +35,7 @@ from ascend_ext.deferred_evict import (
     parse_not_after,
 )
 from ascend_ext.memory_ops import parse_cancel_id, parse_hashes, parse_locations, parse_lookup_id
+from ascend_ext.order_hint import parse_position
 from ascend_ext.request_error import RequestError
 
 CPU, DISK = "LocalCPUBackend", "LocalDiskBackend"
@@ -86,6 +90,10 @@ class FakeLMCacheServer:
         self.hold_prefetches = False
         self.held: dict[str, list[list[str]]] = {}
         self.cancelled: dict[str, int] = {}  # lookup_id -> chunks a cancel stopped
+        # ascend_ext's order route; off: 404, as a stock memory API. ``cold``: the chunks
+        # hinted cold and not warmed since, oldest hint first (what its LRU evicts first).
+        self.orders = True
+        self.cold: dict[str, None] = {}
         # hash -> what the cache saw of it, oldest first (evicts, keeps, deletes carried
         # out): a violation names its chunk's history. Only kept with ``record_history``.
         self.record_history = False
@@ -200,9 +208,10 @@ class FakeLMCacheServer:
         return sum(self._load(hashes) for calls in held.values() for hashes in calls)
 
     def _load(self, hashes: list[str]) -> int:
-        """A prefetch's load: chunks on disk only come up to DDR too."""
+        """A prefetch's load: chunks on disk only come up to DDR too (and warm)."""
         n = 0
         for h in hashes:
+            self.cold.pop(h, None)
             tiers = self.tiers.get(h, [])
             if DISK in tiers and CPU not in tiers:
                 tiers.insert(0, CPU)
@@ -253,11 +262,12 @@ class FakeLMCacheServer:
             )
         elif failing == "malformed":
             return web.Response(text="{not json", content_type="application/json")
-        known = ("prefetch", "evict", "query", "keep", "cancel")
+        known = ("prefetch", "evict", "query", "keep", "cancel", "order")
         if (
             op not in known
             or (op == "keep" and not self.defers)
             or (op == "cancel" and not self.cancels)
+            or (op == "order" and not self.orders)
         ):
             return _err(404, f"no route {request.path}")
         if not isinstance(body, dict):
@@ -266,6 +276,8 @@ class FakeLMCacheServer:
             if op == "cancel":
                 return self._cancel(body)
             hashes = parse_hashes(body)
+            if op == "order":
+                return self._order(hashes, parse_position(body), parse_locations(body))
             if op == "prefetch":
                 lookup_id = parse_lookup_id(body)
                 if self.hold_prefetches:
@@ -288,6 +300,8 @@ class FakeLMCacheServer:
                 if self.keep_delay:
                     await asyncio.sleep(self.keep_delay)
                 cancelled, late = self.deferred.keep(hashes, generation)
+                for h in hashes:  # ascend_ext's keep warms what it kept
+                    self.cold.pop(h, None)
                 if self.record_history:
                     gone = set(late)
                     for h in hashes:
@@ -326,6 +340,19 @@ class FakeLMCacheServer:
             return web.json_response({h: list(self.tiers.get(h, [])) for h in hashes})
         except RequestError as exc:
             return _err(400, str(exc))
+
+    def _order(self, hashes: list[str], position: str, locations: list[str] | None) -> web.Response:
+        """ascend_ext's order: each copy in the tiers asked moves (nothing is removed);
+        ``missing`` counts the chunks held in none of them."""
+        moved = missing = 0
+        for h in dict.fromkeys(hashes):
+            held = [t for t in self.tiers.get(h, []) if locations is None or t in locations]
+            moved += len(held)
+            missing += not held
+            self.cold.pop(h, None)
+            if position == "cold" and held:
+                self.cold[h] = None
+        return web.json_response({"status": "success", "moved": moved, "missing": missing})
 
     def _note(self, h: str, op: str, generation: int | None, detail: str) -> None:
         self.history.setdefault(h, []).append([round(time.time(), 3), op, generation, detail])
@@ -380,6 +407,7 @@ class FakeLMCacheServer:
                     n += 1
             if not tiers:
                 self.tiers.pop(h, None)
+                self.cold.pop(h, None)
         return n
 
     async def _ctl_fail(self, request: web.Request) -> web.Response:
@@ -398,6 +426,7 @@ class FakeLMCacheServer:
         self.tiers.clear()
         self.held.clear()
         self.cancelled.clear()
+        self.cold.clear()
         return web.json_response({"ok": True})
 
     async def _ctl_put(self, request: web.Request) -> web.Response:

@@ -1,4 +1,5 @@
-"""LMCache memory-API backend: prefetch (and its cancel) / evict / keep / query over HTTP."""
+"""LMCache memory-API backend: prefetch (and its cancel) / evict / keep / order / query over
+HTTP."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from ramakv_daemon.ports import (
     ChunkLocations,
     EvictMode,
     EvictRequest,
+    OrderPosition,
     SentEvict,
     WriteCheck,
 )
@@ -31,6 +33,8 @@ _LOG_BODY_MAX = 400
 # cache (each holds a connection until its timeout), an eviction never waits for one.
 EVICT_CONNECTIONS = 4
 PREFETCH_CONNECTIONS = 32
+# A memory API without /memory/order answers these (stock: 404; an older ascend_ext: 405).
+_NO_ROUTE = (404, 405)
 
 
 class LMCacheBackend(Backend):
@@ -67,6 +71,9 @@ class LMCacheBackend(Backend):
 
         self._client = client(EVICT_CONNECTIONS)  # evict, keep, query
         self._prefetch_client = client(PREFETCH_CONNECTIONS)
+        # Set by the first 404/405 of /memory/order: the route is missing, none is sent
+        # any more (delivery demotes instead); a restart of the daemon asks again.
+        self.order_missing = False
 
     async def prefetch(self, chunk_hashes: Sequence[str], tag: str) -> BackendResult:
         """POST /memory/prefetch {chunk_hashes, lookup_id=tag}."""
@@ -129,6 +136,27 @@ class LMCacheBackend(Backend):
 
         result, _ = await self._post("/memory/evict", None, len(chunk_hashes), stream=body())
         return SentEvict(result, written[0] if written else None, decided[0])
+
+    async def order(self, chunk_hashes: Sequence[str], position: OrderPosition) -> BackendResult:
+        """POST /memory/order {chunk_hashes, position}: the cold (evicted first) or warm end
+        of every tier's eviction order (ascend_ext). After a 404/405 the route is known to
+        be missing: logged once, then answered 404 here without a request."""
+        hashes = list(chunk_hashes)
+        if self.order_missing:
+            return BackendResult(False, 404, "no /memory/order on this memory API")
+        if not hashes:
+            return BackendResult(ok=True, status=0, detail="nothing to order")
+        payload = {"chunk_hashes": hashes, "position": position}
+        result, _ = await self._post("/memory/order", payload, len(hashes))
+        if not result.ok and result.status in _NO_ROUTE:
+            self.order_missing = True
+            log.warning(
+                "%s has no /memory/order (HTTP %d): chunks released without a delete are "
+                "demoted instead of ordered cold (a stock memory API; ascend_ext has it)",
+                self.base_url,
+                result.status,
+            )
+        return result
 
     async def keep(self, chunk_hashes: Sequence[str], generation: int) -> BackendResult:
         """POST /memory/keep {chunk_hashes, generation}: cancel older deferred deletes."""

@@ -5,13 +5,13 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 
-from ramakv_daemon.ports import Backend, BackendResult, ChunkLocations, EvictMode
+from ramakv_daemon.ports import Backend, BackendResult, ChunkLocations, EvictMode, OrderPosition
 
 log = logging.getLogger("ramakv.backend")
 
 
 class NoopBackend(Backend):
-    """Answers ok to prefetch/evict and an empty map to query."""
+    """Answers ok to prefetch/evict/order and an empty map to query."""
 
     name = "noop"
 
@@ -23,6 +23,11 @@ class NoopBackend(Backend):
     async def evict(self, chunk_hashes: Sequence[str], mode: EvictMode) -> BackendResult:
         """Log and accept."""
         log.debug("noop evict count=%d mode=%s", len(chunk_hashes), mode.value)
+        return BackendResult(ok=True, status=200)
+
+    async def order(self, chunk_hashes: Sequence[str], position: OrderPosition) -> BackendResult:
+        """Log and accept (there is no order to move anything in)."""
+        log.debug("noop order count=%d position=%s", len(chunk_hashes), position)
         return BackendResult(ok=True, status=200)
 
     async def query(self, chunk_hashes: Sequence[str]) -> tuple[BackendResult, ChunkLocations]:
