@@ -9,8 +9,12 @@ says), how far the header's seq lags behind the daemon's during the stream and h
 takes to catch up once it stops (the churn case: 20,000 x 256 at 500/s), peak RSS. The
 load generator runs as its own niced process with its requests encoded beforehand.
 
-    python -m bench.console_scale [--sessions 50000 --chunks 512] [--also 4000x22,20000x256@500]
-                                  [--old-ref main] [--sides old,new]
+    python -m bench.console_scale [--sessions 50000 --chunks 512 --suspended 0.6]
+                                  [--also 4000x22,20000x256@500] [--old-ref main] [--sides old,new]
+
+The --sessions case is a store after an overdue idle sweep (issue 33): its hashes spelled as
+the engine spells them (held packed, counted in arrays after the load) and a share of its
+sessions suspended (60 % unless --suspended says; a case in --also as ``50000x512/0.6``).
 
 At 50,000 x 512 the store holds 25.6 M references: each daemon takes about 3 GB and 10-40 s
 to start (they run one after the other), the store build about 2 GB for a minute.
@@ -24,6 +28,7 @@ import contextlib
 import json
 import os
 import queue
+import sqlite3
 import subprocess
 import sys
 import tarfile
@@ -36,6 +41,7 @@ from typing import Any
 
 from bench import dataset
 from bench.procs import free_port, wait_http
+from bench.startup_store import engine_hash
 
 ROOT = Path(__file__).resolve().parents[1]
 PROBE = Path(__file__).resolve().parent / "console_probe.py"
@@ -48,15 +54,26 @@ CHURN_CASE = "20000x256@500"
 LOAD_S = 25.0  # seconds of streaming per console run
 
 
-def fast_maps(n: int, chunks: int) -> list[list[str]]:
+def new_hash(engine: bool) -> str:
+    """One random hash: as the engine spells it (signed 64-bit hex: held packed), or 16
+    hex digits (not canonical: the map stays strings)."""
+    return engine_hash(os.urandom(8)) if engine else os.urandom(8).hex()
+
+
+def fast_maps(n: int, chunks: int, engine: bool = False) -> list[list[str]]:
     """bench/dataset's shape (a 16-chunk system prompt shared by all, every fourth session
-    sharing half of an earlier one), with hashes from os.urandom: 25 M in seconds."""
-    system = [os.urandom(8).hex() for _ in range(16)]
+    sharing half of an earlier one), with hashes from os.urandom: 25 M in seconds;
+    ``engine``: spelled as the engine does (new_hash)."""
+    system = [new_hash(engine) for _ in range(16)]
     own = chunks - len(system)
     maps: list[list[str]] = []
     for i in range(n):
-        blob = os.urandom(8 * own).hex()
-        body = [blob[j : j + 16] for j in range(0, len(blob), 16)]
+        if engine:
+            blob = os.urandom(8 * own)
+            body = [engine_hash(blob[j : j + 8]) for j in range(0, len(blob), 8)]
+        else:
+            text = os.urandom(8 * own).hex()
+            body = [text[j : j + 16] for j in range(0, len(text), 16)]
         if i % 4 == 3 and maps:
             parent = maps[(i * 7919) % len(maps)]
             body[: own // 2] = parent[len(system) : len(system) + own // 2]
@@ -64,8 +81,10 @@ def fast_maps(n: int, chunks: int) -> list[list[str]]:
     return maps
 
 
-def write_store(path: Path, maps: list[list[str]], root: Path) -> None:
-    """The daemon's schema (from ``root``'s code), every map an active session."""
+def write_store(path: Path, maps: list[list[str]], root: Path, suspended: float = 0.0) -> None:
+    """The daemon's schema (from ``root``'s code), every map a session; ``suspended``: the
+    share marked suspended (every session i with i % 10 < share x 10), as the idle sweep
+    leaves an overdue store (issue 33)."""
     code = (
         "import sys; sys.path.insert(0, sys.argv[1]);"
         "from ramakv_daemon.adapters.sqlite.store import SCHEMA; print(SCHEMA)"
@@ -74,6 +93,18 @@ def write_store(path: Path, maps: list[list[str]], root: Path) -> None:
         [sys.executable, "-c", code, str(root)], check=True, capture_output=True, text=True
     ).stdout
     dataset.write_store(path, maps, schema)
+    if not suspended:
+        return
+    con = sqlite3.connect(path)
+    try:
+        con.executemany(
+            "INSERT OR REPLACE INTO session_state (session_id, suspended, last_event_ts) "
+            "VALUES (?, 1, ?)",
+            ((f"sess-{i}", time.time() - 60) for i in range(len(maps)) if i % 10 < suspended * 10),
+        )
+        con.commit()
+    finally:
+        con.close()
 
 
 def old_tree(ref: str, into: Path) -> Path:
@@ -163,7 +194,7 @@ def trace_cli(root: Path, url: str, timeout: float) -> dict[str, Any]:
     return out
 
 
-def turn_end_bodies(maps: list[list[str]], count: int) -> list[bytes]:
+def turn_end_bodies(maps: list[list[str]], count: int, engine: bool = False) -> list[bytes]:
     """``count`` turn_end bodies over the first ``count // 2`` sessions, twice: each map with
     its last chunk replaced, first by one new hash, then by another. Sent in turn, every
     turn_end changes its session's map (one chunk out, one in): churn, not repeats."""
@@ -172,7 +203,7 @@ def turn_end_bodies(maps: list[list[str]], count: int) -> list[bytes]:
     for i in range(count):
         sid = i % min(half, len(maps))
         m = maps[sid]
-        new = [*m[:-1], os.urandom(8).hex()]
+        new = [*m[:-1], new_hash(engine)]
         out.append(
             json.dumps(
                 {
@@ -327,14 +358,27 @@ def console(
     return result
 
 
-Case = tuple[int, int, float]  # sessions, chunks per session, turn_end/s while measured
+# sessions, chunks per session, turn_end/s while measured[, share of the sessions stored
+# suspended: the store after an overdue idle sweep, its hashes spelled as the engine does]
+Case = tuple[int, int, float] | tuple[int, int, float, float]
 
 
 def parse_case(text: str, rate: float) -> Case:
-    """``SESSIONSxCHUNKS`` or ``SESSIONSxCHUNKS@RATE`` (``rate`` when it names none)."""
+    """``SESSIONSxCHUNKS[@RATE][/SUSPENDED]``: ``rate`` when it names none; SUSPENDED a
+    share, e.g. ``50000x512/0.6``."""
+    text, _, share = text.partition("/")
     scale, _, at = text.partition("@")
     sessions, chunks = (int(x) for x in scale.split("x"))
+    if share:
+        return sessions, chunks, float(at) if at else rate, float(share)
     return sessions, chunks, float(at) if at else rate
+
+
+def case_key(case: Case) -> str:
+    """A case's name in the results."""
+    sessions, chunks, rate, *more = case
+    key = f"{sessions}x{chunks}@{rate:g}"
+    return f"{key}/{more[0]:g} suspended" if more and more[0] else key
 
 
 def run(
@@ -355,16 +399,20 @@ def run(
         tmp = Path(tmp_s)
         sides = {"old": old_tree(old_ref, tmp), "new": ROOT}
         sides = {k: v for k, v in sides.items() if k in only}
-        for sessions, chunks, rate in cases:
+        for case in cases:
+            sessions, chunks, rate, *more = case
+            share = more[0] if more else 0.0
             t0 = time.perf_counter()
-            maps = fast_maps(sessions, chunks)
+            maps = fast_maps(sessions, chunks, engine=bool(share))
             store = tmp / f"store-{sessions}x{chunks}.db"
-            write_store(store, maps, ROOT)
+            write_store(store, maps, ROOT, share)
             bodies = tmp / f"bodies-{sessions}x{chunks}.jsonl"
-            bodies.write_bytes(b"\n".join(turn_end_bodies(maps, 4000)) + b"\n")
+            bodies.write_bytes(b"\n".join(turn_end_bodies(maps, 4000, bool(share))) + b"\n")
             del maps
-            key = f"{sessions}x{chunks}@{rate:g}"
+            key = case_key(case)
             results[key] = {"store_build_s": round(time.perf_counter() - t0, 1), "rate": rate}
+            if share:
+                results[key]["suspended"] = share
             for side, root in sides.items():
                 with daemon(root, store, tmp) as (port, startup):
                     url = f"http://127.0.0.1:{port}"
@@ -473,10 +521,16 @@ def main() -> None:
     p.add_argument("--old-ref", default="main")
     p.add_argument("--rate", type=float, default=1000.0, help="turn_end/s where a case names none")
     p.add_argument("--sides", default="old,new")
+    p.add_argument(
+        "--suspended",
+        type=float,
+        default=0.6,
+        help="share of the --sessions case's sessions stored suspended (0: every one active)",
+    )
     args = p.parse_args()
     cases = [parse_case(c, args.rate) for c in args.also.split(",") if c]
     if args.sessions:
-        cases.append((args.sessions, args.chunks, args.rate))
+        cases.append((args.sessions, args.chunks, args.rate, args.suspended))
     res = run(cases, args.old_ref, only=tuple(args.sides.split(",")))
     print(table(res))
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
 from functools import partial
 
@@ -49,6 +49,7 @@ from ramakv_daemon.routing.namespaces import Namespace, Namespaces, backend_of
 from ramakv_daemon.routing.ownership import Ownership
 from ramakv_daemon.sweeps.fork_expiry import ForkExpiry
 from ramakv_daemon.sweeps.idle_policy import IdleSweep
+from ramakv_daemon.sweeps.l2_budget import L2BudgetSweep, evidence
 from ramakv_daemon.sweeps.retention import RetentionSweep
 from ramakv_daemon.telemetry.metrics import DaemonMetrics
 from ramakv_daemon.trace.hub import TraceHub
@@ -156,6 +157,8 @@ class Daemon:
     # Set by the command line, which calls listening() once the port is bound: the idle
     # policies' first sweep then runs after it, not while the port is being bound.
     sweep_after_listening: bool = False
+    # The stock servers' disk budgets (l2_budget_bytes): one per fs L2 folder configured.
+    l2_budgets: list[L2BudgetSweep] = field(default_factory=list)
     _subscribers_closed: bool = field(default=False, repr=False)
     _stopping: bool = field(default=False, repr=False)
     _sweep_start: asyncio.Task[None] | None = field(default=None, repr=False)
@@ -214,6 +217,8 @@ class Daemon:
         await self.retention.start()
         if not self.sweep_after_listening:
             await self.idle_sweep.start()
+        for sweep in self.l2_budgets:
+            await sweep.start()
 
     def listening(self) -> None:
         """Once the port accepts connections: what start-up left for then, next on the
@@ -239,6 +244,8 @@ class Daemon:
         if self._sweep_start is not None:
             await self._sweep_start  # it only starts the loop: it has its task once done
         await self.idle_sweep.close()
+        for sweep in self.l2_budgets:
+            await sweep.close()
         await self.fork_expiry.close()
         await self.retention.close()
         self.close_subscribers()
@@ -351,7 +358,52 @@ def build(
         idle_sweep,
         retention,
         lanes=lanes,
+        l2_budgets=l2_budgets_of(config, namespaces, backend, lanes, clock),
     )
+
+
+def l2_budgets_of(
+    config: Config,
+    namespaces: Namespaces,
+    backend: Backend,
+    lanes: Lanes,
+    clock: Callable[[], float],
+) -> list[L2BudgetSweep]:
+    """A disk budget sweep per fs L2 folder with a budget: each deployment with its own
+    lmcache_mp_l2_path (its namespace's sessions and its server), then the top-level
+    folder (every namespace's sessions, the default server) unless a deployment has it.
+    Deletes go through the stock server's adapter where the daemon steers one."""
+    sweeps: list[L2BudgetSweep] = []
+
+    def add(path: str, budget: int, named: Iterable[Namespace], via: Backend) -> None:
+        referenced, last_used = evidence(named, clock)
+        sweep = L2BudgetSweep(
+            path,
+            config.model_name,
+            budget,
+            config.l2_check_interval_s,
+            referenced,
+            via if via.name == "lmcache_mp" else None,
+            last_used=last_used,
+            # A turn in flight has written its chunks before its turn_end names them.
+            grace_s=config.turn_in_flight_timeout_s,
+            lanes=lanes,
+            clock=clock,
+        )
+        if sweep.on:
+            sweeps.append(sweep)
+
+    own: set[str] = set()
+    for ns in namespaces:
+        dep = ns.deployment
+        if dep is None or dep.l2_path is None or not ns.steered:
+            continue
+        own.add(dep.l2_path)
+        budget = config.l2_budget_bytes if dep.l2_budget_bytes is None else dep.l2_budget_bytes
+        add(dep.l2_path, budget, [ns], ns.own_backend or backend)
+    if config.lmcache_mp_l2_path not in own:
+        add(config.lmcache_mp_l2_path, config.l2_budget_bytes, namespaces, backend)
+    return sweeps
 
 
 def _log_version() -> None:

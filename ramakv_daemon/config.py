@@ -59,6 +59,9 @@ class Config:
     model_name: str = _default("model_name")
     world_size: int = _default("world_size")
     cache_salt: str = _default("cache_salt")
+    lmcache_mp_l2_path: str = _default("lmcache_mp_l2_path")
+    l2_budget_bytes: int = _default("l2_budget_bytes")
+    l2_check_interval_s: float = _default("l2_check_interval_s")
     trace_events: bool = _default("trace_events")
     session_store_path: str = _default("session_store_path")
     turn_start_prefetch: bool = _default("turn_start_prefetch")
@@ -227,6 +230,10 @@ def _deployment_table(d: Deployment) -> JsonObject:
     for name in ("idle_suspend_s", "idle_close_s"):
         if getattr(d, name) is not None:
             table[name] = getattr(d, name)
+    if d.l2_path is not None:
+        table["lmcache_mp_l2_path"] = d.l2_path
+    if d.l2_budget_bytes is not None:
+        table["l2_budget_bytes"] = d.l2_budget_bytes
     if d.problems:
         table["problems"] = list(d.problems)
     return table

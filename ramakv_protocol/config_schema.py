@@ -86,6 +86,11 @@ def path_problem(value: str) -> str | None:
     return None
 
 
+def optional_path_problem(value: str) -> str | None:
+    """A path, or "" for none."""
+    return None if value == "" else path_problem(value)
+
+
 PG_SCHEMES = ("postgresql://", "postgres://")
 
 
@@ -204,6 +209,32 @@ KEYS: tuple[Key, ...] = (
     ),
     Key("world_size", "int", 1, "`lmcache_mp` only: the engine's world size (one key per rank)"),
     Key("cache_salt", "str", "", "`lmcache_mp` only: the requests' `cache_salt` (usually none)"),
+    # The stock server's fs L2 has no capacity limit, eviction or listing: the daemon, on
+    # the same node, reads its folder and keeps it within a budget (docs/stock-stack.md).
+    Key(
+        "lmcache_mp_l2_path",
+        "str",
+        "",
+        "`lmcache_mp` only: the stock server's fs L2 folder on this node (its "
+        "`--l2-adapter` `base_path`), for the disk budget and `ramakv-admin l2-report`",
+        check=optional_path_problem,
+        example="/var/lib/lmcache/l2",
+    ),
+    Key(
+        "l2_budget_bytes",
+        "int",
+        0,
+        "disk budget of that folder for this deployment's model: over it, dead chunks (no "
+        "session or fork names them) are deleted, oldest first; referenced ones never",
+        zero_means="no budget (nothing deleted by the daemon)",
+        example=500 * 1024**3,
+    ),
+    Key(
+        "l2_check_interval_s",
+        "float",
+        60.0,
+        "how often the daemon measures that folder against `l2_budget_bytes` (seconds)",
+    ),
     Key("trace_events", "bool", False, "log every session's chunks and refcounts after each event"),
     Key(
         "session_store_path",

@@ -196,9 +196,7 @@ class AsyncClient(AsyncClosing):
         event = events.session_event("session_fork_end", session_id, fork_id=fork_id)
         return cast(SessionForkEndData, await self.send(event))
 
-    async def session_suspend(
-        self, session_id: str, inferred: bool = False
-    ) -> SessionSuspendData:
+    async def session_suspend(self, session_id: str, inferred: bool = False) -> SessionSuspendData:
         """Suspend the session; ``inferred`` says the host guessed the pause (the daemon
         then only orders its chunks cold)."""
         event = events.session_event("session_suspend", session_id, inferred=inferred or None)

@@ -14,6 +14,7 @@ from typing import TextIO
 
 from ramakv_daemon import config as config_mod
 from ramakv_daemon.admin_port import Cleanup, StoreAdmin
+from ramakv_daemon.cli import admin_l2
 from ramakv_daemon.cli.admin_daemon import apply_online, daemon_url, holding_problem
 from ramakv_daemon.cli.admin_plan import describe, parse_duration, plan_for
 from ramakv_daemon.cli.admin_report import print_report, report
@@ -55,6 +56,7 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--yes", action="store_true", help="act (default: dry run)")
     v = sub.add_parser("vacuum", help="VACUUM the file (daemon must be stopped)")
     v.add_argument("--yes", action="store_true", help="act (default: dry run)")
+    admin_l2.add_commands(sub)
     i = sub.add_parser("identity", help="print a deployment identity's namespace")
     i.add_argument("--from", dest="path", required=True)
     i.add_argument("--json", action="store_true")
@@ -142,6 +144,8 @@ async def _run(args: argparse.Namespace, cfg: Config, admin: StoreAdmin, out: Te
     try:
         if args.command == "report":
             return await _report(args, cfg, admin, out)
+        if args.command in ("l2-report", "l2-cleanup"):
+            return await admin_l2.run(args, cfg, await admin.read(), out)
         print(f"store: {admin.shown}", file=out)
         if args.command == "vacuum":
             return await _vacuum(args, cfg, admin, out)

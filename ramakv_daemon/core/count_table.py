@@ -29,7 +29,18 @@ class CountTable(MutableMapping[str, int]):
         live: how many of ``counts`` are not zero, when the caller knows (else counted).
     """
 
-    __slots__ = ("_extra", "_keys", "_counts", "_kv", "_cv", "_live")
+    __slots__ = (
+        "_extra",
+        "_keys",
+        "_counts",
+        "_kv",
+        "_cv",
+        "_live",
+        "_codes",
+        "_filter",
+        "_shift",
+        "_starts",
+    )
 
     def __init__(
         self,
@@ -45,6 +56,13 @@ class CountTable(MutableMapping[str, int]):
             raise ValueError("a count table needs one count per key")
         self._extra = extra if extra is not None else {}
         self._live = len(self._cv) - self._cv.tolist().count(0) if live is None else live
+        # Built by the first bulk read, then kept up to date (a table never read in bulk
+        # pays nothing on the event path): the codes of the dict's canonical hashes, a
+        # bitmap of every code ever held (code_filter), the keys' buckets (bucket_starts).
+        self._codes: set[int] | None = None
+        self._filter: bytearray | None = None
+        self._shift = 0
+        self._starts: tuple[Any, int] | None = None  # see bucket_starts
 
     def _slot(self, h: str) -> int:
         """Index of ``h``'s code among the keys, or -1 (not canonical, or not a key)."""
@@ -59,6 +77,81 @@ class CountTable(MutableMapping[str, int]):
     def arrays(self) -> tuple[object, object]:
         """The key and count buffers as given (for bulk passes; write only through the table)."""
         return self._keys, self._counts
+
+    @property
+    def extra_codes(self) -> set[int]:
+        """The codes of the dict's canonical hashes (read it, never write it); built on
+        first use (a pass over the dict), then kept as the dict changes."""
+        if self._codes is None:
+            self._codes = {c for c in map(code_of, self._extra) if c is not None}
+        return self._codes
+
+    @property
+    def indexed(self) -> bool:
+        """True once a bulk read built :meth:`code_filter` and :meth:`bucket_starts`."""
+        return self._filter is not None and self._starts is not None
+
+    def code_filter(self) -> tuple[bytearray, int]:
+        """``(bitmap, shift)``: no false negatives for "is this code held here": bit
+        ``(code >> shift) + half`` (``half``: the bitmap's bits / 2) is set for every key
+        of the arrays and every code ever put in the dict (bits are never cleared: a code
+        gone is a false positive).
+
+        Built on first use, ~8-16 bits a key, at most 16 MiB (2**27 bits, ~7 % false
+        positives at 10 M keys), from the keys' top bits: the keys are sorted, so each
+        block of them sets a run of bits, packed in one pass. A bulk read filters millions
+        of codes with it at a probe each instead of a binary search each
+        (trace.shared_counts).
+        """
+        if self._filter is not None:
+            return self._filter, self._shift
+        import numpy as np
+
+        bits = min(27, max(16, (len(self._kv) * 8).bit_length()))
+        shift, half = 64 - bits, 1 << (bits - 1)
+        f = bytearray(1 << (bits - 3))
+        view = np.frombuffer(f, dtype=np.uint8)
+        keys = np.frombuffer(memoryview(self._keys).cast("B"), dtype=np.int64)  # type: ignore[arg-type]
+        step = 1 << 18  # a block's bits span ~2-4 M bools: bounded temporaries
+        for start in range(0, len(keys), step):
+            # An arithmetic shift keeps the keys' order: the block's bits are one run.
+            top = (keys[start : start + step] >> shift) + half
+            lo = int(top[0]) & ~7
+            run = np.zeros(int(top[-1]) - lo + 1, dtype=bool)
+            run[top - lo] = True
+            packed = np.packbits(run, bitorder="little")
+            view[lo >> 3 : (lo >> 3) + len(packed)] |= packed
+        for code in self.extra_codes:
+            b = (code >> shift) + half
+            f[b >> 3] |= 1 << (b & 7)
+        self._filter, self._shift = f, shift
+        return f, shift
+
+    def bucket_starts(self) -> tuple[Any, int]:
+        """``(starts, shift)``: the keys whose code ``c`` has ``(c >> shift) + half == b``
+        (``half``: ``len(starts) // 2``) are ``keys[starts[b]:starts[b + 1]]``.
+
+        About 8 keys a bucket (int32 starts: ~0.5-1 byte a key, 8 MiB at 10 M keys), built
+        on first use: a bulk read searches a code among its bucket's few keys, all codes
+        at once, instead of through the whole array (trace.shared_counts).
+        """
+        if self._starts is not None:
+            return self._starts
+        import numpy as np
+
+        bits = max(1, (len(self._kv) >> 3).bit_length())
+        shift = 64 - bits
+        keys = np.frombuffer(memoryview(self._keys).cast("B"), dtype=np.int64)  # type: ignore[arg-type]
+        sizes = np.zeros(1 << bits, dtype=np.int64)
+        step = 1 << 22  # bounded temporaries
+        for start in range(0, len(keys), step):
+            # An arithmetic shift keeps the keys' order: bucket numbers run sorted.
+            b = (keys[start : start + step] >> shift) + (1 << (bits - 1))
+            sizes += np.bincount(b, minlength=1 << bits)
+        starts = np.zeros((1 << bits) + 1, dtype=np.int32 if len(keys) < 1 << 31 else np.int64)
+        np.cumsum(sizes, out=starts[1:])
+        self._starts = (starts, shift)
+        return starts, shift
 
     @property
     def extra(self) -> dict[str, int]:
@@ -93,6 +186,14 @@ class CountTable(MutableMapping[str, int]):
         i = self._slot(h)
         if i < 0:
             extra[h] = n
+            codes = self._codes
+            code = code_of(h) if codes is not None else None
+            if codes is not None and code is not None:
+                codes.add(code)
+                f = self._filter  # built after the codes: None or kept up to date here
+                if f is not None:
+                    bit = (code >> self._shift) + (len(f) << 2)
+                    f[bit >> 3] |= 1 << (bit & 7)
             return
         if not self._cv[i]:
             self._live += 1
@@ -102,6 +203,10 @@ class CountTable(MutableMapping[str, int]):
         extra = self._extra
         if h in extra:
             del extra[h]
+            codes = self._codes
+            code = code_of(h) if codes is not None else None
+            if codes is not None and code is not None:
+                codes.discard(code)
             return
         i = self._slot(h)
         if i < 0 or not self._cv[i]:

@@ -4,7 +4,7 @@ idle policies."""
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from ramakv_daemon.core.events import JsonObject
 from ramakv_daemon.core.identity import IDENTITY_FIELDS, is_namespace, namespace_of, problems
@@ -16,6 +16,7 @@ _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 _KEYS = frozenset(
     {"name", "namespace", "lmcache_url", "ddr_budget_chunks", "evict_locations", "identity"}
     | {"idle_suspend_s", "idle_close_s"}
+    | {"lmcache_mp_l2_path", "l2_budget_bytes"}
     | set(IDENTITY_FIELDS)
 )
 
@@ -33,6 +34,8 @@ class Deployment:
         problems: why there is no namespace (empty when there is one).
         idle_suspend_s, idle_close_s: this deployment's idle policies (None = the
             top-level keys'; 0 = never).
+        l2_path: its stock server's fs L2 folder (None: the top-level one covers it).
+        l2_budget_bytes: that folder's budget (None = the top-level key's; 0 = none).
     """
 
     name: str
@@ -43,6 +46,8 @@ class Deployment:
     problems: tuple[str, ...] = ()
     idle_suspend_s: float | None = None
     idle_close_s: float | None = None
+    l2_path: str | None = None
+    l2_budget_bytes: int | None = None
 
     @property
     def key(self) -> str:
@@ -104,7 +109,28 @@ def parse_deployment(raw: object, index: int) -> tuple[Deployment | None, list[s
         except TypeError as err:
             warnings.append(f"{err}; using the top-level setting")
     idle = {k: _idle_of(raw, k, where, warnings) for k in ("idle_suspend_s", "idle_close_s")}
-    dep = Deployment(name, ns, url, budget, locations, tuple(why), **idle)
+    dep = Deployment(
+        name,
+        ns,
+        url,
+        budget,
+        locations,
+        tuple(why),
+        idle_suspend_s=idle["idle_suspend_s"],
+        idle_close_s=idle["idle_close_s"],
+    )
+    l2_path = raw.get("lmcache_mp_l2_path")
+    if l2_path is not None and (not isinstance(l2_path, str) or not l2_path or "\0" in l2_path):
+        warnings.append(f"{where}: 'lmcache_mp_l2_path' must be a folder path; ignored")
+        l2_path = None
+    l2_budget = raw.get("l2_budget_bytes")
+    if l2_budget is not None and (
+        not isinstance(l2_budget, int) or isinstance(l2_budget, bool) or l2_budget < 0
+    ):
+        warnings.append(f"{where}: 'l2_budget_bytes' must be an integer >= 0; using the top-level")
+        l2_budget = None
+    if l2_path is not None or l2_budget is not None:
+        dep = replace(dep, l2_path=l2_path, l2_budget_bytes=l2_budget)
     return dep, warnings
 
 

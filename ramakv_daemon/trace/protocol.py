@@ -7,7 +7,7 @@ its names are imported here so that the daemon's modules keep one import.
 from __future__ import annotations
 
 import json
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from itertools import repeat
 from typing import cast
 
@@ -112,15 +112,17 @@ def summary(
     counts: Mapping[str, int],
     forks: Sequence[Fork] = (),
     shared: set[str] | None = None,
+    known: int | None = None,
 ) -> SessionSummary:
     """A session as protocol 2 sends it: counts and its open forks' summaries, never the
-    map itself; its shared_count as of now (``shared``: see :func:`shared_count`)."""
+    map itself; its shared_count as of now (``shared``: see :func:`shared_count`;
+    ``known``: counted already, in bulk with others by trace.shared_counts)."""
     out: SessionSummary = {
         "session_id": s.session_id,
         "state": cast(SessionState, s.state),
         "turn_count": s.turn_count,
         "chunk_count": len(s.chunk_hashes),
-        "shared_count": shared_count(s, counts, forks, shared),
+        "shared_count": shared_count(s, counts, forks, shared) if known is None else known,
         "fork_holds": len(forks),
         "forks": [fork_summary(f) for f in forks],
         "last_event_ts": s.last_event_ts,
@@ -155,11 +157,19 @@ def moved_between(
     C first: when no chunk here is listed by a suspended map and no count is above 1 on
     either side, nothing crossed 1 <-> 2 and no fork holder (count 3 or more) is involved.
     """
-    if parked and not parked.keys().isdisjoint(before):
+    if parked and _lists_any(parked, before):
         return _moved_per_chunk(before, now, parked, forks)
     if max(before.values(), default=0) <= 1 and max(now, default=0) <= 1:
         return False
     return _moved_per_chunk(before, now, {}, forks)
+
+
+def _lists_any(parked: Mapping[str, int], hashes: Iterable[str]) -> bool:
+    """True when a suspended map lists one of ``hashes``. A dict answers in C; a loaded
+    CountTable (a restart with suspended packed maps) has no keys view: one lookup each."""
+    if isinstance(parked, dict):
+        return not parked.keys().isdisjoint(hashes)
+    return any(map(parked.__contains__, hashes))
 
 
 def _moved_per_chunk(

@@ -104,3 +104,46 @@ def test_kv_rank_matches_lmcaches_object_key():
     for world in (1, 2, 4):
         for rank in range(world):
             assert kv_rank(world, rank) == ObjectKey.ComputeKVRank(world, rank, world, rank)
+
+
+def test_l2_file_names_are_lmcaches_fs_adapters():
+    """The daemon's disk budget reads the folder by these names: lmcache's own functions
+    write and read the same ones."""
+    from lmcache.v1.distributed.api import ObjectKey
+    from lmcache.v1.distributed.l2_adapters import fs_l2_adapter as fs
+
+    from ramakv_daemon.adapters.backends.lmcache_fs_l2 import file_name, parse_name
+
+    for model, world, group, salt in (("a/b", 1, 0, ""), ("m", 4, 3, "salt1"), (MODEL, 2, 0, "")):
+        for rank in range(world):
+            key = ObjectKey(bytes.fromhex("00ab12ff"), model, kv_rank(world, rank), group, salt)
+            name = fs._object_key_to_filename(key)
+            assert file_name(model, kv_rank(world, rank), "00AB12FF", salt, group) == name
+            back = fs._filename_to_object_key(name)
+            assert parse_name(name) == (
+                back.model_name,
+                back.kv_rank,
+                back.object_group_id,
+                back.chunk_hash.hex(),
+                back.cache_salt,
+            )
+
+
+async def test_the_real_servers_all_tier_delete_removes_the_l2_files(real):
+    """The budget deletes through the server: its all-tier delete unlinks the file the
+    fs adapter keeps for the key (files placed as the adapter writes them)."""
+    from ramakv_daemon.adapters.backends.lmcache_fs_l2 import file_name
+
+    kept = real.l2_dir / file_name(MODEL, kv_rank(1, 0), "5555")
+    gone = real.l2_dir / file_name(MODEL, kv_rank(1, 0), "6666")
+    for path in (kept, gone):
+        path.write_bytes(b"\0" * 64)
+    b = LMCacheMPBackend(real.url, MODEL)
+    try:
+        assert (await b.evict(["6666"], EvictMode.DEMOTE)).ok
+        assert gone.exists()  # a demote is L1 only
+        assert (await b.evict(["6666"], EvictMode.DELETE)).ok
+        assert not gone.exists() and kept.exists()
+    finally:
+        await b.close()
+        kept.unlink()

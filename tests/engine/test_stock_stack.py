@@ -244,3 +244,55 @@ def test_both_processes_restarted_keep_hits(stack: Stack) -> None:
     again = httpx.post(stack.engine.url + "/v1/completions", json=body, timeout=HTTP_TIMEOUT_S)
     assert again.status_code == 200, again.text[:2000]
     assert cached(again.json()) >= (tokens // 256) * 256 - 256, again.json()["usage"]
+
+
+def test_the_disk_budget_holds_and_keeps_what_sessions_name(
+    tmp_path_factory: pytest.TempPathFactory, stack: Stack
+) -> None:
+    """A daemon with l2_budget_bytes over the server's fs L2 folder: the engine's new
+    chunks push it over; dead chunks (no session names them) leave, oldest first, through
+    the server's delete; the chunks a session names stay; the folder fits the budget."""
+    l2 = stack.server.l2_dir
+
+    def hashes_of(prompt: str) -> list[str]:
+        ids = httpx.post(
+            stack.engine.url + "/tokenize", json={"model": "tiny", "prompt": prompt}, timeout=60
+        ).json()["tokens"]
+        return chunk_hashes(ids, 256)
+
+    def ask(prompt: str) -> None:
+        body = {"model": "tiny", "prompt": prompt, "max_tokens": 2}
+        r = httpx.post(stack.engine.url + "/v1/completions", json=body, timeout=HTTP_TIMEOUT_S)
+        assert r.status_code == 200, r.text[:2000]
+
+    def used() -> int:
+        return sum(p.stat().st_size for p in l2.iterdir() if p.name.endswith(".data"))
+
+    old = hashes_of(text("old and dead", 1100))
+    ask(text("old and dead", 1100))  # no session names these: dead
+    wait_for(lambda: all(stack.l2_has(old)), "the dead chunks in L2")
+    size = next(p.stat().st_size for p in l2.iterdir() if old[0] in p.name)
+    kept = hashes_of(text("kept by a session", 1100))
+    budget = (len(kept) + 1) * size  # room for the named chunks and one dead one
+    config = {
+        "lmcache_url": stack.server.url,
+        "backend": "lmcache_mp",
+        "model_name": stack.engine.model_name,
+        "noop_backend": False,
+        "lmcache_mp_l2_path": str(l2),
+        "l2_budget_bytes": budget,
+        "l2_check_interval_s": 1,
+        "turn_in_flight_timeout_s": 1,  # the grace of a fresh chunk no turn_end named yet
+    }
+    d = DaemonProcess(tmp_path_factory.mktemp("daemon_l2"), config=config, noop=False)
+    try:
+        d.start(timeout=60)
+        end = {"session_id": "l2-keeper", "kv_transfer_params": {"chunk_hashes": kept}}
+        assert d.event("turn_end", **end)["ok"]
+        ask(text("kept by a session", 1100))
+        wait_for(lambda: all(stack.l2_has(kept)), "the named chunks in L2")
+        wait_for(lambda: used() <= budget, "the folder within its budget")
+        assert all(stack.l2_has(kept))
+        assert sum(stack.l2_has(old)) <= 1
+    finally:
+        d.kill()

@@ -9,7 +9,9 @@ registered, as the real one); ``GET /cache/prefetches/{id}`` -> pending / comple
 ``/healthcheck``, ``/status``, ``/config``, ``/config/adapters``; FastAPI's
 ``{"detail": "Not Found"}`` for any other route. Its tiers: two sets of keys (L1, L2);
 ``store(token_ids)`` is an engine's store (both tiers). ``drop_routes`` removes routes, as
-on a server whose API moved.
+on a server whose API moved. With ``l2_dir`` its L2 is also a folder laid out as the fs
+adapter's (one file per key, never rewritten; a delete unlinks it; a prefetch finds only
+keys whose file is there, as the real one stats it).
 """
 
 from __future__ import annotations
@@ -17,10 +19,12 @@ from __future__ import annotations
 import contextlib
 import json
 import socket
+from pathlib import Path
 from typing import Any
 
 from aiohttp import web
 
+from ramakv_daemon.adapters.backends.lmcache_fs_l2 import file_name
 from ramakv_sdk.proxy.stock_keys import chunk_hashes
 
 Key = tuple[str, str, int, int, str]  # chunk_hash_hex, model_name, kv_rank, group, salt
@@ -34,8 +38,16 @@ def _rank(world: int, rank: int) -> int:
 class FakeLMCacheMPServer:
     """A real HTTP server on 127.0.0.1 with the stock server's /cache wire format."""
 
-    def __init__(self, chunk_size: int = 256, hash_algorithm: str = "blake3") -> None:
+    def __init__(
+        self,
+        chunk_size: int = 256,
+        hash_algorithm: str = "blake3",
+        l2_dir: Path | None = None,
+        object_bytes: int = 1024,
+    ) -> None:
         self.chunk_size = chunk_size
+        self.l2_dir = l2_dir
+        self.object_bytes = object_bytes
         self.hash_algorithm = hash_algorithm
         self.l1: set[Key] = set()
         self.l2: set[Key] = set()
@@ -67,6 +79,20 @@ class FakeLMCacheMPServer:
         keys = self.keys_of(token_ids, model, world, salt)
         self.l1 |= keys
         self.l2 |= keys
+        for key in keys if self.l2_dir is not None else ():
+            path = self._file(key)
+            if not path.exists():  # the real adapter skips a key already on disk
+                path.write_bytes(b"\0" * self.object_bytes)
+
+    def _file(self, key: Key) -> Path:
+        assert self.l2_dir is not None
+        h, model, rank, group, salt = key
+        return self.l2_dir / file_name(model, rank, h, salt, group)
+
+    def _on_disk(self, keys: set[Key]) -> set[Key]:
+        if self.l2_dir is None:
+            return keys
+        return {k for k in keys if self._file(k).exists()}
 
     # -- server -------------------------------------------------------------------------------
     async def __aenter__(self) -> FakeLMCacheMPServer:
@@ -157,6 +183,8 @@ class FakeLMCacheMPServer:
                     deleted += 1
         if tier in ("l2", "all"):
             self.l2.difference_update(keys)
+            for key in keys if self.l2_dir is not None else ():
+                self._file(key).unlink(missing_ok=True)
             deleted += len(keys)  # the real server counts the batch, present or not
         return web.json_response({"deleted": deleted, "skipped": skipped, "ok": True})
 
@@ -173,7 +201,7 @@ class FakeLMCacheMPServer:
         keys = self.keys_of(body["token_ids"], model, world, body.get("cache_salt", ""))
         if not keys:
             return web.json_response({"chunks": 0, "status": "noop"}, status=202)
-        found = keys & self.l2
+        found = self._on_disk(keys & self.l2)
         self.l1 |= found  # a warm load: L2 -> L1
         self._seq += 1
         request_id = f"warm-{self._seq}"

@@ -3,11 +3,14 @@ per-chunk rule it replaced, with and without parked chunks and open forks."""
 
 from __future__ import annotations
 
+from array import array
 from collections.abc import Mapping
 
 from hypothesis import given
 from hypothesis import strategies as st
 
+from ramakv_daemon.core.count_table import CountTable
+from ramakv_daemon.core.packed import code_of
 from ramakv_daemon.trace.protocol import moved_between, shares_moved
 
 HASHES = [f"h{i}" for i in range(8)]
@@ -48,3 +51,18 @@ def test_a_turn_that_moves_no_share() -> None:
     assert not shares_moved(before, counts, {}, 0)
     assert shares_moved(before, counts, {"b": 1}, 0)  # a suspended map lists b: 1 -> 0
     assert shares_moved(before, {**counts, "k": 2}, {}, 0)  # k crosses 1 -> 2
+
+
+def test_a_restarted_parked_table_answers_as_a_dict() -> None:
+    """After a restart with suspended packed maps the parked table is a CountTable (no
+    keys view): the screen still answers, as it does for a dict (a turn_end's record used
+    to fail there)."""
+    codes = sorted(c for c in (code_of(h) for h in ("b", "c0", "-3")) if c is not None)
+    parked = CountTable(array("q", codes), array("i", [1, 0, 2]), {})
+    before = {"a": 0, "b": 1, "s": 256}
+    counts = {"a": 1, "s": 256}
+    now = [counts.get(h, 0) for h in before]
+    table = dict(parked.items())
+    for p in (parked, table):
+        assert moved_between(before, now, p, 0) is _rule(before, counts, table, 0)
+    assert not moved_between({"a": 0}, [1], parked, 0)
