@@ -3,7 +3,7 @@ several sessions shared recently (a system prompt); the retention sweep reads it
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping, Sequence
 
 
 class LastRefs:
@@ -91,7 +91,7 @@ class LastRefs:
         at = self.shared_at.get(h)
         return at is not None and now - at <= self.window_s
 
-    def unshared(self, hashes: list[str], now: float) -> list[str]:
+    def unshared(self, hashes: Sequence[str], now: float) -> Sequence[str]:
         """Those of ``hashes`` not shared recently (:meth:`shared_recently`), in order."""
         shared = self.shared_at
         if not shared or shared.keys().isdisjoint(hashes):
