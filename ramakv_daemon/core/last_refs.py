@@ -3,7 +3,7 @@ several sessions shared recently (a system prompt); the retention sweep reads it
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping, Sequence
 
 
 class LastRefs:
@@ -33,7 +33,7 @@ class LastRefs:
 
     def referenced(
         self,
-        hashes: Iterable[str],
+        hashes: Collection[str],
         session_id: str,
         now: float,
         held: Mapping[str, int],
@@ -48,6 +48,12 @@ class LastRefs:
                     released.pop(h, None)
             return
         shared = self.shared_at
+        if not released or released.keys().isdisjoint(hashes):
+            # Usually so (none was let go of): only those held by someone else now count.
+            for h in [h for h in hashes if h in held]:
+                shared.pop(h, None)  # re-inserted: the dict stays in time order
+                shared[h] = now
+            return
         for h in hashes:
             last = released.pop(h, None)
             if h in held or (
@@ -65,17 +71,18 @@ class LastRefs:
             shared.pop(h, None)
             shared[h] = now
 
-    def released_now(self, hashes: Iterable[str], session_id: str, now: float) -> None:
+    def released_now(self, hashes: Collection[str], session_id: str, now: float) -> None:
         """``hashes`` lost their last name now (kept in the cache, cold)."""
         released = self.released
-        for h in hashes:
-            released.pop(h, None)
-            released[h] = (now, session_id)
+        if released and not released.keys().isdisjoint(hashes):
+            for h in hashes:
+                released.pop(h, None)  # re-inserted: the dict stays in release order
+        released.update(dict.fromkeys(hashes, (now, session_id)))
 
-    def named(self, hashes: Iterable[str]) -> None:
+    def named(self, hashes: Collection[str]) -> None:
         """``hashes`` are named again (a suspended map lists them): not dead."""
         released = self.released
-        if released:
+        if released and not released.keys().isdisjoint(hashes):
             for h in hashes:
                 released.pop(h, None)
 
@@ -84,12 +91,19 @@ class LastRefs:
         at = self.shared_at.get(h)
         return at is not None and now - at <= self.window_s
 
-    def forget(self, hashes: Iterable[str]) -> None:
+    def unshared(self, hashes: Sequence[str], now: float) -> Sequence[str]:
+        """Those of ``hashes`` not shared recently (:meth:`shared_recently`), in order."""
+        shared = self.shared_at
+        if not shared or shared.keys().isdisjoint(hashes):
+            return hashes
+        return [h for h in hashes if not self.shared_recently(h, now)]
+
+    def forget(self, hashes: Collection[str]) -> None:
         """``hashes`` are deleted from the cache: no evidence is kept for them any more."""
-        released, shared = self.released, self.shared_at
-        for h in hashes:
-            released.pop(h, None)
-            shared.pop(h, None)
+        for table in (self.released, self.shared_at):
+            if table and not table.keys().isdisjoint(hashes):
+                for h in hashes:
+                    table.pop(h, None)
 
     def dead(
         self,

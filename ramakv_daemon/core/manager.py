@@ -124,25 +124,29 @@ class SessionManager(OperatorEvict):
         self, change: Change, hashes: Sequence[str], step: int, sid: str = "", now: float = 0.0
     ) -> None:
         parked, counts, refs = self.parked, self.refcounts.counts, self.last_refs
+        get, remember = parked.get, change.prev_parked.setdefault
         if step > 0:
             refs.named(hashes)
+            for h in hashes:
+                old = get(h, 0)
+                remember(h, old)
+                parked[h] = old + 1
+            return
         unnamed: list[str] = []
         shared: list[str] = []
         for h in hashes:
-            old = parked.get(h, 0)
-            change.prev_parked.setdefault(h, old)
-            if old + step:
-                parked[h] = old + step
-            else:
+            old = get(h, 0)
+            remember(h, old)
+            if old == 1:
                 del parked[h]
-            if step < 0:
-                if old >= 2 or h in counts:
-                    shared.append(h)
-                elif old == 1:
-                    unnamed.append(h)
-        if step < 0:
-            refs.holding(shared, now)
-            refs.released_now(unnamed, sid, now)
+            else:
+                parked[h] = old - 1
+            if old >= 2 or h in counts:
+                shared.append(h)
+            elif old == 1:
+                unnamed.append(h)
+        refs.holding(shared, now)
+        refs.released_now(unnamed, sid, now)
 
     def _reference(
         self, change: Change, hashes: Sequence[str], sid: str | None = None, now: float = 0.0
@@ -176,7 +180,7 @@ class SessionManager(OperatorEvict):
         guess; the retention sweep deletes them once dead past the window)."""
         parked, refs = self.parked, self.last_refs
         if declared:
-            gone = [h for h in zeros if h not in parked and not refs.shared_recently(h, now)]
+            gone = refs.unshared([h for h in zeros if h not in parked] if parked else zeros, now)
             if len(gone) == len(zeros):
                 change.evict_delete.extend(gone)
                 refs.forget(gone)
@@ -186,7 +190,7 @@ class SessionManager(OperatorEvict):
             refs.forget(gone)
             zeros = [h for h in zeros if h not in dead]
         change.evict_cold.extend(zeros)
-        refs.released_now((h for h in zeros if h not in parked), sid, now)
+        refs.released_now([h for h in zeros if h not in parked] if parked else zeros, sid, now)
 
     def _swap_map(
         self,
@@ -324,8 +328,10 @@ class SessionManager(OperatorEvict):
             return Change(data={"evicted_count": 0, "suspended": False})
         change = Change(durable=True)
         if not session.suspended:
-            self._release(change, session.unique_hashes(), session_id, now)
+            # Parked first: the chunks it releases are named (by its stored map), so none
+            # is stamped released only to be taken off again.
             self._park(change, session.unique_hashes(), +1)
+            self._release(change, session.unique_hashes(), session_id, now)
             self._put(change, session.evolve(suspended=True, last_event_ts=now))
         change.data = {"evicted_count": change.evicted_count, "suspended": True}
         return change

@@ -122,29 +122,36 @@ class RefcountTable:
                 table is left as it was.
         """
         counts = self._counts
-        # Every hash is checked before any changes. Absent means 0; a hash listed twice
-        # drops two references (the rare case pays for counting the listings).
-        if len(set(hashes)) == len(hashes):
-            enough = all(map(counts.__contains__, hashes))
-        else:
-            enough = all(counts.get(h, 0) >= n for h, n in _listings(hashes).items())
-        if not enough:
-            need = _listings(hashes)
-            missing = [h for h, n in need.items() if counts.get(h, 0) < n]
-            raise ValueError(f"refcount underflow for {missing[:3]}")
         remember = changed.setdefault
         shared = self._shared
         zeros: list[str] = []
-        for h in hashes:
-            old = counts[h]
-            remember(h, old)
-            if old == 1:
-                del counts[h]
-                zeros.append(h)
-            else:
-                counts[h] = old - 1
-                if old == 2:
-                    shared.discard(h)
+        known = len(changed)  # remember() appends: the entries from ``known`` on are ours
+        done = 0
+        try:
+            for h in hashes:
+                old = counts[h]  # absent: a reference too few (rolled back below)
+                remember(h, old)
+                if old == 1:
+                    del counts[h]
+                    zeros.append(h)
+                else:
+                    counts[h] = old - 1
+                    if old == 2:
+                        shared.discard(h)
+                done += 1
+        except KeyError:
+            # Not checked up front (a pass more over every hash): put back what this call
+            # took, so the table and ``changed`` are left as they were.
+            for h in reversed(hashes[:done]):
+                n = counts.get(h, 0) + 1
+                counts[h] = n
+                if n == 2:
+                    shared.add(h)
+            for h in list(changed)[known:]:
+                del changed[h]
+            need = _listings(hashes)
+            missing = [h for h, n in need.items() if counts.get(h, 0) < n]
+            raise ValueError(f"refcount underflow for {missing[:3]}") from None
         self._total -= len(hashes)
         return zeros
 

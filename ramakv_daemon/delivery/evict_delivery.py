@@ -6,6 +6,9 @@ import asyncio
 import logging
 import time
 from collections.abc import Callable
+from itertools import compress, repeat
+from operator import is_, itemgetter
+from typing import cast
 
 from ramakv_daemon.delivery.delivery_state import DeliveryState
 from ramakv_daemon.delivery.evict_window import EvictWindow
@@ -117,10 +120,11 @@ class EvictDelivery:
             return
         entries = outbox.entries
         due = outbox.take_ready()
+        modes = list(map(_MODE, map(entries.__getitem__, due)))
         batches = [
             (hashes[i : i + MAX_BATCH], mode)
             for mode in (EvictMode.DELETE, EvictMode.DEMOTE, EvictMode.COLD)
-            if (hashes := [h for h in due if entries[h].mode is mode])
+            if (hashes := _of_mode(due, modes, mode))
             for i in range(0, len(hashes), MAX_BATCH)
         ]
         for n, (batch, mode) in enumerate(batches):
@@ -154,18 +158,18 @@ class EvictDelivery:
         self.ingest()
         outbox = self.outbox
         entries = outbox.entries
-        part = [h for h in batch if (e := entries.get(h)) is not None and e.mode is mode]
+        part = _of_mode(batch, list(map(_MODE, map(entries.get, batch, repeat(_ABSENT)))), mode)
         refs = self.state.references()
         # Only a committed release is deliverable: a chunk an uncommitted change moved may
         # end up referenced (that change commits) or back where it was (it is rolled back).
         doubt = self.state.in_doubt(part)
         again = [h for h in part if h in refs and h not in doubt]
         if again:
-            repeat = outbox.repeat
-            if repeat:
+            sent_before = outbox.repeat
+            if sent_before:
                 # An earlier run may have sent this evict, its delete still pending in the
                 # cache, and then committed the new reference: tell the cache to keep it.
-                self.keeps.owe(h for h in again if h in repeat)
+                self.keeps.owe(h for h in again if h in sent_before)
             outbox.forget_all(again)
             outbox.flush_rows()
         if doubt:
@@ -181,14 +185,14 @@ class EvictDelivery:
         a cache without the route (404/405: a stock memory API, a backend without order)
         gets the chunks demoted instead. True when the backend took it."""
         outbox = self.outbox
-        entries = {h: outbox.entries[h] for h in hashes}
+        entries = list(map(outbox.entries.__getitem__, hashes))
         result = await self.backend.order(hashes, "cold")
         if not result.ok and result.status in ROUTE_MISSING:
             return await self._deliver(hashes, EvictMode.COLD, EvictMode.DEMOTE)
         self.report("order_cold", len(hashes), result)
         self.ingest()  # a newer intent committed while the call was out stays queued
         if result.ok:
-            outbox.forget_all([h for h in hashes if outbox.entries.get(h) is entries[h]])
+            outbox.forget_all(_unchanged(hashes, entries, outbox.entries))
             outbox.flush_rows()
             self.failures, self.paused_until = 0, 0.0
             return True
@@ -212,8 +216,7 @@ class EvictDelivery:
 
         def at_write(batch: list[str]) -> EvictRequest:
             part = self._sendable(batch, mode)
-            for h in part:
-                entries[h] = outbox.entries[h]
+            entries.update(zip(part, map(outbox.entries.__getitem__, part), strict=True))
             gen = window.generation()
             window.wrote(part, gen, time.monotonic())
             if defer_s > 0:
@@ -238,7 +241,7 @@ class EvictDelivery:
         if sent:
             if self.on_window is not None:
                 self.on_window("answered", sent, answered_at - wrote_at)
-        repeated = [h for h in sent if h in outbox.repeat]
+        repeated = [h for h in sent if h in outbox.repeat] if outbox.repeat else []
         if result.ok:
             if repeated:
                 outbox.repeat.difference_update(repeated)
@@ -246,7 +249,7 @@ class EvictDelivery:
                     self.on_window("repeated", repeated, 0.0)
             # An entry replaced while the call was out is a newer intent: it stays queued.
             outbox.forget_all(
-                [h for h in sent if outbox.entries.get(h) is entries[h]],
+                _unchanged(sent, list(map(entries.__getitem__, sent)), outbox.entries),
                 # Kept stored past the evict's deadline too: a restart before it must
                 # still watch the chunk (its delete may yet act until then).
                 max(answered_at + self.defer_s + window.grace(), window.deadline_from(wrote_at))
@@ -285,3 +288,27 @@ class EvictDelivery:
                 await asyncio.wait_for(self._runner, 2)
             except (TimeoutError, asyncio.CancelledError):
                 self._runner.cancel()
+
+
+# Stands for a hash no longer queued: its mode is none of the modes.
+_ABSENT = Intent(cast(EvictMode, None), -1, 0)
+_MODE = itemgetter(0)  # an Intent's mode
+
+
+def _of_mode(hashes: list[str], modes: list[EvictMode], mode: EvictMode) -> list[str]:
+    """The hashes whose mode (``modes``, in step with them) is ``mode``, in order."""
+    n = modes.count(mode)
+    if n == len(hashes):  # usually all of them (what one commit queued): no pass in Python
+        return hashes[:]
+    if not n:
+        return []
+    return list(compress(hashes, map(is_, modes, repeat(mode))))
+
+
+def _unchanged(hashes: list[str], then: list[Intent], entries: dict[str, Intent]) -> list[str]:
+    """The hashes whose queued intent is still the one of ``then`` (in step with them): an
+    entry replaced meanwhile is a newer intent (a new object), which stays queued."""
+    now = list(map(entries.get, hashes))
+    if now == then:  # identity first, per element, in C
+        return hashes
+    return [h for h, a, b in zip(hashes, now, then, strict=True) if a is b]

@@ -5,7 +5,9 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections import deque
 from collections.abc import Callable, Iterable
+from itertools import repeat
 
 from ramakv_daemon.delivery.window_marks import (
     CLOCK_MARGIN_S,
@@ -89,10 +91,15 @@ class EvictWindow:
 
     def wrote(self, hashes: list[str], generation: int, at: float) -> None:
         """An evict of ``hashes`` went out at ``at``: watch them until it is answered."""
-        keeps = self.keeps
         deadline = self.deadline_from(at) if self.defer_s > 0 else float("inf")
+        # One mark shared by the batch (never changed in place: see answered).
+        self.open.update(
+            dict.fromkeys(hashes, Written(generation, at, float("inf"), deadline=deadline))
+        )
+        keeps = self.keeps
+        if not keeps or keeps.keys().isdisjoint(hashes):
+            return
         for h in hashes:
-            self.open[h] = Written(generation, at, float("inf"), deadline=deadline)
             # A newer evict supersedes a keep still owed. Its change has been committed
             # (after its gate was released at the deadline: nothing to report when the
             # cache honours deadlines, the delete ran before that commit or never) or
@@ -119,26 +126,35 @@ class EvictWindow:
             self.defers = deferred
             if deferred:
                 self.expires = expires
+        open_ = self.open
+        if refused or (ok and not deferred):
+            # Nothing more to watch (refused: nothing was done; inline: done).
+            if open_:
+                deque(map(open_.pop, hashes, repeat(None)), maxlen=0)
+            self.prune(at)
+            return
+        if not ok:
+            until = at + max(self.defer_s, FAILED_HORIZON_S)
+        else:
+            # Not wrote_at + defer_s: the cache's deferral began later than the write
+            # and its delete runs later than its due time (seen: 40-50 ms under load).
+            until = at + self.defer_s + self.grace()
         capped = self.expires is True
-        for h in hashes:
-            w = self.open.get(h)
-            if w is None:
-                continue
-            w.answered = True
-            if refused:
-                del self.open[h]
-                continue
-            if not ok:
-                w.until = at + max(self.defer_s, FAILED_HORIZON_S)
-            elif deferred:
-                # Not wrote_at + defer_s: the cache's deferral began later than the write
-                # and its delete runs later than its due time (seen: 40-50 ms under load).
-                w.until = at + self.defer_s + self.grace()
-            else:
-                del self.open[h]
-                continue
-            if capped:
-                w.until = min(w.until, w.deadline)
+        # A mark is shared by the chunks written together (and maybe by some not in this
+        # answer): each one here gets a new mark, one per mark it had.
+        marks = list(map(open_.get, hashes))
+        if marks and marks[0] is not None and marks.count(marks[0]) == len(marks):
+            groups = {id(marks[0]): (marks[0], hashes)}
+        else:
+            groups = {}
+            for h, w in zip(hashes, marks, strict=True):
+                if w is not None:
+                    groups.setdefault(id(w), (w, []))[1].append(h)
+        for w, hs in groups.values():
+            end = min(until, w.deadline) if capped else until
+            open_.update(
+                dict.fromkeys(hs, Written(w.generation, w.wrote_at, end, True, w.deadline))
+            )
         self.prune(at)
 
     def referenced(

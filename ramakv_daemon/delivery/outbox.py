@@ -6,6 +6,7 @@ import asyncio
 import heapq
 from collections import deque
 from collections.abc import Callable, Iterable, Sequence
+from itertools import repeat
 from typing import NamedTuple
 
 from ramakv_daemon.ports import EvictMode
@@ -59,26 +60,34 @@ class Outbox:
     def add(
         self, delete: Sequence[str], demote: Sequence[str], row: int = 0, cold: Sequence[str] = ()
     ) -> None:
-        """Queue evictions whose outbox row ``row`` is durable now (hot path: kept inline)."""
+        """Queue evictions whose outbox row ``row`` is durable now (hot path: kept inline).
+
+        One :class:`Intent` per mode, shared by its hashes (an object per hash cost more
+        than the rest of the queueing): its version tells it from any earlier or later
+        intent of the same chunk as well as one per hash would."""
         if not (delete or demote or cold):
             return
         outbox, v = self.entries, self._version
-        ready = self.ready
-        replaced: list[int] = []
+        queued: dict[str, Intent] = {}
+        listed = 0
         for mode, hashes in (
             (EvictMode.DELETE, delete),
             (EvictMode.DEMOTE, demote),
             (EvictMode.COLD, cold),
         ):
-            for h in hashes:
+            if hashes:
                 v += 1
-                old = outbox.get(h)
-                if old is not None:  # the older intent's row no longer needs this entry
-                    replaced.append(old.row)
-                outbox[h] = Intent(mode, v, row)
-                ready[h] = None
+                queued.update(dict.fromkeys(hashes, Intent(mode, v, row)))
+                listed += len(hashes)
+        # A chunk listed twice replaces its own first entry: its row counts both.
+        replaced = [row] * (listed - len(queued))
+        if outbox and not outbox.keys().isdisjoint(queued.keys()):
+            # The older intents' rows no longer need these entries.
+            replaced.extend(e.row for e in map(outbox.get, queued) if e is not None)
+        outbox.update(queued)
+        self.ready.update(dict.fromkeys(queued))
         self._version = v
-        self._row_live[row] = self._row_live.get(row, 0) + len(delete) + len(demote) + len(cold)
+        self._row_live[row] = self._row_live.get(row, 0) + listed
         for old_row in replaced:
             self.release_row(old_row)
         self.flush_rows()
@@ -146,14 +155,17 @@ class Outbox:
     def forget_all(self, hashes: list[str], settle_at: float | None = None) -> None:
         """Drop delivered (or re-referenced) entries; release their rows in one count each
         (at ``settle_at`` when the cache may still act on them until then)."""
-        pop = self.entries.pop
-        rows: dict[int, int] = {}
         if self.repeat:
             self.repeat.difference_update(hashes)
-        for h in hashes:
-            entry = pop(h, None)
-            if entry is not None:
-                rows[entry.row] = rows.get(entry.row, 0) + 1
+        popped = list(map(self.entries.pop, hashes, repeat(None)))
+        rows: dict[int, int] = {}
+        # Usually one intent (shared by the chunks queued together): one row, counted in C.
+        if popped and popped[0] is not None and popped.count(popped[0]) == len(popped):
+            rows[popped[0].row] = len(popped)
+        else:
+            for e in popped:
+                if e is not None:
+                    rows[e.row] = rows.get(e.row, 0) + 1
         if settle_at is not None and rows:
             self.settling.append((settle_at, rows))
             self.wake.set()

@@ -37,9 +37,15 @@ def test_incr_decr_match_one_at_a_time_model(
     for h in drop:
         need[h] = need.get(h, 0) + 1
     if any(model.get(h, 0) < n for h, n in need.items()):
+        changed_before, total = dict(changed), table.total_references()
         with pytest.raises(ValueError, match="underflow"):
             table.decr(drop, changed)
-        assert table.as_dict() == before  # a refused decrement changes nothing
+        # A refused decrement changes nothing: the counts, the shared set, the total and
+        # the undo record (its partial work is rolled back, not checked up front).
+        assert table.as_dict() == before
+        assert table.shared == _shared(table)
+        assert table.total_references() == total
+        assert changed == changed_before and list(changed) == list(changed_before)
         return
     zeros = table.decr(drop, changed)
     for h in drop:
