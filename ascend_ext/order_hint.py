@@ -54,15 +54,41 @@ def tier_parts(backend: Any) -> tuple[Any, OrderedDict, bool | None] | None:
     return None
 
 
+# Kept on the tier's backend object: the keys hinted cold and not warmed since. The cold
+# segment is the run of them at the evicted end; a new cold hint joins it behind the older
+# ones (coldest first).
+_COLD_ATTR = "_ramakv_cold_keys"
+
+
+def _cold_keys(backend: Any) -> dict[Any, None]:
+    cold = getattr(backend, _COLD_ATTR, None)
+    if cold is None:
+        cold = {}
+        setattr(backend, _COLD_ATTR, cold)
+    return cold
+
+
+def _cold_segment(mapping: OrderedDict, front: bool, cold: dict[Any, None]) -> list[Any]:
+    """The keys already cold at the evicted end, the first evicted first."""
+    segment: list[Any] = []
+    for key in mapping if front else reversed(mapping):
+        if key not in cold:
+            break
+        segment.append(key)
+    return segment
+
+
 def place(backend: Any, keys: Sequence[Any], position: Position) -> tuple[int, set[int]]:
     """Move the tier's copies of ``keys`` to one end of its eviction order; returns (copies
     moved, indexes of the keys it holds, moved or not).
 
     Within one hint the list's first chunk ends up evicted last and its last chunk first,
     at either end: a prefix loses its tail before its head (lmcache's own touch_cache
-    orders a lookup's keys the same way). Only the order changes, under the tier's lock:
-    a pinned or in-use chunk stays unevictable wherever it sits (the policy skips it), and
-    no reference count, size or file is touched.
+    orders a lookup's keys the same way). Cold chunks queue behind those hinted cold
+    before them (still at the evicted end): released longest ago goes first, so a session
+    paused a moment ago is not evicted ahead of one that ended earlier. Only the order
+    changes, under the tier's lock: a pinned or in-use chunk stays unevictable wherever it
+    sits (the policy skips it), and no reference count, size or file is touched.
     """
     parts = tier_parts(backend)
     if parts is None:
@@ -74,6 +100,11 @@ def place(backend: Any, keys: Sequence[Any], position: Position) -> tuple[int, s
     # the last chunk moved sits at the very end: the list's last (cold) or first (warm).
     order = range(len(keys)) if position == "cold" else range(len(keys) - 1, -1, -1)
     with lock:
+        cold = _cold_keys(backend) if front is not None else {}
+        older: list[Any] = []
+        if position == "cold" and front is not None and cold:
+            hinted = set(keys)
+            older = [k for k in _cold_segment(mapping, front, cold) if k not in hinted]
         for i in order:
             key = keys[i]
             if key not in mapping:
@@ -84,4 +115,14 @@ def place(backend: Any, keys: Sequence[Any], position: Position) -> tuple[int, s
             # LRU evicts from the front: cold is first (last=False). MRU evicts from the back.
             mapping.move_to_end(key, last=(position == "warm") == front)
             moved += 1
+            if position == "cold":
+                cold[key] = None
+            else:
+                cold.pop(key, None)
+        # The older cold chunks back in front of the new ones, in their own order.
+        for key in reversed(older):
+            mapping.move_to_end(key, last=not front)
+        if len(cold) > 2 * len(mapping) + 64:  # keys evicted since: forget them
+            for key in [k for k in cold if k not in mapping]:
+                del cold[key]
     return moved, found

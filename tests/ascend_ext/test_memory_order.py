@@ -90,6 +90,24 @@ def test_cold_chunks_stay_hits_then_leave_ddr_first_tail_first(small_ddr):
     assert _where(client, b[3:]) == {h: [DISK] for h in b[3:]}  # cold is not deleted
 
 
+def test_cold_chunks_queue_behind_older_cold_ones(small_ddr):
+    """Released longest ago goes first: a session paused a moment ago (hinted cold last) is
+    not evicted ahead of one that ended before it; a warm hint takes a chunk out of the
+    cold queue, and the same chunks hinted again join its back."""
+    client, engine = small_ddr
+    a = _store(client, 6, 7000)
+    b = _store(client, 6, 8000)
+    assert _ddr_full(engine)
+    _order(client, a, "cold")  # a ended first
+    _order(client, b, "cold")  # b paused later
+    c = _store(client, 3, 9000)
+    assert _in_ddr(client, a + b + c) == a[:3] + b + c  # a's tail went, b stayed
+    _order(client, b[:2], "warm")
+    _order(client, a[:3], "cold")  # hinted again: behind b[2:] now
+    d = _store(client, 5, 9500)  # room for 5: b[2:] (older cold), then a's tail
+    assert _in_ddr(client, a + b + c + d) == a[:2] + b[:2] + c + d
+
+
 def test_a_pinned_cold_chunk_is_passed_over_not_evicted(small_ddr):
     """A hint moves in-use chunks too; the allocator skips them while pinned."""
     client, engine = small_ddr
