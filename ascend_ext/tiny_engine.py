@@ -23,6 +23,15 @@ from typing import IO, Any
 from ascend_ext import tiny_model
 
 SERVED_NAME = "tiny"
+#: Tool calling on: with a named tool_choice and a schema that leaves one valid value, even
+#: the dummy-weight model's call parses (no whitespace in the grammar keeps it short).
+TOOL_ARGS = (
+    "--enable-auto-tool-choice",
+    "--tool-call-parser",
+    "pythonic",
+    "--structured-outputs-config",
+    json.dumps({"backend": "xgrammar", "disable_any_whitespace": True}),
+)
 
 
 @dataclass(frozen=True, slots=True)
