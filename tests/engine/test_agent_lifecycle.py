@@ -10,12 +10,12 @@ from typing import Literal
 import httpx
 import pytest
 from support.daemon_proc import DaemonProcess
-from support.engine_rig import CPU, HTTP_TIMEOUT_S, start_engine, text
+from support.engine_rig import CPU, start_engine, text
 from support.tool_turns import (
     TOOL_ARGS,
     session_state,
     stream_tool_call,
-    tool_result_messages,
+    tool_result_turn,
     wait_for,
 )
 
@@ -78,17 +78,7 @@ def test_a_real_tool_call_pauses_suspends_and_the_next_turn_is_restored_in_ddr(
         "the suspend's order hint",
     )
     assert all(CPU in where()[h] for h in hashes)
-    follow = {
-        "model": "tiny",
-        "max_tokens": 4,
-        "messages": tool_result_messages(messages, call_id),
-    }
-    r2 = httpx.post(
-        lifecycle_proxy.url + "/v1/chat/completions",
-        json=follow,
-        headers={"X-Session-ID": sid},
-        timeout=HTTP_TIMEOUT_S,
-    )
+    r2 = tool_result_turn(lifecycle_proxy.url, sid, messages, call_id)
     assert r2.status_code == 200, r2.text[:2000]
     life = stats(lifecycle_proxy)["lifecycle"]
     assert life["tool_calls"] == 1 and life["suspends"] == 1 and life["restores"] == 1

@@ -18,7 +18,7 @@ from support.tool_turns import (
     TOOL_ARGS,
     session_state,
     stream_tool_call,
-    tool_result_messages,
+    tool_result_turn,
     wait_for,
 )
 
@@ -123,17 +123,7 @@ def test_a_tool_pause_demotes_and_the_next_request_finds_its_chunks_in_l1(
     wait_for(lambda: session_state(daemon, sid) == "suspended", "the tool-pause suspend")
     wait_for(lambda: l1_objects(stack.server.url) == before, "the demotion out of L1")
     assert all(stack.l2_has(hashes))
-    follow = {
-        "model": "tiny",
-        "max_tokens": 4,
-        "messages": tool_result_messages(messages, call_id),
-    }
-    r = httpx.post(
-        proxy.url + "/v1/chat/completions",
-        json=follow,
-        headers={"X-Session-ID": sid},
-        timeout=HTTP_TIMEOUT_S,
-    )
+    r = tool_result_turn(proxy.url, sid, messages, call_id)
     assert r.status_code == 200, r.text[:2000]
     life = httpx.get(proxy.url + "/_ramakv/stats", timeout=10).json()["lifecycle"]
     assert life["restores"] == 1 and life["restore_landed"] == 1, life

@@ -24,6 +24,7 @@ __all__ = [
     "session_state",
     "stream_tool_call",
     "tool_result_messages",
+    "tool_result_turn",
     "wait_for",
     "wait_until",
 ]
@@ -138,3 +139,20 @@ def tool_result_messages(messages: list[dict[str, Any]], call_id: str) -> list[d
         {"role": "assistant", "content": "", "tool_calls": [call]},
         {"role": "tool", "tool_call_id": call_id, "content": "README.md setup.py"},
     ]
+
+
+def tool_result_turn(
+    proxy_url: str, sid: str, messages: list[dict[str, Any]], call_id: str
+) -> httpx.Response:
+    """The agent's next request after the call: its result appended, a short answer."""
+    follow = {
+        "model": "tiny",
+        "max_tokens": 4,
+        "messages": tool_result_messages(messages, call_id),
+    }
+    return httpx.post(
+        proxy_url + "/v1/chat/completions",
+        json=follow,
+        headers={"X-Session-ID": sid},
+        timeout=HTTP_TIMEOUT_S,
+    )
