@@ -16,6 +16,7 @@ import sys
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
@@ -23,6 +24,15 @@ from typing import IO, Any
 from ascend_ext import tiny_model
 
 SERVED_NAME = "tiny"
+#: Tool calling on: with a named tool_choice and a schema that leaves one valid value, even
+#: the dummy-weight model's call parses (no whitespace in the grammar keeps it short).
+TOOL_ARGS = (
+    "--enable-auto-tool-choice",
+    "--tool-call-parser",
+    "pythonic",
+    "--structured-outputs-config",
+    json.dumps({"backend": "xgrammar", "disable_any_whitespace": True}),
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -113,9 +123,9 @@ def command(s: EngineSettings) -> list[str]:
     ]
 
 
-def environment(s: EngineSettings) -> dict[str, str]:
-    """The engine's environment: LMCache tiers and API, offline, metrics across processes."""
-    env = dict(os.environ)
+def offline_environment(s: EngineSettings, base: Mapping[str, str]) -> dict[str, str]:
+    """``base`` and what every tiny engine runs with: its KV space, offline, no usage stats."""
+    env = dict(base)
     env.update(
         {
             "VLLM_CPU_KVCACHE_SPACE": str(s.kvcache_gib),
@@ -124,6 +134,16 @@ def environment(s: EngineSettings) -> dict[str, str]:
             "LMCACHE_TRACK_USAGE": "false",
             "HF_HUB_OFFLINE": "1",
             "TRANSFORMERS_OFFLINE": "1",
+        }
+    )
+    return env
+
+
+def environment(s: EngineSettings) -> dict[str, str]:
+    """The engine's environment: LMCache tiers and API, offline, metrics across processes."""
+    env = offline_environment(s, os.environ)
+    env.update(
+        {
             "LMCACHE_CHUNK_SIZE": str(s.chunk_size),
             "LMCACHE_LOCAL_CPU": "True",
             "LMCACHE_MAX_LOCAL_CPU_SIZE": str(s.ddr_gb),
@@ -204,17 +224,21 @@ class EngineProcess:
             for f in d.iterdir():  # a multiproc dir must be empty at start (vLLM's advice)
                 if f.is_file():
                     f.unlink()
+        self._spawn(command(s), environment(s))
+        return self
+
+    def _spawn(self, argv: list[str], env: dict[str, str]) -> None:
+        """Launch ``argv`` in its own process group (``stop()`` ends the group), logging."""
         self._log = open(self.log_path, "ab")
         self.proc = subprocess.Popen(
-            command(s),
-            env=environment(s),
+            argv,
+            env=env,
             stdout=self._log,
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
             start_new_session=True,
-            cwd=s.work_dir,
+            cwd=self.settings.work_dir,
         )
-        return self
 
     def wait_ready(self, timeout: float = 600.0) -> None:
         """Until the OpenAI API, the scheduler's and the worker's memory APIs answer."""

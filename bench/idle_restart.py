@@ -21,7 +21,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench.loadgen import build_request
+from bench.loadgen import build_request, read_response
 from bench.procs import free_port
 from bench.startup import (
     STORE_DIR,
@@ -69,14 +69,7 @@ async def _exchange(
     reader: asyncio.StreamReader, writer: asyncio.StreamWriter, request: bytes
 ) -> bytes:
     writer.write(request)
-    length = 0
-    while True:
-        line = await reader.readline()
-        if line in (b"\r\n", b""):
-            break
-        if line[:15].lower() == b"content-length:":
-            length = int(line[15:].strip())
-    return await reader.readexactly(length)
+    return (await read_response(reader))[1]
 
 
 async def _probe(

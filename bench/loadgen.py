@@ -31,6 +31,19 @@ def build_request(host: str, port: int, path: str, body: bytes) -> bytes:
     return head.encode() + body
 
 
+async def read_response(reader: asyncio.StreamReader) -> tuple[bytes, bytes]:
+    """One HTTP/1.1 response with a Content-Length: its status line and its body."""
+    status_line = await reader.readline()
+    length = 0
+    while True:
+        line = await reader.readline()
+        if line in (b"\r\n", b""):
+            break
+        if line[:15].lower() == b"content-length:":
+            length = int(line[15:].strip())
+    return status_line, await reader.readexactly(length)
+
+
 async def _worker(
     host: str,
     port: int,
@@ -62,15 +75,7 @@ async def _worker(
             i += 1
             t0 = time.perf_counter()
             writer.write(req)
-            status_line = await reader.readline()
-            length = 0
-            while True:
-                line = await reader.readline()
-                if line in (b"\r\n", b""):
-                    break
-                if line[:15].lower() == b"content-length:":
-                    length = int(line[15:].strip())
-            payload = await reader.readexactly(length)
+            status_line, payload = await read_response(reader)
             latencies.append(time.perf_counter() - t0)
             ok = b'"ok": true' in payload or b'"ok":true' in payload
             if b" 200 " not in status_line or not ok:

@@ -43,7 +43,7 @@ from typing import Any, Literal
 
 import httpx
 
-from ascend_ext.tiny_engine import EngineProcess
+from ascend_ext.tiny_engine import TOOL_ARGS, EngineProcess
 from bench import nw_workload as nw
 from bench import procs
 from bench.engine_workload import Shape
@@ -53,15 +53,6 @@ RESULTS = Path(__file__).resolve().parent / "results"
 TIMEOUT = httpx.Timeout(300.0)
 GAP_S = 1.2  # after one engine's last answer: vLLM's shm reader spins 1 s (engine_bench)
 SETTLE_S = 60.0
-# Tool calls on the tiny dummy-weight model: a named tool_choice and a schema with a single
-# valid value (tests/engine/test_agent_lifecycle.py), so every call parses.
-TOOL_ARGS = (
-    "--enable-auto-tool-choice",
-    "--tool-call-parser",
-    "pythonic",
-    "--structured-outputs-config",
-    json.dumps({"backend": "xgrammar", "disable_any_whitespace": True}),
-)
 WORKLOADS = ("a", "b", "c", "d")
 
 

@@ -25,7 +25,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench.loadgen import build_request
+from bench.loadgen import build_request, read_response
 from bench.procs import ROOT, free_port
 from bench.startup_store import build
 
@@ -179,14 +179,7 @@ async def _probe(
                 await asyncio.sleep(at - now)
             sent = time.perf_counter()
             writer.write(build_request("127.0.0.1", port, "/event", bodies[i % len(bodies)]))
-            length = 0
-            while True:
-                line = await reader.readline()
-                if line in (b"\r\n", b""):
-                    break
-                if line[:15].lower() == b"content-length:":
-                    length = int(line[15:].strip())
-            body = await reader.readexactly(length)
+            _, body = await read_response(reader)
             if b'"ok":true' not in body.replace(b" ", b""):
                 raise RuntimeError(f"event failed: {body[:200]!r}")
             out.append((sent - t0, time.perf_counter() - sent))

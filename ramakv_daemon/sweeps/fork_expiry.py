@@ -4,7 +4,6 @@ never sent its session_fork_end must not hold its chunks for ever."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from collections.abc import Callable
 
@@ -15,6 +14,7 @@ from ramakv_daemon.events.outcome import Outcome
 from ramakv_daemon.handlers.registry import NO_EFFECTS
 from ramakv_daemon.ports import StoreError
 from ramakv_daemon.routing.namespaces import Namespace, Namespaces
+from ramakv_daemon.sweeps import loop
 from ramakv_daemon.telemetry.log_text import loggable
 from ramakv_daemon.telemetry.metrics import DaemonMetrics
 from ramakv_daemon.trace.records import TraceRecords
@@ -53,10 +53,7 @@ class ForkExpiry:
         self._task = asyncio.get_running_loop().create_task(self._forever(), name="fork-expiry")
 
     async def close(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+        await loop.stop(self._task)
 
     async def expire_forks(self) -> int:
         """Release every fork hold older than fork_hold_ttl_s, as its fork_end would.

@@ -6,7 +6,6 @@ like any other change)."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import math
 import time
@@ -19,6 +18,7 @@ from ramakv_daemon.handlers.idle_condition import FIELD
 from ramakv_daemon.handlers.reason import INFERRED
 from ramakv_daemon.routing.namespaces import Namespace, Namespaces
 from ramakv_daemon.routing.ownership import Ownership
+from ramakv_daemon.sweeps import loop
 from ramakv_daemon.telemetry.log_text import loggable
 from ramakv_daemon.telemetry.metrics import DaemonMetrics
 
@@ -122,10 +122,7 @@ class IdleSweep:
         )
 
     async def close(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+        await loop.stop(self._task)
 
     async def sweep(self) -> SweepResult:
         """One pass over every namespace with a policy: close what is idle past

@@ -16,6 +16,7 @@ from ramakv_daemon.core.l2_budget import L2Chunk, L2File, L2Plan, LastUsed, Refe
 from ramakv_daemon.events.lanes import Lanes
 from ramakv_daemon.ports import Backend, EvictMode
 from ramakv_daemon.routing.namespaces import Namespace
+from ramakv_daemon.sweeps import loop
 
 log = logging.getLogger("ramakv")
 
@@ -178,10 +179,7 @@ class L2BudgetSweep:
             self._task = asyncio.get_running_loop().create_task(self._forever(), name="l2-budget")
 
     async def close(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+        await loop.stop(self._task)
 
     async def sweep(self) -> SweepResult:
         """One pass (a second caller waits for the pass under way, then makes its own)."""

@@ -5,7 +5,6 @@ last reference is older than retain_unreferenced_s, are deleted from the cache, 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from collections.abc import Callable
 
@@ -16,6 +15,7 @@ from ramakv_daemon.events.outcome import Outcome
 from ramakv_daemon.handlers.registry import NO_EFFECTS
 from ramakv_daemon.ports import StoreError
 from ramakv_daemon.routing.namespaces import Namespace, Namespaces
+from ramakv_daemon.sweeps import loop
 from ramakv_daemon.telemetry.metrics import DaemonMetrics
 from ramakv_daemon.trace.records import TraceRecords
 
@@ -63,10 +63,7 @@ class RetentionSweep:
         self._task = asyncio.get_running_loop().create_task(self._forever(), name="retention")
 
     async def close(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+        await loop.stop(self._task)
 
     async def sweep(self) -> int:
         """One pass over every namespace that delivers: how many chunks were deleted."""

@@ -10,7 +10,7 @@ pytestmark = pytest.mark.lmcache
 
 import httpx  # noqa: E402
 from support.lmcache_mp_proc import mp_server  # noqa: E402
-from support.lmcache_mp_server import FakeLMCacheMPServer  # noqa: E402
+from support.lmcache_mp_server import PROBED_CAPS, FakeLMCacheMPServer  # noqa: E402
 
 from ramakv_daemon.adapters.backends.lmcache_mp import LMCacheMPBackend, kv_rank  # noqa: E402
 from ramakv_daemon.ports import EvictMode  # noqa: E402
@@ -80,15 +80,7 @@ async def test_the_adapter_probes_and_steers_the_real_server(real):
     b = LMCacheMPBackend(real.url, MODEL)
     try:
         caps = await b.start()
-        assert caps.as_dict() == {
-            "probed": True,
-            "healthy": True,
-            "chunk_size": 256,
-            "hash_algorithm": "blake3",
-            "l2_adapters": ["fs"],
-            "missing_routes": [],
-            "problem": "",
-        }
+        assert caps.as_dict() == PROBED_CAPS
         assert (await b.evict(["ab12"], EvictMode.DEMOTE)).ok
         res = await b.evict(["ab12", "cd34"], EvictMode.DELETE)
         assert res.ok and res.body == {"deleted": 2, "skipped": 0, "ok": True}

@@ -6,7 +6,7 @@ from __future__ import annotations
 import logging
 
 import pytest
-from support.lmcache_mp_server import FakeLMCacheMPServer, _rank
+from support.lmcache_mp_server import PROBED_CAPS, FakeLMCacheMPServer, _rank
 
 from ramakv_daemon.adapters.backends.lmcache_mp import LMCacheMPBackend, kv_rank
 from ramakv_daemon.ports import EvictMode
@@ -97,15 +97,7 @@ async def test_the_probe_reads_capabilities(fake):
     b = LMCacheMPBackend(fake.url, MODEL)
     caps = await b.start()
     await b.close()
-    assert caps.as_dict() == {
-        "probed": True,
-        "healthy": True,
-        "chunk_size": 256,
-        "hash_algorithm": "blake3",
-        "l2_adapters": ["fs"],
-        "missing_routes": [],
-        "problem": "",
-    }
+    assert caps.as_dict() == PROBED_CAPS
 
 
 async def test_a_missing_route_is_named_at_start_and_in_each_refused_call(fake, caplog):

@@ -4,43 +4,24 @@ LMCache + ascend_ext, the steering daemon and the ramakv-proxy console script.""
 
 from __future__ import annotations
 
-import json
-import time
 from collections.abc import Iterator
 from typing import Literal
 
 import httpx
 import pytest
 from support.daemon_proc import DaemonProcess
-from support.engine_rig import CPU, HTTP_TIMEOUT_S, POLL_TIMEOUT_S, start_engine, text
+from support.engine_rig import CPU, start_engine, text
+from support.tool_turns import (
+    TOOL_ARGS,
+    session_state,
+    stream_tool_call,
+    tool_result_turn,
+    wait_for,
+)
 
 from ascend_ext.tiny_engine import EngineProcess
 
 pytestmark = pytest.mark.engine
-
-# One choice of value: the only JSON the grammar allows (no whitespace) is {"path": "."},
-# so the dummy model's call is valid and short.
-TOOL = {
-    "type": "function",
-    "function": {
-        "name": "list_files",
-        "description": "List the files under a path",
-        "parameters": {
-            "type": "object",
-            "properties": {"path": {"type": "string", "enum": ["."]}},
-            "required": ["path"],
-            "additionalProperties": False,
-        },
-    },
-}
-NAMED = {"type": "function", "function": {"name": "list_files"}}
-TOOL_ARGS = (
-    "--enable-auto-tool-choice",
-    "--tool-call-parser",
-    "pythonic",
-    "--structured-outputs-config",
-    json.dumps({"backend": "xgrammar", "disable_any_whitespace": True}),
-)
 
 
 @pytest.fixture(scope="module")
@@ -67,22 +48,6 @@ def lifecycle_proxy(proxy_factory, engine, steering_daemon):  # noqa: ANN001, AN
     )
 
 
-def wait_for(check, what: str):  # noqa: ANN001, ANN201
-    """Poll ``check()`` until it is truthy (a hang guard, not a time bound)."""
-    deadline = time.monotonic() + POLL_TIMEOUT_S
-    while True:
-        got = check()
-        if got:
-            return got
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.1)
-
-
-def state(daemon: DaemonProcess, sid: str) -> str | None:
-    listed = daemon.event("list_sessions")["data"]["sessions"]
-    return next((s["state"] for s in listed if s["session_id"] == sid), None)
-
-
 def stats(proxy) -> dict:  # noqa: ANN001
     return httpx.get(proxy.url + "/_ramakv/stats", timeout=10).json()
 
@@ -95,19 +60,11 @@ def test_a_real_tool_call_pauses_suspends_and_the_next_turn_is_restored_in_ddr(
         {"role": "system", "content": text("shared tools prompt", 700)},
         {"role": "user", "content": "List the files."},
     ]
-    body = {"model": "tiny", "messages": messages, "tools": [TOOL], "tool_choice": NAMED}
     orders = steering_daemon.log().count("/memory/order count=")
-    with httpx.stream(
-        "POST",
-        lifecycle_proxy.url + "/v1/chat/completions",
-        json={**body, "stream": True, "max_tokens": 24},
-        headers={"X-Session-ID": sid},
-        timeout=HTTP_TIMEOUT_S,
-    ) as r:
-        raw = b"".join(r.iter_bytes())
-    assert b'"tool_calls"' in raw and b'"list_files"' in raw, raw[-2000:]
+    raw, call_id = stream_tool_call(lifecycle_proxy.url, sid, messages)
+    assert '"tool_calls"' in raw and '"list_files"' in raw, raw[-2000:]
     # the proxy saw the call and, 0.5 s later with no request, suspended the session
-    wait_for(lambda: state(steering_daemon, sid) == "suspended", "the tool-pause suspend")
+    wait_for(lambda: session_state(steering_daemon, sid) == "suspended", "the tool-pause suspend")
     hashes = steering_daemon.event("session_map", session_id=sid)["data"]["chunk_hashes"]
     assert len(hashes) >= 2
     memory = httpx.Client(base_url=engine.memory_url, timeout=30)
@@ -121,45 +78,7 @@ def test_a_real_tool_call_pauses_suspends_and_the_next_turn_is_restored_in_ddr(
         "the suspend's order hint",
     )
     assert all(CPU in where()[h] for h in hashes)
-    call = json.loads(
-        "["
-        + ",".join(
-            ln[6:]
-            for ln in raw.decode().split("\n")
-            if ln.startswith("data: ") and ln != "data: [DONE]"
-        )
-        + "]"
-    )
-    call_id = next(
-        d["choices"][0]["delta"]["tool_calls"][0]["id"]
-        for d in call
-        if d["choices"][0]["delta"].get("tool_calls")
-    )
-    follow = {
-        "model": "tiny",
-        "max_tokens": 4,
-        "messages": [
-            *messages,
-            {
-                "role": "assistant",
-                "content": "",
-                "tool_calls": [
-                    {
-                        "id": call_id,
-                        "type": "function",
-                        "function": {"name": "list_files", "arguments": '{"path":"."}'},
-                    }
-                ],
-            },
-            {"role": "tool", "tool_call_id": call_id, "content": "README.md setup.py"},
-        ],
-    }
-    r2 = httpx.post(
-        lifecycle_proxy.url + "/v1/chat/completions",
-        json=follow,
-        headers={"X-Session-ID": sid},
-        timeout=HTTP_TIMEOUT_S,
-    )
+    r2 = tool_result_turn(lifecycle_proxy.url, sid, messages, call_id)
     assert r2.status_code == 200, r2.text[:2000]
     life = stats(lifecycle_proxy)["lifecycle"]
     assert life["tool_calls"] == 1 and life["suspends"] == 1 and life["restores"] == 1
@@ -227,7 +146,7 @@ def test_the_agents_sdk_hooks_on_the_real_engine(
         ("session_suspend", "slow_tool"),
         ("snapshot_restore", "tool_done"),
     ]
-    assert state(steering_daemon, "agents-real") == "active"
+    assert session_state(steering_daemon, "agents-real") == "active"
     turns = steering_daemon.event("list_sessions")["data"]["sessions"]
     assert next(s for s in turns if s["session_id"] == "agents-real")["turn_count"] == 2
 
@@ -297,4 +216,4 @@ def test_the_langgraph_hooks_on_the_real_engine(
         ("snapshot_restore", "lg-real", "tool_done"),
         ("session_close", "lg-real", "run_end"),
     ]
-    assert state(steering_daemon, "lg-real") is None  # closed
+    assert session_state(steering_daemon, "lg-real") is None  # closed

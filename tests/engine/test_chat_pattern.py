@@ -8,29 +8,19 @@ context in cache."""
 from __future__ import annotations
 
 import asyncio
-import json
-import time
 from collections.abc import Iterator
 from typing import Any, Literal
 
 import httpx
 import pytest
 from support.daemon_proc import DaemonProcess
-from support.engine_rig import CHUNK, HTTP_TIMEOUT_S, POLL_TIMEOUT_S, start_engine, text
+from support.engine_rig import CHUNK, HTTP_TIMEOUT_S, start_engine, text
+from support.tool_turns import TOOL_ARGS, session_state, wait_for
 
 from ascend_ext.tiny_engine import EngineProcess
 
 pytestmark = pytest.mark.engine
 
-# The tiny dummy-weight model calls a tool only when named, and only validly when the
-# schema leaves one value (tests/engine/test_agent_lifecycle.py).
-TOOL_ARGS = (
-    "--enable-auto-tool-choice",
-    "--tool-call-parser",
-    "pythonic",
-    "--structured-outputs-config",
-    json.dumps({"backend": "xgrammar", "disable_any_whitespace": True}),
-)
 USERS = ("chat-user-a", "chat-user-b")
 
 
@@ -66,33 +56,17 @@ def proxy_stats(proxy: Any) -> dict[str, Any]:
     return stats.get("lifecycle", stats)
 
 
-def daemon_state(daemon: DaemonProcess, sid: str) -> str | None:
-    listed = daemon.event("list_sessions")["data"]["sessions"]
-    return next((s["state"] for s in listed if s["session_id"] == sid), None)
-
-
 def run_end_signalled(proxy: Any, daemon: DaemonProcess) -> dict[str, Any] | None:
     """The proxy's run-end decision for both users, whichever it took (suspend, or the
     close it made before issue 31): its counters and the daemon's states, or None yet."""
     life = proxy_stats(proxy)
-    states = {sid: daemon_state(daemon, sid) for sid in USERS}
+    states = {sid: session_state(daemon, sid) for sid in USERS}
     suspended = life.get("suspends_run_end", 0) >= len(USERS) or all(
         s == "suspended" for s in states.values()
     )
     if suspended or life.get("closes_run_end", 0) >= 1:
         return {"lifecycle": life, "states": states}
     return None
-
-
-def wait_for(check: Any, what: str) -> Any:
-    """Poll ``check()`` until it is truthy (a hang guard, not a time bound)."""
-    deadline = time.monotonic() + POLL_TIMEOUT_S
-    while True:
-        got = check()
-        if got:
-            return got
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.1)
 
 
 def test_a_chat_users_next_message_finds_its_context_after_the_run_end(

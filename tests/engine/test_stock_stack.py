@@ -5,44 +5,27 @@ ramakv-proxy keying turns as the server does (docs/stock-stack.md)."""
 from __future__ import annotations
 
 import contextlib
-import json
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
 import pytest
 from support.daemon_proc import DaemonProcess
-from support.engine_rig import HTTP_TIMEOUT_S, POLL_TIMEOUT_S, text
+from support.engine_rig import HTTP_TIMEOUT_S, text
 from support.lmcache_mp_proc import MPServer, mp_server
 from support.stock_rig import StockEngine, cached, l1_objects, start_stock_engine
+from support.tool_turns import (
+    TOOL_ARGS,
+    session_state,
+    stream_tool_call,
+    tool_result_turn,
+    wait_for,
+)
 
 from ramakv_sdk.proxy.stock_keys import chunk_hashes
 
 pytest.importorskip("lmcache")
 pytestmark = pytest.mark.engine
-
-TOOL = {
-    "type": "function",
-    "function": {
-        "name": "list_files",
-        "description": "List the files under a path",
-        "parameters": {
-            "type": "object",
-            "properties": {"path": {"type": "string", "enum": ["."]}},
-            "required": ["path"],
-            "additionalProperties": False,
-        },
-    },
-}
-NAMED = {"type": "function", "function": {"name": "list_files"}}
-TOOL_ARGS = (
-    "--enable-auto-tool-choice",
-    "--tool-call-parser",
-    "pythonic",
-    "--structured-outputs-config",
-    json.dumps({"backend": "xgrammar", "disable_any_whitespace": True}),
-)
 
 
 class Stack:
@@ -117,39 +100,6 @@ def proxy(proxy_factory, stack: Stack, daemon: DaemonProcess):  # noqa: ANN001, 
     )
 
 
-def wait_for(check, what: str):  # noqa: ANN001, ANN201
-    """Poll ``check()`` until truthy (a hang guard, not a time bound)."""
-    deadline = time.monotonic() + POLL_TIMEOUT_S
-    while not (got := check()):
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.1)
-    return got
-
-
-def state(daemon: DaemonProcess, sid: str) -> str | None:
-    listed = daemon.event("list_sessions")["data"]["sessions"]
-    return next((s["state"] for s in listed if s["session_id"] == sid), None)
-
-
-def tool_turn(proxy_url: str, sid: str, messages: list[dict]) -> str:
-    """A streamed turn the tiny model answers with a call (named tool_choice); its id."""
-    body = {"model": "tiny", "messages": messages, "tools": [TOOL], "tool_choice": NAMED}
-    with httpx.stream(
-        "POST",
-        proxy_url + "/v1/chat/completions",
-        json={**body, "stream": True, "max_tokens": 24},
-        headers={"X-Session-ID": sid},
-        timeout=HTTP_TIMEOUT_S,
-    ) as r:
-        raw = b"".join(r.iter_bytes()).decode()
-    chunks = [json.loads(ln[6:]) for ln in raw.split("\n") if ln.startswith("data: {")]
-    return next(
-        c["choices"][0]["delta"]["tool_calls"][0]["id"]
-        for c in chunks
-        if c["choices"] and c["choices"][0]["delta"].get("tool_calls")
-    )
-
-
 def test_a_tool_pause_demotes_and_the_next_request_finds_its_chunks_in_l1(
     stack: Stack, daemon: DaemonProcess, proxy
 ) -> None:
@@ -162,7 +112,7 @@ def test_a_tool_pause_demotes_and_the_next_request_finds_its_chunks_in_l1(
     # the proxy's default model name is the engine's /v1/models root: vLLM's --model
     models = httpx.get(stack.engine.url + "/v1/models", timeout=30).json()
     assert models["data"][0]["root"] == stack.engine.model_name
-    call_id = tool_turn(proxy.url, sid, messages)
+    _, call_id = stream_tool_call(proxy.url, sid, messages)
     answer = daemon.event("session_map", session_id=sid)
     assert answer.get("ok"), (answer, proxy.log_path.read_text(errors="replace")[-3000:])
     hashes = answer["data"]["chunk_hashes"]
@@ -170,34 +120,10 @@ def test_a_tool_pause_demotes_and_the_next_request_finds_its_chunks_in_l1(
     # the engine's connector stored them (L1 and the fs L2, whose files name the hash)
     wait_for(lambda: all(stack.l2_has(hashes)), "the store to L2")
     # the tool pause: suspended, its chunks demoted (out of L1, still in L2)
-    wait_for(lambda: state(daemon, sid) == "suspended", "the tool-pause suspend")
+    wait_for(lambda: session_state(daemon, sid) == "suspended", "the tool-pause suspend")
     wait_for(lambda: l1_objects(stack.server.url) == before, "the demotion out of L1")
     assert all(stack.l2_has(hashes))
-    follow = {
-        "model": "tiny",
-        "max_tokens": 4,
-        "messages": [
-            *messages,
-            {
-                "role": "assistant",
-                "content": "",
-                "tool_calls": [
-                    {
-                        "id": call_id,
-                        "type": "function",
-                        "function": {"name": "list_files", "arguments": '{"path":"."}'},
-                    }
-                ],
-            },
-            {"role": "tool", "tool_call_id": call_id, "content": "README.md setup.py"},
-        ],
-    }
-    r = httpx.post(
-        proxy.url + "/v1/chat/completions",
-        json=follow,
-        headers={"X-Session-ID": sid},
-        timeout=HTTP_TIMEOUT_S,
-    )
+    r = tool_result_turn(proxy.url, sid, messages, call_id)
     assert r.status_code == 200, r.text[:2000]
     life = httpx.get(proxy.url + "/_ramakv/stats", timeout=10).json()["lifecycle"]
     assert life["restores"] == 1 and life["restore_landed"] == 1, life

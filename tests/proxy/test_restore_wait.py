@@ -5,16 +5,16 @@ per byte, 16-token chunks), so the devserver holds exactly the chunks the turns 
 
 from __future__ import annotations
 
-import asyncio
-import time
 from collections.abc import Iterator
 
 import aiohttp
 import httpx
 import pytest
+from support import tool_turns
 from support.daemon_proc import DaemonProcess
 from support.memapi_rig import devserver
 from support.openai_engine import chunk_hashes, prompt_of, tokens_of
+from support.tool_turns import ASK, after_tool, session_state
 
 from ramakv_sdk.client import AsyncClient
 from ramakv_sdk.proxy import ManualClock
@@ -24,23 +24,6 @@ pytest.importorskip("lmcache")
 pytestmark = pytest.mark.lmcache
 
 CPU, DISK = "LocalCPUBackend", "LocalDiskBackend"
-TOOLS = [
-    {
-        "type": "function",
-        "function": {
-            "name": "run_tests",
-            "parameters": {"type": "object", "properties": {"path": {"type": "string"}}},
-        },
-    }
-]
-ASK = {
-    "model": "m",
-    "messages": [
-        {"role": "system", "content": "A long shared system prompt for every agent. " * 4},
-        {"role": "user", "content": "Run the tests under src, please."},
-    ],
-    "tools": TOOLS,
-}
 
 
 @pytest.fixture
@@ -62,22 +45,11 @@ def steering(tmp_path, cache: str) -> Iterator[DaemonProcess]:  # noqa: ANN001
 
 
 async def wait_until(check, what: str):  # noqa: ANN001, ANN201
-    """Poll ``check()`` until truthy, yielding to the loop (the in-process proxy's timers
-    run on it); the deadline is a hang guard, not a time bound."""
-    deadline = time.monotonic() + 300
-    while not (got := check()):
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        await asyncio.sleep(0.05)
-    return got
+    return await tool_turns.wait_until(check, what, timeout=300, every=0.05)
 
 
 def where(cache: str, hashes: list[str]) -> dict[str, list[str]]:
     return httpx.post(f"{cache}/memory/query", json={"chunk_hashes": hashes}, timeout=30).json()
-
-
-def state(daemon: DaemonProcess, sid: str) -> str | None:
-    listed = daemon.event("list_sessions")["data"]["sessions"]
-    return next((s["state"] for s in listed if s["session_id"] == sid), None)
 
 
 async def test_the_next_request_waits_until_the_restored_chunks_are_in_ddr(
@@ -102,20 +74,12 @@ async def test_the_next_request_waits_until_the_restored_chunks_are_in_ddr(
         # the tool pause: suspended, its chunks ordered cold (ascend_ext has /memory/order:
         # nothing is removed); then the engine needs the room and they leave DDR first
         # (done by hand here, as the engine's allocator would)
-        await wait_until(lambda: state(steering, "waits") == "suspended", "the suspend")
+        await wait_until(lambda: session_state(steering, "waits") == "suspended", "the suspend")
         httpx.post(
             f"{cache}/memory/evict", json={"chunk_hashes": hashes, "locations": [CPU]}, timeout=30
         )
         await wait_until(lambda: all(where(cache, hashes)[h] == [DISK] for h in hashes), "on disk")
-        call = message["tool_calls"][0]
-        follow = {
-            **ASK,
-            "messages": [
-                *ASK["messages"],
-                message,
-                {"role": "tool", "tool_call_id": call["id"], "content": "12 passed"},
-            ],
-        }
+        follow = after_tool(ASK, message, "12 passed")
         async with http.post(f"{proxy.url}/v1/chat/completions", json=follow, headers=hdr) as r:
             assert r.status == 200
         # when the request reached the engine, every chunk was back in DDR

@@ -5,38 +5,21 @@ L2, and the next request's restore prefetches its own tokens back into L1."""
 
 from __future__ import annotations
 
-import asyncio
 import json
-import time
 from collections.abc import AsyncIterator
 
 import aiohttp
 import pytest
+from support import tool_turns
 from support.daemon_proc import DaemonProcess
 from support.lmcache_mp_server import FakeLMCacheMPServer
 from support.openai_engine import CHUNK_TOKENS, prompt_of, tokens_of
+from support.tool_turns import ASK, after_tool, session_state
 
 from ramakv_sdk.proxy.app import STOCK
 from ramakv_sdk.proxy.stock_keys import chunk_hashes
 
 MODEL = "m"
-TOOLS = [
-    {
-        "type": "function",
-        "function": {
-            "name": "run_tests",
-            "parameters": {"type": "object", "properties": {"path": {"type": "string"}}},
-        },
-    }
-]
-ASK = {
-    "model": MODEL,
-    "messages": [
-        {"role": "system", "content": "A long shared system prompt for every agent. " * 4},
-        {"role": "user", "content": "Run the tests under src, please."},
-    ],
-    "tools": TOOLS,
-}
 
 
 @pytest.fixture
@@ -58,17 +41,7 @@ def steering(tmp_path, server):  # noqa: ANN001, ANN201
 
 
 async def wait_until(check, what: str):  # noqa: ANN001, ANN201
-    """Poll ``check()``, yielding to the loop (the stand-ins run on it); a hang guard."""
-    deadline = time.monotonic() + 120
-    while not (got := check()):
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        await asyncio.sleep(0.02)
-    return got
-
-
-def state(daemon: DaemonProcess, sid: str) -> str | None:
-    listed = daemon.event("list_sessions")["data"]["sessions"]
-    return next((s["state"] for s in listed if s["session_id"] == sid), None)
+    return await tool_turns.wait_until(check, what, timeout=120, every=0.02)
 
 
 async def test_a_tool_pause_demotes_and_the_restore_prefetches_the_turns_tokens(
@@ -95,18 +68,10 @@ async def test_a_tool_pause_demotes_and_the_restore_prefetches_the_turns_tokens(
         got = steering.event("session_map", session_id="stock")["data"]["chunk_hashes"]
         assert got == want
         # the tool pause: suspended, its keys demoted (L1 dropped, L2 kept)
-        await wait_until(lambda: state(steering, "stock") == "suspended", "the suspend")
+        await wait_until(lambda: session_state(steering, "stock") == "suspended", "the suspend")
         await wait_until(lambda: not (keys & server.l1), "demoted")
         assert keys <= server.l2
-        call = message["tool_calls"][0]
-        follow = {
-            **ASK,
-            "messages": [
-                *ASK["messages"],
-                message,
-                {"role": "tool", "tool_call_id": call["id"], "content": "12 passed"},
-            ],
-        }
+        follow = after_tool(ASK, message, "12 passed")
         async with http.post(f"{proxy.url}/v1/chat/completions", json=follow, headers=hdr) as r:
             assert r.status == 200
     # when the request reached the engine, its prefix was back in L1

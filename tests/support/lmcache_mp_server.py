@@ -28,6 +28,16 @@ from ramakv_daemon.adapters.backends.lmcache_fs_l2 import file_name
 from ramakv_sdk.proxy.stock_keys import chunk_hashes
 
 Key = tuple[str, str, int, int, str]  # chunk_hash_hex, model_name, kv_rank, group, salt
+#: What the daemon's probe of a healthy stock server (real, or this stand-in) reports.
+PROBED_CAPS = {
+    "probed": True,
+    "healthy": True,
+    "chunk_size": 256,
+    "hash_algorithm": "blake3",
+    "l2_adapters": ["fs"],
+    "missing_routes": [],
+    "problem": "",
+}
 KEY_FIELDS = ("chunk_hash_hex", "model_name", "kv_rank", "object_group_id", "cache_salt")
 
 

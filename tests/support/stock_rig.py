@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import time
 from pathlib import Path
 from typing import Any
@@ -13,7 +12,13 @@ from typing import Any
 import httpx
 
 from ascend_ext import tiny_model
-from ascend_ext.tiny_engine import EngineProcess, EngineSettings, command, free_ports
+from ascend_ext.tiny_engine import (
+    EngineProcess,
+    EngineSettings,
+    command,
+    free_ports,
+    offline_environment,
+)
 
 ENGINE_START_S = 900.0  # a hang guard: vLLM imports on a loaded 2-core machine
 
@@ -49,27 +54,8 @@ class StockEngine(EngineProcess):
         at = argv.index("--kv-transfer-config") + 1
         argv[at] = json.dumps(mp_kv_transfer_config(self.mp_port))
         argv.append("--enable-prompt-tokens-details")  # usage says how many tokens hit
-        env = {k: v for k, v in os.environ.items() if not k.startswith(("LMCACHE_", "RAMAKV_"))}
-        env.update(
-            {
-                "VLLM_CPU_KVCACHE_SPACE": str(s.kvcache_gib),
-                "VLLM_NO_USAGE_STATS": "1",
-                "DO_NOT_TRACK": "1",
-                "LMCACHE_TRACK_USAGE": "false",
-                "HF_HUB_OFFLINE": "1",
-                "TRANSFORMERS_OFFLINE": "1",
-            }
-        )
-        self._log = open(self.log_path, "ab")
-        self.proc = subprocess.Popen(
-            argv,
-            env=env,
-            stdout=self._log,
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
-            start_new_session=True,
-            cwd=s.work_dir,
-        )
+        kept = {k: v for k, v in os.environ.items() if not k.startswith(("LMCACHE_", "RAMAKV_"))}
+        self._spawn(argv, offline_environment(s, kept))
         return self
 
     def wait_ready(self, timeout: float = ENGINE_START_S) -> None:
