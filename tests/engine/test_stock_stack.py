@@ -100,6 +100,19 @@ def proxy(proxy_factory, stack: Stack, daemon: DaemonProcess):  # noqa: ANN001, 
     )
 
 
+def reported_map(daemon: DaemonProcess, sid: str) -> list[str]:
+    """The session's map once the proxy's turn_end reached the daemon: the proxy answers
+    the client first and waits at most --daemon-wait-ms for that report, so it may land
+    after the answer (a loaded machine)."""
+
+    def mapped() -> list[str]:
+        answer = daemon.event("session_map", session_id=sid)
+        hashes = answer["data"]["chunk_hashes"] if answer.get("ok") else []
+        return hashes if len(hashes) >= 4 else []
+
+    return wait_for(mapped, f"session {sid}'s turn_end at the daemon (4 chunks or more)")
+
+
 def test_a_tool_pause_demotes_and_the_next_request_finds_its_chunks_in_l1(
     stack: Stack, daemon: DaemonProcess, proxy
 ) -> None:
@@ -113,10 +126,7 @@ def test_a_tool_pause_demotes_and_the_next_request_finds_its_chunks_in_l1(
     models = httpx.get(stack.engine.url + "/v1/models", timeout=30).json()
     assert models["data"][0]["root"] == stack.engine.model_name
     _, call_id = stream_tool_call(proxy.url, sid, messages)
-    answer = daemon.event("session_map", session_id=sid)
-    assert answer.get("ok"), (answer, proxy.log_path.read_text(errors="replace")[-3000:])
-    hashes = answer["data"]["chunk_hashes"]
-    assert len(hashes) >= 4
+    hashes = reported_map(daemon, sid)
     # the engine's connector stored them (L1 and the fs L2, whose files name the hash)
     wait_for(lambda: all(stack.l2_has(hashes)), "the store to L2")
     # the tool pause: suspended, its chunks demoted (out of L1, still in L2)
@@ -144,8 +154,7 @@ def test_a_closed_sessions_dead_chunks_leave_l1_and_l2(
         timeout=HTTP_TIMEOUT_S,
     )
     assert r.status_code == 200, r.text[:2000]
-    hashes = daemon.event("session_map", session_id=sid)["data"]["chunk_hashes"]
-    assert len(hashes) >= 4
+    hashes = reported_map(daemon, sid)
     wait_for(lambda: all(stack.l2_has(hashes)), "the store to L2")
     wait_for(lambda: l1_objects(stack.server.url) >= before + len(hashes), "the store to L1")
     assert daemon.event("session_close", session_id=sid)["ok"]
