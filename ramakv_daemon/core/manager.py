@@ -321,8 +321,14 @@ class SessionManager(OperatorEvict):
         session = self.get(session_id)
         return Change(data={"session_id": session_id, "chunk_hashes": list(session.chunk_hashes)})
 
-    def session_suspend(self, session_id: str, now: float = 0.0) -> Change:
-        """Release the map's references and order zeros cold; keep the stored row."""
+    def session_suspend(
+        self, session_id: str, now: float = 0.0, *, inferred: bool = False
+    ) -> Change:
+        """Release the map's references; keep the stored row. Zeros of a declared pause
+        (the host expects a return: a tool call) are demoted out of DDR, their disk copies
+        left where the tier's LRU has them; an inferred suspend (a guessed run end) orders
+        them cold in every tier. Ordering a pause's chunks cold on disk evicted them ahead
+        of finished sessions' (bench.never_worse (b): gain 1.14 against 2.70 with demote)."""
         session = self.sessions.get(session_id)
         if session is None:
             return Change(data={"evicted_count": 0, "suspended": False})
@@ -332,6 +338,9 @@ class SessionManager(OperatorEvict):
             # is stamped released only to be taken off again.
             self._park(change, session.unique_hashes(), +1)
             self._release(change, session.unique_hashes(), session_id, now)
+            if not inferred and change.evict_cold:
+                change.evict_demote.extend(change.evict_cold)
+                change.evict_cold.clear()
             self._put(change, session.evolve(suspended=True, last_event_ts=now))
         change.data = {"evicted_count": change.evicted_count, "suspended": True}
         return change

@@ -12,9 +12,11 @@ from ramakv_daemon.handlers.registry import Effects, HandlerContext, event
 @event(
     "session_suspend",
     "Suspend session: keep the stored map for snapshot_restore, release references and "
-    "order refcount==0 chunks to the cold end of the cache's eviction order (demoted out "
-    "of DDR, kept on disk, where the cache has no order route); never deleted. "
-    f"{INFERRED}=true says the host guessed (the same effect). With {FIELD} (a wall-clock "
+    "demote refcount==0 chunks out of DDR (kept on disk, where the disk tier's LRU has "
+    f"them: a return is expected); never deleted. {INFERRED}=true says the host guessed "
+    "(a run end, the idle policy): those chunks are ordered to the cold end of every "
+    "tier's eviction order instead (demoted where the cache has no order route). With "
+    f"{FIELD} (a wall-clock "
     "time), only a session with no event after it is suspended and its last_event_ts is "
     "kept (the idle policy's suspend); otherwise nothing changes and suspended is false",
     required=("session_id",),
@@ -24,10 +26,10 @@ from ramakv_daemon.handlers.registry import Effects, HandlerContext, event
 def session_suspend(ctx: HandlerContext, payload: dict, now: float) -> Change:
     session_id = session_id_of(payload)
     reason = reason_of(payload)
-    inferred_of(payload)  # validated: a suspend never deletes, declared or not
+    inferred = inferred_of(payload)  # a suspend never deletes, declared or not
     since = idle_since_of(payload)
     if since is None:
-        change = ctx.manager.session_suspend(session_id, now)
+        change = ctx.manager.session_suspend(session_id, now, inferred=inferred)
     else:
         session = ctx.manager.sessions.get(session_id)
         if session is None or session.suspended or not still_idle(session, since):
@@ -35,7 +37,7 @@ def session_suspend(ctx: HandlerContext, payload: dict, now: float) -> Change:
             return Change(data={"evicted_count": 0, "suspended": False})
         # Suspended "at" its own last event: a policy's suspend is not the host's activity,
         # so the session's idle close stays due when it was.
-        change = ctx.manager.session_suspend(session_id, session.last_event_ts)
+        change = ctx.manager.session_suspend(session_id, session.last_event_ts, inferred=inferred)
         change.facts.idle_s = idle_for(session, now)
     change.facts.reason = reason
     return change

@@ -81,7 +81,9 @@ def test_suspend_demotes_and_restore_prefetches_in_order(m: SessionManager) -> N
     m.turn_end("a", ["z", "y", "z", "x"])
     m.turn_end("b", ["y"])
     change = m.session_suspend("a")
-    assert sorted(change.evict_cold) == ["x", "z"] and change.evict_delete == []
+    # A declared pause: out of DDR, the disk copies where the tier's LRU has them.
+    assert sorted(change.evict_demote) == ["x", "z"] and change.evict_delete == []
+    assert change.evict_cold == []
     assert change.data == {"evicted_count": 2, "suspended": True}
     assert m.session_map("a").data["chunk_hashes"] == ["z", "y", "z", "x"]
     restore = m.snapshot_restore("a")

@@ -56,7 +56,7 @@ def test_an_inferred_close_never_deletes() -> None:
     assert change.evicted_count == 2 and change.data["closed"] is True
     # Suspended first: the inferred close of a suspended session deletes nothing either.
     m.turn_end("s", ["q1"], T0)
-    assert m.session_suspend("s", T0 + 1).evict_cold == ["q1"]
+    assert m.session_suspend("s", T0 + 1, inferred=True).evict_cold == ["q1"]
     closed = m.session_close("s", T0 + 2, inferred=True)
     assert closed.evict_delete == [] and closed.evict_cold == ["q1"]
 
@@ -87,7 +87,12 @@ def test_a_turn_end_drop_is_declared_a_suspend_and_a_fork_end_are_not() -> None:
     m.turn_end("a", ["x"], T0 + 3)  # y still held by the fork
     ended = m.session_fork_end("a", None, T0 + 4)
     assert ended.evict_delete == [] and ended.evict_cold == ["y"]
-    assert m.session_suspend("a", T0 + 5).evict_cold == ["x"]
+    # A pause (declared) demotes; a guessed one (a run end) orders cold in every tier.
+    paused = m.session_suspend("a", T0 + 5)
+    assert (paused.evict_demote, paused.evict_cold, paused.evict_delete) == (["x"], [], [])
+    m.snapshot_restore("a", None, T0 + 6)
+    guessed = m.session_suspend("a", T0 + 7, inferred=True)
+    assert (guessed.evict_demote, guessed.evict_cold, guessed.evict_delete) == ([], ["x"], [])
 
 
 def test_the_sweep_deletes_in_slices_oldest_first_after_the_window() -> None:

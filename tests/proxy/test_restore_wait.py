@@ -71,14 +71,9 @@ async def test_the_next_request_waits_until_the_restored_chunks_are_in_ddr(
         async with http.post(f"{proxy.url}/v1/chat/completions", json=ASK, headers=hdr) as r:
             message = (await r.json())["choices"][0]["message"]
         assert message["tool_calls"]
-        # the tool pause: suspended, its chunks ordered cold (ascend_ext has /memory/order:
-        # nothing is removed); then the engine needs the room and they leave DDR first
-        # (done by hand here, as the engine's allocator would)
+        # the tool pause (a declared suspend): its chunks demoted out of DDR, kept on disk
         await wait_until(lambda: session_state(steering, "waits") == "suspended", "the suspend")
-        httpx.post(
-            f"{cache}/memory/evict", json={"chunk_hashes": hashes, "locations": [CPU]}, timeout=30
-        )
-        await wait_until(lambda: all(where(cache, hashes)[h] == [DISK] for h in hashes), "on disk")
+        await wait_until(lambda: all(where(cache, hashes)[h] == [DISK] for h in hashes), "demoted")
         follow = after_tool(ASK, message, "12 passed")
         async with http.post(f"{proxy.url}/v1/chat/completions", json=follow, headers=hdr) as r:
             assert r.status == 200

@@ -82,12 +82,11 @@ async def answered(d: DaemonClient, type_: str, **fields: Any) -> dict[str, Any]
 
 
 def evicted_since(fake: FakeLMCacheServer, index: int) -> list[str]:
-    """Hashes in evict (or order: a release that deletes nothing) calls the fake received
-    from request number ``index`` on."""
+    """Hashes in evict calls the fake received from request number ``index`` on."""
     return [
         h
         for r in fake.requests[index:]
-        if r.path in ("/memory/evict", "/memory/order")
+        if r.path == "/memory/evict"
         for h in (r.body or {}).get("chunk_hashes", [])
     ]
 
@@ -164,11 +163,11 @@ async def test_rereferenced_chunk_is_dropped_from_the_outbox_never_evicted(
     await fake_lmcache.set_failure("503")
     await d.turn_end("s1", ["cafe", "a0", "b0"])
     await d.turn_end("t", ["c0"])
-    await d.ok("session_suspend", session_id="t")  # c0: an order hint waits in the outbox too
+    await d.ok("session_suspend", session_id="t")  # c0: a demotion waits in the outbox too
     await d.turn_end("s1", ["cafe"])  # a0 and b0: deletions wait in the outbox
     await eventually(lambda: set(evicted_since(fake_lmcache, 0)) >= {"a0", "b0", "c0"})
     outbox = db_outbox(d.config.session_store_path)
-    assert outbox == {"a0": "delete", "b0": "delete", "c0": "cold"}
+    assert outbox == {"a0": "delete", "b0": "delete", "c0": "demote"}
 
     mark = len(fake_lmcache.requests)
     await d.turn_end("s2", ["a0"])  # a0 is wanted again before the retry
@@ -180,8 +179,7 @@ async def test_rereferenced_chunk_is_dropped_from_the_outbox_never_evicted(
     assert "a0" in fake_lmcache.tiers and "c0" in fake_lmcache.tiers
     await eventually(lambda: not db_outbox(d.config.session_store_path))
 
-    # Released again later: a fresh eviction intent, delivered normally (an order hint: s1
-    # and s2 shared a0 within retain_unreferenced_s).
+    # Released again later: a fresh eviction intent, delivered normally.
     mark = len(fake_lmcache.requests)
     await d.ok("session_close", session_id="s2")
     await eventually(lambda: evicted_since(fake_lmcache, mark) == ["a0"])
@@ -237,12 +235,9 @@ def test_outbox_survives_kill_while_backend_down(
         assert wait_for(lambda: not db_outbox(d.store), 15), db_outbox(d.store)
         calls = [r["body"] for r in fake.requests() if r["path"] == "/memory/evict"]
         sent = sorted(h for c in calls for h in c["chunk_hashes"])
-        assert sent == ["a0"], calls
-        # The suspend's rows ([hash, "cold"]) survive the kill too: an order hint, as the
-        # fake memory API has the route (ascend_ext's); nothing of t's is removed.
-        orders = [r["body"] for r in fake.requests() if r["path"] == "/memory/order"]
-        assert sorted(h for c in orders for h in c["chunk_hashes"]) == ["d0", "e0"], orders
-        assert all(c["position"] == "cold" for c in orders)
+        assert sent == ["a0", "d0", "e0"], calls
+        demote = [c for c in calls if "d0" in c["chunk_hashes"]]
+        assert demote and demote[0]["locations"] == ["LocalCPUBackend"]
         assert set(db_model(d.store)) == {"s", "t", "v"}
         assert metric(d.url, "ramakv_evict_outbox") == 0
     finally:

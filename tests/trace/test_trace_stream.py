@@ -153,11 +153,9 @@ async def test_records_carry_backend_lists(daemon: DaemonClient) -> None:
     await d.ok("turn_start", session_id="s")
     rec = await recv(ws)
     assert rec["prefetch"] == ["h1", "h2"] and rec["evict"] == [] and rec["demote"] == []
-    assert rec["cold"] == []
     await d.ok("session_suspend", session_id="s")
     rec = await recv(ws)
-    # A suspend releases to the cold end of the cache's order (issue 31): "cold".
-    assert sorted(rec["cold"]) == ["h1", "h2"] and rec["evict"] == rec["demote"] == []
+    assert sorted(rec["demote"]) == ["h1", "h2"] and rec["evict"] == []
     assert rec["delta"]["refcounts"] == {"h1": 0, "h2": 0}
     assert rec["delta"]["sessions"]["s"]["state"] == "suspended"
     await d.ok("session_close", session_id="s")
