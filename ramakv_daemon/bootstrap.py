@@ -48,6 +48,7 @@ from ramakv_daemon.ports import (
 from ramakv_daemon.routing.namespaces import Namespace, Namespaces, backend_of
 from ramakv_daemon.routing.ownership import Ownership
 from ramakv_daemon.sweeps.fork_expiry import ForkExpiry
+from ramakv_daemon.sweeps.idle_batch import BatchActor
 from ramakv_daemon.sweeps.idle_policy import IdleSweep
 from ramakv_daemon.sweeps.l2_budget import L2BudgetSweep, evidence
 from ramakv_daemon.sweeps.retention import RetentionSweep
@@ -333,9 +334,17 @@ def build(
     fork_expiry = ForkExpiry(
         config.fork_hold_ttl_s, namespaces, committer, records, metrics, clock, lanes
     )
-    # The idle policies' suspends and closes are events: they go through the pipeline, in
-    # the background lane (client events first).
-    idle_sweep = IdleSweep(config, namespaces, lanes.background_run(pipeline.run), metrics, clock)
+    # The idle policies' suspends and closes are events, in the background lane (client
+    # events first): applied a batch per loop step, each batch one commit and one delivery
+    # pass (on a shared store each goes through the pipeline alone).
+    idle_sweep = IdleSweep(
+        config,
+        namespaces,
+        lanes.background_run(pipeline.run),
+        metrics,
+        clock,
+        batched=BatchActor(pipeline, lanes),
+    )
     # Dead chunks' deletes: committed as fork expiries are, in the background lane too.
     retention = RetentionSweep(
         config.retain_unreferenced_s, namespaces, committer, records, metrics, clock, lanes

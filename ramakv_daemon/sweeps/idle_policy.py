@@ -1,7 +1,8 @@
 """Idle policies: a session with no event for idle_suspend_s is suspended, for idle_close_s
-closed (``inferred``: nothing is deleted on them); each as a host's event, through the
-event pipeline (committed, traced, counted and, on a shared store, taken over and fenced
-like any other change)."""
+closed (``inferred``: nothing is deleted on them); each as a host's event, applied by its
+handler, traced and counted like any other; a batch of them shares one commit and one
+delivery pass (sweeps.idle_batch), or, on a shared store, each goes through the event
+pipeline alone (taken over and fenced like any other change)."""
 
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ from ramakv_daemon.handlers.reason import INFERRED
 from ramakv_daemon.routing.namespaces import Namespace, Namespaces
 from ramakv_daemon.routing.ownership import Ownership
 from ramakv_daemon.sweeps import loop
+from ramakv_daemon.sweeps.idle_batch import BatchActor
 from ramakv_daemon.telemetry.log_text import loggable
 from ramakv_daemon.telemetry.metrics import DaemonMetrics
 
@@ -91,7 +93,10 @@ class IdleSweep:
         clock: Callable[[], float],
         slice_size: int = SLICE,
         batch: int = BATCH,
+        batched: BatchActor | None = None,
     ) -> None:
+        """``run``: the pipeline's run (an event alone); ``batched``: applies a slice's
+        events in batches instead, where it can (not on a shared store)."""
         self.config = config
         self.namespaces = namespaces
         self.run = run
@@ -99,6 +104,7 @@ class IdleSweep:
         self.clock = clock
         self.slice_size = slice_size
         self.batch = batch
+        self.batched = batched
         self._lock = asyncio.Lock()
         self._task: asyncio.Task[None] | None = None
         # (namespace, session) -> when first seen, for rows stored without a time (written
@@ -156,17 +162,19 @@ class IdleSweep:
             now = self.clock()
             due = self._due(ns, policy, ids[start : start + self.slice_size], now)
             out.looked_at += min(self.slice_size, len(ids) - start)
+            batched = self.batched
+            if batched is not None and batched.usable:
+                actions = await batched.act(ns, [self._payload(ns, *one) for one in due])
+                for action in actions:
+                    if action in ("suspend", "close"):
+                        self.metrics.idle_actions.labels(ns.metric_label, action).inc()
+                _count(actions, out)
+                continue
             for i in range(0, len(due), self.batch):
                 answers = await asyncio.gather(
                     *(self._act(ns, *one) for one in due[i : i + self.batch])
                 )
-                for action in answers:
-                    if action == "suspend":
-                        out.suspended += 1
-                    elif action == "close":
-                        out.closed += 1
-                    elif action == "failed":
-                        out.failed += 1
+                _count(answers, out)
         seen = self._first_seen
         for sid in [sid for k, sid in seen if k == ns.key and sid not in sessions]:
             del seen[(ns.key, sid)]
@@ -193,11 +201,12 @@ class IdleSweep:
                 due.append(("session_suspend", sid, suspend_by))
         return due
 
-    async def _act(self, ns: Namespace, type_: str, sid: str, since: float) -> str:
-        """Send one conditioned event; "suspend", "close", "" (no longer idle) or "failed"."""
+    @staticmethod
+    def _payload(ns: Namespace, type_: str, sid: str, since: float) -> JsonObject:
+        """The conditioned event a policy sends for one due session."""
         # The reason names the policy on the trace (notes.reason), beside notes.idle_s.
         reason = "idle_close_s" if type_ == "session_close" else "idle_suspend_s"
-        payload = {
+        return {
             "type": type_,
             "session_id": sid,
             "namespace": ns.key,
@@ -206,6 +215,10 @@ class IdleSweep:
             # A policy guesses the session is done: its chunks are never deleted on it.
             INFERRED: True,
         }
+
+    async def _act(self, ns: Namespace, type_: str, sid: str, since: float) -> str:
+        """Send one conditioned event; "suspend", "close", "" (no longer idle) or "failed"."""
+        payload = self._payload(ns, type_, sid, since)
         # On a shared store the sweep acts on this node's copy only: never taking the
         # session over from the node another event moved it to (its write is fenced).
         with Ownership.local(sid):
@@ -234,3 +247,13 @@ class IdleSweep:
             except Exception:  # the loop must outlive one bad pass
                 log.exception("idle policy sweep failed")
             await asyncio.sleep(interval)
+
+
+def _count(actions: list[str], out: SweepResult) -> None:
+    for action in actions:
+        if action == "suspend":
+            out.suspended += 1
+        elif action == "close":
+            out.closed += 1
+        elif action == "failed":
+            out.failed += 1
