@@ -17,6 +17,9 @@ from typing import Any
 from ramakv_daemon.core.packed import code_of, text_of
 
 _MISSING: Any = object()
+# Slots remembered by hash string: an event looks each of its hashes up several times (the
+# change, its trace delta, its delivery), and a slot never changes (the keys are fixed).
+SLOT_CACHE = 1 << 16
 
 
 class CountTable(MutableMapping[str, int]):
@@ -40,6 +43,7 @@ class CountTable(MutableMapping[str, int]):
         "_filter",
         "_shift",
         "_starts",
+        "_slots",
     )
 
     def __init__(
@@ -63,15 +67,26 @@ class CountTable(MutableMapping[str, int]):
         self._filter: bytearray | None = None
         self._shift = 0
         self._starts: tuple[Any, int] | None = None  # see bucket_starts
+        self._slots: dict[str, int] = {}  # hash -> _slot's answer, at most SLOT_CACHE
 
     def _slot(self, h: str) -> int:
         """Index of ``h``'s code among the keys, or -1 (not canonical, or not a key)."""
+        slots = self._slots
+        i = slots.get(h)
+        if i is not None:
+            return i
         code = code_of(h)
         if code is None:
-            return -1
-        kv = self._kv
-        i = bisect_left(kv, code)
-        return i if i < len(kv) and kv[i] == code else -1
+            i = -1
+        else:
+            kv = self._kv
+            i = bisect_left(kv, code)
+            if i >= len(kv) or kv[i] != code:
+                i = -1
+        if len(slots) >= SLOT_CACHE:
+            slots.clear()  # the hashes of the events since: cheaper than an LRU's upkeep
+        slots[h] = i
+        return i
 
     @property
     def arrays(self) -> tuple[object, object]:

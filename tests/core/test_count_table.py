@@ -64,3 +64,24 @@ def test_missing_keys_raise_and_a_count_needs_a_key() -> None:
         table.pop("a")
     with pytest.raises(ValueError, match="one count per key"):
         CountTable(array("q", [1, 2]), array("i", [0]))
+
+
+def test_a_full_slot_cache_is_emptied_and_answers_stay_right(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Slots are remembered by hash (each event looks its hashes up several times); past
+    SLOT_CACHE entries the cache starts again, and every answer still matches a dict."""
+    from ramakv_daemon.core import count_table
+
+    monkeypatch.setattr(count_table, "SLOT_CACHE", 3)
+    table, model = _table({}), {}
+    for round_ in range(3):
+        for n, h in enumerate([*IN_ARRAYS, "c0", "x"], start=1):
+            table[h] = n + round_
+            model[h] = n + round_
+            assert len(table._slots) <= 3
+        for h in [*IN_ARRAYS, "c0", "x", "0a"]:
+            assert table.get(h) == model.get(h)
+    del table["a"]
+    del model["a"]
+    assert "a" not in table and dict(table.items()) == model
