@@ -79,9 +79,7 @@ async def test_a_batch_is_one_commit_with_a_record_per_event(start_daemon, make_
     )
 
 
-async def test_a_failed_batch_commit_is_undone_and_redone(
-    start_daemon, make_config
-) -> None:  # type: ignore[no-untyped-def]
+async def test_a_failed_batch_commit_is_undone_and_redone(start_daemon, make_config) -> None:  # type: ignore[no-untyped-def]
     d, _ = await idle_daemon(start_daemon, make_config)
     store = d.daemon.store
     write = store.write
