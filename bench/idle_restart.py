@@ -4,13 +4,17 @@ turn_end sent at a steady pace from the moment it listens; p50/p99 during the fi
 (which suspends every session) against the steady state after it, and the sweep's duration.
 
     python -m bench.idle_restart [--sessions 3000,10000] [--hashes 128] [--steady 10]
-        [--daemon-root PATH]  (another checkout's daemon, for a before/after comparison)
+        [--overdue 1.0] [--daemon-root PATH] [--record SECTION]
+    --overdue: the share of sessions past idle_suspend_s (the rest active in the last minute);
+    --daemon-root: another checkout's daemon, for a before/after comparison;
+    --record: write this run to bench/results/latest.{json,md} as section SECTION.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import random
 import re
 import sqlite3
@@ -23,6 +27,7 @@ from typing import Any
 
 from bench.loadgen import build_request, read_response
 from bench.procs import free_port
+from bench.sections import now_utc
 from bench.startup import (
     STORE_DIR,
     child_env,
@@ -38,11 +43,12 @@ SHARED = 64  # hashes every session shares (a system prompt)
 OLDEST_S, NEWEST_S = 14 * 3600.0, 400.0  # last activity: all past idle_suspend_s (300)
 RATE = 50.0  # each probe's events per second (health and turn_end, a connection each)
 SWEEP_TIMEOUT_S = 900.0
+RECENT_S = 60.0  # a session not overdue was last active this recently (due after 240 s+)
 
 
-def overdue_store(path: Path, n_sessions: int, hashes: int) -> Path:
-    """The start-up benchmark's store (built once under STORE_DIR) copied to ``path``, every
-    session last active 400 s to 14 h ago."""
+def overdue_store(path: Path, n_sessions: int, hashes: int, overdue: float = 1.0) -> Path:
+    """The start-up benchmark's store (built once under STORE_DIR) copied to ``path``; a share
+    ``overdue`` of its sessions last active 400 s to 14 h ago, the rest in the last minute."""
     cached = build(
         STORE_DIR / f"ramakv-idle-{n_sessions}x{hashes}.db",
         n_sessions,
@@ -57,7 +63,15 @@ def overdue_store(path: Path, n_sessions: int, hashes: int) -> Path:
         con.executemany(
             "INSERT OR REPLACE INTO session_state (session_id, suspended, last_event_ts, "
             "namespace) VALUES (?, 0, ?, '')",
-            [(sid, now - rnd.uniform(NEWEST_S, OLDEST_S)) for sid in ids],
+            [
+                (
+                    sid,
+                    now - rnd.uniform(NEWEST_S, OLDEST_S)
+                    if rnd.random() < overdue
+                    else now - rnd.uniform(0.0, RECENT_S),
+                )
+                for sid in ids
+            ],
         )
         con.commit()
     finally:
@@ -155,12 +169,16 @@ async def _measure(port: int, bodies: list[bytes], steady_s: float) -> dict[str,
 
 
 def one_case(
-    n_sessions: int, hashes: int, steady_s: float, root: Path | None = None
+    n_sessions: int,
+    hashes: int,
+    steady_s: float,
+    root: Path | None = None,
+    overdue: float = 1.0,
 ) -> dict[str, Any]:
     """A fresh daemon on an overdue store of ``n_sessions`` x ``hashes``: the latencies
     during its first idle sweep and after it."""
     with tempfile.TemporaryDirectory(prefix="ramakv-idle-restart-", dir=STORE_DIR) as d:
-        store = overdue_store(Path(d) / "sessions.db", n_sessions, hashes)
+        store = overdue_store(Path(d) / "sessions.db", n_sessions, hashes, overdue)
         bodies = probe_bodies(store, min(200, n_sessions), turns=20)
         t0 = time.perf_counter()
         if root is None:
@@ -193,16 +211,18 @@ def run(
     hashes: int = 128,
     steady_s: float = 10.0,
     root: Path | None = None,
+    overdue: float = 1.0,
 ) -> dict[str, Any]:
     """Every size, one daemon each."""
-    return {"rate_per_probe": RATE, "cases": [one_case(n, hashes, steady_s, root) for n in sizes]}
+    cases = [one_case(n, hashes, steady_s, root, overdue) for n in sizes]
+    return {"rate_per_probe": RATE, "overdue": overdue, "cases": cases}
 
 
 def table(res: dict[str, Any]) -> str:
     lines = [
         f"Health and turn_end at {res['rate_per_probe']:.0f}/s each while the first idle sweep "
-        "suspends every stored session (all idle 400 s to 14 h), against the steady state "
-        "after it.",
+        f"suspends the stored sessions idle 400 s to 14 h ({res.get('overdue', 1.0):.0%} of "
+        "them), against the steady state after it; sweep s: the sweep's own duration.",
         "",
         "| sessions x hashes | sweep s | suspended | event | during p50 / p99 ms | "
         "steady p50 / p99 ms | p99 during / steady |",
@@ -224,10 +244,19 @@ def main() -> None:
     p.add_argument("--sessions", default="3000,10000")
     p.add_argument("--hashes", type=int, default=128)
     p.add_argument("--steady", type=float, default=10.0, help="seconds measured after the sweep")
+    p.add_argument("--overdue", type=float, default=1.0, help="share of sessions overdue")
     p.add_argument("--daemon-root", type=Path, default=None)
+    p.add_argument("--record", default="", help="results section to write this run to")
     args = p.parse_args()
     sizes = tuple(int(x) for x in args.sessions.split(","))
-    print(table(run(sizes, args.hashes, args.steady, args.daemon_root)))
+    t0, started, load = time.perf_counter(), now_utc(), os.getloadavg()
+    res = run(sizes, args.hashes, args.steady, args.daemon_root, args.overdue)
+    text = table(res)
+    print(text, flush=True)
+    if args.record:
+        from bench.__main__ import save_run
+
+        save_run(args.record, res, text, started, load, t0)
 
 
 if __name__ == "__main__":

@@ -77,7 +77,8 @@ def render_md(results: dict[str, Any], texts: dict[str, str], order: list[str]) 
         "under its heading)\n\n"
         "Every speed figure is a ratio against a reference measured in the same run.\n"
     ]
-    for name in order:
+    # Sections a benchmark's own command line recorded (one per run) follow the suite's.
+    for name in [*order, *sorted(set(texts) - set(order))]:
         if name not in texts:
             continue
         section = results.get(name, {})
