@@ -57,3 +57,19 @@ def test_the_markdown_reads_back_to_the_tables_alone() -> None:
     md = sections.render_md(results, texts, ["old", "new"])
     assert "unknown start and load" in md  # a section from before sections carried them
     assert sections.parse_md(md) == texts
+
+
+def test_sections_a_command_line_recorded_follow_the_suites() -> None:
+    """A run one benchmark's own command line recorded (bench.idle_restart --record NAME)
+    is rendered too, after the suite's sections, in name order."""
+    results: dict[str, Any] = {}
+    for name in ("suite", "run_b", "run_a"):
+        _record(results, name, {"x": 1}, 1.0)
+    texts = {"run_b": "| b |", "suite": "| s |", "run_a": "| a |"}
+    md = sections.render_md(results, texts, ["suite"])
+    assert [line for line in md.splitlines() if line.startswith("## ")] == [
+        "## suite",
+        "## run_a",
+        "## run_b",
+    ]
+    assert sections.parse_md(md) == texts
