@@ -291,10 +291,11 @@ def build(
     fork_ids = ForkIds()  # one counter for the whole store: fork ids are unique in it
     ledger = OutboxLedger()  # what commits leave for delivery, and delivery for them
     committer = GroupCommitter(store, fork_ids, ledger, metrics.commit, config.idempotency_ttl_s)
+    limits = Limits(config.max_hashes_per_event, config.max_hash_bytes)
     parts = NamespaceParts(
         config,
         registry,
-        Limits(config.max_hashes_per_event, config.max_hash_bytes),
+        limits,
         ledger,
         backend,
         backend_factory or lmcache_factory(config),
@@ -322,7 +323,7 @@ def build(
     )
     debug = DebugWriter(config.debug_dir) if config.debug_enabled else None
     pipeline = Pipeline(
-        registry, namespaces, committer, ownership, records, reactions, debug, clock
+        registry, namespaces, committer, ownership, records, reactions, debug, clock, limits
     )
     # A release is not in the background lane: a client event for the session may wait
     # for it (Ownership.before), and a lane that waits for that client would never open.

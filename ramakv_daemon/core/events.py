@@ -56,7 +56,16 @@ def session_id_of(payload: JsonObject, field: str = "session_id") -> str:
     Raises:
         InvalidEvent: not a string, empty, too long or containing NUL.
     """
-    value = payload.get(field)
+    return session_id_value(payload.get(field), field)
+
+
+def session_id_value(value: object, field: str = "session_id") -> str:
+    """``value`` as a session id in ``field`` (a typed message's field and a payload's
+    share this one rule and its texts).
+
+    Raises:
+        InvalidEvent: not a string, empty, too long or containing NUL.
+    """
     if not isinstance(value, str):
         raise InvalidEvent(f"{field} must be a string")
     if not value:
@@ -149,6 +158,11 @@ def object_of(payload: JsonObject, field: str) -> JsonObject | None:
 def bool_of(payload: JsonObject, field: str, default: bool = False) -> bool:
     """An optional boolean field."""
     value = payload.get(field, default)
+    return bool_value(value, field, default)
+
+
+def bool_value(value: object, field: str, default: bool = False) -> bool:
+    """``value`` as an optional boolean field (None: ``default``)."""
     if value is None:
         return default
     if not isinstance(value, bool):
