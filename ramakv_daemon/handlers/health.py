@@ -2,20 +2,13 @@
 
 from __future__ import annotations
 
-from typing import Self
-
 from ramakv_daemon.core.change import Change
-from ramakv_daemon.core.events import JsonObject, Limits
-from ramakv_daemon.handlers.messages import Message
+from ramakv_daemon.handlers.messages import Bare
 from ramakv_daemon.handlers.registry import READ, HandlerContext, typed_event
 
 
-class Health(Message, frozen=True, tag="health"):
+class Health(Bare, frozen=True, tag="health"):
     """health's message: no fields."""
-
-    @classmethod
-    def parse(cls, payload: JsonObject, limits: Limits) -> Self:
-        return cls()
 
 
 @typed_event(Health, "Health check", effects=READ)

@@ -71,3 +71,11 @@ def as_data(reply: Mapping[str, object]) -> dict[str, object]:
     """A reply's ``data`` built as its protocol type (ramakv_protocol.replies, whose
     TypedDicts are plain dicts at run time) as the Change carries it: no copy."""
     return cast(dict[str, object], reply)
+
+
+class Bare(Message, frozen=True):
+    """An event with no fields of its own (health, list_events, list_namespaces)."""
+
+    @classmethod
+    def parse(cls, payload: JsonObject, limits: Limits) -> Self:
+        return cls()

@@ -81,16 +81,24 @@ VALID: dict[str, list[Any]] = {
     "inferred": [True, False],
     "if_idle_since": [0, 1, 1.5, 1e9],
     "fork_id": [1, 7],
+    "chunk_hashes": [["a"], ["a", "b"]],
+    "dry_run": [True, False],
+    "force": [True, False],
     "namespace": ["n"],
     "unknown_field": [1],
 }
 FIELDS = {
     name: st.one_of(
-        st.sampled_from(ok), st.sampled_from(ok), params if name == "kv_transfer_params" else values
+        st.sampled_from(ok),
+        st.sampled_from(ok),
+        params if name == "kv_transfer_params" else values,
+        st.sampled_from(HASH_LISTS),
     )
     for name, ok in VALID.items()
 }
-TYPED = sorted(name for name in CONTRACT_EVENTS if DEFAULT_REGISTRY.get(name).message is not None)
+TYPED = sorted(s.name for s in DEFAULT_REGISTRY.specs() if DEFAULT_REGISTRY.get(s.name).message)
+# The admin events that still read the payload (a later step types them too).
+UNTYPED = {"backend_query", "chunk_top", "list_sessions", "session_chunks"}
 
 
 def message_of(name: str) -> type[Message]:
@@ -100,7 +108,8 @@ def message_of(name: str) -> type[Message]:
 
 
 def test_every_contract_event_is_typed() -> None:
-    assert TYPED == sorted(CONTRACT_EVENTS)
+    assert CONTRACT_EVENTS <= set(TYPED)
+    assert set(TYPED) | UNTYPED == {s.name for s in DEFAULT_REGISTRY.specs()}
     for name in TYPED:
         assert tag_of(message_of(name)) == name
 
