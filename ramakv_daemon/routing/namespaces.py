@@ -15,9 +15,9 @@ from ramakv_daemon.core.events import JsonObject
 from ramakv_daemon.core.fork import ForkIds
 from ramakv_daemon.core.manager import SessionManager
 from ramakv_daemon.delivery.dispatcher import BackendDispatcher
+from ramakv_daemon.deployments import DEFAULT_NAMESPACE, Deployment, default_namespace
 from ramakv_daemon.handlers import HandlerContext
 from ramakv_daemon.ports import Backend, BackendFactory
-from ramakv_daemon.routing.deployments import DEFAULT_NAMESPACE, Deployment, default_namespace
 
 log = logging.getLogger("ramakv")
 
