@@ -15,7 +15,6 @@ from ramakv_daemon.adapters.backends.noop import NoopBackend
 from ramakv_daemon.adapters.sqlite.store import SqliteSessionStore
 from ramakv_daemon.commit.committer import GroupCommitter
 from ramakv_daemon.commit.ledger import OutboxLedger
-from ramakv_daemon.commit.restore import restore
 from ramakv_daemon.config import Config
 from ramakv_daemon.core.budget import BudgetState
 from ramakv_daemon.core.events import JsonObject, Limits
@@ -37,6 +36,7 @@ from ramakv_daemon.events.reactions import (
     warn_forced,
 )
 from ramakv_daemon.events.service import EventService
+from ramakv_daemon.events.trace_records import TraceRecords, publish_backend_failure
 from ramakv_daemon.handlers import DEFAULT_REGISTRY, HandlerContext, Registry
 from ramakv_daemon.ports import (
     Backend,
@@ -45,6 +45,7 @@ from ramakv_daemon.ports import (
     OutboxFeed,
     SessionStore,
 )
+from ramakv_daemon.restore import restore
 from ramakv_daemon.routing.namespaces import Namespace, Namespaces, backend_of
 from ramakv_daemon.routing.ownership import Ownership
 from ramakv_daemon.sweeps.fork_expiry import ForkExpiry
@@ -53,7 +54,6 @@ from ramakv_daemon.sweeps.l2_budget import L2BudgetSweep, evidence
 from ramakv_daemon.sweeps.retention import RetentionSweep
 from ramakv_daemon.telemetry.metrics import DaemonMetrics
 from ramakv_daemon.trace.hub import TraceHub
-from ramakv_daemon.trace.records import TraceRecords, publish_backend_failure
 
 log = logging.getLogger("ramakv")
 
