@@ -222,11 +222,10 @@ def floor_of(layers: list[tuple[str, ...]]) -> dict[str, int]:
 def upward(
     layers: list[tuple[str, ...]], edges: list[tuple[str, str, int]], depth: int
 ) -> list[str]:
-    """Each import between two names of ``layers`` (a module's name is its ``depth``-th
-    dotted part: 1 for a package, 2 for a daemon package) that does not point to a lower
-    line. Every import counts:
-    one under ``if TYPE_CHECKING:`` or deferred into a function is a dependency all the same
-    (a type's home is as much a design fact as a call's)."""
+    """Each import between two names of ``layers`` that does not point to a lower line (a
+    module's name is its ``depth``-th dotted part: 1 for a package, 2 for a daemon package).
+    Every import counts: one under ``if TYPE_CHECKING:`` or deferred into a function is a
+    dependency all the same (a type's home is as much a design fact as a call's)."""
     floor = floor_of(layers)
     bad = []
     for n, t, line in edges:
