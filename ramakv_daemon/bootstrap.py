@@ -15,7 +15,6 @@ from ramakv_daemon.adapters.backends.noop import NoopBackend
 from ramakv_daemon.adapters.sqlite.store import SqliteSessionStore
 from ramakv_daemon.commit.committer import GroupCommitter
 from ramakv_daemon.commit.ledger import OutboxLedger
-from ramakv_daemon.commit.restore import restore
 from ramakv_daemon.config import Config
 from ramakv_daemon.core.budget import BudgetState
 from ramakv_daemon.core.events import JsonObject, Limits
@@ -24,6 +23,7 @@ from ramakv_daemon.core.manager import SessionManager
 from ramakv_daemon.delivery.delivery_state import NamespaceState
 from ramakv_daemon.delivery.dispatcher import BackendDispatcher
 from ramakv_daemon.delivery.window_report import report_window
+from ramakv_daemon.deployments import DEFAULT_NAMESPACE, Deployment
 from ramakv_daemon.events.budget_policy import BudgetPolicy
 from ramakv_daemon.events.debug_files import DebugWriter
 from ramakv_daemon.events.idempotency import AnswerCache, EventIds, Reply
@@ -37,6 +37,7 @@ from ramakv_daemon.events.reactions import (
     warn_forced,
 )
 from ramakv_daemon.events.service import EventService
+from ramakv_daemon.events.trace_records import TraceRecords, publish_backend_failure
 from ramakv_daemon.handlers import DEFAULT_REGISTRY, HandlerContext, Registry
 from ramakv_daemon.ports import (
     Backend,
@@ -45,7 +46,8 @@ from ramakv_daemon.ports import (
     OutboxFeed,
     SessionStore,
 )
-from ramakv_daemon.routing.namespaces import Namespace, Namespaces, backend_of
+from ramakv_daemon.restore import restore
+from ramakv_daemon.routing.namespaces import Namespace, Namespaces
 from ramakv_daemon.routing.ownership import Ownership
 from ramakv_daemon.sweeps.fork_expiry import ForkExpiry
 from ramakv_daemon.sweeps.idle_policy import IdleSweep
@@ -53,7 +55,6 @@ from ramakv_daemon.sweeps.l2_budget import L2BudgetSweep, evidence
 from ramakv_daemon.sweeps.retention import RetentionSweep
 from ramakv_daemon.telemetry.metrics import DaemonMetrics
 from ramakv_daemon.trace.hub import TraceHub
-from ramakv_daemon.trace.records import TraceRecords, publish_backend_failure
 
 log = logging.getLogger("ramakv")
 
@@ -63,6 +64,51 @@ def make_backend(config: Config) -> Backend:
     if config.noop_backend:
         return NoopBackend()
     return lmcache_factory(config)(config.lmcache_url, config.evict_locations)
+
+
+class UnsteeredBackend(NoopBackend):
+    """The backend of a namespace with no valid identity: accepts and sends nothing."""
+
+    name = "unsteered"
+
+
+def backend_of(
+    key: str,
+    dep: Deployment | None,
+    config: Config,
+    default_backend: Backend,
+    factory: BackendFactory,
+) -> tuple[Backend, Backend | None, int]:
+    """A namespace's backend, the one it owns (closed at stop; None: the shared default)
+    and its DDR budget in chunks."""
+    if key == DEFAULT_NAMESPACE:
+        return default_backend, None, config.ddr_budget_chunks
+    if dep is None or not dep.steered:
+        if dep is not None:
+            # Loud, once: a miss is always preferred to a wrong hit.
+            log.error(
+                "deployment %r has no valid identity (%s): its events are accepted "
+                "and recorded under %r, but NO prefetch or evict is sent",
+                dep.name,
+                "; ".join(dep.problems),
+                key,
+            )
+        else:
+            log.warning(
+                "namespace %r is in the database but not configured: its sessions are "
+                "kept (never deleted automatically), nothing is sent to any cache; "
+                "ramakv-admin purge-namespace removes them",
+                key,
+            )
+        unsteered = UnsteeredBackend()
+        return unsteered, unsteered, 0
+    if dep.lmcache_url is None and dep.evict_locations is None:
+        return default_backend, None, dep.ddr_budget_chunks
+    own = factory(
+        dep.lmcache_url or config.lmcache_url,
+        dep.evict_locations if dep.evict_locations is not None else config.evict_locations,
+    )
+    return own, own, dep.ddr_budget_chunks
 
 
 @dataclass(frozen=True, slots=True)

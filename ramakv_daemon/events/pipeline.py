@@ -18,13 +18,13 @@ from ramakv_daemon.events.idempotency import AnswerSlot, Reply
 from ramakv_daemon.events.outcome import Outcome
 from ramakv_daemon.events.reactions import Reactions
 from ramakv_daemon.events.reads import Result, apply_settled
+from ramakv_daemon.events.trace_records import TraceRecords
 from ramakv_daemon.handlers import Handler, Registry
 from ramakv_daemon.handlers.messages import Message
 from ramakv_daemon.ports import StoreError, StoreFenced
 from ramakv_daemon.routing.namespaces import Namespace, Namespaces
 from ramakv_daemon.routing.ownership import Ownership
 from ramakv_daemon.telemetry.log_text import loggable
-from ramakv_daemon.trace.records import TraceRecords
 
 log = logging.getLogger("ramakv")
 
