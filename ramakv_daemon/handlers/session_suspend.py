@@ -47,9 +47,6 @@ class Release(Message, frozen=True):
         return cls(session_id, idle_since_of(payload), reason, inferred)
 
 
-assert Release.__struct_fields__[1:] == (FIELD, "reason", INFERRED)  # the wire's names
-
-
 class SessionSuspend(Release, frozen=True, tag="session_suspend"):
     """session_suspend's message."""
 

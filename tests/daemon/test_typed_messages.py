@@ -114,6 +114,29 @@ def test_every_contract_event_is_typed() -> None:
         assert tag_of(message_of(name)) == name
 
 
+# What list_events said of each event before the messages (their fields now say it).
+SPECS = {
+    "turn_start": (("session_id",), ("prefetch", "request_id")),
+    "turn_end": (("session_id", "kv_transfer_params"), ("debug_context", "request_id")),
+    "snapshot_restore": (("session_id",), ("source_session_id", "reason", "request_id")),
+    "session_map": (("session_id",), ()),
+    "session_close": (("session_id",), ("if_idle_since", "reason", "inferred")),
+    "session_suspend": (("session_id",), ("if_idle_since", "reason", "inferred")),
+    "session_fork": (("session_id",), ()),
+    "session_fork_end": (("session_id",), ("fork_id",)),
+    "health": ((), ()),
+    "list_events": ((), ()),
+    "list_namespaces": ((), ()),
+    "chunk_info": (("chunk_hashes",), ()),
+    "chunk_evict": (("chunk_hashes",), ("dry_run", "force")),
+}
+
+
+def test_specs_read_from_the_messages_are_unchanged() -> None:
+    got = {n: (s.required, s.optional) for n in TYPED for s in [DEFAULT_REGISTRY.get(n).spec]}
+    assert got == SPECS
+
+
 def test_a_turn_end_takes_the_fast_decode() -> None:
     payload = {
         "type": "turn_end",
