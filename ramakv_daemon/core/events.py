@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -101,6 +102,19 @@ def chunk_hashes_of(value: object, limits: Limits, field: str = "chunk_hashes") 
     """
     if not isinstance(value, list):
         raise InvalidEvent(f"'{field}' must be a list of strings")
+    if check_chunk_hashes(value, limits, field):
+        return list(value)
+    return _chunk_hashes_slow(value, limits, field)
+
+
+def check_chunk_hashes(value: Sequence[Any], limits: Limits, field: str) -> bool:
+    """Check a sequence of chunk hashes (a typed message's tuple, a payload's list):
+    True when all passed the fast path; False when only the slow path, which also
+    raises on a bad one, could tell (a non-ASCII hash that is valid).
+
+    Raises:
+        InvalidEvent: too many hashes (a bad one is left to the slow path).
+    """
     if len(value) > limits.max_hashes_per_event:
         raise InvalidEvent(
             f"'{field}' has {len(value)} hashes, more than the limit of "
@@ -111,17 +125,21 @@ def chunk_hashes_of(value: object, limits: Limits, field: str = "chunk_hashes") 
         joined = "".join(value)  # raises TypeError on any non-string, in C
     except TypeError:
         joined = None
-    if (
+    return bool(
         joined is not None
         and joined.isascii()
         and all(value)
         and max(map(len, value), default=0) <= limits.max_hash_bytes
-    ):
-        return list(value)
-    return _chunk_hashes_slow(value, limits, field)
+    )
 
 
-def _chunk_hashes_slow(value: list[object], limits: Limits, field: str) -> list[str]:
+def chunk_hashes_value(value: Sequence[object], limits: Limits, field: str) -> None:
+    """Raise InvalidEvent (the texts of :func:`chunk_hashes_of`) on a bad hash sequence."""
+    if not check_chunk_hashes(value, limits, field):
+        _chunk_hashes_slow(value, limits, field)
+
+
+def _chunk_hashes_slow(value: Sequence[object], limits: Limits, field: str) -> list[str]:
     """Check each hash in turn; raises on the first bad one with its index."""
     out: list[str] = []
     for i, h in enumerate(value):

@@ -6,7 +6,13 @@ from typing import Self
 
 from ramakv_daemon.core.change import Change
 from ramakv_daemon.core.errors import InvalidEvent
-from ramakv_daemon.core.events import JsonObject, Limits, bool_of, chunk_hashes_of
+from ramakv_daemon.core.events import (
+    JsonObject,
+    Limits,
+    bool_of,
+    chunk_hashes_of,
+    chunk_hashes_value,
+)
 from ramakv_daemon.handlers.messages import Message
 from ramakv_daemon.handlers.registry import HandlerContext, typed_event
 
@@ -14,12 +20,12 @@ from ramakv_daemon.handlers.registry import HandlerContext, typed_event
 class ChunkEvict(Message, frozen=True, tag="chunk_evict"):
     """chunk_evict's message: at least one hash."""
 
-    chunk_hashes: list[str]
+    chunk_hashes: tuple[str, ...]
     dry_run: bool = False
     force: bool = False
 
     def check(self, limits: Limits) -> None:
-        chunk_hashes_of(self.chunk_hashes, limits)
+        chunk_hashes_value(self.chunk_hashes, limits, "chunk_hashes")
         if not self.chunk_hashes:
             raise InvalidEvent("'chunk_hashes' must not be empty")
 
@@ -30,7 +36,7 @@ class ChunkEvict(Message, frozen=True, tag="chunk_evict"):
         force = bool_of(payload, "force")
         if not hashes:
             raise InvalidEvent("'chunk_hashes' must not be empty")
-        return cls(hashes, dry_run, force)
+        return cls(tuple(hashes), dry_run, force)
 
 
 @typed_event(

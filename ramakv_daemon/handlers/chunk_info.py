@@ -6,7 +6,7 @@ from collections.abc import Generator
 from typing import Self
 
 from ramakv_daemon.core.change import Change
-from ramakv_daemon.core.events import JsonObject, Limits, chunk_hashes_of
+from ramakv_daemon.core.events import JsonObject, Limits, chunk_hashes_of, chunk_hashes_value
 from ramakv_daemon.handlers.messages import Message
 from ramakv_daemon.handlers.registry import READ, HandlerContext, typed_event
 
@@ -17,14 +17,14 @@ SLICE = 500
 class ChunkInfo(Message, frozen=True, tag="chunk_info"):
     """chunk_info's message."""
 
-    chunk_hashes: list[str]
+    chunk_hashes: tuple[str, ...]
 
     def check(self, limits: Limits) -> None:
-        chunk_hashes_of(self.chunk_hashes, limits)
+        chunk_hashes_value(self.chunk_hashes, limits, "chunk_hashes")
 
     @classmethod
     def parse(cls, payload: JsonObject, limits: Limits) -> Self:
-        return cls(chunk_hashes_of(payload.get("chunk_hashes"), limits))
+        return cls(tuple(chunk_hashes_of(payload.get("chunk_hashes"), limits)))
 
 
 @typed_event(

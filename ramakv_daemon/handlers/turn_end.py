@@ -15,6 +15,7 @@ from ramakv_daemon.core.events import (
     Limits,
     check_depth,
     chunk_hashes_of,
+    chunk_hashes_value,
     object_of,
     session_id_of,
     session_id_value,
@@ -29,7 +30,7 @@ HASHES = "kv_transfer_params.chunk_hashes"
 class KvTransferParams(msgspec.Struct, frozen=True):
     """What turn_end reads of the engine's kv_transfer_params (the rest is ignored)."""
 
-    chunk_hashes: list[str]
+    chunk_hashes: tuple[str, ...]
 
 
 class TurnEnd(Message, frozen=True, tag="turn_end"):
@@ -41,13 +42,13 @@ class TurnEnd(Message, frozen=True, tag="turn_end"):
     request_id: str | None = None
 
     @property
-    def chunk_hashes(self) -> list[str]:
-        """The new map (a list the decode made: nobody else holds it)."""
+    def chunk_hashes(self) -> tuple[str, ...]:
+        """The new map."""
         return self.kv_transfer_params.chunk_hashes
 
     def check(self, limits: Limits) -> None:
         session_id_value(self.session_id)
-        chunk_hashes_of(self.kv_transfer_params.chunk_hashes, limits, HASHES)
+        chunk_hashes_value(self.kv_transfer_params.chunk_hashes, limits, HASHES)
         if self.debug_context is not None:
             check_depth(self.debug_context, MAX_DEBUG_DEPTH, "debug_context")
         request_id_value(self.request_id)
@@ -63,11 +64,11 @@ class TurnEnd(Message, frozen=True, tag="turn_end"):
             # A missing list is a host or engine bug: a quiet success would hide it, and
             # reading it as [] would evict the whole session. Only an explicit [] empties it.
             raise MissingField(HASHES)
-        hashes = chunk_hashes_of(raw, limits, HASHES)
+        hashes = KvTransferParams(tuple(chunk_hashes_of(raw, limits, HASHES)))
         debug_context = object_of(payload, "debug_context")
         if debug_context is not None:
             check_depth(debug_context, MAX_DEBUG_DEPTH, "debug_context")
-        return cls(session_id, KvTransferParams(hashes), debug_context, request_id_of(payload))
+        return cls(session_id, hashes, debug_context, request_id_of(payload))
 
 
 @typed_event(

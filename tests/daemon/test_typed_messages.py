@@ -146,7 +146,7 @@ def test_a_turn_end_takes_the_fast_decode() -> None:
     }
     msg = decode(TurnEnd, payload, LIMITS)
     assert msg == TurnEnd.parse(payload, LIMITS)
-    assert msg is not None and msg.chunk_hashes == ["a", "b"]
+    assert msg is not None and msg.chunk_hashes == ("a", "b")
 
 
 @settings(max_examples=400, deadline=None)
