@@ -1,1 +1,1 @@
-"""ram-a-kv package."""
+"""ramakv-console: the operator's Textual app over the daemon's trace, through the SDK."""

@@ -15,7 +15,6 @@ from ramakv_daemon.adapters.backends.noop import NoopBackend
 from ramakv_daemon.adapters.sqlite.store import SqliteSessionStore
 from ramakv_daemon.commit.committer import GroupCommitter
 from ramakv_daemon.commit.ledger import OutboxLedger
-from ramakv_daemon.commit.restore import restore
 from ramakv_daemon.config import Config
 from ramakv_daemon.core.budget import BudgetState
 from ramakv_daemon.core.events import JsonObject, Limits
@@ -24,6 +23,7 @@ from ramakv_daemon.core.manager import SessionManager
 from ramakv_daemon.delivery.delivery_state import NamespaceState
 from ramakv_daemon.delivery.dispatcher import BackendDispatcher
 from ramakv_daemon.delivery.window_report import report_window
+from ramakv_daemon.deployments import DEFAULT_NAMESPACE, Deployment
 from ramakv_daemon.events.budget_policy import BudgetPolicy
 from ramakv_daemon.events.debug_files import DebugWriter
 from ramakv_daemon.events.idempotency import AnswerCache, EventIds, Reply
@@ -37,6 +37,7 @@ from ramakv_daemon.events.reactions import (
     warn_forced,
 )
 from ramakv_daemon.events.service import EventService
+from ramakv_daemon.events.trace_records import TraceRecords, publish_backend_failure
 from ramakv_daemon.handlers import DEFAULT_REGISTRY, HandlerContext, Registry
 from ramakv_daemon.ports import (
     Backend,
@@ -45,7 +46,8 @@ from ramakv_daemon.ports import (
     OutboxFeed,
     SessionStore,
 )
-from ramakv_daemon.routing.namespaces import Namespace, Namespaces, backend_of
+from ramakv_daemon.restore import restore
+from ramakv_daemon.routing.namespaces import Namespace, Namespaces
 from ramakv_daemon.routing.ownership import Ownership
 from ramakv_daemon.sweeps.fork_expiry import ForkExpiry
 from ramakv_daemon.sweeps.idle_batch import BatchActor
@@ -54,7 +56,6 @@ from ramakv_daemon.sweeps.l2_budget import L2BudgetSweep, evidence
 from ramakv_daemon.sweeps.retention import RetentionSweep
 from ramakv_daemon.telemetry.metrics import DaemonMetrics
 from ramakv_daemon.trace.hub import TraceHub
-from ramakv_daemon.trace.records import TraceRecords, publish_backend_failure
 
 log = logging.getLogger("ramakv")
 
@@ -64,6 +65,51 @@ def make_backend(config: Config) -> Backend:
     if config.noop_backend:
         return NoopBackend()
     return lmcache_factory(config)(config.lmcache_url, config.evict_locations)
+
+
+class UnsteeredBackend(NoopBackend):
+    """The backend of a namespace with no valid identity: accepts and sends nothing."""
+
+    name = "unsteered"
+
+
+def backend_of(
+    key: str,
+    dep: Deployment | None,
+    config: Config,
+    default_backend: Backend,
+    factory: BackendFactory,
+) -> tuple[Backend, Backend | None, int]:
+    """A namespace's backend, the one it owns (closed at stop; None: the shared default)
+    and its DDR budget in chunks."""
+    if key == DEFAULT_NAMESPACE:
+        return default_backend, None, config.ddr_budget_chunks
+    if dep is None or not dep.steered:
+        if dep is not None:
+            # Loud, once: a miss is always preferred to a wrong hit.
+            log.error(
+                "deployment %r has no valid identity (%s): its events are accepted "
+                "and recorded under %r, but NO prefetch or evict is sent",
+                dep.name,
+                "; ".join(dep.problems),
+                key,
+            )
+        else:
+            log.warning(
+                "namespace %r is in the database but not configured: its sessions are "
+                "kept (never deleted automatically), nothing is sent to any cache; "
+                "ramakv-admin purge-namespace removes them",
+                key,
+            )
+        unsteered = UnsteeredBackend()
+        return unsteered, unsteered, 0
+    if dep.lmcache_url is None and dep.evict_locations is None:
+        return default_backend, None, dep.ddr_budget_chunks
+    own = factory(
+        dep.lmcache_url or config.lmcache_url,
+        dep.evict_locations if dep.evict_locations is not None else config.evict_locations,
+    )
+    return own, own, dep.ddr_budget_chunks
 
 
 @dataclass(frozen=True, slots=True)
@@ -292,10 +338,11 @@ def build(
     fork_ids = ForkIds()  # one counter for the whole store: fork ids are unique in it
     ledger = OutboxLedger()  # what commits leave for delivery, and delivery for them
     committer = GroupCommitter(store, fork_ids, ledger, metrics.commit, config.idempotency_ttl_s)
+    limits = Limits(config.max_hashes_per_event, config.max_hash_bytes)
     parts = NamespaceParts(
         config,
         registry,
-        Limits(config.max_hashes_per_event, config.max_hash_bytes),
+        limits,
         ledger,
         backend,
         backend_factory or lmcache_factory(config),
@@ -323,7 +370,7 @@ def build(
     )
     debug = DebugWriter(config.debug_dir) if config.debug_enabled else None
     pipeline = Pipeline(
-        registry, namespaces, committer, ownership, records, reactions, debug, clock
+        registry, namespaces, committer, ownership, records, reactions, debug, clock, limits
     )
     # A release is not in the background lane: a client event for the session may wait
     # for it (Ownership.before), and a lane that waits for that client would never open.

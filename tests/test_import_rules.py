@@ -1,6 +1,8 @@
-"""The import graph keeps the architecture: the core imports nothing of the daemon,
-adapters only ports, core and the protocol, no package reaches into a sibling's private
-module, and no package has an import cycle (docs/architecture.md)."""
+"""The import graph keeps the architecture: the daemon's packages stand in the layers of
+``DAEMON_LAYERS`` and import only downwards (docs/architecture.md draws the same list), the
+repository's packages in ``HOUSE_LAYERS``; the core imports nothing of the daemon, adapters
+only ports, core and the protocol; no module reaches into another package's private module,
+and no package has an import cycle among its files."""
 
 from __future__ import annotations
 
@@ -57,7 +59,7 @@ def _known(target: str, line: int, known: dict[str, Path]) -> Iterator[tuple[str
         yield target, line
 
 
-def graph(package: str, type_checking: bool = True) -> dict[str, set[str]]:
+def graph(package: str) -> dict[str, set[str]]:
     known = modules(package)
     return {
         name: {t for t, _ in imports_of(name, path, known) if t != name}
@@ -110,14 +112,16 @@ def strip_inits(edges: dict[str, set[str]]) -> dict[str, set[str]]:
     return {n: {t for t in ts if t not in inits} for n, ts in edges.items() if n not in inits}
 
 
-@pytest.mark.parametrize(
-    "package",
-    [
-        "ramakv_daemon",
-        "ramakv_console",
-        "ascend_ext",
-    ],
-)
+PACKAGES = sorted(p.parent.name for p in ROOT.glob("*/__init__.py"))
+
+
+def test_every_package_is_checked() -> None:
+    # A new top-level package is checked the day it appears (it needs a place in
+    # HOUSE_LAYERS, below): the list is read from the tree, not written here.
+    assert {"ramakv_daemon", "ramakv_sdk", "ramakv_protocol", "ramakv_console"} <= set(PACKAGES)
+
+
+@pytest.mark.parametrize("package", PACKAGES)
 def test_no_import_cycles(package: str) -> None:
     assert cycles(strip_inits(graph(package))) == []
 
@@ -156,11 +160,121 @@ def test_adapters_import_only_ports_core_and_the_protocol() -> None:
     assert bad == []
 
 
-def test_no_package_imports_a_siblings_private_module() -> None:
-    bad = []
-    for n, t, line in daemon_edges():
-        leaf = t.rpartition(".")[2]
-        if leaf.startswith("_") and not leaf.startswith("__"):
-            if t.rpartition(".")[0] != n.rpartition(".")[0]:
-                bad.append(f"{n}:{line} imports {t}")
+def house_edges() -> list[tuple[str, str, int]]:
+    """(importer, imported, line) over every package of the repository (tests are not one)."""
+    known: dict[str, Path] = {}
+    for package in PACKAGES:
+        known.update(modules(package))
+    return [(n, t, line) for n, p in known.items() for t, line in imports_of(n, p, known)]
+
+
+def private(module: str) -> bool:
+    leaf = module.rpartition(".")[2]
+    return leaf.startswith("_") and not leaf.startswith("__")
+
+
+def test_no_module_imports_another_packages_private_module() -> None:
+    # ``pkg/_name.py`` is for pkg and the packages under it (ramakv_sdk/_closing.py: the
+    # client's and the trace subscriber's); anyone else goes through a public module.
+    edges = house_edges()
+    checked = [(n, t, line) for n, t, line in edges if private(t)]
+    assert checked, "no import of a private module: this rule checks nothing"
+    bad = [
+        f"{n}:{line} imports {t}"
+        for n, t, line in checked
+        if not n.startswith(t.rpartition(".")[0] + ".")
+    ]
     assert bad == []
+
+
+# ---- layers ------------------------------------------------------------------------------
+# Bottom first. A name is a package or a top-level module of ramakv_daemon; each may import
+# only the names on lines below its own, and those on one line import none of each other.
+# docs/architecture.md ("Layers") draws this list; a test below holds the two equal.
+DAEMON_LAYERS: list[tuple[str, ...]] = [
+    ("core",),
+    ("ports", "deployments"),
+    ("admin_port", "config"),
+    ("commit", "delivery", "trace"),
+    ("adapters", "handlers"),
+    ("routing",),
+    ("telemetry",),
+    ("events",),
+    ("sweeps", "restore"),
+    ("bootstrap",),
+    ("http", "cli"),
+    ("__main__",),
+]
+
+# The repository's packages, by the same rule (bench: benchmarks over all of them).
+HOUSE_LAYERS: list[tuple[str, ...]] = [
+    ("ramakv_protocol", "ascend_ext"),
+    ("ramakv_daemon", "ramakv_sdk"),
+    ("ramakv_console",),
+    ("bench",),
+]
+
+
+def floor_of(layers: list[tuple[str, ...]]) -> dict[str, int]:
+    return {name: i for i, line in enumerate(layers) for name in line}
+
+
+def upward(
+    layers: list[tuple[str, ...]], edges: list[tuple[str, str, int]], depth: int
+) -> list[str]:
+    """Each import between two names of ``layers`` that does not point to a lower line (a
+    module's name is its ``depth``-th dotted part: 1 for a package, 2 for a daemon package).
+    Every import counts: one under ``if TYPE_CHECKING:`` or deferred into a function is a
+    dependency all the same (a type's home is as much a design fact as a call's)."""
+    floor = floor_of(layers)
+    bad = []
+    for n, t, line in edges:
+        a, b = (m.split(".")[depth - 1] for m in (n, t))
+        if a == b or n.count(".") < depth - 1 or t.count(".") < depth - 1:
+            continue
+        if floor[b] >= floor[a]:
+            bad.append(f"{n}:{line} imports {t} ({a} on line {floor[a]}, {b} on {floor[b]})")
+    return bad
+
+
+def daemon_names() -> set[str]:
+    return {n.split(".")[1] for n in modules("ramakv_daemon") if "." in n}
+
+
+def test_every_daemon_package_has_a_layer() -> None:
+    placed = [name for line in DAEMON_LAYERS for name in line]
+    assert len(placed) == len(set(placed))
+    assert set(placed) == daemon_names()
+
+
+def test_the_daemon_imports_only_downwards() -> None:
+    assert upward(DAEMON_LAYERS, daemon_edges(), depth=2) == []
+
+
+def test_every_package_has_a_house_layer() -> None:
+    assert sorted(name for line in HOUSE_LAYERS for name in line) == PACKAGES
+
+
+def test_the_house_imports_only_downwards() -> None:
+    assert upward(HOUSE_LAYERS, house_edges(), depth=1) == []
+
+
+def test_the_layer_rule_sees_an_upward_import() -> None:
+    # The rule is no tautology: the core importing the pipeline is caught.
+    edges = [("ramakv_daemon.core.manager", "ramakv_daemon.events.pipeline", 1)]
+    assert len(upward(DAEMON_LAYERS, edges, depth=2)) == 1
+
+
+def drawn_layers() -> list[tuple[str, ...]]:
+    """docs/architecture.md's layer block, bottom first: the fenced block after the line
+    ``<!-- layers: tests/test_import_rules.py DAEMON_LAYERS -->``, one line per layer, top
+    first, ``name, name: what they hold``."""
+    text = (ROOT / "docs" / "architecture.md").read_text()
+    block = text.split("<!-- layers: tests/test_import_rules.py DAEMON_LAYERS -->", 1)[1]
+    body = block.split("```", 2)[1]
+    lines = [ln.split(":", 1)[0] for ln in body.splitlines()[1:] if ln.strip()]
+    return [tuple(n.strip() for n in ln.split(",")) for ln in reversed(lines)]
+
+
+def test_the_architecture_doc_draws_these_layers() -> None:
+    assert drawn_layers() == DAEMON_LAYERS

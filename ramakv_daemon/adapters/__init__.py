@@ -1,1 +1,1 @@
-"""ram-a-kv package."""
+"""The ports' implementations: the SQLite and PostgreSQL stores, the cache backends."""

@@ -12,8 +12,8 @@ from ramakv_daemon.config import Config
 from ramakv_daemon.core.fork import Fork
 from ramakv_daemon.core.manager import SessionManager
 from ramakv_daemon.core.session import Session
+from ramakv_daemon.deployments import DEFAULT_NAMESPACE
 from ramakv_daemon.ports import EvictMode
-from ramakv_daemon.routing.deployments import DEFAULT_NAMESPACE
 
 _DURATION = re.compile(r"^(\d+(?:\.\d+)?)([smhdw]?)$")
 _UNITS = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}

@@ -1,1 +1,1 @@
-"""The group commit and the start-up restore of committed state."""
+"""The group commit: frozen change records, held records, the outbox ledger delivery reads."""

@@ -96,7 +96,7 @@ class GroupCommitter:
         self.on_commit = on_commit
         self.event_id_ttl_s = event_id_ttl_s
         self._pending: list[_Pending] = []
-        self._wake = asyncio.Event()
+        self._wake = self.ledger.writer_wake  # delivery retiring rows wakes the writer too
         self._task: asyncio.Task[None] | None = None
         self._closing = False
         self._commits = 0
@@ -112,7 +112,6 @@ class GroupCommitter:
 
     def start(self) -> None:
         """Start the writer task on the running loop."""
-        self.ledger.writer_wake = self._wake
         self._task = asyncio.get_running_loop().create_task(self._run(), name="group-commit")
 
     def submit(self, record: ChangeRecord) -> asyncio.Future[None]:

@@ -31,7 +31,8 @@ class OutboxLedger:
         # later ones (commit/holding.py); a failure ends them all.
         self._doubt: dict[int, tuple[str, Mapping[str, int]]] = {}
         self._retired: list[int] = []
-        self.writer_wake: asyncio.Event | None = None  # the committer's: rows retired
+        # The group writer waits on it (its own submits set it too): rows were retired.
+        self.writer_wake = asyncio.Event()
 
     # ---- the committer's side ------------------------------------------------------------
     def submitted(self, record: ChangeRecord) -> None:
@@ -105,5 +106,4 @@ class OutboxLedger:
         """Rows none of whose entries waits any more: the committer deletes them."""
         if row_ids:
             self._retired.extend(row_ids)
-            if self.writer_wake is not None:
-                self.writer_wake.set()
+            self.writer_wake.set()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -56,7 +57,16 @@ def session_id_of(payload: JsonObject, field: str = "session_id") -> str:
     Raises:
         InvalidEvent: not a string, empty, too long or containing NUL.
     """
-    value = payload.get(field)
+    return session_id_value(payload.get(field), field)
+
+
+def session_id_value(value: object, field: str = "session_id") -> str:
+    """``value`` as a session id in ``field`` (a typed message's field and a payload's
+    share this one rule and its texts).
+
+    Raises:
+        InvalidEvent: not a string, empty, too long or containing NUL.
+    """
     if not isinstance(value, str):
         raise InvalidEvent(f"{field} must be a string")
     if not value:
@@ -92,6 +102,19 @@ def chunk_hashes_of(value: object, limits: Limits, field: str = "chunk_hashes") 
     """
     if not isinstance(value, list):
         raise InvalidEvent(f"'{field}' must be a list of strings")
+    if check_chunk_hashes(value, limits, field):
+        return list(value)
+    return _chunk_hashes_slow(value, limits, field)
+
+
+def check_chunk_hashes(value: Sequence[Any], limits: Limits, field: str) -> bool:
+    """Check a sequence of chunk hashes (a typed message's tuple, a payload's list):
+    True when all passed the fast path; False when only the slow path, which also
+    raises on a bad one, could tell (a non-ASCII hash that is valid).
+
+    Raises:
+        InvalidEvent: too many hashes (a bad one is left to the slow path).
+    """
     if len(value) > limits.max_hashes_per_event:
         raise InvalidEvent(
             f"'{field}' has {len(value)} hashes, more than the limit of "
@@ -102,17 +125,21 @@ def chunk_hashes_of(value: object, limits: Limits, field: str = "chunk_hashes") 
         joined = "".join(value)  # raises TypeError on any non-string, in C
     except TypeError:
         joined = None
-    if (
+    return bool(
         joined is not None
         and joined.isascii()
         and all(value)
         and max(map(len, value), default=0) <= limits.max_hash_bytes
-    ):
-        return list(value)
-    return _chunk_hashes_slow(value, limits, field)
+    )
 
 
-def _chunk_hashes_slow(value: list[object], limits: Limits, field: str) -> list[str]:
+def chunk_hashes_value(value: Sequence[object], limits: Limits, field: str) -> None:
+    """Raise InvalidEvent (the texts of :func:`chunk_hashes_of`) on a bad hash sequence."""
+    if not check_chunk_hashes(value, limits, field):
+        _chunk_hashes_slow(value, limits, field)
+
+
+def _chunk_hashes_slow(value: Sequence[object], limits: Limits, field: str) -> list[str]:
     """Check each hash in turn; raises on the first bad one with its index."""
     out: list[str] = []
     for i, h in enumerate(value):
@@ -149,6 +176,11 @@ def object_of(payload: JsonObject, field: str) -> JsonObject | None:
 def bool_of(payload: JsonObject, field: str, default: bool = False) -> bool:
     """An optional boolean field."""
     value = payload.get(field, default)
+    return bool_value(value, field, default)
+
+
+def bool_value(value: object, field: str, default: bool = False) -> bool:
+    """``value`` as an optional boolean field (None: ``default``)."""
     if value is None:
         return default
     if not isinstance(value, bool):

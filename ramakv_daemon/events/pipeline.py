@@ -12,18 +12,19 @@ from ramakv_daemon.commit.committer import GroupCommitter
 from ramakv_daemon.commit.record import ChangeRecord
 from ramakv_daemon.core.change import Change
 from ramakv_daemon.core.errors import InvalidEvent, RamAKvError
-from ramakv_daemon.core.events import JsonObject, check_required
+from ramakv_daemon.core.events import JsonObject, Limits, check_required
 from ramakv_daemon.events.debug_files import DebugWriter
 from ramakv_daemon.events.idempotency import AnswerSlot, Reply
 from ramakv_daemon.events.outcome import Outcome
 from ramakv_daemon.events.reactions import Reactions
 from ramakv_daemon.events.reads import Result, apply_settled
+from ramakv_daemon.events.trace_records import TraceRecords
 from ramakv_daemon.handlers import Handler, Registry
+from ramakv_daemon.handlers.messages import Message
 from ramakv_daemon.ports import StoreError, StoreFenced
 from ramakv_daemon.routing.namespaces import Namespace, Namespaces
 from ramakv_daemon.routing.ownership import Ownership
 from ramakv_daemon.telemetry.log_text import loggable
-from ramakv_daemon.trace.records import TraceRecords
 
 log = logging.getLogger("ramakv")
 
@@ -50,8 +51,10 @@ class Pipeline:
         reactions: Reactions,
         debug: DebugWriter | None,
         clock: Callable[[], float],
+        limits: Limits | None = None,
     ) -> None:
-        """``debug``: None unless debug_enabled; ``clock``: the wall clock events read."""
+        """``debug``: None unless debug_enabled; ``clock``: the wall clock events read;
+        ``limits``: the input limits a typed decode checks (the handlers' context's)."""
         self.registry = registry
         self.namespaces = namespaces
         self.committer = committer
@@ -60,6 +63,7 @@ class Pipeline:
         self.reactions = reactions
         self.debug = debug
         self.clock = clock
+        self.limits = limits if limits is not None else Limits()
 
     async def run(self, payload: JsonObject, slot: AnswerSlot | None) -> Reply:
         """One decoded event; returns (HTTP status, response envelope). ``slot``: its
@@ -80,8 +84,14 @@ class Pipeline:
         status = 200
         try:
             handler = self.registry.get(type_)  # validate
-            check_required(handler.spec, payload)
-            o = await self._fenced_tries(handler, type_, session_id, payload, slot)
+            # Typed at the entry: decoding is validation. A payload the fast decode refuses
+            # is checked where it always was (required fields here, the rest at the apply),
+            # so its error text and its place among the pipeline's own checks stay.
+            event: Message | JsonObject | None = handler.decode(payload, self.limits)
+            if event is None:
+                check_required(handler.spec, payload)
+                event = payload
+            o = await self._fenced_tries(handler, type_, session_id, payload, event, slot)
         except StoreError as err:
             status, error = 503, str(err)
         except RamAKvError as err:
@@ -101,6 +111,7 @@ class Pipeline:
         type_: str,
         session_id: str | None,
         payload: JsonObject,
+        event: Message | JsonObject,
         slot: AnswerSlot | None,
     ) -> Outcome:
         """Apply and commit. A fenced commit (StoreFenced: nothing written, undone) is
@@ -112,7 +123,7 @@ class Pipeline:
         check = self.ownership.shared and effects.takes_over and not effects.reads
         for _ in range(FENCED_TRIES - 1):
             try:
-                o = await self._attempt(handler, type_, session_id, payload, slot)
+                o = await self._attempt(handler, type_, session_id, payload, event, slot)
             except RamAKvError:
                 if not check or not await self.ownership.stale_copy(session_id):
                     raise
@@ -129,7 +140,7 @@ class Pipeline:
                 return o
             if slot is not None:  # answered from a stale copy: applied again
                 slot.stored = None
-        return await self._attempt(handler, type_, session_id, payload, slot)
+        return await self._attempt(handler, type_, session_id, payload, event, slot)
 
     async def _attempt(
         self,
@@ -137,6 +148,7 @@ class Pipeline:
         type_: str,
         session_id: str | None,
         payload: JsonObject,
+        event: Message | JsonObject,
         slot: AnswerSlot | None,
     ) -> Outcome:
         new_fork_id = None
@@ -149,7 +161,7 @@ class Pipeline:
             await self.ownership.before(handler.effects.takes_over, session_id, fork_id)
         ns = self.namespaces[self.namespaces.resolve(payload)]
         return await self._apply_and_commit(
-            handler, type_, session_id, payload, ns, slot, new_fork_id
+            handler, type_, session_id, payload, event, ns, slot, new_fork_id
         )
 
     async def _apply_and_commit(
@@ -158,11 +170,13 @@ class Pipeline:
         type_: str,
         session_id: str | None,
         payload: JsonObject,
+        event: Message | JsonObject,
         ns: Namespace,
         slot: AnswerSlot | None,
         fork_id: int | None = None,
     ) -> Outcome:
-        """``fork_id``: the id a shared store handed out for the fork this event opens."""
+        """``event``: the typed message (else the payload, parsed by the handler's apply);
+        ``fork_id``: the id a shared store handed out for the fork this event opens."""
         if handler.query is not None:  # asks the backend; changes nothing
             change = await handler.query(ns.ctx, payload, ns.dispatcher.backend)
             return Outcome(type_, session_id, change, ns, handler.effects, slot=slot)
@@ -175,7 +189,7 @@ class Pipeline:
         change, delta = await apply_settled(
             handler.effects,
             apply,
-            payload,
+            event,
             ns.ctx,
             self.namespaces.managers,
             self.committer,

@@ -11,10 +11,10 @@ from dataclasses import dataclass
 from ramakv_daemon.core.budget import Turn
 from ramakv_daemon.core.manager import SessionManager
 from ramakv_daemon.events.outcome import Outcome
+from ramakv_daemon.events.trace_records import TraceRecords
 from ramakv_daemon.telemetry.log_text import loggable
 from ramakv_daemon.telemetry.metrics import DaemonMetrics
 from ramakv_daemon.telemetry.state_log import log_state
-from ramakv_daemon.trace.records import TraceRecords
 from ramakv_protocol.records import BudgetBody
 
 log = logging.getLogger("ramakv")

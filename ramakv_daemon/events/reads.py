@@ -10,7 +10,6 @@ from contextlib import ExitStack
 from ramakv_daemon.commit.committer import GroupCommitter
 from ramakv_daemon.core.change import Change
 from ramakv_daemon.core.errors import RamAKvError
-from ramakv_daemon.core.events import JsonObject
 from ramakv_daemon.core.manager import SessionManager
 from ramakv_daemon.handlers.registry import ApplyFn, Effects, HandlerContext
 from ramakv_protocol import records
@@ -27,7 +26,7 @@ def empty_delta() -> Delta:
 async def apply_settled(
     effects: Effects,
     apply: ApplyFn,
-    payload: JsonObject,
+    payload: object,
     ctx: HandlerContext,
     managers: Mapping[str, SessionManager],
     committer: GroupCommitter,
@@ -67,7 +66,7 @@ async def apply_settled(
 
 async def read_committed(
     apply: ApplyFn,
-    payload: JsonObject,
+    payload: object,
     ctx: HandlerContext,
     managers: Mapping[str, SessionManager],
     committer: GroupCommitter,

@@ -1,27 +1,43 @@
 """chunk_info (admin): refcount and holders of each given chunk, found in slices."""
 
+from __future__ import annotations
+
 from collections.abc import Generator
+from typing import Self
 
 from ramakv_daemon.core.change import Change
-from ramakv_daemon.core.events import chunk_hashes_of
-from ramakv_daemon.handlers.registry import READ, HandlerContext, event
+from ramakv_daemon.core.events import JsonObject, Limits, chunk_hashes_of, chunk_hashes_value
+from ramakv_daemon.handlers.messages import Message
+from ramakv_daemon.handlers.registry import READ, HandlerContext, typed_event
 
 # Sessions scanned per slice: ~1-2 ms at 100 references each; other events run in between.
 SLICE = 500
 
 
-@event(
-    "chunk_info",
+class ChunkInfo(Message, frozen=True, tag="chunk_info"):
+    """chunk_info's message."""
+
+    chunk_hashes: tuple[str, ...]
+
+    def check(self, limits: Limits) -> None:
+        chunk_hashes_value(self.chunk_hashes, limits, "chunk_hashes")
+
+    @classmethod
+    def parse(cls, payload: JsonObject, limits: Limits) -> Self:
+        return cls(tuple(chunk_hashes_of(payload.get("chunk_hashes"), limits)))
+
+
+@typed_event(
+    ChunkInfo,
     "Admin: refcount and holding sessions of each chunk (refcount 0 = not referenced)",
-    required=("chunk_hashes",),
     effects=READ,
 )
-def chunk_info(ctx: HandlerContext, payload: dict, now: float) -> Generator[None, None, Change]:
+def chunk_info(ctx: HandlerContext, msg: ChunkInfo, now: float) -> Generator[None, None, Change]:
     """A sliced read: the snapshot is taken before the first yield (sessions are
     immutable values, so the list is the state of that moment); the scan over every
     session's map runs a slice per loop iteration (83 ms in one piece at 20k sessions /
     2M references)."""
-    hashes = chunk_hashes_of(payload.get("chunk_hashes"), ctx.limits)
+    hashes = msg.chunk_hashes
     m = ctx.manager
     counts = m.refcounts
     refcount = {h: counts.get(h) for h in hashes}

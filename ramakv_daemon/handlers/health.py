@@ -1,11 +1,18 @@
 """health: liveness and session count."""
 
+from __future__ import annotations
+
 from ramakv_daemon.core.change import Change
-from ramakv_daemon.handlers.registry import READ, HandlerContext, event
+from ramakv_daemon.handlers.messages import Bare
+from ramakv_daemon.handlers.registry import READ, HandlerContext, typed_event
 
 
-@event("health", "Health check", effects=READ)
-def health(ctx: HandlerContext, payload: dict, now: float) -> Change:
+class Health(Bare, frozen=True, tag="health"):
+    """health's message: no fields."""
+
+
+@typed_event(Health, "Health check", effects=READ)
+def health(ctx: HandlerContext, msg: Health, now: float) -> Change:
     change = ctx.manager.health()
     change.data["sessions_count"] = sum(len(m.sessions) for m in ctx.every().values())
     if ctx.node_id:  # a store shared by several daemons: say which one answers

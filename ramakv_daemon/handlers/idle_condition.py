@@ -13,7 +13,11 @@ FIELD = "if_idle_since"
 
 def idle_since_of(payload: dict) -> float | None:
     """The optional ``if_idle_since``: a wall-clock time (seconds, finite, >= 0) or None."""
-    value = payload.get(FIELD)
+    return idle_since_value(payload.get(FIELD))
+
+
+def idle_since_value(value: object) -> float | None:
+    """``value`` as ``if_idle_since`` (None stays None)."""
     if value is None:
         return None
     if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):

@@ -1,7 +1,8 @@
 """list_events: the nine contract events apart from the admin ones, read from the registry."""
 
 from ramakv_daemon.core.change import Change
-from ramakv_daemon.handlers.registry import READ, HandlerContext, event
+from ramakv_daemon.handlers.messages import Bare
+from ramakv_daemon.handlers.registry import READ, HandlerContext, typed_event
 
 # The seeds' contract, as the original's clients count it: data.events holds these alone.
 CONTRACT_EVENTS = frozenset(
@@ -19,13 +20,17 @@ CONTRACT_EVENTS = frozenset(
 )
 
 
-@event(
-    "list_events",
+class ListEvents(Bare, frozen=True, tag="list_events"):
+    """list_events' message: no fields."""
+
+
+@typed_event(
+    ListEvents,
     "List every event type with its description and fields: the nine contract events "
     "under 'events', every other (admin) event under 'admin_events'",
     effects=READ,
 )
-def list_events(ctx: HandlerContext, payload: dict, now: float) -> Change:
+def list_events(ctx: HandlerContext, msg: ListEvents, now: float) -> Change:
     specs = ctx.registry.specs()
     return Change(
         data={

@@ -11,7 +11,11 @@ INFERRED = "inferred"
 
 def reason_of(payload: JsonObject) -> str | None:
     """The validated ``reason`` field, or None when absent or null."""
-    value = payload.get("reason")
+    return reason_value(payload.get("reason"))
+
+
+def reason_value(value: object) -> str | None:
+    """``value`` as a ``reason`` (None stays None)."""
     if value is None:
         return None
     if not isinstance(value, str) or not value or len(value) > MAX_REASON_CHARS:
@@ -23,7 +27,11 @@ def reason_of(payload: JsonObject) -> str | None:
 
 def inferred_of(payload: JsonObject) -> bool:
     """The validated ``inferred`` field (absent or null: False, a declared event)."""
-    value = payload.get(INFERRED)
+    return inferred_value(payload.get(INFERRED))
+
+
+def inferred_value(value: object) -> bool:
+    """``value`` as the ``inferred`` flag (None: False)."""
     if value is None:
         return False
     if not isinstance(value, bool):

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Generator, Mapping
 from dataclasses import dataclass
+from typing import Any, TypeVar, cast
 
 from ramakv_daemon.core.budget import Turn
 from ramakv_daemon.core.change import Change
 from ramakv_daemon.core.errors import UnknownEventType
 from ramakv_daemon.core.events import EventSpec, JsonObject, Limits
 from ramakv_daemon.core.manager import SessionManager
+from ramakv_daemon.handlers.messages import Message, decode, fields_of, tag_of
 from ramakv_daemon.ports import Backend
 
 
@@ -34,8 +36,11 @@ class HandlerContext:
 
 
 # A handler returns its change, or (a sliced read) a generator that yields between slices
-# and returns the change (ramakv_daemon.events.reads runs it).
-ApplyFn = Callable[[HandlerContext, JsonObject, float], Change | Generator[None, None, Change]]
+# and returns the change (ramakv_daemon.events.reads runs it). It is given the event's
+# typed message (a registered Handler's apply also takes a payload: it parses it first).
+Applied = Change | Generator[None, None, Change]
+ApplyFn = Callable[[HandlerContext, Any, float], Applied]
+M = TypeVar("M", bound=Message)
 # Read-only handlers that must ask the backend: they get the backend from the service.
 QueryFn = Callable[[HandlerContext, JsonObject, Backend], Awaitable[Change]]
 
@@ -73,13 +78,25 @@ READ = Effects(reads=True)
 
 @dataclass(frozen=True, slots=True)
 class Handler:
-    """One event: its spec, the pure function that applies it (or an async query), and
-    what follows it."""
+    """One event: its spec, the pure function that applies it (or an async query), what
+    follows it, and its typed message (None: an admin event that still reads the payload).
+
+    ``apply`` takes the message the pipeline decoded at its entry, or the payload, which
+    the message's ``parse`` then checks field by field (today's texts) before the handler.
+    """
 
     spec: EventSpec
     apply: ApplyFn | None = None
     query: QueryFn | None = None
     effects: Effects = NO_EFFECTS
+    message: type[Message] | None = None
+
+    def decode(self, payload: JsonObject, limits: Limits) -> Message | None:
+        """The typed message of ``payload``; None when this event has no message type or
+        the fast decode refused it (``apply`` then parses the payload, raising its error)."""
+        if self.message is None:
+            return None
+        return decode(self.message, payload, limits)
 
 
 class Registry:
@@ -123,6 +140,27 @@ def event(
     def wrap(fn: ApplyFn) -> ApplyFn:
         spec = EventSpec(name, description, required, optional)
         DEFAULT_REGISTRY.register(Handler(spec, fn, effects=effects))
+        return fn
+
+    return wrap
+
+
+def typed_event(
+    message: type[M], description: str, effects: Effects = NO_EFFECTS
+) -> Callable[[Callable[..., Applied]], Callable[..., Applied]]:
+    """Register the decorated pure function, which takes a ``message``, as the handler of
+    the message's tag; the spec's fields are the message's (required, then optional)."""
+
+    def wrap(fn: Callable[..., Applied]) -> Callable[..., Applied]:
+        required, optional = fields_of(message)
+        spec = EventSpec(tag_of(message), description, required, optional)
+
+        def apply(ctx: HandlerContext, event: object, now: float, **kw: Any) -> Applied:
+            if isinstance(event, message):
+                return fn(ctx, event, now, **kw)
+            return fn(ctx, message.parse(cast(JsonObject, event), ctx.limits), now, **kw)
+
+        DEFAULT_REGISTRY.register(Handler(spec, apply, effects=effects, message=message))
         return fn
 
     return wrap

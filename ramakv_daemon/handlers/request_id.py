@@ -9,7 +9,11 @@ MAX_REQUEST_ID_CHARS = 128
 
 def request_id_of(payload: JsonObject) -> str | None:
     """The validated ``request_id`` field, or None when absent or null."""
-    value = payload.get("request_id")
+    return request_id_value(payload.get("request_id"))
+
+
+def request_id_value(value: object) -> str | None:
+    """``value`` as a ``request_id`` (None stays None)."""
     if value is None:
         return None
     if not isinstance(value, str) or not value or len(value) > MAX_REQUEST_ID_CHARS:

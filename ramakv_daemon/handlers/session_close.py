@@ -1,16 +1,24 @@
 """session_close: release the session's map, drop the row (forks stay); zeros are deleted
 when the close is declared and nothing says they may be wanted, else ordered cold."""
 
+from __future__ import annotations
+
 from ramakv_daemon.core.budget import Turn
 from ramakv_daemon.core.change import Change
-from ramakv_daemon.core.events import session_id_of
-from ramakv_daemon.handlers.idle_condition import FIELD, idle_for, idle_since_of, still_idle
-from ramakv_daemon.handlers.reason import INFERRED, inferred_of, reason_of
-from ramakv_daemon.handlers.registry import Effects, HandlerContext, event
+from ramakv_daemon.handlers.idle_condition import FIELD, idle_for, still_idle
+from ramakv_daemon.handlers.messages import as_data
+from ramakv_daemon.handlers.reason import INFERRED
+from ramakv_daemon.handlers.registry import Effects, HandlerContext, typed_event
+from ramakv_daemon.handlers.session_suspend import Release
+from ramakv_protocol.replies import SessionCloseData
 
 
-@event(
-    "session_close",
+class SessionClose(Release, frozen=True, tag="session_close"):
+    """session_close's message."""
+
+
+@typed_event(
+    SessionClose,
     "Close session: release the map's references and delete the stored row. Chunks no one "
     "names any more are deleted from every tier (after the eviction deferral), except "
     "those a suspended session names or two sessions shared within retain_unreferenced_s: "
@@ -19,22 +27,17 @@ from ramakv_daemon.handlers.registry import Effects, HandlerContext, event
     f"stay held until their fork_end or expiry. With {FIELD} (a wall-clock time), only a "
     "session with no event after it is closed (the idle policy's close); otherwise "
     "nothing changes",
-    required=("session_id",),
-    optional=(FIELD, "reason", INFERRED),
     effects=Effects(turn=Turn.LEAVE, takes_over=True),
 )
-def session_close(ctx: HandlerContext, payload: dict, now: float) -> Change:
-    session_id = session_id_of(payload)
-    reason = reason_of(payload)
-    inferred = inferred_of(payload)
-    since = idle_since_of(payload)
+def session_close(ctx: HandlerContext, msg: SessionClose, now: float) -> Change:
+    session_id, since = msg.session_id, msg.if_idle_since
     if since is None:
-        change = ctx.manager.session_close(session_id, now, inferred=inferred)
+        change = ctx.manager.session_close(session_id, now, inferred=msg.inferred)
     else:
         session = ctx.manager.sessions.get(session_id)
         if session is None or not still_idle(session, since):
-            return Change(data={"evicted_count": 0, "closed": False})
-        change = ctx.manager.session_close(session_id, now, inferred=inferred)
+            return Change(data=as_data(SessionCloseData(evicted_count=0, closed=False)))
+        change = ctx.manager.session_close(session_id, now, inferred=msg.inferred)
         change.facts.idle_s = idle_for(session, now)
-    change.facts.reason = reason
+    change.facts.reason = msg.reason
     return change

@@ -1,1 +1,1 @@
-"""ram-a-kv package."""
+"""The daemon's HTTP side: POST /event, GET /trace, /metrics, /healthz and /readyz."""

@@ -1,1 +1,2 @@
-"""Namespaces, deployments and a shared store's ownership."""
+"""Namespaces (one manager, handler context, dispatcher and budget each) and a shared
+store's ownership."""

@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
-from ramakv_daemon.adapters.backends.noop import NoopBackend
 from ramakv_daemon.commit.committer import GroupCommitter
 from ramakv_daemon.config import Config
 from ramakv_daemon.core.budget import BudgetState
@@ -15,17 +13,9 @@ from ramakv_daemon.core.events import JsonObject
 from ramakv_daemon.core.fork import ForkIds
 from ramakv_daemon.core.manager import SessionManager
 from ramakv_daemon.delivery.dispatcher import BackendDispatcher
+from ramakv_daemon.deployments import DEFAULT_NAMESPACE, Deployment, default_namespace
 from ramakv_daemon.handlers import HandlerContext
-from ramakv_daemon.ports import Backend, BackendFactory
-from ramakv_daemon.routing.deployments import DEFAULT_NAMESPACE, Deployment, default_namespace
-
-log = logging.getLogger("ramakv")
-
-
-class UnsteeredBackend(NoopBackend):
-    """The backend of a namespace with no valid identity: accepts and sends nothing."""
-
-    name = "unsteered"
+from ramakv_daemon.ports import Backend
 
 
 @dataclass(slots=True)
@@ -63,45 +53,6 @@ class Namespace:
         if self.key == DEFAULT_NAMESPACE:
             return True
         return self.deployment is not None and self.deployment.steered
-
-
-def backend_of(
-    key: str,
-    dep: Deployment | None,
-    config: Config,
-    default_backend: Backend,
-    factory: BackendFactory,
-) -> tuple[Backend, Backend | None, int]:
-    """A namespace's backend, the one it owns (closed at stop; None: the shared default)
-    and its DDR budget in chunks."""
-    if key == DEFAULT_NAMESPACE:
-        return default_backend, None, config.ddr_budget_chunks
-    if dep is None or not dep.steered:
-        if dep is not None:
-            # Loud, once: a miss is always preferred to a wrong hit.
-            log.error(
-                "deployment %r has no valid identity (%s): its events are accepted "
-                "and recorded under %r, but NO prefetch or evict is sent",
-                dep.name,
-                "; ".join(dep.problems),
-                key,
-            )
-        else:
-            log.warning(
-                "namespace %r is in the database but not configured: its sessions are "
-                "kept (never deleted automatically), nothing is sent to any cache; "
-                "ramakv-admin purge-namespace removes them",
-                key,
-            )
-        unsteered = UnsteeredBackend()
-        return unsteered, unsteered, 0
-    if dep.lmcache_url is None and dep.evict_locations is None:
-        return default_backend, None, dep.ddr_budget_chunks
-    own = factory(
-        dep.lmcache_url or config.lmcache_url,
-        dep.evict_locations if dep.evict_locations is not None else config.evict_locations,
-    )
-    return own, own, dep.ddr_budget_chunks
 
 
 class Namespaces:

@@ -11,13 +11,13 @@ from ramakv_daemon.commit.committer import GroupCommitter
 from ramakv_daemon.commit.record import ChangeRecord
 from ramakv_daemon.events.lanes import Lanes
 from ramakv_daemon.events.outcome import Outcome
+from ramakv_daemon.events.trace_records import TraceRecords
 from ramakv_daemon.handlers.registry import NO_EFFECTS
 from ramakv_daemon.ports import StoreError
 from ramakv_daemon.routing.namespaces import Namespace, Namespaces
 from ramakv_daemon.sweeps import loop
 from ramakv_daemon.telemetry.log_text import loggable
 from ramakv_daemon.telemetry.metrics import DaemonMetrics
-from ramakv_daemon.trace.records import TraceRecords
 
 log = logging.getLogger("ramakv")
 

@@ -214,14 +214,14 @@ class DaemonMetrics:
             registry=r,
         )
         self.commit_latency = Histogram(
-            "ramakv_sqlite_commit_seconds",
-            "SQLite group-commit latency",
+            "ramakv_store_commit_seconds",
+            "Group-commit latency (SQLite or PostgreSQL)",
             buckets=_LATENCY_BUCKETS,
             registry=r,
         )
         self.commit_batch = Histogram(
-            "ramakv_sqlite_commit_batch_events",
-            "Events per SQLite commit",
+            "ramakv_store_commit_batch_events",
+            "Events per group commit (SQLite or PostgreSQL)",
             buckets=(1, 2, 4, 8, 16, 32, 64, 128, 256),
             registry=r,
         )

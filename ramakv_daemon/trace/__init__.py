@@ -1,1 +1,1 @@
-"""The trace: hub, records, protocol 2 summaries and snapshots, shared counts."""
+"""The trace: hub, protocol 2 summaries and snapshots, shared counts."""

@@ -50,7 +50,7 @@ async def test_fork_ids_never_repeat_across_restarts(start_daemon, make_config) 
 
 
 async def test_fork_ids_are_unique_across_namespaces(start_daemon, make_config) -> None:  # type: ignore[no-untyped-def]
-    from ramakv_daemon.routing.deployments import parse_deployments
+    from ramakv_daemon.deployments import parse_deployments
 
     deployments, _ = parse_deployments(
         [{"name": "other", "model": "m", "kv_dtype": "bfloat16", "chunk_size": 256}]

@@ -12,7 +12,7 @@ from typing import Any
 from support.daemon_app import DaemonClient, RecordingBackend
 
 from ramakv_daemon.core.manager import recompute_refcounts
-from ramakv_daemon.routing.deployments import parse_deployments
+from ramakv_daemon.deployments import parse_deployments
 
 KEEP, FAST = "kvp-" + "1" * 32, "kvp-" + "2" * 32
 

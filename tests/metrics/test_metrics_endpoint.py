@@ -51,7 +51,7 @@ async def test_metrics_parse_and_families(daemon: DaemonClient) -> None:
         "ramakv_backend_errors": "counter",
         "ramakv_trace_subscribers": "gauge",
         "ramakv_trace_dropped_subscribers": "counter",
-        "ramakv_sqlite_commit_seconds": "histogram",
+        "ramakv_store_commit_seconds": "histogram",
     }
     for name, kind in expected.items():
         assert name in families, name
@@ -91,7 +91,7 @@ async def test_counters_move_as_events_are_sent(start_daemon: StartDaemon) -> No
     assert val(m, "ramakv_trace_subscribers") == 1
     # Backend and SQLite.
     assert moved("ramakv_backend_chunks_total", op="prefetch") == 3
-    assert moved("ramakv_sqlite_commit_seconds_count") >= 1
+    assert moved("ramakv_store_commit_seconds_count") >= 1
     await d.ok("session_fork", session_id="a")
     m2 = await d.metrics()
     assert val(m2, "ramakv_chunk_references") == 6

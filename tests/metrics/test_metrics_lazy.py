@@ -49,7 +49,7 @@ def test_built_once_when_two_threads_come_first() -> None:
         t.start()
     for t in threads:
         t.join()
-    assert "ramakv_sqlite_commit_batch_events_count 4.0" in m.render().decode()
+    assert "ramakv_store_commit_batch_events_count 4.0" in m.render().decode()
 
 
 def test_a_name_that_is_no_metric_is_an_attribute_error() -> None:

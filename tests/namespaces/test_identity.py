@@ -19,7 +19,7 @@ from ramakv_daemon.core.identity import (
     is_namespace,
     namespace_of,
 )
-from ramakv_daemon.routing.deployments import parse_deployments
+from ramakv_daemon.deployments import parse_deployments
 
 
 def test_canonical_json_is_sorted_compact_and_pinned() -> None:
