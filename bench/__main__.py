@@ -244,32 +244,6 @@ def _md_sections(previous: dict[str, Any]) -> dict[str, str]:
     return sections.parse_md(md.read_text())
 
 
-def save_run(name: str, res: dict[str, Any], text: str, started: str, load: Any, t0: float) -> None:
-    """One run of one benchmark, started by its own command line, into latest.{json,md} as
-    section ``name`` (replaced whole; the other sections kept)."""
-    path = RESULTS / "latest.json"
-    results: dict[str, Any] = json.loads(path.read_text()) if path.exists() else {}
-    texts: dict[str, str] = dict(results.get("_texts", {})) or _md_sections(results)
-    cpus = os.cpu_count() or 1
-    section = sections.record(
-        results,
-        name,
-        res,
-        started=started,
-        loadavg_start=load,
-        loadavg_end=os.getloadavg(),
-        cpus=cpus,
-        wall_s=time.perf_counter() - t0,
-    )
-    texts[name] = text
-    results["_texts"] = texts
-    results["updated"] = sections.now_utc()
-    RESULTS.mkdir(exist_ok=True)
-    path.write_text(json.dumps(results, indent=1, default=str))
-    (RESULTS / "latest.md").write_text(sections.render_md(results, texts, list(BENCHES)))
-    print(sections.run_line(section), flush=True)
-
-
 def main() -> None:
     """Run the selected benchmarks; print and write a table per benchmark."""
     p = argparse.ArgumentParser(prog="python -m bench")

@@ -27,7 +27,7 @@ from typing import Any
 
 from bench.loadgen import build_request, read_response
 from bench.procs import free_port
-from bench.sections import now_utc
+from bench.sections import now_utc, run_line, save_run
 from bench.startup import (
     STORE_DIR,
     child_env,
@@ -39,6 +39,7 @@ from bench.startup import (
 )
 from bench.startup_store import build
 
+RESULTS = Path(__file__).resolve().parent / "results"
 SHARED = 64  # hashes every session shares (a system prompt)
 OLDEST_S, NEWEST_S = 14 * 3600.0, 400.0  # last activity: all past idle_suspend_s (300)
 RATE = 50.0  # each probe's events per second (health and turn_end, a connection each)
@@ -254,9 +255,16 @@ def main() -> None:
     text = table(res)
     print(text, flush=True)
     if args.record:
-        from bench.__main__ import save_run
-
-        save_run(args.record, res, text, started, load, t0)
+        section = save_run(
+            RESULTS,
+            args.record,
+            res,
+            text,
+            started=started,
+            loadavg_start=load,
+            wall_s=time.perf_counter() - t0,
+        )
+        print(run_line(section), flush=True)
 
 
 if __name__ == "__main__":

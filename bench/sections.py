@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import json
 import os
 import time
+from pathlib import Path
 from typing import Any
 
 # Keys every section carries about its own run (not the benchmark's figures).
@@ -96,3 +98,40 @@ def parse_md(md: str) -> dict[str, str]:
             text = text.partition("\n\n")[2].strip()
         out[name.strip()] = text
     return out
+
+
+def save_run(
+    results_dir: Path,
+    name: str,
+    res: dict[str, Any],
+    text: str,
+    *,
+    started: str,
+    loadavg_start: tuple[float, float, float] | list[float],
+    wall_s: float,
+) -> dict[str, Any]:
+    """One run of one benchmark, started by its own command line, into
+    ``results_dir``/latest.{json,md} as section ``name`` (replaced whole, the others kept,
+    in the order they are written in)."""
+    path = results_dir / "latest.json"
+    results: dict[str, Any] = json.loads(path.read_text()) if path.exists() else {}
+    texts: dict[str, str] = dict(results.get("_texts", {}))
+    if not texts and (results_dir / "latest.md").exists():
+        texts = parse_md((results_dir / "latest.md").read_text())
+    section = record(
+        results,
+        name,
+        res,
+        started=started,
+        loadavg_start=loadavg_start,
+        loadavg_end=os.getloadavg(),
+        cpus=os.cpu_count() or 1,
+        wall_s=wall_s,
+    )
+    texts[name] = text
+    results["_texts"] = texts
+    results["updated"] = now_utc()
+    results_dir.mkdir(exist_ok=True)
+    path.write_text(json.dumps(results, indent=1, default=str))
+    (results_dir / "latest.md").write_text(render_md(results, texts, list(texts)))
+    return section

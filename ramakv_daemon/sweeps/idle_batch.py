@@ -14,6 +14,7 @@ from ramakv_daemon.core.events import JsonObject, check_required
 from ramakv_daemon.events.lanes import Lanes
 from ramakv_daemon.events.outcome import Outcome
 from ramakv_daemon.events.pipeline import Pipeline
+from ramakv_daemon.handlers.messages import Message
 from ramakv_daemon.ports import StoreError
 from ramakv_daemon.routing.namespaces import Namespace
 from ramakv_daemon.telemetry.log_text import loggable
@@ -155,10 +156,14 @@ class BatchActor:
         session_id = sid if isinstance(sid, str) else None
         try:
             handler = p.registry.get(type_)
-            check_required(handler.spec, payload)
+            # Typed as the pipeline's entry decodes it; else the payload, parsed by the apply.
+            event: Message | JsonObject | None = handler.decode(payload, p.limits)
+            if event is None:
+                check_required(handler.spec, payload)
+                event = payload
             apply = handler.apply
             assert apply is not None  # a policy's events change state
-            change = apply(ns.ctx, payload, p.clock())
+            change = apply(ns.ctx, event, p.clock())
             if not isinstance(change, Change):  # a sliced read: never a policy's event
                 raise TypeError(f"{type_} is not a plain change")
         except (RamAKvError, ValueError, TypeError) as err:

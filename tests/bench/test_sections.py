@@ -73,3 +73,23 @@ def test_sections_a_command_line_recorded_follow_the_suites() -> None:
         "## run_b",
     ]
     assert sections.parse_md(md) == texts
+
+
+def test_a_command_line_run_replaces_its_section_and_keeps_the_rest(tmp_path: Any) -> None:
+    """bench.idle_restart --record NAME: latest.{json,md} keep every other section, in order."""
+    for name, x in (("first", 1), ("second", 2), ("first", 3)):
+        sections.save_run(
+            tmp_path,
+            name,
+            {"x": x},
+            f"| {name} {x} |",
+            started="2026-12-06T02:00:00Z",
+            loadavg_start=(0.5, 0.5, 0.5),
+            wall_s=1.0,
+        )
+    import json
+
+    results = json.loads((tmp_path / "latest.json").read_text())
+    assert results["first"]["x"] == 3 and results["second"]["x"] == 2
+    md = (tmp_path / "latest.md").read_text()
+    assert sections.parse_md(md) == {"first": "| first 3 |", "second": "| second 2 |"}
