@@ -17,8 +17,9 @@ from dataclasses import replace
 from pathlib import Path
 
 from ascend_ext.tiny_engine import EngineProcess, free_ports
+from bench import stock_stack
 from bench.engine_workload import Shape, engine_settings
-from bench.stock_stack import StockEngine, stock_pair
+from bench.stock_stack import StockEngine
 
 TOPOLOGIES = ("ascend_ext", "stock")
 #: The workloads each topology runs: (d) is bench.engine_bench, in-process engines only.
@@ -39,7 +40,7 @@ def engines(topology: str, root: Path, shape: Shape, extra_args: tuple[str, ...]
             replace(engine_settings(shape, root / name, free_ports(3)), extra_args=extra_args)
             for name in ("alone", "steered")
         )
-        return stock_pair(root, (settings[0], settings[1]), l1_gb(shape))
+        return stock_stack.stock_pair(root, (settings[0], settings[1]), l1_gb(shape))
     from bench.engine_bench import engine_pair
 
     return engine_pair(root, shape, extra_args)
@@ -48,11 +49,5 @@ def engines(topology: str, root: Path, shape: Shape, extra_args: tuple[str, ...]
 def steering(engine: EngineProcess) -> tuple[str, list[str]]:
     """The steered side's daemon config lines and proxy flags for ``engine``'s topology."""
     if isinstance(engine, StockEngine):
-        if engine.server is None:
-            raise ValueError("a stock engine without its server: start it with stock_pair")
-        url = engine.server.url
-        config = (
-            f'backend = "lmcache_mp"\nlmcache_url = "{url}"\nmodel_name = "{engine.model_name}"\n'
-        )
-        return config, ["--lmcache-mp-url", url]
+        return stock_stack.steering(engine)
     return f'lmcache_url = "{engine.memory_url}"\n', []

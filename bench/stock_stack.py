@@ -137,6 +137,7 @@ class StockEngine(EngineProcess):
 
     def start(self) -> StockEngine:
         s = self.settings
+        s.work_dir.mkdir(parents=True, exist_ok=True)
         tiny_model.build(s.model_dir, s.max_model_len, s.model)
         argv = command(s)
         at = argv.index("--kv-transfer-config") + 1
@@ -166,6 +167,16 @@ class StockEngine(EngineProcess):
         return super().log_text() + server
 
 
+def steering(engine: StockEngine) -> tuple[str, list[str]]:
+    """A steering daemon's config lines (``backend = "lmcache_mp"``) and the proxy's flags
+    (stock mode) for ``engine`` and its server."""
+    if engine.server is None:
+        raise ValueError("a stock engine without its server: start it with stock_pair")
+    url = engine.server.url
+    config = f'backend = "lmcache_mp"\nlmcache_url = "{url}"\nmodel_name = "{engine.model_name}"\n'
+    return config, ["--lmcache-mp-url", url]
+
+
 def stock_settings(work_dir: Path, **kw: Any) -> EngineSettings:
     """An engine's settings on two free ports (its server and one spare: no memory API)."""
     first = free_ports(2)
@@ -192,7 +203,6 @@ def stock_pair(
         engines = []
         for name, s in zip(("alone", "steered"), settings, strict=True):
             server = stack.enter_context(mp_server(root / name / "server", l1_gb=l1_gb))
-            s.work_dir.mkdir(parents=True, exist_ok=True)
             engine = StockEngine(s, server.port, server).start()
             stack.callback(engine.stop)
             engines.append(engine)
