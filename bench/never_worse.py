@@ -85,7 +85,10 @@ class Recorder:
             call["session"] = response.request.headers.get("x-session-id", "")
             call["prompt_tokens"] = int(body["usage"]["prompt_tokens"])
             params = body.get("kv_transfer_params") or {}
-            call["cached_tokens"] = int(params.get("num_lmcache_cached_tokens", 0))
+            # ascend_ext answers LMCache's own count; stock vLLM only the usage details
+            details = body["usage"].get("prompt_tokens_details") or {}
+            cached = params.get("num_lmcache_cached_tokens", details.get("cached_tokens"))
+            call["cached_tokens"] = int(cached or 0)
         self.calls.append(call)
 
     def client(self, lib: Any = httpx) -> Any:
@@ -254,8 +257,16 @@ def proxy_figures(daemon_url: str, proxy_url: str) -> dict[str, Any]:
     mis = nw.find_stats(stats, "mispredict")
     mis.update({f"proxy_metric.{k}": v for k, v in nw.prom_lines_with(pm, "mispredict").items()})
     mis.update({f"daemon_metric.{k}": v for k, v in nw.prom_lines_with(dm, "mispredict").items()})
+    # what the daemon told the cache: chunks by op, calls by op and outcome
+    sent: dict[str, float] = {}
+    for name, labels, v in nw.parse_prometheus(dm):
+        if name in ("ramakv_backend_chunks_total", "ramakv_backend_calls_total"):
+            kind = "chunks" if "chunks" in name else "calls"
+            key = ":".join([kind, labels.get("op", "?"), *labels.get("outcome", "").split()])
+            sent[key] = sent.get(key, 0.0) + v
     return {
         "mispredictions": mis,
+        "daemon_chunks_sent": sent,
         "suspends_run_end": nw.first_stat(stats, "suspends_run_end"),
         "closes_run_end": nw.first_stat(stats, "closes_run_end"),
         "suspends": nw.first_stat(stats, "suspends"),
@@ -292,6 +303,11 @@ def run_side(
         "failed_to_allocate": int(d["failed_to_allocate"]),
         **nw.latency_summary(lat),
         "latencies_ms": [round(x, 1) for x in lat],
+        # each call as it ended: which session, prompt and cached tokens, latency
+        "per_call": [
+            [c.get("session", ""), c.get("prompt_tokens"), c.get("cached_tokens"), round(c["ms"])]
+            for c in rec.calls
+        ],
         "errors": sum(c["status"] != 200 for c in rec.calls),
         "settled": settled,
         "wall_s": round(wall, 1),
