@@ -531,9 +531,13 @@ def table(res: dict[str, Any]) -> str:
     return "\n".join([head, "", *rows, "", *notes])
 
 
+#: Runs a results file keeps (newest first): a run of some workloads leaves the others' last.
+KEEP_RUNS = 8
+
+
 def write_results(res: dict[str, Any], text: str, started: str, wall_s: float) -> Path:
     """bench/results/never_worse[-stock]-{quick,full}.{json,md}: this run as one section,
-    with its start time and load (bench.sections)."""
+    with its start time and load (bench.sections), ahead of the earlier runs' sections."""
     topology = "" if res["topology"] == "ascend_ext" else f"-{res['topology']}"
     name = f"never_worse{topology}-{'quick' if res['quick'] else 'full'}"
     results: dict[str, Any] = {}
@@ -549,9 +553,21 @@ def write_results(res: dict[str, Any], text: str, started: str, wall_s: float) -
         quick=res["quick"],
     )
     RESULTS.mkdir(exist_ok=True)
-    (RESULTS / f"{name}.json").write_text(json.dumps(section, indent=1, default=str))
-    md = f"# never worse, {res['topology']} topology\n\n## {name}\n\n{sections.run_line(section)}"
-    (RESULTS / f"{name}.md").write_text(f"{md}\n\n{text}\n")
+    js, md = RESULTS / f"{name}.json", RESULTS / f"{name}.md"
+    runs = [section]
+    with contextlib.suppress(OSError, ValueError, KeyError, TypeError):
+        runs += list(json.loads(js.read_text())["runs"])
+    only = ",".join(t for t in WORKLOADS if t in res)
+    head = f"## {started}: {only}\n\n{sections.run_line(section)}\n\n{text}\n"
+    earlier = ""
+    with contextlib.suppress(OSError):
+        old = md.read_text()
+        # a file from before sections: one run, its date in its title
+        earlier = old.partition("\n## ")[2] or old.lstrip("# ")
+    kept = ("\n## " + earlier).split("\n## ")[1:KEEP_RUNS] if earlier else []
+    body = "".join(f"\n## {k}" for k in kept)
+    js.write_text(json.dumps({"runs": runs[:KEEP_RUNS]}, indent=1, default=str))
+    md.write_text(f"# never worse, {res['topology']} topology (newest run first)\n\n{head}{body}")
     return RESULTS / name
 
 

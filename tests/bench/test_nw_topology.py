@@ -65,19 +65,27 @@ def test_the_engine_benchmark_does_not_run_on_the_stock_topology() -> None:
         never_worse.run(quick=True, only=("a", "d"), topology="stock")
 
 
-def test_a_run_is_written_as_one_section_with_its_start_and_load(
+def test_a_run_is_written_as_one_section_with_its_start_and_load_ahead_of_earlier_ones(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(never_worse, "RESULTS", tmp_path)
+    (tmp_path / "never_worse-stock-quick.md").write_text("# never worse (old)\n\nold table\n")
     res = {"topology": "stock", "quick": True, "loadavg_start": (0.5, 0, 0)}
     res |= {"loadavg_end": (3.0, 0, 0), "a": {"never_worse": True}}
     path = never_worse.write_results(res, "the table", "2026-12-06T05:00:00Z", 61.0)
     assert path == tmp_path / "never_worse-stock-quick"
+    res2 = {**res, "b": {"never_worse": False}}
+    del res2["a"]
+    never_worse.write_results(res2, "table two", "2026-12-06T06:00:00Z", 5.0)
     md = (tmp_path / "never_worse-stock-quick.md").read_text()
-    assert "## never_worse-stock-quick\n\n_run 2026-12-06T05:00:00Z, load 0.5 on" in md
-    assert md.endswith("the table\n")
-    section = json.loads((tmp_path / "never_worse-stock-quick.json").read_text())
-    assert section["started"] == "2026-12-06T05:00:00Z" and section["wall_s"] == 61.0
-    assert section["a"] == {"never_worse": True} and section["topology"] == "stock"
+    assert md.index("## 2026-12-06T06:00:00Z: b\n\n_run 2026-12-06T06:00:00Z, load 0.5 on") < (
+        md.index("## 2026-12-06T05:00:00Z: a\n\n_run 2026-12-06T05:00:00Z")
+    )
+    assert "the table\n" in md and "table two\n" in md
+    assert md.endswith("## never worse (old)\n\nold table\n")
+    runs = json.loads((tmp_path / "never_worse-stock-quick.json").read_text())["runs"]
+    assert [r["started"] for r in runs] == ["2026-12-06T06:00:00Z", "2026-12-06T05:00:00Z"]
+    assert runs[1]["wall_s"] == 61.0 and runs[1]["a"] == {"never_worse": True}
+    assert runs[1]["topology"] == "stock"
     res["topology"] = "ascend_ext"
     assert never_worse.write_results(res, "t", "x", 1.0).name == "never_worse-quick"
