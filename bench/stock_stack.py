@@ -6,7 +6,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -25,16 +24,12 @@ from ascend_ext.tiny_engine import (
     free_ports,
     offline_environment,
 )
+from bench import procs
+from bench.procs import free_port
 
 # Hang guards only: the server is ready in ~20 s, vLLM in 30-90 s on a loaded 2-core machine.
 SERVER_START_S = 240.0
 ENGINE_START_S = 900.0
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @dataclass(frozen=True)
@@ -101,12 +96,7 @@ def mp_server(
             time.sleep(0.2)
         yield MPServer(port, url, l2, log)
     finally:
-        proc.terminate()
-        try:
-            proc.wait(30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        procs.stop(proc, 30)
 
 
 def mp_kv_transfer_config(mp_port: int) -> dict[str, Any]:
