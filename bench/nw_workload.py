@@ -169,8 +169,9 @@ def counter_delta(before: dict[str, float], after: dict[str, float]) -> dict[str
 
 
 def failed_allocs(log_text: str) -> int:
-    """LMCache's "Failed to allocate" lines (no room in DDR to load or store a chunk)."""
-    return log_text.count("Failed to allocate")
+    """LMCache's "Failed to allocate" lines (no room in DDR to load or store a chunk), and
+    the stock multiprocess server's "Failed to batched allocate" (no room in its L1)."""
+    return log_text.count("Failed to allocate") + log_text.count("Failed to batched allocate")
 
 
 def find_stats(obj: Any, needle: str, prefix: str = "") -> dict[str, float]:

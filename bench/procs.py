@@ -38,6 +38,16 @@ def wait_http(port: int, path: str = "/event", timeout: float = 30.0) -> None:
     raise RuntimeError(f"server on port {port} did not come up")
 
 
+def stop(proc: subprocess.Popen, wait_s: float = 10.0) -> None:
+    """SIGTERM ``proc``, SIGKILL it when it outlives ``wait_s``."""
+    proc.terminate()
+    try:
+        proc.wait(wait_s)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+
+
 @contextlib.contextmanager
 def daemon(
     store: str | None = None,
@@ -65,11 +75,7 @@ def daemon(
             wait_http(port, timeout=300)
             yield port, proc
         finally:
-            proc.terminate()
-            try:
-                proc.wait(10)
-            except subprocess.TimeoutExpired:
-                proc.kill()
+            stop(proc)
 
 
 @contextlib.contextmanager

@@ -121,6 +121,8 @@ def test_parse_prometheus_reads_labels_with_escapes_and_skips_junk() -> None:
 def test_failed_allocations_are_counted_in_lmcache_log() -> None:
     log = "x\n[lmcache] WARNING Failed to allocate memory for 1 chunk\nFailed to allocate\nok\n"
     assert nw.failed_allocs(log) == 2
+    stock = "LMCache WARNING: Failed to batched allocate 7 memory blocks of size 4194304 because"
+    assert nw.failed_allocs(f"{log}{stock} no enough memory\n") == 3
 
 
 BEFORE_31 = {"pending": 0, "lifecycle": {"suspends": 3, "closes_run_end": 4, "sessions": 2}}

@@ -162,6 +162,27 @@ def test_a_closed_sessions_dead_chunks_leave_l1_and_l2(
     wait_for(lambda: l1_objects(stack.server.url) == before, "the delete from L1")
 
 
+def test_the_demo_conversation_moves_the_maps(stack: Stack, daemon: DaemonProcess, proxy) -> None:
+    """make demo TOPOLOGY=stock's script (ascend_ext.demo.converse, told in this topology's
+    tiers) on this stack: the maps are the server's keys (their L2 files), the suspended
+    and restored agent's chunks stay in L2, the closed agent's session is gone."""
+    from ascend_ext.demo import converse
+    from bench.stock_demo import STOCK
+
+    said: list[str] = []
+    converse(proxy.url, daemon.url, rounds=1, say=said.append, narration=STOCK)
+    assert len(said) == 6 and said[3:] == [STOCK.suspend, STOCK.restore, STOCK.close], said
+
+    def mapped(sid: str) -> list[str]:
+        answer = daemon.event("session_map", session_id=sid)
+        return answer["data"]["chunk_hashes"] if answer.get("ok") else []
+
+    for sid in ("agent-alpha", "agent-beta"):
+        hashes = wait_for(lambda sid=sid: mapped(sid), f"{sid}'s map at the daemon")
+        wait_for(lambda h=hashes: all(stack.l2_has(h)), f"{sid}'s chunks in L2")
+    wait_for(lambda: not daemon.event("session_map", session_id="agent-gamma")["ok"], "close")
+
+
 def test_both_processes_restarted_keep_hits(stack: Stack) -> None:
     prompt = text("restart", 1100)
     body = {"model": "tiny", "prompt": prompt, "max_tokens": 2, "temperature": 0}
