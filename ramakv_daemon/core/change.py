@@ -95,6 +95,22 @@ class Change:
     facts: Facts = field(default_factory=Facts)
     debug_context: dict[str, object] | None = None
 
+    def fold(self, part: Change) -> None:
+        """Fold ``part`` (applied after this change) into this one: the first previous
+        value of each key wins, so undoing the whole undoes both."""
+        for sid, prev in part.prev_sessions.items():
+            self.prev_sessions.setdefault(sid, prev)
+        for fid, fork in part.prev_forks.items():
+            self.prev_forks.setdefault(fid, fork)
+        for h, n in part.prev_counts.items():
+            self.prev_counts.setdefault(h, n)
+        for h, n in part.prev_parked.items():
+            self.prev_parked.setdefault(h, n)
+        self.evict_delete.extend(part.evict_delete)
+        self.evict_demote.extend(part.evict_demote)
+        self.evict_cold.extend(part.evict_cold)
+        self.durable = self.durable or part.durable
+
     @property
     def evicted_count(self) -> int:
         """Chunks released to the cache by this event, every kind."""

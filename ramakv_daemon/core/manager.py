@@ -486,7 +486,7 @@ class SessionManager(OperatorEvict):
         expired = []
         for fork in old:
             part = self._end_fork(fork, None, now)
-            _merge(change, part)
+            change.fold(part)
             expired.append(
                 {
                     "fork_id": fork.fork_id,
@@ -588,18 +588,3 @@ class SessionManager(OperatorEvict):
             return None
         refs.forget(dead)
         return Change(evict_delete=dead, data={"deleted": len(dead)})
-
-
-def _merge(into: Change, part: Change) -> None:
-    """Fold ``part`` (applied after ``into``) into ``into``: first previous values win."""
-    for sid, prev in part.prev_sessions.items():
-        into.prev_sessions.setdefault(sid, prev)
-    for fid, fork in part.prev_forks.items():
-        into.prev_forks.setdefault(fid, fork)
-    for h, n in part.prev_counts.items():
-        into.prev_counts.setdefault(h, n)
-    for h, n in part.prev_parked.items():
-        into.prev_parked.setdefault(h, n)
-    into.evict_delete.extend(part.evict_delete)
-    into.evict_demote.extend(part.evict_demote)
-    into.evict_cold.extend(part.evict_cold)

@@ -34,23 +34,6 @@ MAX_BATCH = 32
 Action = str
 
 
-def fold(into: Change, part: Change) -> None:
-    """Fold ``part`` (applied after ``into``) into ``into``: the first previous value of
-    each key wins, so undoing the whole undoes both."""
-    for sid, prev in part.prev_sessions.items():
-        into.prev_sessions.setdefault(sid, prev)
-    for fid, fork in part.prev_forks.items():
-        into.prev_forks.setdefault(fid, fork)
-    for h, n in part.prev_counts.items():
-        into.prev_counts.setdefault(h, n)
-    for h, n in part.prev_parked.items():
-        into.prev_parked.setdefault(h, n)
-    into.evict_delete.extend(part.evict_delete)
-    into.evict_demote.extend(part.evict_demote)
-    into.evict_cold.extend(part.evict_cold)
-    into.durable = into.durable or part.durable
-
-
 def action_of(o: Outcome) -> Action:
     """What an applied policy event did, from its reply data."""
     if o.type_ == "session_close":
@@ -108,7 +91,7 @@ class BatchActor:
             if o is None:
                 actions.append("failed")
             elif o.change.writes:
-                fold(merged, o.change)
+                merged.fold(o.change)
                 writing.append((len(actions), o))
                 actions.append("failed")  # until its commit
             else:  # its condition held it back: traced as the pipeline does
