@@ -18,6 +18,9 @@ MAX_BATCH = 1000
 # Prefetches are best effort: past this many in flight (a hung cache) new ones are dropped
 # (counted) instead of piling up tasks and connections.
 MAX_PREFETCHES_IN_FLIGHT = 64
+# A cache that prefetches by token ids only (the stock LMCache server) answers a hash
+# prefetch 501 Not Implemented.
+HASH_PREFETCH_UNSUPPORTED = 501
 # Sessions whose prefetches are remembered until their request is served; past this the
 # oldest are forgotten (a session closed without a turn_end): at worst a cancel not sent.
 MAX_TRACKED_SESSIONS = 4096
@@ -96,6 +99,9 @@ class Prefetcher:
         self._pending: OrderedDict[str, list[_Sending]] = OrderedDict()
         # False once the cache answered a cancel 404/405 (a stock memory API): none sent.
         self.cancels: bool | None = None
+        # False once the cache answered a hash prefetch 501 (the stock server prefetches
+        # token ids, which the proxy sends): no more sent, rather than an error per restore.
+        self.by_hash: bool | None = None
 
     def prefetch(
         self,
@@ -107,8 +113,8 @@ class Prefetcher:
         """Send one prefetch in the background, for request ``request_id`` of the session
         (``starts``: a turn_start's, remembered even when it sends nothing: it still
         begins a request, which the next turn_end without a request_id ends)."""
-        if not hashes or self._prefetching >= MAX_PREFETCHES_IN_FLIGHT:
-            if hashes:
+        if not hashes or self.by_hash is False or self._prefetching >= MAX_PREFETCHES_IN_FLIGHT:
+            if hashes and self.by_hash is not False:
                 self._dropped(len(hashes))
             if starts and session_id is not None:
                 self._track(session_id, _Sending("", 0, request_id, True, sending=False))
@@ -195,6 +201,10 @@ class Prefetcher:
                 part = hashes[i : i + MAX_BATCH]
                 sending.posted += len(part)
                 result = await self.backend.prefetch(part, sending.tag)
+                if not result.ok and result.status == HASH_PREFETCH_UNSUPPORTED:
+                    self.by_hash = False
+                    log.info("the cache prefetches no chunk hashes (%s): none sent", result.detail)
+                    break
                 sending.accepted = sending.accepted or result.ok
                 self.report("prefetch", len(part), result)
         finally:
