@@ -87,8 +87,11 @@ def proxy(
     port = free_port()
     argv = [sys.executable, "-m", "ramakv_sdk.proxy", "--upstream", upstream]
     argv += ["--daemon", daemon_url, "--listen", f"127.0.0.1:{port}", "--log-level", log_level]
+    # Its pending suspends and closes beside its log: under the default state folder a
+    # later run's proxy on the same port would restore this run's sessions.
+    env = {**os.environ, "XDG_STATE_HOME": str(log.parent / f"proxy-state-{port}")}
     with open(log, "wb") as out:
-        proc = subprocess.Popen([*argv, *flags], stdout=out, stderr=subprocess.STDOUT)
+        proc = subprocess.Popen([*argv, *flags], stdout=out, stderr=subprocess.STDOUT, env=env)
     url = f"http://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + 60

@@ -39,3 +39,14 @@ pytest_plugins = [
     "support.lmcache_fakes",
     "support.postgres",
 ]
+
+
+@pytest.fixture(autouse=True)
+def _own_state_home(
+    tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each test's processes keep state (the proxy's pending suspends and closes) in a folder
+    of their own: a proxy keeps ``pending-<port>.json`` under ``$XDG_STATE_HOME``, ports are
+    reused across tests, and an earlier test's sessions of the same name were restored and
+    closed as idle in a later one (CI: ``proxy_closes_idle`` 4 instead of 0)."""
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path_factory.mktemp("state")))
