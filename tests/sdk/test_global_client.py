@@ -131,9 +131,17 @@ def test_calls_never_wait_for_the_daemon() -> None:
         # No connection per call: only the sender's few requests in flight.
         assert len(accepted) <= 4  # the sender's concurrency
         listener.shutdown(socket.SHUT_RDWR)
-    for conn in accepted:  # the daemon goes away: what was in flight fails, then drops
-        conn.close()
+    # The daemon goes away: what was in flight fails, then drops. Closed only once the
+    # server thread has ended: a connection it accepted but had not yet listed when the
+    # list was walked stayed open, unanswered, and flush waited out its 120 s (CI).
+    # shutdown() wakes a recv the thread may block in; close() from here would not.
+    for conn in list(accepted):
+        with contextlib.suppress(OSError):
+            conn.shutdown(socket.SHUT_RDWR)
     server.join(HANG_GUARD_S)
+    assert not server.is_alive()
+    for conn in accepted:
+        conn.close()
     assert sdk.flush(HANG_GUARD_S)
     st = sdk.stats()
     assert st["sent"] == 0 and st["dropped"] == 5001, st
