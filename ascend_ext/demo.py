@@ -188,7 +188,7 @@ def serve(
                 [
                     sys.executable,
                     "-m",
-                    "ramakv_sdk.proxy",
+                    "ramakv_proxy",
                     "--upstream",
                     engine_url,
                     "--daemon",

@@ -74,7 +74,7 @@ TOOL_FLAGS = ("--enable-auto-tool-choice", "--tool-call-parser", "pythonic")
 def proxy_flags() -> list[str]:
     """The lifecycle flags this checkout's ramakv-proxy knows (an older one has none)."""
     helptext = subprocess.run(
-        [sys.executable, "-m", "ramakv_sdk.proxy", "--help"],
+        [sys.executable, "-m", "ramakv_proxy", "--help"],
         capture_output=True,
         text=True,
         check=False,

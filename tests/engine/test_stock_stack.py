@@ -22,7 +22,7 @@ from support.tool_turns import (
     wait_for,
 )
 
-from ramakv_sdk.proxy.stock_keys import chunk_hashes
+from ramakv_proxy.stock_keys import chunk_hashes
 
 pytest.importorskip("lmcache")
 pytestmark = pytest.mark.engine

@@ -2,14 +2,14 @@
 infers each session's lifecycle with a pure state machine (tool pause → suspend, next request
 → restore, final answer → inferred suspend, side call → branch, gone or idle → close)."""
 
-from ramakv_sdk.proxy.app import LIFECYCLE, SENDER, STATS_PATH, make_app
-from ramakv_sdk.proxy.cli import main, parse_args, settings_from
-from ramakv_sdk.proxy.clock import Clock, LoopClock, ManualClock
-from ramakv_sdk.proxy.lifecycle import Lifecycle
-from ramakv_sdk.proxy.machine import IllegalStep, Policy, SessionMachine, Signal, State
-from ramakv_sdk.proxy.naming import SOURCES, session_of
-from ramakv_sdk.proxy.outcome import Outcome
-from ramakv_sdk.proxy.settings import ProxySettings
+from ramakv_proxy.app import LIFECYCLE, SENDER, STATS_PATH, make_app
+from ramakv_proxy.cli import main, parse_args, settings_from
+from ramakv_proxy.lifecycle import Lifecycle
+from ramakv_proxy.naming import SOURCES, session_of
+from ramakv_proxy.request_end import RequestEnd
+from ramakv_proxy.settings import ProxySettings
+from ramakv_sdk.lifecycle.clock import Clock, LoopClock, ManualClock
+from ramakv_sdk.lifecycle.machine import IllegalStep, Policy, SessionMachine, Signal, State
 
 __all__ = [
     "LIFECYCLE",
@@ -21,7 +21,7 @@ __all__ = [
     "Lifecycle",
     "LoopClock",
     "ManualClock",
-    "Outcome",
+    "RequestEnd",
     "Policy",
     "ProxySettings",
     "SessionMachine",

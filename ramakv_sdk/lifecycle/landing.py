@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 from ramakv_sdk.client import AsyncClient
 from ramakv_sdk.errors import RamAKvError
-from ramakv_sdk.proxy.clock import Clock
+from ramakv_sdk.lifecycle.clock import Clock
 
 log = logging.getLogger("ramakv_proxy")
 
