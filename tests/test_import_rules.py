@@ -223,10 +223,14 @@ DAEMON_LAYERS: list[tuple[str, ...]] = [
 # session lifecycle it shares with the framework hooks), so it stands above it.
 HOUSE_LAYERS: list[tuple[str, ...]] = [
     ("ramakv_protocol", "ascend_ext"),
-    ("ramakv_daemon", "ramakv_sdk"),
+    ("ramakv_daemon", "ramakv_sdk", "ascend_ext_dev"),
     ("ramakv_console", "ramakv_proxy"),
     ("bench",),
 ]
+
+# ascend_ext's development tools (the tiny engine, the demo, the devserver): for the
+# benchmarks and the tests, never for a production path, whatever its layer.
+DEV_ONLY = {"ascend_ext_dev": ("ascend_ext_dev", "bench")}
 
 # Deprecated names kept for one release, each forwarding (lazily, with a warning) to the
 # module that replaced it: the one import the house's layers allow upwards.
@@ -276,6 +280,18 @@ def test_every_package_has_a_house_layer() -> None:
 def test_the_house_imports_only_downwards() -> None:
     edges = [(n, t, line) for n, t, line in house_edges() if SHIMS.get(n) != t]
     assert upward(HOUSE_LAYERS, edges, depth=1) == []
+
+
+def test_only_bench_imports_the_development_tools() -> None:
+    edges = house_edges()
+    assert any(t.startswith("ascend_ext_dev") for _, t, _ in edges), "a rule that checks nothing"
+    bad = [
+        f"{n}:{line} imports {t}"
+        for n, t, line in edges
+        for dev, users in DEV_ONLY.items()
+        if t.split(".")[0] == dev and n.split(".")[0] not in users
+    ]
+    assert bad == []
 
 
 def test_each_shim_only_forwards() -> None:
