@@ -19,7 +19,7 @@ from ramakv_proxy.naming import Named, api_key_of, named_request, scoped
 from ramakv_proxy.request_end import RequestEnd
 from ramakv_proxy.settings import ProxySettings
 from ramakv_proxy.stock import StockLanding, StockSettings, StockStack
-from ramakv_sdk import events, prompt_hashes
+from ramakv_sdk import payloads, prompt_hashes
 from ramakv_sdk.client import AsyncClient
 from ramakv_sdk.lifecycle.clock import Clock, LoopClock
 from ramakv_sdk.lifecycle.landing import LandingWait
@@ -268,14 +268,14 @@ async def _relay(
             scanner.close()
             answer = scanner.answer
             params = answer.params  # an engine that streams them; vLLM 0.32 does not
-            if not events.has_chunk_hashes(params) and tokenized is not None and received:
+            if not payloads.has_chunk_hashes(params) and tokenized is not None and received:
                 params = await tokenized
                 if request.app[TOKENIZE_CHECK].agrees is False:
                     params = None  # hashing the tokenised prompt gave the engine's hashes wrong
         else:
             answer = read_json_answer(b"".join(kept or ()), encoding)
             params = answer.params
-            if tokenized is not None and params is not None and events.has_chunk_hashes(params):
+            if tokenized is not None and params is not None and payloads.has_chunk_hashes(params):
                 request.app[TOKENIZE_CHECK].compare(
                     await tokenized,
                     params,
@@ -285,8 +285,8 @@ async def _relay(
                 )
         if STOCK in request.app:
             params = keys  # the stock server's keys of this prompt, whatever the engine sent
-        if events.has_chunk_hashes(params) and ticket is not None:
-            event = {**events.turn_end(sid, params), "request_id": ticket.request_id}
+        if payloads.has_chunk_hashes(params) and ticket is not None:
+            event = {**payloads.turn_end(sid, params), "request_id": ticket.request_id}
             await _report_turn(event, received, request.app, ticket)
         elif received:
             _warn_no_hashes(request.app, request.app[SETTINGS].upstream)

@@ -12,7 +12,7 @@ MODULES = (
     "ramakv_sdk.config",
     "ramakv_sdk.global_client",
     "ramakv_sdk.sender",
-    "ramakv_sdk.events",
+    "ramakv_sdk.payloads",
     "ramakv_sdk.results",
     "ramakv_sdk.errors",
     "ramakv_sdk.cli",

@@ -1,4 +1,5 @@
-"""Event payload builders shared by the async client, the global client, the CLI and proxy."""
+"""The payloads the SDK sends: each event's JSON body, built and checked (chunk hashes as hex),
+for the async client, the global client and ramakv-proxy."""
 
 from __future__ import annotations
 
