@@ -1,6 +1,8 @@
-"""``ramakv-proxy``: an OpenAI-compatible reverse proxy that reports turns to ram-a-kv and
-infers each session's lifecycle with a pure state machine (tool pause → suspend, next request
-→ restore, final answer → inferred suspend, side call → branch, gone or idle → close)."""
+"""ramakv-proxy, a deployable server: an OpenAI-compatible reverse proxy reporting to ram-a-kv.
+
+It reports turns and infers each session's lifecycle with the SDK's pure state machine (tool
+pause → suspend, next request → restore, final answer → inferred suspend, side call →
+branch, gone or idle → close). Built on ramakv_sdk, never the other way round."""
 
 from ramakv_proxy.app import LIFECYCLE, SENDER, STATS_PATH, make_app
 from ramakv_proxy.cli import main, parse_args, settings_from

@@ -1,5 +1,6 @@
-"""RequestEnd: how one forwarded request of a session ended (the daemon's ``Outcome`` is
-another thing: what one event did to its state)."""
+"""RequestEnd: how one forwarded request of a session ended, the proxy lifecycle's signal.
+
+Not the daemon's ``Outcome`` (what one event did to its state): hence its own name."""
 
 from __future__ import annotations
 

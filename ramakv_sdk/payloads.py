@@ -1,5 +1,4 @@
-"""The payloads the SDK sends: each event's JSON body, built and checked (chunk hashes as hex),
-for the async client, the global client and ramakv-proxy."""
+"""The payloads the SDK sends: each event's JSON body, built for the clients and the proxy."""
 
 from __future__ import annotations
 

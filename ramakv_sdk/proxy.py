@@ -1,5 +1,7 @@
-"""Deprecated: ramakv-proxy is the top-level package ``ramakv_proxy`` (a server, not part of
-the client library); this name forwards to it with a DeprecationWarning, for one release."""
+"""Deprecated: ramakv-proxy is the top-level package ``ramakv_proxy``; this name forwards to it.
+
+The proxy is a server, not part of the client library. Kept one release, because
+docs/proxy.md documented ``ramakv_sdk.proxy.make_app``; every use warns (DeprecationWarning)."""
 
 from __future__ import annotations
 

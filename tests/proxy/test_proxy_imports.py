@@ -1,5 +1,6 @@
-"""ramakv_proxy is its own deployable: no textual, console, daemon or engine code; its old
-name ``ramakv_sdk.proxy`` forwards to it with a DeprecationWarning."""
+"""ramakv_proxy loads no textual/console/daemon/engine code; ramakv_sdk.proxy forwards to it.
+
+The old name forwards with a DeprecationWarning."""
 
 from __future__ import annotations
 
