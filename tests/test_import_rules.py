@@ -1,8 +1,9 @@
 """The import graph keeps the architecture: the daemon's packages stand in the layers of
 ``DAEMON_LAYERS`` and import only downwards (docs/architecture.md draws the same list), the
 repository's packages in ``HOUSE_LAYERS``; the core imports nothing of the daemon, adapters
-only ports, core and the protocol; no module reaches into another package's private module,
-and no package has an import cycle among its files."""
+only ports, core and the protocol; only bench imports ascend_ext's development tools; a
+deprecated shim imports only what it forwards to; no module reaches into another package's
+private module, and no package has an import cycle among its files."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """What the framework hooks send the daemon: suspend, restore (waiting, bounded, for the
-chunks to be back in DDR) and close, decided by the proxy's own lifecycle machine
+chunks to be back in DDR) and close, decided by the lifecycle machine the proxy drives too
 (:mod:`ramakv_sdk.lifecycle.machine`, its ``HOST_*`` signals); never raising into the agent."""
 
 from __future__ import annotations
