@@ -92,7 +92,7 @@ soak: $(VENV)/.test
 TOPOLOGY ?= ascend_ext
 demo: $(VENV)/.engine
 	@case "$(TOPOLOGY)" in \
-	  ascend_ext) $(PY) -m ascend_ext.demo ;; \
+	  ascend_ext) $(PY) -m ascend_ext_dev.demo ;; \
 	  stock) $(PY) -m bench.stock_demo ;; \
 	  *) echo "TOPOLOGY is ascend_ext or stock, not '$(TOPOLOGY)'"; exit 2 ;; \
 	esac

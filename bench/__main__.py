@@ -146,7 +146,7 @@ def _console(quick: bool) -> tuple[dict, str]:
 
 
 def _engine(quick: bool) -> tuple[dict, str]:
-    from ascend_ext.tiny_engine import vllm_available
+    from ascend_ext_dev.tiny_engine import vllm_available
 
     why = vllm_available()
     if why is not None:
@@ -158,7 +158,7 @@ def _engine(quick: bool) -> tuple[dict, str]:
 
 
 def _agent(quick: bool) -> tuple[dict, str]:
-    from ascend_ext.tiny_engine import vllm_available
+    from ascend_ext_dev.tiny_engine import vllm_available
 
     why = vllm_available()
     if why is not None:
@@ -202,7 +202,7 @@ def _order_hint(quick: bool) -> tuple[dict, str]:
 
 
 def _never_worse(quick: bool) -> tuple[dict, str]:
-    from ascend_ext.tiny_engine import vllm_available
+    from ascend_ext_dev.tiny_engine import vllm_available
 
     why = vllm_available()
     if why is not None:

@@ -40,7 +40,7 @@ from typing import Any
 
 import httpx
 
-from ascend_ext.tiny_engine import EngineProcess
+from ascend_ext_dev.tiny_engine import EngineProcess
 from bench import procs
 from bench.agent_script import AgentTurn, Conversation, script
 from bench.engine_bench import engine_pair, quick_shape
@@ -74,7 +74,7 @@ TOOL_FLAGS = ("--enable-auto-tool-choice", "--tool-call-parser", "pythonic")
 def proxy_flags() -> list[str]:
     """The lifecycle flags this checkout's ramakv-proxy knows (an older one has none)."""
     helptext = subprocess.run(
-        [sys.executable, "-m", "ramakv_sdk.proxy", "--help"],
+        [sys.executable, "-m", "ramakv_proxy", "--help"],
         capture_output=True,
         text=True,
         check=False,
@@ -252,7 +252,7 @@ def _side(name: str, root: Path, engine: EngineProcess, steered: bool) -> Iterat
 
 
 def _count_tokens() -> Any:
-    from ascend_ext import tiny_model
+    from ascend_ext_dev import tiny_model
 
     tok = tiny_model._train_tokenizer()  # the engine's own (deterministic training)
     return lambda text: len(tok.encode(text).ids)

@@ -124,7 +124,7 @@ def agent_turns(shape: Shape) -> list[tuple[str, int, str]]:
 
 def texts(shape: Shape, count_tokens: Callable[[str], int]) -> Callable[[int], str]:
     """A seeded source of texts of about ``n`` tokens (``count_tokens``: the engine's)."""
-    from ascend_ext.tiny_model import _CORPUS
+    from ascend_ext_dev.tiny_model import _CORPUS
 
     words = _CORPUS.split()
     rng = random.Random(shape.seed)

@@ -34,7 +34,7 @@ from typing import Any
 import httpx
 
 from ascend_ext.hashing import chain_hashes_hex
-from ascend_ext.tiny_engine import EngineProcess, free_ports
+from ascend_ext_dev.tiny_engine import EngineProcess, free_ports
 from bench import procs
 from bench.engine_workload import (
     CHUNK,

@@ -19,8 +19,8 @@ import random
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ascend_ext.tiny_engine import EngineSettings
-from ascend_ext.tiny_model import COMPUTE, ModelShape
+from ascend_ext_dev.tiny_engine import EngineSettings
+from ascend_ext_dev.tiny_model import COMPUTE, ModelShape
 
 CHUNK = 256
 

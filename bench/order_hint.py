@@ -47,10 +47,10 @@ def _timed(fn: Callable[[], Any]) -> float:
 
 def run(sizes: tuple[int, ...] = (16, 64, 256, 1024), reps: int = 7) -> dict:
     """Median µs per call for each op and size, and each op's fitted µs per chunk."""
-    from ascend_ext.cpu_engine import EngineSpec, build_engine, destroy_engine
-    from ascend_ext.dev_turn import run_turn
     from ascend_ext.memory_api import forget_engine, ops_for
     from ascend_ext.memory_ops import CPU, DISK
+    from ascend_ext_dev.cpu_engine import EngineSpec, build_engine, destroy_engine
+    from ascend_ext_dev.dev_turn import run_turn
 
     biggest = max(sizes)
     with tempfile.TemporaryDirectory(prefix="ramakv-order-") as tmp:

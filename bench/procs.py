@@ -82,10 +82,10 @@ def daemon(
 def proxy(
     upstream: str, daemon_url: str, log: Path, flags: list[str], log_level: str = "WARNING"
 ) -> Iterator[str]:
-    """``python -m ramakv_sdk.proxy`` in front of ``upstream`` on a free port, its output in
+    """``python -m ramakv_proxy`` in front of ``upstream`` on a free port, its output in
     ``log``; yields its URL once ``/_ramakv/stats`` answers."""
     port = free_port()
-    argv = [sys.executable, "-m", "ramakv_sdk.proxy", "--upstream", upstream]
+    argv = [sys.executable, "-m", "ramakv_proxy", "--upstream", upstream]
     argv += ["--daemon", daemon_url, "--listen", f"127.0.0.1:{port}", "--log-level", log_level]
     # Its pending suspends and closes beside its log: under the default state folder a
     # later run's proxy on the same port would restore this run's sessions.

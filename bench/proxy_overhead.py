@@ -119,7 +119,7 @@ def collect(n: int = 300, argv: list[str] | None = None) -> dict:
             [
                 sys.executable,
                 "-m",
-                "ramakv_sdk.proxy",
+                "ramakv_proxy",
                 "--upstream",
                 f"http://127.0.0.1:{engine_port}",
                 "--listen",

@@ -39,9 +39,9 @@ def run(url: str, label: str, bursts: int) -> dict:
         client.emit({"type": "turn_start", "session_id": sid})
 
     def turn_end(sid: str) -> None:
-        from ramakv_sdk import events
+        from ramakv_sdk import payloads
 
-        client.emit(events.turn_end(sid, HASHES))
+        client.emit(payloads.turn_end(sid, HASHES))
 
     turn_start("warm-up")
     client.flush(10)

@@ -6,7 +6,7 @@ Development tool, not a production path. Starts lmcache's own multiprocess serve
 1 GB and an ``fs`` L2 in a temporary folder), the tiny model on unmodified vLLM-CPU with
 ``LMCacheMPConnector``, the daemon steering the server (``backend = "lmcache_mp"``),
 ramakv-proxy in stock mode (``--lmcache-mp-url``: it keys turns as the server does) and the
-console in the foreground, with ascend_ext.demo's scripted agents in the background (the
+console in the foreground, with ascend_ext_dev.demo's scripted agents in the background (the
 same conversation, told in this topology's tiers). Quitting the console stops everything;
 ``--no-console`` plays the script once and prints what the daemon holds
 (docs/stock-stack.md).
@@ -18,8 +18,8 @@ import sys
 import tempfile
 from pathlib import Path
 
-from ascend_ext import demo
-from ascend_ext.tiny_engine import vllm_available
+from ascend_ext_dev import demo
+from ascend_ext_dev.tiny_engine import vllm_available
 from bench.stock_stack import StockEngine, mp_server, steering, stock_settings
 
 STOCK = demo.Narration(

@@ -16,8 +16,8 @@ from typing import Any
 
 import httpx
 
-from ascend_ext import tiny_model
-from ascend_ext.tiny_engine import (
+from ascend_ext_dev import tiny_model
+from ascend_ext_dev.tiny_engine import (
     EngineProcess,
     EngineSettings,
     command,

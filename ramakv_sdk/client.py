@@ -9,7 +9,7 @@ from typing import Any, Literal, cast
 
 import aiohttp
 
-from ramakv_sdk import events
+from ramakv_sdk import payloads
 from ramakv_sdk._closing import AsyncClosing
 from ramakv_sdk.config import DEFAULT_DAEMON_URL, load_config
 from ramakv_sdk.errors import DaemonUnavailable, RamAKvError
@@ -144,7 +144,7 @@ class AsyncClient(AsyncClosing):
         only). ``request_id`` (at most 128 characters) names the request: only the
         turn_end carrying it cancels this prefetch, so overlapping requests of one session
         never cancel each other's."""
-        event = events.turn_start(session_id, prefetch, request_id)
+        event = payloads.turn_start(session_id, prefetch, request_id)
         return cast(TurnStartData, await self.send(event))
 
     async def turn_end(
@@ -159,7 +159,7 @@ class AsyncClient(AsyncClosing):
         (a ValueError) is raised and nothing is sent: the daemon would refuse it.
         ``request_id``: the request it ends (its turn_start's), whose prefetches are
         cancelled; without one, the session's oldest request's."""
-        event = events.turn_end(session_id, kv_transfer_params, debug_context, request_id)
+        event = payloads.turn_end(session_id, kv_transfer_params, debug_context, request_id)
         return cast(TurnEndData, await self.send(event))
 
     async def snapshot_restore(
@@ -171,18 +171,18 @@ class AsyncClient(AsyncClosing):
         """Re-reference a stored map and prefetch it; ``source_session_id`` seeds it from
         another session (a resume under a new id), leaving the source as it was;
         ``request_id``: the request the prefetch is for."""
-        event = events.snapshot_restore(session_id, source_session_id, request_id)
+        event = payloads.snapshot_restore(session_id, source_session_id, request_id)
         return cast(SnapshotRestoreData, await self.send(event))
 
     async def session_map(self, session_id: str) -> SessionMapData:
-        event = events.session_event("session_map", session_id)
+        event = payloads.session_event("session_map", session_id)
         return cast(SessionMapData, await self.send(event))
 
     async def session_fork(self, session_id: str) -> SessionForkData:
         """Hold the session's current chunks for a subagent: ``{"forked": true, "fork_id":
         n}``. Keep ``fork_id`` and pass it to :meth:`session_fork_end` when that subagent
         is done (subagents finish in any order)."""
-        event = events.session_event("session_fork", session_id)
+        event = payloads.session_event("session_fork", session_id)
         return cast(SessionForkData, await self.send(event))
 
     async def session_fork_end(
@@ -193,20 +193,20 @@ class AsyncClient(AsyncClosing):
         ``{"fork_end": true, "fork_id": n}``; ``fork_end`` is false, and nothing changed,
         when ``fork_id`` was already released (a retry) or is unknown.
         """
-        event = events.session_event("session_fork_end", session_id, fork_id=fork_id)
+        event = payloads.session_event("session_fork_end", session_id, fork_id=fork_id)
         return cast(SessionForkEndData, await self.send(event))
 
     async def session_suspend(self, session_id: str, inferred: bool = False) -> SessionSuspendData:
         """Suspend the session; ``inferred`` says the host guessed the pause (the daemon
         then only orders its chunks cold)."""
-        event = events.session_event("session_suspend", session_id, inferred=inferred or None)
+        event = payloads.session_event("session_suspend", session_id, inferred=inferred or None)
         return cast(SessionSuspendData, await self.send(event))
 
     async def session_close(self, session_id: str, inferred: bool = False) -> SessionCloseData:
         """Close the session. Declared (the default): its private chunks are evicted after
         the deferral. ``inferred``: the host guessed the end; nothing is deleted on it,
         its chunks are ordered cold and age out by the retention window."""
-        event = events.session_event("session_close", session_id, inferred=inferred or None)
+        event = payloads.session_event("session_close", session_id, inferred=inferred or None)
         return cast(SessionCloseData, await self.send(event))
 
     # ---- admin events
@@ -235,19 +235,21 @@ class AsyncClient(AsyncClosing):
 
     async def chunk_info(self, hashes: Iterable[str | int]) -> ChunkInfoData:
         """``{"chunks": {hash: {refcount, holders}}}`` for each hash asked about."""
-        return cast(ChunkInfoData, await self.send(events.chunk_event("chunk_info", hashes)))
+        return cast(ChunkInfoData, await self.send(payloads.chunk_event("chunk_info", hashes)))
 
     async def chunk_evict(
         self, hashes: Iterable[str | int], dry_run: bool = False, force: bool = False
     ) -> ChunkEvictData:
         """Evict unreferenced chunks; ``dry_run`` only reports, ``force`` also evicts
         referenced ones (``released`` says which sessions lost which hashes)."""
-        event = events.chunk_event("chunk_evict", hashes, dry_run=dry_run, force=force)
+        event = payloads.chunk_event("chunk_evict", hashes, dry_run=dry_run, force=force)
         return cast(ChunkEvictData, await self.send(event))
 
     async def backend_query(self, hashes: Iterable[str | int]) -> BackendQueryData:
         """Where the cache backend holds each chunk: ``{backend, ok, locations}``."""
-        return cast(BackendQueryData, await self.send(events.chunk_event("backend_query", hashes)))
+        return cast(
+            BackendQueryData, await self.send(payloads.chunk_event("backend_query", hashes))
+        )
 
     # ---- trace
     def subscribe_trace(

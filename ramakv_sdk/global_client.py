@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from ramakv_sdk import events
+from ramakv_sdk import payloads
 from ramakv_sdk.client import AsyncClient
 from ramakv_sdk.config import config_path, load_config
 from ramakv_sdk.sender import EventSender, RateLimitedLog, SenderStats
@@ -217,7 +217,7 @@ def _emit(event: dict[str, Any]) -> None:
 
 def turn_start(session_id: str, request_id: str | None = None) -> None:
     """``request_id``: the request it begins; the turn_end naming it cancels its prefetch."""
-    _emit(events.turn_start(session_id, request_id=request_id))
+    _emit(payloads.turn_start(session_id, request_id=request_id))
 
 
 def turn_end(
@@ -233,8 +233,8 @@ def turn_end(
     if client is None:
         return
     try:
-        event = events.turn_end(session_id, kv_transfer_params, debug_context, request_id)
-    except events.MissingChunkHashes:
+        event = payloads.turn_end(session_id, kv_transfer_params, debug_context, request_id)
+    except payloads.MissingChunkHashes:
         client.stats.failed += 1
         log.warning(
             "ram-a-kv turn_end for %r dropped: no kv_transfer_params.chunk_hashes", session_id
@@ -250,7 +250,7 @@ def turn_end(
 def snapshot_restore(
     session_id: str, source_session_id: str | None = None, request_id: str | None = None
 ) -> None:
-    _emit(events.snapshot_restore(session_id, source_session_id, request_id))
+    _emit(payloads.snapshot_restore(session_id, source_session_id, request_id))
 
 
 def session_fork(session_id: str) -> None:
@@ -261,17 +261,17 @@ def session_fork(session_id: str) -> None:
 
 def session_fork_end(session_id: str, fork_id: int | None = None) -> None:
     """End fork ``fork_id`` (as returned by AsyncClient.session_fork), else the newest."""
-    _emit(events.session_event("session_fork_end", session_id, fork_id=fork_id))
+    _emit(payloads.session_event("session_fork_end", session_id, fork_id=fork_id))
 
 
 def session_suspend(session_id: str, inferred: bool = False) -> None:
     """``inferred``: the host guessed the pause (AsyncClient.session_suspend)."""
-    _emit(events.session_event("session_suspend", session_id, inferred=inferred or None))
+    _emit(payloads.session_event("session_suspend", session_id, inferred=inferred or None))
 
 
 def session_close(session_id: str, inferred: bool = False) -> None:
     """Declared by default; ``inferred`` never deletes (AsyncClient.session_close)."""
-    _emit(events.session_event("session_close", session_id, inferred=inferred or None))
+    _emit(payloads.session_event("session_close", session_id, inferred=inferred or None))
 
 
 def flush(timeout: float = 5.0) -> bool:

@@ -1,1 +1,1 @@
-"""Console screens, one per module."""
+"""The console's screens, one per module (sessions, detail, refcounts, trace, config, help)."""

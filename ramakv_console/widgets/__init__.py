@@ -1,1 +1,1 @@
-"""Console widgets, one per module."""
+"""The console's widgets, one per module: tables, trace log, header, banner, key bar, forms."""

@@ -1,6 +1,6 @@
 """What the framework hooks send the daemon: suspend, restore (waiting, bounded, for the
-chunks to be back in DDR) and close, decided by the proxy's own lifecycle machine
-(:mod:`ramakv_sdk.proxy.machine`, its ``HOST_*`` signals); never raising into the agent."""
+chunks to be back in DDR) and close, decided by the lifecycle machine the proxy drives too
+(:mod:`ramakv_sdk.lifecycle.machine`, its ``HOST_*`` signals); never raising into the agent."""
 
 from __future__ import annotations
 
@@ -10,9 +10,9 @@ from typing import Any
 
 from ramakv_sdk.client import AsyncClient
 from ramakv_sdk.errors import RamAKvError
-from ramakv_sdk.proxy.clock import Clock, LoopClock
-from ramakv_sdk.proxy.landing import Landing, LandingWait
-from ramakv_sdk.proxy.machine import (
+from ramakv_sdk.lifecycle.clock import Clock, LoopClock
+from ramakv_sdk.lifecycle.landing import Landing, LandingWait
+from ramakv_sdk.lifecycle.machine import (
     Forget,
     IllegalStep,
     Policy,

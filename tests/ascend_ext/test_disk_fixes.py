@@ -17,9 +17,9 @@ from support.memapi_rig import cpu_engine, tokens
 pytestmark = pytest.mark.lmcache
 pytest.importorskip("lmcache")
 
-from ascend_ext.dev_turn import run_turn  # noqa: E402
 from ascend_ext.lmcache_fixes import DISK_PIN_LEAK_VERSIONS, lmcache_version  # noqa: E402
 from ascend_ext.memory_ops import CPU, DISK, MemoryOps  # noqa: E402
+from ascend_ext_dev.dev_turn import run_turn  # noqa: E402
 
 
 def _on_disk(disk, keys, timeout: float = 60.0) -> None:  # noqa: ANN001

@@ -11,7 +11,7 @@ import httpx  # noqa: E402
 from support.memapi_rig import CPU, DISK, cpu_engine, on_disk, serve, tokens, wait_prefetch  # noqa: E402
 from support.reliability import wait_for  # noqa: E402
 
-from ascend_ext.devserver import create_app  # noqa: E402
+from ascend_ext_dev.devserver import create_app  # noqa: E402
 
 
 @pytest.fixture

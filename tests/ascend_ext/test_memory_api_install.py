@@ -18,8 +18,8 @@ def test_worker_internal_api_server_serves_memory_routes(tmp_path):
     from lmcache.v1.internal_api_server.api_server import InternalAPIServer
 
     import ascend_ext
-    from ascend_ext.dev_turn import run_turn
     from ascend_ext.memory_api import ops_for
+    from ascend_ext_dev.dev_turn import run_turn
 
     active = ascend_ext.install(vllm=False)
     assert active["memory_api"] is True

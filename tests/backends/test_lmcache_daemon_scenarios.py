@@ -14,7 +14,7 @@ pytestmark = pytest.mark.lmcache
 import httpx  # noqa: E402
 from support.memapi_rig import cpu_engine, serve, tokens  # noqa: E402
 
-from ascend_ext.devserver import create_app  # noqa: E402
+from ascend_ext_dev.devserver import create_app  # noqa: E402
 from ramakv_daemon.adapters.backends.lmcache import LMCacheBackend  # noqa: E402
 from ramakv_daemon.adapters.sqlite.store import SqliteSessionStore  # noqa: E402
 from ramakv_daemon.bootstrap import build  # noqa: E402

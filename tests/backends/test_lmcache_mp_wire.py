@@ -10,7 +10,7 @@ from support.lmcache_mp_server import PROBED_CAPS, FakeLMCacheMPServer, _rank
 
 from ramakv_daemon.adapters.backends.lmcache_mp import LMCacheMPBackend, kv_rank
 from ramakv_daemon.ports import EvictMode
-from ramakv_sdk.proxy.stock_keys import chunk_hashes
+from ramakv_proxy.stock_keys import chunk_hashes
 
 MODEL = "tiny/llama"
 TOKENS = list(range(1000, 1000 + 600))  # two complete chunks of 256 and a tail

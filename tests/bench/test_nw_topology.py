@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from ascend_ext.tiny_engine import EngineProcess, EngineSettings
+from ascend_ext_dev.tiny_engine import EngineProcess, EngineSettings
 from bench import never_worse, nw_topology
 from bench.engine_workload import Shape
 from bench.stock_stack import MPServer, StockEngine, server_args

@@ -22,7 +22,7 @@ def _get(url: str, timeout: float = 1.0) -> int:
 
 @pytest.fixture
 def devserver_url(tmp_path: Path) -> Iterator[str]:
-    """``python -m ascend_ext.devserver`` (real CPU LMCache, DDR + disk in tmp) on a free port."""
+    """``python -m ascend_ext_dev.devserver`` (real CPU LMCache, DDR + disk in tmp), a free port."""
     pytest.importorskip("lmcache")
     port = free_port()
     log_path = tmp_path / "devserver.log"
@@ -31,7 +31,7 @@ def devserver_url(tmp_path: Path) -> Iterator[str]:
             [
                 sys.executable,
                 "-m",
-                "ascend_ext.devserver",
+                "ascend_ext_dev.devserver",
                 "--port",
                 str(port),
                 "--ddr-mb",

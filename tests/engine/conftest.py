@@ -29,7 +29,7 @@ if sys.platform != "linux" or platform.machine() != "x86_64":
 
 from support.engine_rig import start_engine  # noqa: E402
 
-from ascend_ext.tiny_engine import EngineProcess  # noqa: E402
+from ascend_ext_dev.tiny_engine import EngineProcess  # noqa: E402
 
 
 @pytest.fixture(scope="module")

@@ -19,7 +19,7 @@ from support.tool_turns import (
     wait_for,
 )
 
-from ascend_ext.tiny_engine import EngineProcess
+from ascend_ext_dev.tiny_engine import EngineProcess
 
 pytestmark = pytest.mark.engine
 

@@ -17,7 +17,7 @@ from support.daemon_proc import DaemonProcess
 from support.engine_rig import CHUNK, HTTP_TIMEOUT_S, start_engine, text
 from support.tool_turns import TOOL_ARGS, session_state, wait_for
 
-from ascend_ext.tiny_engine import EngineProcess
+from ascend_ext_dev.tiny_engine import EngineProcess
 
 pytestmark = pytest.mark.engine
 

@@ -329,8 +329,8 @@ def _answers(url: str) -> bool:
 
 
 def test_the_demo_conversation_moves_the_maps(engine, steering_daemon, proxy) -> None:
-    """make demo's scripted agents (ascend_ext.demo.converse) on this stack."""
-    from ascend_ext.demo import converse
+    """make demo's scripted agents (ascend_ext_dev.demo.converse) on this stack."""
+    from ascend_ext_dev.demo import converse
 
     said: list[str] = []
     chats = converse(proxy.url, steering_daemon.url, rounds=1, say=said.append)

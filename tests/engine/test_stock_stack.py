@@ -22,7 +22,7 @@ from support.tool_turns import (
     wait_for,
 )
 
-from ramakv_sdk.proxy.stock_keys import chunk_hashes
+from ramakv_proxy.stock_keys import chunk_hashes
 
 pytest.importorskip("lmcache")
 pytestmark = pytest.mark.engine
@@ -163,10 +163,10 @@ def test_a_closed_sessions_dead_chunks_leave_l1_and_l2(
 
 
 def test_the_demo_conversation_moves_the_maps(stack: Stack, daemon: DaemonProcess, proxy) -> None:
-    """make demo TOPOLOGY=stock's script (ascend_ext.demo.converse, told in this topology's
+    """make demo TOPOLOGY=stock's script (ascend_ext_dev.demo.converse, told in this topology's
     tiers) on this stack: the maps are the server's keys (their L2 files), the suspended
     and restored agent's chunks stay in L2, the closed agent's session is gone."""
-    from ascend_ext.demo import converse
+    from ascend_ext_dev.demo import converse
     from bench.stock_demo import STOCK
 
     said: list[str] = []

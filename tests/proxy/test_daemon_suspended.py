@@ -7,8 +7,8 @@ from __future__ import annotations
 
 from test_lifecycle import ASK, chat, daemon_events, state
 
-from ramakv_sdk.proxy import ManualClock
-from ramakv_sdk.proxy.lifecycle import IDLE_CHECK_S
+from ramakv_proxy import ManualClock
+from ramakv_proxy.lifecycle import IDLE_CHECK_S
 
 PLAIN = {"model": "m", "messages": ASK["messages"]}
 

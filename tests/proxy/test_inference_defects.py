@@ -14,7 +14,7 @@ from support.openai_engine import chunk_hashes, prompt_of
 from test_lifecycle import ASK, chat, daemon_events, state
 from test_run_end import record_sent
 
-from ramakv_sdk.proxy import ManualClock
+from ramakv_proxy import ManualClock
 
 PLAIN = {"model": "m", "messages": ASK["messages"]}
 GUARDRAIL = {

@@ -10,7 +10,7 @@ import aiohttp
 import pytest
 from support.trace_events import lifecycle_events, session_records
 
-from ramakv_sdk.proxy import ManualClock
+from ramakv_proxy import ManualClock
 
 TOOLS = [
     {

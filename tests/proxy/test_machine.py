@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from ramakv_sdk.proxy.context import PromptShape
-from ramakv_sdk.proxy.grace import AdaptiveGrace
-from ramakv_sdk.proxy.machine import (
+from ramakv_proxy.context import PromptShape
+from ramakv_proxy.grace import AdaptiveGrace
+from ramakv_sdk.lifecycle.machine import (
     TABLE,
     Arm,
     Count,
@@ -187,7 +187,7 @@ def test_a_prompt_extends_its_sessions_or_is_a_side_call() -> None:
 
 
 def test_pending_state_round_trips_on_wall_time_and_skips_bad_rows() -> None:
-    from ramakv_sdk.proxy import pending
+    from ramakv_proxy import pending
 
     m = SessionMachine()
     m.step(Signal.REQUEST, 100.0, P)
@@ -220,9 +220,9 @@ def test_a_prompt_extending_the_last_side_call_means_the_history_was_rewritten()
     do not extend each other; the same side call retried stays a side call)."""
     from typing import Any, cast
 
-    from ramakv_sdk.proxy.clock import ManualClock
-    from ramakv_sdk.proxy.lifecycle import Lifecycle
-    from ramakv_sdk.proxy.settings import ProxySettings
+    from ramakv_proxy.lifecycle import Lifecycle
+    from ramakv_proxy.settings import ProxySettings
+    from ramakv_sdk.lifecycle.clock import ManualClock
 
     def shape(*texts: str) -> PromptShape:
         s = PromptShape.of({"messages": [{"role": "user", "content": t} for t in texts]})

@@ -8,8 +8,8 @@ from pathlib import Path
 import aiohttp
 import pytest
 
-from ramakv_sdk.proxy.answers import StreamScanner, read_json_answer
-from ramakv_sdk.proxy.naming import SOURCES, Named, named_request, session_of
+from ramakv_proxy.answers import StreamScanner, read_json_answer
+from ramakv_proxy.naming import SOURCES, Named, named_request, session_of
 
 
 def body(**fields: object) -> bytes:

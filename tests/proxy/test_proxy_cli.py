@@ -1,16 +1,16 @@
-"""The proxy's command line: ``python -m ramakv_sdk.proxy`` (as bench/ runs it), flags."""
+"""The proxy's command line: ``python -m ramakv_proxy`` (as bench/ runs it), flags."""
 
 from __future__ import annotations
 
 import subprocess
 import sys
 
-from ramakv_sdk.proxy import parse_args, settings_from
+from ramakv_proxy import parse_args, settings_from
 
 
 def run(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "ramakv_sdk.proxy", *args],
+        [sys.executable, "-m", "ramakv_proxy", *args],
         capture_output=True,
         text=True,
         timeout=120,

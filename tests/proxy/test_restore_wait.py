@@ -16,9 +16,9 @@ from support.memapi_rig import devserver
 from support.openai_engine import chunk_hashes, prompt_of, tokens_of
 from support.tool_turns import ASK, after_tool, session_state
 
+from ramakv_proxy import ManualClock
 from ramakv_sdk.client import AsyncClient
-from ramakv_sdk.proxy import ManualClock
-from ramakv_sdk.proxy.landing import LandingWait
+from ramakv_sdk.lifecycle.landing import LandingWait
 
 pytest.importorskip("lmcache")
 pytestmark = pytest.mark.lmcache

@@ -11,7 +11,7 @@ import aiohttp
 import pytest
 from test_lifecycle import ASK, after_tool, chat, daemon_events, state
 
-from ramakv_sdk.proxy import ManualClock
+from ramakv_proxy import ManualClock
 
 
 def record_sent(proxy) -> list[dict[str, Any]]:  # noqa: ANN001

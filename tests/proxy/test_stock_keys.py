@@ -6,7 +6,7 @@ import random
 
 import pytest
 
-from ramakv_sdk.proxy.stock_keys import chunk_hashes, hashes_of, server_problem
+from ramakv_proxy.stock_keys import chunk_hashes, hashes_of, server_problem
 
 
 @pytest.mark.lmcache

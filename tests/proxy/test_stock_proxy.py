@@ -16,8 +16,8 @@ from support.lmcache_mp_server import FakeLMCacheMPServer
 from support.openai_engine import CHUNK_TOKENS, prompt_of, tokens_of
 from support.tool_turns import ASK, after_tool, session_state
 
-from ramakv_sdk.proxy.app import STOCK
-from ramakv_sdk.proxy.stock_keys import chunk_hashes
+from ramakv_proxy.app import STOCK
+from ramakv_proxy.stock_keys import chunk_hashes
 
 MODEL = "m"
 
@@ -85,7 +85,7 @@ async def test_a_tool_pause_demotes_and_the_restore_prefetches_the_turns_tokens(
 
 
 async def test_the_stock_stack_reads_the_server_and_refuses_a_foreign_hash(server, engine) -> None:
-    from ramakv_sdk.proxy.stock import StockSettings, StockStack
+    from ramakv_proxy.stock import StockSettings, StockStack
 
     body = json.dumps(ASK).encode()
     async with aiohttp.ClientSession() as http:

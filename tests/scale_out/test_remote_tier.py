@@ -22,7 +22,7 @@ from support.pg_nodes import check_refcounts_match_owned, until  # noqa: E402
 from support.postgres import PostgresServer  # noqa: E402
 from test_handover import sessions_of  # noqa: E402
 
-from ascend_ext.devserver import create_app  # noqa: E402
+from ascend_ext_dev.devserver import create_app  # noqa: E402
 
 CPU, DISK, REMOTE = "LocalCPUBackend", "LocalDiskBackend", "RemoteBackend"
 LOCAL_TIERS = [CPU, DISK]  # a node's release must not delete from the shared tier

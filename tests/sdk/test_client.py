@@ -8,7 +8,7 @@ import pytest
 
 from ramakv_sdk import AsyncClient, DaemonUnavailable, RamAKvError
 from ramakv_sdk.config import DEFAULT_DAEMON_URL, auth_token, daemon_url, load_config
-from ramakv_sdk.events import hex_hash
+from ramakv_sdk.payloads import hex_hash
 
 
 async def test_original_events_round_trip(daemon_proc) -> None:
@@ -45,7 +45,7 @@ async def test_original_events_round_trip(daemon_proc) -> None:
 
 
 async def test_a_turn_end_without_a_list_is_never_sent(daemon_proc) -> None:
-    from ramakv_sdk.events import MissingChunkHashes
+    from ramakv_sdk.payloads import MissingChunkHashes
 
     async with AsyncClient(daemon_proc.url) as c:
         await c.turn_end("s", {"chunk_hashes": ["a1", "b2"]})
@@ -76,15 +76,15 @@ async def test_resume_under_a_new_session_id(daemon_proc) -> None:
 async def test_request_ids_ride_on_the_three_request_events(daemon_proc) -> None:
     """request_id is sent when given (the trace carries it as notes.request_id), omitted
     when not; the daemon's refusal of a bad one names the field."""
-    from ramakv_sdk import events
+    from ramakv_sdk import payloads
 
-    assert events.turn_start("s", request_id="r1") == {
+    assert payloads.turn_start("s", request_id="r1") == {
         "type": "turn_start",
         "session_id": "s",
         "request_id": "r1",
     }
-    assert "request_id" not in events.turn_end("s", {"chunk_hashes": []})
-    assert events.snapshot_restore("s", request_id="r2")["request_id"] == "r2"
+    assert "request_id" not in payloads.turn_end("s", {"chunk_hashes": []})
+    assert payloads.snapshot_restore("s", request_id="r2")["request_id"] == "r2"
     async with AsyncClient(daemon_proc.url) as c:
         await c.turn_end("s", {"chunk_hashes": ["a1"]}, request_id="r0")
         assert await c.turn_start("s", request_id="r1") == {

@@ -20,7 +20,7 @@ from support.trace_events import lifecycle_events  # noqa: E402
 from ramakv_sdk.client import AsyncClient  # noqa: E402
 from ramakv_sdk.hooks.agents import RamAKvRunHooks  # noqa: E402
 from ramakv_sdk.hooks.signals import SessionSignals  # noqa: E402
-from ramakv_sdk.proxy import ManualClock  # noqa: E402
+from ramakv_sdk.lifecycle.clock import ManualClock  # noqa: E402
 
 set_tracing_disabled(True)  # no export to OpenAI's tracing service from tests
 

@@ -20,7 +20,7 @@ from ramakv_sdk.hooks.langchain import (  # noqa: E402
     session_http_client,
 )
 from ramakv_sdk.hooks.signals import SessionSignals  # noqa: E402
-from ramakv_sdk.proxy import ManualClock  # noqa: E402
+from ramakv_sdk.lifecycle.clock import ManualClock  # noqa: E402
 
 with warnings.catch_warnings():
     warnings.simplefilter("ignore")  # create_react_agent's move to langchain.agents

@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from ramakv_sdk.hooks.signals import SessionSignals
-from ramakv_sdk.proxy import ManualClock
+from ramakv_sdk.lifecycle.clock import ManualClock
 
 
 class Recording:

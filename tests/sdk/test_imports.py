@@ -12,11 +12,14 @@ MODULES = (
     "ramakv_sdk.config",
     "ramakv_sdk.global_client",
     "ramakv_sdk.sender",
-    "ramakv_sdk.events",
+    "ramakv_sdk.payloads",
     "ramakv_sdk.results",
     "ramakv_sdk.errors",
     "ramakv_sdk.cli",
-    "ramakv_sdk.proxy",
+    "ramakv_sdk.lifecycle.machine",
+    "ramakv_sdk.lifecycle.clock",
+    "ramakv_sdk.lifecycle.landing",
+    "ramakv_sdk.proxy",  # the deprecated name: importing it loads nothing of ramakv_proxy
     "ramakv_sdk.hooks",
 )
 
@@ -26,7 +29,7 @@ def test_sdk_imports_neither_textual_nor_the_daemon() -> None:
         "import importlib, sys\n"
         f"for m in {MODULES!r}: importlib.import_module(m)\n"
         "bad = sorted(m for m in sys.modules if m.split('.')[0] in "
-        "('textual', 'ramakv_daemon', 'ramakv_console', 'ascend_ext'))\n"
+        "('textual', 'ramakv_daemon', 'ramakv_console', 'ascend_ext', 'ramakv_proxy'))\n"
         "print(bad)\n"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)

@@ -8,7 +8,7 @@ from typing import Any
 
 import httpx
 
-from ascend_ext.tiny_engine import EngineProcess, EngineSettings, free_ports
+from ascend_ext_dev.tiny_engine import EngineProcess, EngineSettings, free_ports
 
 CPU, DISK = "LocalCPUBackend", "LocalDiskBackend"
 CHUNK = 256

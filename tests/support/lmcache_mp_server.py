@@ -25,7 +25,7 @@ from typing import Any
 from aiohttp import web
 
 from ramakv_daemon.adapters.backends.lmcache_fs_l2 import file_name
-from ramakv_sdk.proxy.stock_keys import chunk_hashes
+from ramakv_proxy.stock_keys import chunk_hashes
 
 Key = tuple[str, str, int, int, str]  # chunk_hash_hex, model_name, kv_rank, group, salt
 #: What the daemon's probe of a healthy stock server (real, or this stand-in) reports.

@@ -1,6 +1,6 @@
 """LMCache's shared remote tier on loopback for the scale-out tests: lmcache 0.5.6's own
 server (``python -m lmcache.v1.server``) and real CPU engines whose third tier it is, each
-behind the memory API (ascend_ext.devserver's app) as a node's LMCache would be."""
+behind the memory API (ascend_ext_dev.devserver's app) as a node's LMCache would be."""
 
 from __future__ import annotations
 
@@ -111,8 +111,8 @@ def store_prompt(engine: Any, n_tokens: int, fill: float) -> list[str]:
     import torch
     from lmcache.v1.memory_management import MemoryFormat
 
-    from ascend_ext.dev_turn import hex_hash
     from ascend_ext.memory_api import ops_for
+    from ascend_ext_dev.dev_turn import hex_hash
 
     sm = ops_for(engine).sm
     keys, objs, hashes = [], [], []

@@ -25,8 +25,8 @@ CPU, DISK = "LocalCPUBackend", "LocalDiskBackend"
 @contextmanager
 def cpu_engine(disk_dir: Path, **spec: Any) -> Iterator[Any]:
     """A real two-tier engine (DDR + disk in disk_dir), destroyed afterwards."""
-    from ascend_ext.cpu_engine import EngineSpec, build_engine, destroy_engine
     from ascend_ext.memory_api import forget_engine
+    from ascend_ext_dev.cpu_engine import EngineSpec, build_engine, destroy_engine
 
     s = EngineSpec(disk_dir=str(disk_dir), instance_id="t-" + uuid.uuid4().hex[:10], **spec)
     engine = build_engine(s)
@@ -66,14 +66,14 @@ def serve(app: Any) -> Iterator[str]:
 def devserver(
     *args: str, port: int | None = None, hash_seed: str = "random", start_timeout: float = 300.0
 ) -> Iterator[tuple[str, subprocess.Popen]]:
-    """``python -m ascend_ext.devserver`` in a child process; yields (url, process).
+    """``python -m ascend_ext_dev.devserver`` in a child process; yields (url, process).
 
     Chunk hashes are blake3 chains, so processes with different PYTHONHASHSEEDs agree.
     """
     port = port or free_port()
     env = dict(os.environ, LMCACHE_TRACK_USAGE="false", PYTHONHASHSEED=hash_seed)
     proc = subprocess.Popen(
-        [sys.executable, "-m", "ascend_ext.devserver", "--port", str(port), *args],
+        [sys.executable, "-m", "ascend_ext_dev.devserver", "--port", str(port), *args],
         cwd=REPO,
         env=env,
         stdout=subprocess.DEVNULL,

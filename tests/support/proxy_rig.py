@@ -8,8 +8,8 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 import pytest
 from aiohttp import web
 
-from ramakv_sdk.proxy import LIFECYCLE, SENDER, Lifecycle, ProxySettings, make_app
-from ramakv_sdk.proxy.clock import Clock
+from ramakv_proxy import LIFECYCLE, SENDER, Lifecycle, ProxySettings, make_app
+from ramakv_sdk.lifecycle.clock import Clock
 from ramakv_sdk.sender import EventSender
 from support.openai_engine import CHUNK_TOKENS, StandInEngine
 

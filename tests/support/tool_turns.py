@@ -10,7 +10,7 @@ from typing import Any, TypeVar
 
 import httpx
 
-from ascend_ext.tiny_engine import TOOL_ARGS
+from ascend_ext_dev.tiny_engine import TOOL_ARGS
 from support.engine_rig import HTTP_TIMEOUT_S, POLL_TIMEOUT_S
 
 T = TypeVar("T")

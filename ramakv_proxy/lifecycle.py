@@ -1,6 +1,6 @@
 """The I/O driver of the session lifecycle the proxy infers (no host code): feeds each
 request's begin and end and each due deadline to the pure machine
-(:mod:`ramakv_sdk.proxy.machine`) and applies the commands it returns.
+(:mod:`ramakv_sdk.lifecycle.machine`) and applies the commands it returns.
 
 * an answer that calls a tool: after ``tool_pause_suspend_s`` with no new request,
   ``session_suspend`` (``tool_pause``); the next request restores it first and waits,
@@ -31,13 +31,15 @@ from pathlib import Path
 from typing import Any
 
 from ramakv_protocol.log_text import loggable
-from ramakv_sdk.proxy import pending
-from ramakv_sdk.proxy.breaker import Breaker, bounded
-from ramakv_sdk.proxy.clock import Clock, Timer
-from ramakv_sdk.proxy.context import PromptShape
-from ramakv_sdk.proxy.grace import AdaptiveGrace
-from ramakv_sdk.proxy.landing import Landing, LandingWait
-from ramakv_sdk.proxy.machine import (
+from ramakv_proxy import pending
+from ramakv_proxy.breaker import Breaker, bounded
+from ramakv_proxy.context import PromptShape
+from ramakv_proxy.grace import AdaptiveGrace
+from ramakv_proxy.request_end import RequestEnd
+from ramakv_proxy.settings import ProxySettings
+from ramakv_sdk.lifecycle.clock import Clock, Timer
+from ramakv_sdk.lifecycle.landing import Landing, LandingWait
+from ramakv_sdk.lifecycle.machine import (
     Arm,
     Command,
     Count,
@@ -53,8 +55,6 @@ from ramakv_sdk.proxy.machine import (
     State,
     TurnStart,
 )
-from ramakv_sdk.proxy.outcome import Outcome
-from ramakv_sdk.proxy.settings import ProxySettings
 from ramakv_sdk.sender import EventSender
 
 log = logging.getLogger("ramakv_proxy")
@@ -125,11 +125,11 @@ class Ticket:
     ask: bool = False  # ask the daemon whether it suspended the session
 
 
-_OUTCOME_SIGNAL = {
-    Outcome.TOOL_CALL: Signal.TOOL_CALL,
-    Outcome.ANSWERED: Signal.ANSWERED,
-    Outcome.FAILED: Signal.ANSWERED,
-    Outcome.DISCONNECTED: Signal.DISCONNECTED,
+_END_SIGNAL = {
+    RequestEnd.TOOL_CALL: Signal.TOOL_CALL,
+    RequestEnd.ANSWERED: Signal.ANSWERED,
+    RequestEnd.FAILED: Signal.ANSWERED,
+    RequestEnd.DISCONNECTED: Signal.DISCONNECTED,
 }
 
 
@@ -383,15 +383,15 @@ class Lifecycle:
         st.restore_wait_s += landing.waited_s
 
     # ---- a request ends -------------------------------------------------------------------
-    def end(self, route: Route, ticket: Ticket, outcome: Outcome, agent_step: bool) -> None:
-        """After a request: feed its outcome to the machine. ``agent_step``: the request
+    def end(self, route: Route, ticket: Ticket, ended: RequestEnd, agent_step: bool) -> None:
+        """After a request: feed how it ended to the machine. ``agent_step``: the request
         offered tools and carried their use, so an answer in words ends the agent's run."""
         sid = route.session_id
         m = self._machines.get(sid)
         if m is None or m.state is not State.IN_FLIGHT:
             return
-        signal = _OUTCOME_SIGNAL[outcome]
-        if outcome is Outcome.ANSWERED and agent_step:
+        signal = _END_SIGNAL[ended]
+        if ended is RequestEnd.ANSWERED and agent_step:
             signal = Signal.FINAL
         now = self.clock.now()
         self._last_end[sid] = now

@@ -1,4 +1,4 @@
-"""Event payload builders shared by the async client, the global client, the CLI and proxy."""
+"""The payloads the SDK sends: each event's JSON body, built for the clients and the proxy."""
 
 from __future__ import annotations
 

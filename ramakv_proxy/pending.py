@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from ramakv_protocol.log_text import loggable
-from ramakv_sdk.proxy.machine import SessionMachine, State
+from ramakv_sdk.lifecycle.machine import SessionMachine, State
 
 log = logging.getLogger("ramakv_proxy")
 

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ramakv_protocol.log_text import loggable
-from ramakv_sdk.proxy.context import PromptShape
+from ramakv_proxy.context import PromptShape
 
 log = logging.getLogger("ramakv_proxy")
 

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from ascend_ext import tiny_model
-from ascend_ext.tiny_engine import EngineSettings, command, environment
-from ascend_ext.tiny_model import COMPUTE, SMALL, ModelShape
+from ascend_ext_dev import tiny_model
+from ascend_ext_dev.tiny_engine import EngineSettings, command, environment
+from ascend_ext_dev.tiny_model import COMPUTE, SMALL, ModelShape
 
 
 def test_a_relative_work_dir_is_resolved(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -1,10 +1,10 @@
 """Waiting, bounded, until a restored session's chunks are back in DDR.
 
 The daemon answers snapshot_restore before its prefetch reaches the cache (backend calls
-run after the reply), so the proxy asks where the session's chunks are (``session_map``,
-then ``backend_query``: the memory API's /memory/query through the daemon) until every
-chunk that some tier holds is in DDR, or the deadline passes. A chunk no tier holds cannot
-be prefetched and is not waited for.
+run after the reply), so the host (the proxy, a hook) asks where the session's chunks are
+(``session_map``, then ``backend_query``: the memory API's /memory/query through the
+daemon) until every chunk that some tier holds is in DDR, or the deadline passes. A chunk
+no tier holds cannot be prefetched and is not waited for.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 from ramakv_sdk.client import AsyncClient
 from ramakv_sdk.errors import RamAKvError
-from ramakv_sdk.proxy.clock import Clock
+from ramakv_sdk.lifecycle.clock import Clock
 
 log = logging.getLogger("ramakv_proxy")
 

@@ -9,11 +9,11 @@ from pathlib import Path
 
 from aiohttp import web
 
+from ramakv_proxy.app import make_app
+from ramakv_proxy.naming import SOURCES
+from ramakv_proxy.pending import default_state_dir
+from ramakv_proxy.settings import TURN_START_PREFETCH, ProxySettings
 from ramakv_sdk.config import DEFAULT_DAEMON_URL, load_config
-from ramakv_sdk.proxy.app import make_app
-from ramakv_sdk.proxy.naming import SOURCES
-from ramakv_sdk.proxy.pending import default_state_dir
-from ramakv_sdk.proxy.settings import TURN_START_PREFETCH, ProxySettings
 from ramakv_sdk.version import add_version_flag
 
 log = logging.getLogger("ramakv_proxy")

@@ -9,7 +9,7 @@ import logging
 from collections.abc import Awaitable
 from typing import Any, TypeVar
 
-from ramakv_sdk.proxy.clock import Clock
+from ramakv_sdk.lifecycle.clock import Clock
 
 log = logging.getLogger("ramakv_proxy")
 T = TypeVar("T")

@@ -3,8 +3,11 @@ gives the next state; :meth:`SessionMachine.step` returns the commands the drive
 (events to send, deadlines to arm or drop, counters). Modelled on h11's ``_state.py``: an
 illegal step raises :class:`IllegalStep` and leaves the machine as it was.
 
-The proxy (:mod:`ramakv_sdk.proxy.lifecycle`) and the framework hooks
-(:mod:`ramakv_sdk.hooks.signals`) drive the same machine.
+The proxy (:mod:`ramakv_proxy.lifecycle`) and the framework hooks
+(:mod:`ramakv_sdk.hooks.signals`) drive the same machine. It lives in the SDK, not in the
+proxy, so that both import it downwards: the hooks are the client library and must not
+depend on the server (ramakv_proxy stands above ramakv_sdk); and not in ramakv_protocol,
+which holds the wire contract with the daemon, where this is a host's own inference.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """``make demo``: the whole stack on a laptop CPU, driven by a short scripted agent conversation.
 
-    python -m ascend_ext.demo [--rounds N] [--pause S] [--no-console]
+    python -m ascend_ext_dev.demo [--rounds N] [--pause S] [--no-console]
 
 Development tool, not a production path. Starts the tiny vLLM-CPU engine (LMCache +
 ascend_ext), the daemon steering its memory API, ramakv-proxy in front, and the console in
@@ -27,7 +27,7 @@ from pathlib import Path
 
 import httpx
 
-from ascend_ext.tiny_engine import EngineProcess, EngineSettings, free_ports, vllm_available
+from ascend_ext_dev.tiny_engine import EngineProcess, EngineSettings, free_ports, vllm_available
 
 SYSTEM = (
     "You are a careful coding agent. Read the repository, run the tests and report. "
@@ -188,7 +188,7 @@ def serve(
                 [
                     sys.executable,
                     "-m",
-                    "ramakv_sdk.proxy",
+                    "ramakv_proxy",
                     "--upstream",
                     engine_url,
                     "--daemon",
@@ -222,7 +222,7 @@ def serve(
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = parser("python -m ascend_ext.demo", __doc__).parse_args(argv)
+    args = parser("python -m ascend_ext_dev.demo", __doc__).parse_args(argv)
     why = vllm_available()
     if why is not None:
         print(f"make demo needs the real engine: {why}", file=sys.stderr)

@@ -20,9 +20,9 @@ from typing import Any
 
 import aiohttp
 
+from ramakv_proxy import stock_keys
 from ramakv_sdk import prompt_hashes
-from ramakv_sdk.proxy import stock_keys
-from ramakv_sdk.proxy.landing import Landing, LandingWait
+from ramakv_sdk.lifecycle.landing import Landing, LandingWait
 
 log = logging.getLogger("ramakv_proxy")
 

@@ -12,17 +12,17 @@ from prometheus_client import CollectorRegistry
 from yarl import URL
 
 from ramakv_protocol.log_text import loggable
-from ramakv_sdk import events, prompt_hashes
+from ramakv_proxy.answers import Answer, StreamScanner, read_json_answer
+from ramakv_proxy.lifecycle import Lifecycle, Ticket
+from ramakv_proxy.metrics import proxy_registry, render
+from ramakv_proxy.naming import Named, api_key_of, named_request, scoped
+from ramakv_proxy.request_end import RequestEnd
+from ramakv_proxy.settings import ProxySettings
+from ramakv_proxy.stock import StockLanding, StockSettings, StockStack
+from ramakv_sdk import payloads, prompt_hashes
 from ramakv_sdk.client import AsyncClient
-from ramakv_sdk.proxy.answers import Answer, StreamScanner, read_json_answer
-from ramakv_sdk.proxy.clock import Clock, LoopClock
-from ramakv_sdk.proxy.landing import LandingWait
-from ramakv_sdk.proxy.lifecycle import Lifecycle, Ticket
-from ramakv_sdk.proxy.metrics import proxy_registry, render
-from ramakv_sdk.proxy.naming import Named, api_key_of, named_request, scoped
-from ramakv_sdk.proxy.outcome import Outcome
-from ramakv_sdk.proxy.settings import ProxySettings
-from ramakv_sdk.proxy.stock import StockLanding, StockSettings, StockStack
+from ramakv_sdk.lifecycle.clock import Clock, LoopClock
+from ramakv_sdk.lifecycle.landing import LandingWait
 from ramakv_sdk.sender import EventSender
 
 log = logging.getLogger("ramakv_proxy")
@@ -153,7 +153,7 @@ async def forward(request: web.Request) -> web.StreamResponse:
     route = life.route(sid, named.shape)  # a side call goes to the session's branch
     # A failure until the relay says otherwise: an unexpected error (or a cancelled
     # handler) must not close the session; only a client seen leaving does.
-    outcome = Outcome.FAILED
+    ended = RequestEnd.FAILED
     stock = request.app.get(STOCK)  # the stock stack: tokenised before a restore needs it
     keys = None
     if stock is not None:
@@ -162,12 +162,12 @@ async def forward(request: web.Request) -> web.StreamResponse:
     ticket = life.start(route)
     try:
         await life.ready(route, ticket)
-        response, outcome = await _forward(request, body, route.session_id, ticket, keys)
+        response, ended = await _forward(request, body, route.session_id, ticket, keys)
         return response
     finally:
         if stock is not None:
             stock.after(route.session_id, keys)
-        life.end(route, ticket, outcome, named.agent_step)
+        life.end(route, ticket, ended, named.agent_step)
 
 
 async def _forward(
@@ -176,7 +176,7 @@ async def _forward(
     sid: str | None,
     ticket: Ticket | None = None,
     keys: dict | None = None,
-) -> tuple[web.StreamResponse, Outcome]:
+) -> tuple[web.StreamResponse, RequestEnd]:
     """Send the request upstream and relay its answer; how it ended, for the lifecycle."""
     settings = request.app[SETTINGS]
     headers = [(k, v) for k, v in request.headers.items() if k.lower() not in DROP_REQUEST]
@@ -207,7 +207,7 @@ async def _forward(
             )
         except (aiohttp.ClientError, OSError, TimeoutError) as err:
             log.warning("upstream %s unavailable: %s", settings.upstream, err)
-            return _upstream_error(err, settings.upstream), Outcome.FAILED
+            return _upstream_error(err, settings.upstream), RequestEnd.FAILED
         async with upstream:
             return await _relay(request, upstream, sid, ticket, tokenized, keys)
     finally:
@@ -222,7 +222,7 @@ async def _relay(
     ticket: Ticket | None,
     tokenized: asyncio.Future[dict | None] | None = None,
     keys: dict | None = None,
-) -> tuple[web.StreamResponse, Outcome]:
+) -> tuple[web.StreamResponse, RequestEnd]:
     """Copy the engine's answer to the client chunk by chunk; then send turn_end. Also
     says how the request ended (a tool call, a client gone mid-answer...)."""
     out = web.StreamResponse(status=upstream.status, reason=upstream.reason)
@@ -268,14 +268,14 @@ async def _relay(
             scanner.close()
             answer = scanner.answer
             params = answer.params  # an engine that streams them; vLLM 0.32 does not
-            if not events.has_chunk_hashes(params) and tokenized is not None and received:
+            if not payloads.has_chunk_hashes(params) and tokenized is not None and received:
                 params = await tokenized
                 if request.app[TOKENIZE_CHECK].agrees is False:
                     params = None  # hashing the tokenised prompt gave the engine's hashes wrong
         else:
             answer = read_json_answer(b"".join(kept or ()), encoding)
             params = answer.params
-            if tokenized is not None and params is not None and events.has_chunk_hashes(params):
+            if tokenized is not None and params is not None and payloads.has_chunk_hashes(params):
                 request.app[TOKENIZE_CHECK].compare(
                     await tokenized,
                     params,
@@ -285,8 +285,8 @@ async def _relay(
                 )
         if STOCK in request.app:
             params = keys  # the stock server's keys of this prompt, whatever the engine sent
-        if events.has_chunk_hashes(params) and ticket is not None:
-            event = {**events.turn_end(sid, params), "request_id": ticket.request_id}
+        if payloads.has_chunk_hashes(params) and ticket is not None:
+            event = {**payloads.turn_end(sid, params), "request_id": ticket.request_id}
             await _report_turn(event, received, request.app, ticket)
         elif received:
             _warn_no_hashes(request.app, request.app[SETTINGS].upstream)
@@ -300,10 +300,10 @@ async def _relay(
         # the end waited (one that never read the body) did not leave mid-answer.
         log.info("client of session %s left before the answer's end: %s", loggable(sid or ""), err)
     if not received:
-        return out, Outcome.DISCONNECTED
+        return out, RequestEnd.DISCONNECTED
     if upstream.status != 200:
-        return out, Outcome.FAILED
-    return out, Outcome.TOOL_CALL if answer.tool_call else Outcome.ANSWERED
+        return out, RequestEnd.FAILED
+    return out, RequestEnd.TOOL_CALL if answer.tool_call else RequestEnd.ANSWERED
 
 
 async def _report_turn(event: dict, wait: bool, app: web.Application, ticket: Ticket) -> None:

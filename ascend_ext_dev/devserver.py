@@ -1,6 +1,6 @@
 """Development tool, not a production path: a real CPU LMCache engine behind the memory API.
 
-    python -m ascend_ext.devserver --host 127.0.0.1 --port 6999 --ddr-mb 64 \
+    python -m ascend_ext_dev.devserver --host 127.0.0.1 --port 6999 --ddr-mb 64 \
         --disk-dir /tmp/ramakv-disk --chunk-size 16
 
 ``--workers URL,URL`` instead runs an engine-less scheduler that forwards to those workers.
@@ -36,8 +36,8 @@ def create_app(engine: Any | None = None, worker_urls: list[str] | None = None) 
 
     @app.post("/engine/turn")
     async def engine_turn(request: Request) -> JSONResponse:
-        """Play the inference engine for one prompt (see ascend_ext.dev_turn)."""
-        from ascend_ext.dev_turn import run_turn
+        """Play the inference engine for one prompt (see ascend_ext_dev.dev_turn)."""
+        from ascend_ext_dev.dev_turn import run_turn
 
         if engine is None:
             return JSONResponse({"error": "the scheduler has no engine"}, status_code=503)
@@ -65,7 +65,7 @@ def create_app(engine: Any | None = None, worker_urls: list[str] | None = None) 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     """Command line (all optional)."""
     p = argparse.ArgumentParser(
-        prog="python -m ascend_ext.devserver",
+        prog="python -m ascend_ext_dev.devserver",
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
@@ -93,7 +93,7 @@ def main(argv: list[str] | None = None) -> None:
     workers = [u.strip().rstrip("/") for u in args.workers.split(",") if u.strip()]
     instance_id = f"ramakv-dev-{args.port}"
     if not workers:
-        from ascend_ext.cpu_engine import EngineSpec, build_engine
+        from ascend_ext_dev.cpu_engine import EngineSpec, build_engine
 
         spec = EngineSpec(
             disk_dir=args.disk_dir or tempfile.mkdtemp(prefix="ramakv-disk-"),
@@ -119,7 +119,7 @@ def main(argv: list[str] | None = None) -> None:
         uvicorn.run(app, host=args.host, port=args.port, log_level="warning")
     finally:
         if engine is not None:
-            from ascend_ext.cpu_engine import destroy_engine
+            from ascend_ext_dev.cpu_engine import destroy_engine
 
             forget_engine(engine)
             destroy_engine(instance_id)

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
-from ascend_ext import tiny_model
+from ascend_ext_dev import tiny_model
 
 SERVED_NAME = "tiny"
 #: Tool calling on: with a named tool_choice and a schema that leaves one valid value, even

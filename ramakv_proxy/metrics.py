@@ -8,7 +8,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from ramakv_sdk.proxy.lifecycle import Lifecycle
+from ramakv_proxy.lifecycle import Lifecycle
 from ramakv_sdk.sender import EventSender
 
 # (stats field, metric name without _total, help)

@@ -1,0 +1,1 @@
+"""The session lifecycle ramakv-proxy and the hooks share: machine, clock, restore wait."""
