@@ -48,6 +48,7 @@ from ramakv_daemon.ports import (
 )
 from ramakv_daemon.restore import restore
 from ramakv_daemon.routing.namespaces import Namespace, Namespaces
+from ramakv_daemon.routing.notices import Notices
 from ramakv_daemon.routing.ownership import Ownership
 from ramakv_daemon.sweeps.fork_expiry import ForkExpiry
 from ramakv_daemon.sweeps.idle_batch import BatchActor
@@ -337,7 +338,6 @@ def build(
     )
     fork_ids = ForkIds()  # one counter for the whole store: fork ids are unique in it
     ledger = OutboxLedger()  # what commits leave for delivery, and delivery for them
-    committer = GroupCommitter(store, fork_ids, ledger, metrics.commit, config.idempotency_ttl_s)
     limits = Limits(config.max_hashes_per_event, config.max_hash_bytes)
     parts = NamespaceParts(
         config,
@@ -351,10 +351,22 @@ def build(
         partial(report_window, metrics, trace.publish),
         on_cancel=metrics.prefetch_cancel,
     )
-    namespaces = Namespaces(config, committer, fork_ids, parts.build)
+    namespaces = Namespaces(config, fork_ids, parts.build)
     namespaces.setup()
     records = TraceRecords(trace, namespaces)
-    ownership = Ownership(store, namespaces)
+    notices = Notices()  # what a shared store and fenced commits tell ownership
+    # A commit tells what it committed, before any waiter resumes: delivery's rows first
+    # (each whole), then the trace records in apply order; a fenced one, the sessions.
+    committer = GroupCommitter(
+        store,
+        fork_ids,
+        ledger,
+        metrics.commit,
+        config.idempotency_ttl_s,
+        committed=(ledger.on_committed, records.committed),
+        fenced=(notices.fenced,),
+    )
+    ownership = Ownership(store, namespaces, committer, notices)
     reactions = Reactions(
         [
             warn_forced,

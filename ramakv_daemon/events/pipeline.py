@@ -216,8 +216,7 @@ class Pipeline:
                 change,
                 ns.manager,
                 kept=kept,
-                answer=o.answer,
-                publish=partial(o.committed, self.records.event),
+                replies=(o,),
                 gate=keep[0] if keep is not None else None,
                 ready=debug,
             )

@@ -78,13 +78,16 @@ class ForkExpiry:
         if change is None:
             return 0
         delta = self.records.delta(change, ns.key)  # before the await: this change's
+        expired = change.data["expired"]
+        assert isinstance(expired, list)
+        touched = sorted({str(r["session_id"]) for r in expired})
+        # Its trace record goes out at its commit (the committer's subscriber).
+        o = Outcome("fork_expire", None, change, ns, NO_EFFECTS, delta=delta, touched=touched)
         try:
-            await self.committer.submit(ChangeRecord.of(ns.key, change, ns.manager))
+            await self.committer.submit(ChangeRecord.of(ns.key, change, ns.manager, replies=(o,)))
         except StoreError as err:  # rolled back: the next pass tries again
             log.error("fork expiry not persisted (will retry): %s", err)
             return 0
-        expired = change.data["expired"]
-        assert isinstance(expired, list)
         for row in expired:
             log.warning(
                 "fork hold expired: session=%s fork_id=%s age=%.0fs (older than "
@@ -95,9 +98,6 @@ class ForkExpiry:
                 ttl,
                 f" namespace={ns.key}" if ns.key else "",
             )
-        touched = sorted({str(r["session_id"]) for r in expired})
-        o = Outcome("fork_expire", None, change, ns, NO_EFFECTS, delta=delta, touched=touched)
-        self.records.event(o)
         self.metrics.forks_expired.inc(len(expired))
         return len(expired)
 

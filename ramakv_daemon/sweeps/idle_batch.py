@@ -101,18 +101,12 @@ class BatchActor:
             return actions
         dispatcher = ns.dispatcher
         keep = dispatcher.keep_for(merged.prev_counts) if merged.durable else None
-        outcomes = [o for _, o in writing]
-
-        def publish() -> None:  # at the commit, in apply order
-            for o in outcomes:
-                o.committed(p.records.event)
-
         record = ChangeRecord.of(
             ns.key,
             merged,
             ns.manager,
             kept=keep[1] if keep is not None else (),
-            publish=publish,
+            replies=[o for _, o in writing],  # their records go out at the commit, in order
             gate=keep[0] if keep is not None else None,
         )
         try:

@@ -91,16 +91,17 @@ class RetentionSweep:
                 if change is None:
                     return deleted
                 delta = self.records.delta(change, ns.key)  # before the await: this change's
+                # Its trace record goes out at its commit (the committer's subscriber).
+                o = Outcome("retention_sweep", None, change, ns, NO_EFFECTS, delta=delta)
                 try:
-                    await self.committer.submit(ChangeRecord.of(ns.key, change, ns.manager))
+                    await self.committer.submit(
+                        ChangeRecord.of(ns.key, change, ns.manager, replies=(o,))
+                    )
                 except StoreError as err:
                     # Rolled back: still dead, looked at again by the next pass.
                     ns.manager.last_refs.released_now(change.evict_delete, "", now - self.window_s)
                     log.error("retention sweep not persisted (will retry): %s", err)
                     return deleted
-            self.records.event(
-                Outcome("retention_sweep", None, change, ns, NO_EFFECTS, delta=delta, touched=[])
-            )
             n = len(change.evict_delete)
             self.metrics.retention_deleted.inc(n)
             deleted += n
