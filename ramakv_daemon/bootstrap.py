@@ -13,6 +13,8 @@ from functools import partial
 from ramakv_daemon.adapters.backends.factory import lmcache_factory
 from ramakv_daemon.adapters.backends.noop import NoopBackend
 from ramakv_daemon.adapters.sqlite.store import SqliteSessionStore
+from ramakv_daemon.bus.handlers import handlers_of
+from ramakv_daemon.bus.messagebus import MessageBus, UnitOfWork
 from ramakv_daemon.commit.committer import GroupCommitter
 from ramakv_daemon.commit.ledger import OutboxLedger
 from ramakv_daemon.config import Config
@@ -51,7 +53,6 @@ from ramakv_daemon.routing.namespaces import Namespace, Namespaces
 from ramakv_daemon.routing.notices import Notices
 from ramakv_daemon.routing.ownership import Ownership
 from ramakv_daemon.sweeps.fork_expiry import ForkExpiry
-from ramakv_daemon.sweeps.idle_batch import BatchActor
 from ramakv_daemon.sweeps.idle_policy import IdleSweep
 from ramakv_daemon.sweeps.l2_budget import L2BudgetSweep, evidence
 from ramakv_daemon.sweeps.retention import RetentionSweep
@@ -200,6 +201,8 @@ class Daemon:
     fork_expiry: ForkExpiry
     idle_sweep: IdleSweep
     retention: RetentionSweep
+    bus: MessageBus  # background work's commands
+    clock: Callable[[], float]  # the wall clock events and sweeps read
     # Client events first: the service counts them, background work waits its turn here.
     lanes: Lanes = field(default_factory=Lanes)
     # Set by the command line, which calls listening() once the port is bound: the idle
@@ -235,7 +238,7 @@ class Daemon:
                 self.config.idempotency_window,
                 self.config.store_shown,
                 t0,
-                self.retention.clock(),
+                self.clock(),
             )
         except BaseException:
             # A corrupt page found while loading: close the store (and its worker
@@ -390,24 +393,24 @@ def build(
     answers = AnswerCache(config.idempotency_window)
     lanes = Lanes()
     service = EventService(pipeline, EventIds(answers, committer, pipeline.run), lanes)
-    fork_expiry = ForkExpiry(
-        config.fork_hold_ttl_s, namespaces, committer, records, metrics, clock, lanes
-    )
-    # The idle policies' suspends and closes are events, in the background lane (client
-    # events first): applied a batch per loop step, each batch one commit and one delivery
-    # pass (on a shared store each goes through the pipeline alone).
+    # Background work is typed commands: each handled in the background lane (client
+    # events first), its change committed by the bus's unit of work, its trace record
+    # published by the committer's subscriber. The sweeps keep only their timers.
+    handlers = handlers_of(namespaces, registry, limits, records, reactions, metrics, clock)
+    bus = MessageBus(handlers, lanes, UnitOfWork(committer))
+    fork_expiry = ForkExpiry(config.fork_hold_ttl_s, namespaces, bus)
+    # The idle policies' suspends and closes are events: applied a batch per command, each
+    # batch one commit and one delivery pass (on a shared store each goes through the
+    # pipeline alone, in the background lane too).
     idle_sweep = IdleSweep(
         config,
         namespaces,
         lanes.background_run(pipeline.run),
         metrics,
         clock,
-        batched=BatchActor(pipeline, lanes),
+        batched=None if ownership.shared else bus,
     )
-    # Dead chunks' deletes: committed as fork expiries are, in the background lane too.
-    retention = RetentionSweep(
-        config.retain_unreferenced_s, namespaces, committer, records, metrics, clock, lanes
-    )
+    retention = RetentionSweep(config.retain_unreferenced_s, namespaces, bus)
     return Daemon(
         config,
         store,
@@ -425,6 +428,8 @@ def build(
         fork_expiry,
         idle_sweep,
         retention,
+        bus,
+        clock,
         lanes=lanes,
         l2_budgets=l2_budgets_of(config, namespaces, backend, lanes, clock),
     )

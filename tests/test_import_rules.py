@@ -200,6 +200,7 @@ DAEMON_LAYERS: list[tuple[str, ...]] = [
     ("routing",),
     ("telemetry",),
     ("events",),
+    ("bus",),
     ("sweeps", "restore"),
     ("bootstrap",),
     ("http", "cli"),

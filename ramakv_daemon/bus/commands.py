@@ -1,0 +1,54 @@
+"""The typed commands background work sends through the bus; each names what it returns."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import ClassVar, Generic, TypeVar
+
+from ramakv_daemon.core.events import JsonObject
+
+R = TypeVar("R", covariant=True)
+
+# Per due idle event: "suspend", "close", "" (no longer idle: its condition held it back)
+# or "failed" (refused, or its commit failed: the next sweep looks again).
+Action = str
+
+
+class Command(Generic[R]):
+    """A state change asked of the bus, answered with an ``R``. ``settled``: its handler
+    decides from committed state only (the bus waits for every change in doubt first)."""
+
+    __slots__ = ()
+    settled: ClassVar[bool] = False
+
+
+@dataclass(frozen=True, slots=True)
+class ExpireForks(Command[int]):
+    """Release ``namespace``'s fork holds older than ``ttl_s`` as their fork_end would, as
+    one change; answered with how many expired."""
+
+    settled: ClassVar[bool] = True
+    namespace: str
+    ttl_s: float
+
+
+@dataclass(frozen=True, slots=True)
+class DeleteDead(Command[int | None]):
+    """Delete up to ``limit`` of ``namespace``'s chunks dead for ``window_s``, as one change;
+    answered with how many (None: none left, or its commit failed: the next pass looks)."""
+
+    settled: ClassVar[bool] = True
+    namespace: str
+    window_s: float
+    limit: int
+
+
+@dataclass(frozen=True, slots=True)
+class ActIdle(Command[list[Action]]):
+    """Apply ``namespace``'s due idle-policy events from the first, as many as one loop
+    step allows, as one change; answered with an action per event applied (fewer than
+    given: the caller sends the rest again)."""
+
+    namespace: str
+    payloads: Sequence[JsonObject]
