@@ -14,7 +14,7 @@ from ramakv_daemon.adapters.backends.factory import lmcache_factory
 from ramakv_daemon.adapters.backends.noop import NoopBackend
 from ramakv_daemon.adapters.sqlite.store import SqliteSessionStore
 from ramakv_daemon.bus.handlers import handlers_of
-from ramakv_daemon.bus.messagebus import MessageBus, UnitOfWork
+from ramakv_daemon.bus.messagebus import MessageBus
 from ramakv_daemon.commit.committer import GroupCommitter
 from ramakv_daemon.commit.ledger import OutboxLedger
 from ramakv_daemon.config import Config
@@ -40,6 +40,7 @@ from ramakv_daemon.events.reactions import (
 )
 from ramakv_daemon.events.service import EventService
 from ramakv_daemon.events.trace_records import TraceRecords, publish_backend_failure
+from ramakv_daemon.events.unit_of_work import UnitOfWork
 from ramakv_daemon.handlers import DEFAULT_REGISTRY, HandlerContext, Registry
 from ramakv_daemon.ports import (
     Backend,
@@ -384,8 +385,9 @@ def build(
         config.trace_events,
     )
     debug = DebugWriter(config.debug_dir) if config.debug_enabled else None
+    uow = UnitOfWork(committer)  # every applied change, an event's or a command's, commits here
     pipeline = Pipeline(
-        registry, namespaces, committer, ownership, records, reactions, debug, clock, limits
+        registry, namespaces, uow, ownership, records, reactions, debug, clock, limits
     )
     # A release is not in the background lane: a client event for the session may wait
     # for it (Ownership.before), and a lane that waits for that client would never open.
@@ -397,7 +399,7 @@ def build(
     # events first), its change committed by the bus's unit of work, its trace record
     # published by the committer's subscriber. The sweeps keep only their timers.
     handlers = handlers_of(namespaces, registry, limits, records, reactions, metrics, clock)
-    bus = MessageBus(handlers, lanes, UnitOfWork(committer))
+    bus = MessageBus(handlers, lanes, uow)
     fork_expiry = ForkExpiry(config.fork_hold_ttl_s, namespaces, bus)
     # The idle policies' suspends and closes are events: applied a batch per command, each
     # batch one commit and one delivery pass (on a shared store each goes through the

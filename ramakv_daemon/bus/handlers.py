@@ -9,13 +9,14 @@ from collections.abc import Callable
 from typing import Any
 
 from ramakv_daemon.bus.commands import ActIdle, Action, Command, DeleteDead, ExpireForks
-from ramakv_daemon.bus.messagebus import Handler, UnitOfWork
+from ramakv_daemon.bus.messagebus import Handler
 from ramakv_daemon.core.change import Change
 from ramakv_daemon.core.errors import RamAKvError
 from ramakv_daemon.core.events import JsonObject, Limits, check_required
 from ramakv_daemon.events.outcome import Outcome
 from ramakv_daemon.events.reactions import Reactions
 from ramakv_daemon.events.trace_records import TraceRecords
+from ramakv_daemon.events.unit_of_work import UnitOfWork
 from ramakv_daemon.handlers import Registry
 from ramakv_daemon.handlers.messages import Message
 from ramakv_daemon.handlers.registry import NO_EFFECTS

@@ -31,8 +31,6 @@ class Outcome:
         started: ``time.perf_counter()`` when the event arrived.
         slot: its event_id's answer in progress (None without an event_id).
         delta: the trace delta, taken right after the apply (before any await).
-        kept: chunks a keep was asked for because this change referenced them again
-            (evicted again if it is rolled back).
         touched: sessions the record concerns beyond its delta (a fork expiry's parents).
         debug: the debug file's write (True when written); the commit waits for it.
         published: its trace record went out (at its commit, in apply order).
@@ -52,7 +50,6 @@ class Outcome:
     started: float = 0.0
     slot: AnswerSlot | None = None
     delta: Delta | None = None
-    kept: Sequence[str] = ()
     touched: Sequence[str] = ()
     debug: asyncio.Future[bool] | None = None
     published: bool = False
