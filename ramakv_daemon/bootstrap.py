@@ -13,6 +13,7 @@ from functools import partial
 from ramakv_daemon.adapters.backends.factory import lmcache_factory
 from ramakv_daemon.adapters.backends.noop import NoopBackend
 from ramakv_daemon.adapters.sqlite.store import SqliteSessionStore
+from ramakv_daemon.bus.commands import ClientEvent
 from ramakv_daemon.bus.handlers import handlers_of
 from ramakv_daemon.bus.messagebus import MessageBus
 from ramakv_daemon.commit.committer import GroupCommitter
@@ -38,7 +39,6 @@ from ramakv_daemon.events.reactions import (
     send_prefetch,
     warn_forced,
 )
-from ramakv_daemon.events.service import EventService
 from ramakv_daemon.events.trace_records import TraceRecords, publish_backend_failure
 from ramakv_daemon.events.unit_of_work import UnitOfWork
 from ramakv_daemon.handlers import DEFAULT_REGISTRY, HandlerContext, Registry
@@ -184,7 +184,8 @@ def make_store(config: Config) -> SessionStore:
 @dataclass(eq=False)
 class Daemon:
     """Every part of one daemon, built by :func:`build`; :meth:`start` and :meth:`stop`
-    run its life cycle. ``service.handle(payload)`` handles one event."""
+    run its life cycle. ``bus.handle(ClientEvent(payload))`` (or :meth:`handle`) handles
+    one event."""
 
     config: Config
     store: SessionStore
@@ -198,7 +199,6 @@ class Daemon:
     ownership: Ownership
     answers: AnswerCache
     pipeline: Pipeline
-    service: EventService
     fork_expiry: ForkExpiry
     idle_sweep: IdleSweep
     retention: RetentionSweep
@@ -214,6 +214,11 @@ class Daemon:
     _subscribers_closed: bool = field(default=False, repr=False)
     _stopping: bool = field(default=False, repr=False)
     _sweep_start: asyncio.Task[None] | None = field(default=None, repr=False)
+
+    async def handle(self, payload: object) -> Reply:
+        """One decoded request body, a client's event through the bus; (HTTP status,
+        response envelope)."""
+        return await self.bus.handle(ClientEvent(payload))
 
     @property
     def background_run(self) -> Callable[[JsonObject, None], Awaitable[Reply]]:
@@ -394,11 +399,13 @@ def build(
     ownership.serve(pipeline.run)  # releases re-enter the pipeline as session_close
     answers = AnswerCache(config.idempotency_window)
     lanes = Lanes()
-    service = EventService(pipeline, EventIds(answers, committer, pipeline.run), lanes)
     # Background work is typed commands: each handled in the background lane (client
     # events first), its change committed by the bus's unit of work, its trace record
     # published by the committer's subscriber. The sweeps keep only their timers.
-    handlers = handlers_of(namespaces, registry, limits, records, reactions, metrics, clock)
+    event_ids = EventIds(answers, committer, pipeline.run)
+    handlers = handlers_of(
+        pipeline, event_ids, namespaces, registry, limits, records, reactions, metrics, clock
+    )
     bus = MessageBus(handlers, lanes, uow)
     fork_expiry = ForkExpiry(config.fork_hold_ttl_s, namespaces, bus)
     # The idle policies' suspends and closes are events: applied a batch per command, each
@@ -426,7 +433,6 @@ def build(
         ownership,
         answers,
         pipeline,
-        service,
         fork_expiry,
         idle_sweep,
         retention,

@@ -1,4 +1,5 @@
-"""The typed commands background work sends through the bus; each names what it returns."""
+"""The typed commands sent through the bus (a client's event, background work); each names
+what it returns."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ from dataclasses import dataclass
 from typing import ClassVar, Generic, TypeVar
 
 from ramakv_daemon.core.events import JsonObject
+from ramakv_daemon.events.idempotency import Reply
 
 R = TypeVar("R", covariant=True)
 
@@ -16,11 +18,23 @@ Action = str
 
 
 class Command(Generic[R]):
-    """A state change asked of the bus, answered with an ``R``. ``settled``: its handler
-    decides from committed state only (the bus waits for every change in doubt first)."""
+    """A state change asked of the bus, answered with an ``R``. ``client``: a client's,
+    never waiting here (else background work, admitted to the background lane);
+    ``settled``: its handler decides from committed state only (the bus waits for every
+    change in doubt first)."""
 
     __slots__ = ()
+    client: ClassVar[bool] = False
     settled: ClassVar[bool] = False
+
+
+@dataclass(frozen=True, slots=True)
+class ClientEvent(Command[Reply]):
+    """One decoded request body (HTTP and in-process callers alike), answered with (HTTP
+    status, response envelope)."""
+
+    client: ClassVar[bool] = True
+    payload: object
 
 
 @dataclass(frozen=True, slots=True)

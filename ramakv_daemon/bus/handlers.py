@@ -1,5 +1,6 @@
-"""The background commands' handlers: each applies its change in one step, commits it
-through the unit of work (its trace record goes out at the commit) and reports it."""
+"""The commands' handlers: a client's event (the event_id protocol or the pipeline), and
+background work's, each applying its change in one step, committing it through the unit
+of work (its trace record goes out at the commit) and reporting it."""
 
 from __future__ import annotations
 
@@ -8,12 +9,21 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from ramakv_daemon.bus.commands import ActIdle, Action, Command, DeleteDead, ExpireForks
+from ramakv_daemon.bus.commands import (
+    ActIdle,
+    Action,
+    ClientEvent,
+    Command,
+    DeleteDead,
+    ExpireForks,
+)
 from ramakv_daemon.bus.messagebus import Handler
 from ramakv_daemon.core.change import Change
 from ramakv_daemon.core.errors import RamAKvError
 from ramakv_daemon.core.events import JsonObject, Limits, check_required
+from ramakv_daemon.events.idempotency import EventIds, Reply
 from ramakv_daemon.events.outcome import Outcome
+from ramakv_daemon.events.pipeline import Pipeline
 from ramakv_daemon.events.reactions import Reactions
 from ramakv_daemon.events.trace_records import TraceRecords
 from ramakv_daemon.events.unit_of_work import UnitOfWork
@@ -34,6 +44,24 @@ STEP_CPU_S = 0.002
 # Events in one idle batch at most: what a read answered from committed state takes out
 # and puts back while the batch's commit is under way.
 MAX_BATCH = 32
+
+
+class ClientEvents:
+    """Handles :class:`ClientEvent`: one decoded body, end to end. An ``event_id`` makes
+    the event idempotent: a retry gets the first answer back (remembered durably with the
+    change, for ``idempotency_window`` ids)."""
+
+    def __init__(self, pipeline: Pipeline, event_ids: EventIds) -> None:
+        self.run = pipeline.run
+        self.event_ids = event_ids
+
+    async def __call__(self, command: ClientEvent, _uow: UnitOfWork) -> Reply:
+        payload = command.payload
+        if not isinstance(payload, dict):
+            return 400, {"ok": False, "error": "request body must be a JSON object"}
+        if "event_id" not in payload:
+            return await self.run(payload, None)
+        return await self.event_ids.handle(payload)
 
 
 class ExpiringForks:
@@ -222,6 +250,8 @@ class ActingIdle:
 
 
 def handlers_of(
+    pipeline: Pipeline,
+    event_ids: EventIds,
     namespaces: Namespaces,
     registry: Registry,
     limits: Limits,
@@ -230,8 +260,9 @@ def handlers_of(
     metrics: DaemonMetrics,
     clock: Callable[[], float],
 ) -> dict[type[Command[Any]], Handler]:
-    """Every background command's handler (the composition root's registry)."""
+    """Every command's handler (the composition root's registry)."""
     return {
+        ClientEvent: ClientEvents(pipeline, event_ids),
         ExpireForks: ExpiringForks(namespaces, records, metrics, clock),
         DeleteDead: DeletingDead(namespaces, records, metrics, clock),
         ActIdle: ActingIdle(namespaces, registry, limits, records, reactions, clock),

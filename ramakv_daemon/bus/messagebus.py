@@ -1,5 +1,6 @@
-"""The bus: a command's handler, found by the command's type, runs in the background lane
-(client events first) and commits what it applied through the unit of work."""
+"""The bus: a command's handler, found by the command's type, runs in its lane (client
+events first: background work waits for the background lane) and commits what it applied
+through the unit of work."""
 
 from __future__ import annotations
 
@@ -19,7 +20,8 @@ Handler = Callable[[Any, UnitOfWork], Awaitable[Any]]
 
 
 class MessageBus:
-    """``handle(command)``: its handler in the background lane, ``in_flight`` at a time,
+    """``handle(command)``: a client's command at once (counted in the lanes: background
+    work yields to it), background work in the background lane, ``in_flight`` at a time,
     after the changes in doubt when the command says ``settled``. Built by the composition
     root with every handler; nothing is registered later."""
 
@@ -33,6 +35,13 @@ class MessageBus:
     async def handle(self, command: Command[R]) -> R:
         """Run ``command``'s handler; its answer (KeyError: no handler for its type)."""
         handler = self.handlers[type(command)]
+        if command.client:
+            lanes = self.lanes
+            lanes.clients += 1  # Lanes.client() inline: no generator per event
+            try:
+                return cast(R, await handler(command, self.uow))
+            finally:
+                lanes.client_done()
         async with self.lanes.background():
             if command.settled:
                 await self.uow.settled()  # never decide from a change still in doubt
