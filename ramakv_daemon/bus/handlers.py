@@ -52,7 +52,7 @@ class ClientEvents:
     change, for ``idempotency_window`` ids)."""
 
     def __init__(self, pipeline: Pipeline, event_ids: EventIds) -> None:
-        self.run = pipeline.run
+        self.pipeline = pipeline
         self.event_ids = event_ids
 
     async def __call__(self, command: ClientEvent, _uow: UnitOfWork) -> Reply:
@@ -60,7 +60,7 @@ class ClientEvents:
         if not isinstance(payload, dict):
             return 400, {"ok": False, "error": "request body must be a JSON object"}
         if "event_id" not in payload:
-            return await self.run(payload, None)
+            return await self.pipeline.run(payload, None)
         return await self.event_ids.handle(payload)
 
 

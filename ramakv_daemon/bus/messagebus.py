@@ -27,7 +27,7 @@ class MessageBus:
 
     def __init__(
         self, handlers: Mapping[type[Command[Any]], Handler], lanes: Lanes, uow: UnitOfWork
-    ):
+    ) -> None:
         self.handlers = dict(handlers)
         self.lanes = lanes
         self.uow = uow
