@@ -35,7 +35,7 @@ def _throughput(quick: bool) -> tuple[dict, str]:
         res["turn_end"]["service_cpu_us"] = cpu["cpu_us_per_turn_end"]
         text += (
             f"\n\nThe daemon's own work per turn_end (`python -m bench.service_cpu`: "
-            f"EventService.handle with SQLite, no HTTP): {cpu['cpu_us_per_turn_end']:.0f} µs "
+            f"Daemon.handle with SQLite, no HTTP): {cpu['cpu_us_per_turn_end']:.0f} µs "
             f"CPU; one bare request at its max rate takes at most "
             f"{1e6 / res['turn_end']['bare']['rps']:.0f} µs."
         )

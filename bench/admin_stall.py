@@ -67,7 +67,7 @@ async def measure(sessions: int = 20000, refs: int = 100) -> dict[str, Any]:
             svc.default.manager.holders_of(target)
 
         async def chunk_info_sliced() -> None:
-            status, body = await svc.service.handle({"type": "chunk_info", "chunk_hashes": target})
+            status, body = await svc.handle({"type": "chunk_info", "chunk_hashes": target})
             assert status == 200 and len(body["data"]["chunks"][target[0]]["holders"]) == sessions
 
         async def list_sessions_one_piece() -> None:  # the same work, no yield in between
@@ -75,9 +75,7 @@ async def measure(sessions: int = 20000, refs: int = 100) -> dict[str, Any]:
                 pass
 
         async def list_sessions_sliced() -> None:
-            status, body = await svc.service.handle(
-                {"type": "list_sessions", "offset": sessions - 1000}
-            )
+            status, body = await svc.handle({"type": "list_sessions", "offset": sessions - 1000})
             assert status == 200 and len(body["data"]["sessions"]) == 1000
 
         out: dict[str, Any] = {"sessions": sessions, "references": sessions * refs}

@@ -38,9 +38,7 @@ async def _cpu_per_event(events: int, with_ids: bool) -> float:
 
         async def run(part: list[dict]) -> None:
             for i in range(0, len(part), CONCURRENCY):
-                await asyncio.gather(
-                    *(svc.service.handle(dict(p)) for p in part[i : i + CONCURRENCY])
-                )
+                await asyncio.gather(*(svc.handle(dict(p)) for p in part[i : i + CONCURRENCY]))
 
         await run(payloads[:warm])
         t0 = time.process_time()

@@ -105,7 +105,7 @@ async def one_side(
             for i in range(0, len(due), batch):
                 answers = await asyncio.gather(
                     *(
-                        daemon.service.handle({"type": t, "session_id": sid})
+                        daemon.handle({"type": t, "session_id": sid})
                         for t, sid, _ in due[i : i + batch]
                     )
                 )

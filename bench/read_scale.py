@@ -59,7 +59,7 @@ async def _measure(path: Path, n: int, repeat: int, turns: int) -> dict[str, Any
     try:
         for i in range(turns):  # 64 new hashes each: counted in the table's dict
             hashes = [engine_hash(os.urandom(8)) for _ in range(64)]
-            _, body = await d.service.handle(
+            _, body = await d.handle(
                 {
                     "type": "turn_end",
                     "session_id": f"fresh-{i}",
@@ -84,7 +84,7 @@ async def _measure(path: Path, n: int, repeat: int, turns: int) -> dict[str, Any
                 took = []
                 for _ in range(repeat):
                     t0 = time.perf_counter()
-                    _, body = await d.service.handle(
+                    _, body = await d.handle(
                         {"type": "list_sessions", "limit": limit, "offset": offset}
                     )
                     took.append(time.perf_counter() - t0)

@@ -1,6 +1,6 @@
-"""CPU per event of EventService.handle alone (no HTTP): the daemon's own work, less noisy
-than a throughput run. `python -m bench.service_cpu [EVENTS] [--profile] [--engine-hashes]
-[--suspend]`.
+"""CPU per event of Daemon.handle (a ClientEvent through the bus) alone (no HTTP): the
+daemon's own work, less noisy than a throughput run. `python -m bench.service_cpu [EVENTS]
+[--profile] [--engine-hashes] [--suspend]`.
 
 ``--engine-hashes``: the same events with each hash spelled as the engine spells one (a
 signed 64-bit integer in hex), so maps are held packed (core.packed); by default hashes are
@@ -63,7 +63,7 @@ async def measure(events: int = 20000, profile: bool = False, engine: bool = Fal
             bodies = [engine_spelling(b) for b in bodies]
 
         async def burst(part: list[bytes]) -> None:
-            await asyncio.gather(*(svc.service.handle(orjson.loads(b)) for b in part))
+            await asyncio.gather(*(svc.handle(orjson.loads(b)) for b in part))
 
         for i in range(0, warm, CONCURRENCY):
             await burst(bodies[i : i + CONCURRENCY])
@@ -107,7 +107,7 @@ async def measure_suspend(sessions: int = 1000, profile: bool = False) -> dict:
         for i in range(0, sessions, CONCURRENCY):
             await asyncio.gather(
                 *(
-                    svc.service.handle(
+                    svc.handle(
                         {
                             "type": "turn_end",
                             "session_id": sid,
@@ -127,7 +127,7 @@ async def measure_suspend(sessions: int = 1000, profile: bool = False) -> dict:
         for i in range(0, sessions, CONCURRENCY):
             await asyncio.gather(
                 *(
-                    svc.service.handle({"type": "session_suspend", "session_id": sid})
+                    svc.handle({"type": "session_suspend", "session_id": sid})
                     for sid in ids[i : i + CONCURRENCY]
                 )
             )

@@ -13,6 +13,9 @@ from functools import partial
 from ramakv_daemon.adapters.backends.factory import lmcache_factory
 from ramakv_daemon.adapters.backends.noop import NoopBackend
 from ramakv_daemon.adapters.sqlite.store import SqliteSessionStore
+from ramakv_daemon.bus.commands import ClientEvent
+from ramakv_daemon.bus.handlers import handlers_of
+from ramakv_daemon.bus.messagebus import MessageBus
 from ramakv_daemon.commit.committer import GroupCommitter
 from ramakv_daemon.commit.ledger import OutboxLedger
 from ramakv_daemon.config import Config
@@ -36,8 +39,8 @@ from ramakv_daemon.events.reactions import (
     send_prefetch,
     warn_forced,
 )
-from ramakv_daemon.events.service import EventService
 from ramakv_daemon.events.trace_records import TraceRecords, publish_backend_failure
+from ramakv_daemon.events.unit_of_work import UnitOfWork
 from ramakv_daemon.handlers import DEFAULT_REGISTRY, HandlerContext, Registry
 from ramakv_daemon.ports import (
     Backend,
@@ -48,9 +51,9 @@ from ramakv_daemon.ports import (
 )
 from ramakv_daemon.restore import restore
 from ramakv_daemon.routing.namespaces import Namespace, Namespaces
+from ramakv_daemon.routing.notices import Notices
 from ramakv_daemon.routing.ownership import Ownership
 from ramakv_daemon.sweeps.fork_expiry import ForkExpiry
-from ramakv_daemon.sweeps.idle_batch import BatchActor
 from ramakv_daemon.sweeps.idle_policy import IdleSweep
 from ramakv_daemon.sweeps.l2_budget import L2BudgetSweep, evidence
 from ramakv_daemon.sweeps.retention import RetentionSweep
@@ -181,7 +184,8 @@ def make_store(config: Config) -> SessionStore:
 @dataclass(eq=False)
 class Daemon:
     """Every part of one daemon, built by :func:`build`; :meth:`start` and :meth:`stop`
-    run its life cycle. ``service.handle(payload)`` handles one event."""
+    run its life cycle. ``bus.handle(ClientEvent(payload))`` (or :meth:`handle`) handles
+    one event."""
 
     config: Config
     store: SessionStore
@@ -195,10 +199,11 @@ class Daemon:
     ownership: Ownership
     answers: AnswerCache
     pipeline: Pipeline
-    service: EventService
     fork_expiry: ForkExpiry
     idle_sweep: IdleSweep
     retention: RetentionSweep
+    bus: MessageBus  # background work's commands
+    clock: Callable[[], float]  # the wall clock events and sweeps read
     # Client events first: the service counts them, background work waits its turn here.
     lanes: Lanes = field(default_factory=Lanes)
     # Set by the command line, which calls listening() once the port is bound: the idle
@@ -209,6 +214,11 @@ class Daemon:
     _subscribers_closed: bool = field(default=False, repr=False)
     _stopping: bool = field(default=False, repr=False)
     _sweep_start: asyncio.Task[None] | None = field(default=None, repr=False)
+
+    async def handle(self, payload: object) -> Reply:
+        """One decoded request body, a client's event through the bus; (HTTP status,
+        response envelope)."""
+        return await self.bus.handle(ClientEvent(payload))
 
     @property
     def background_run(self) -> Callable[[JsonObject, None], Awaitable[Reply]]:
@@ -234,7 +244,7 @@ class Daemon:
                 self.config.idempotency_window,
                 self.config.store_shown,
                 t0,
-                self.retention.clock(),
+                self.clock(),
             )
         except BaseException:
             # A corrupt page found while loading: close the store (and its worker
@@ -337,7 +347,6 @@ def build(
     )
     fork_ids = ForkIds()  # one counter for the whole store: fork ids are unique in it
     ledger = OutboxLedger()  # what commits leave for delivery, and delivery for them
-    committer = GroupCommitter(store, fork_ids, ledger, metrics.commit, config.idempotency_ttl_s)
     limits = Limits(config.max_hashes_per_event, config.max_hash_bytes)
     parts = NamespaceParts(
         config,
@@ -351,10 +360,22 @@ def build(
         partial(report_window, metrics, trace.publish),
         on_cancel=metrics.prefetch_cancel,
     )
-    namespaces = Namespaces(config, committer, fork_ids, parts.build)
+    namespaces = Namespaces(config, fork_ids, parts.build)
     namespaces.setup()
     records = TraceRecords(trace, namespaces)
-    ownership = Ownership(store, namespaces)
+    notices = Notices()  # what a shared store and fenced commits tell ownership
+    # A commit tells what it committed, before any waiter resumes: delivery's rows first
+    # (each whole), then the trace records in apply order; a fenced one, the sessions.
+    committer = GroupCommitter(
+        store,
+        fork_ids,
+        ledger,
+        metrics.commit,
+        config.idempotency_ttl_s,
+        committed=(ledger.on_committed, records.committed),
+        fenced=(notices.fenced,),
+    )
+    ownership = Ownership(store, namespaces, committer, notices)
     reactions = Reactions(
         [
             warn_forced,
@@ -369,33 +390,36 @@ def build(
         config.trace_events,
     )
     debug = DebugWriter(config.debug_dir) if config.debug_enabled else None
+    uow = UnitOfWork(committer)  # every applied change, an event's or a command's, commits here
     pipeline = Pipeline(
-        registry, namespaces, committer, ownership, records, reactions, debug, clock, limits
+        registry, namespaces, uow, ownership, records, reactions, debug, clock, limits
     )
     # A release is not in the background lane: a client event for the session may wait
     # for it (Ownership.before), and a lane that waits for that client would never open.
     ownership.serve(pipeline.run)  # releases re-enter the pipeline as session_close
     answers = AnswerCache(config.idempotency_window)
     lanes = Lanes()
-    service = EventService(pipeline, EventIds(answers, committer, pipeline.run), lanes)
-    fork_expiry = ForkExpiry(
-        config.fork_hold_ttl_s, namespaces, committer, records, metrics, clock, lanes
+    # Background work is typed commands: each handled in the background lane (client
+    # events first), its change committed by the bus's unit of work, its trace record
+    # published by the committer's subscriber. The sweeps keep only their timers.
+    event_ids = EventIds(answers, committer, pipeline.run)
+    handlers = handlers_of(
+        pipeline, event_ids, namespaces, registry, limits, records, reactions, metrics, clock
     )
-    # The idle policies' suspends and closes are events, in the background lane (client
-    # events first): applied a batch per loop step, each batch one commit and one delivery
-    # pass (on a shared store each goes through the pipeline alone).
+    bus = MessageBus(handlers, lanes, uow)
+    fork_expiry = ForkExpiry(config.fork_hold_ttl_s, namespaces, bus)
+    # The idle policies' suspends and closes are events: applied a batch per command, each
+    # batch one commit and one delivery pass (on a shared store each goes through the
+    # pipeline alone, in the background lane too).
     idle_sweep = IdleSweep(
         config,
         namespaces,
         lanes.background_run(pipeline.run),
         metrics,
         clock,
-        batched=BatchActor(pipeline, lanes),
+        batched=None if ownership.shared else bus,
     )
-    # Dead chunks' deletes: committed as fork expiries are, in the background lane too.
-    retention = RetentionSweep(
-        config.retain_unreferenced_s, namespaces, committer, records, metrics, clock, lanes
-    )
+    retention = RetentionSweep(config.retain_unreferenced_s, namespaces, bus)
     return Daemon(
         config,
         store,
@@ -409,10 +433,11 @@ def build(
         ownership,
         answers,
         pipeline,
-        service,
         fork_expiry,
         idle_sweep,
         retention,
+        bus,
+        clock,
         lanes=lanes,
         l2_budgets=l2_budgets_of(config, namespaces, backend, lanes, clock),
     )

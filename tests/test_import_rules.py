@@ -213,6 +213,7 @@ DAEMON_LAYERS: list[tuple[str, ...]] = [
     ("routing",),
     ("telemetry",),
     ("events",),
+    ("bus",),
     ("sweeps", "restore"),
     ("bootstrap",),
     ("http", "cli"),

@@ -1,4 +1,4 @@
-"""Replays a trace against the store, alone (LRU) or steered by the real daemon's EventService."""
+"""Replays a trace against the store, alone (LRU) or steered by the real daemon (Daemon.handle)."""
 
 from __future__ import annotations
 
@@ -234,7 +234,7 @@ async def replay(
                 finish(req)
             continue
         assert svc is not None
-        status, body = await svc.service.handle(_payload(kind, e))
+        status, body = await svc.handle(_payload(kind, e))
         res.daemon_events += 1
         if not body.get("ok"):
             res.daemon_errors += 1

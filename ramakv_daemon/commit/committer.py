@@ -6,20 +6,19 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from itertools import repeat
 
 from ramakv_daemon.commit.holding import Holding, watch
 from ramakv_daemon.commit.ledger import OutboxLedger
-from ramakv_daemon.commit.record import ChangeRecord
+from ramakv_daemon.commit.record import ChangeRecord, Committed, Fenced
 from ramakv_daemon.core.change import Change
 from ramakv_daemon.core.fork import Fork, ForkIds
 from ramakv_daemon.core.session import Session
 from ramakv_daemon.ports import (
     BACKGROUND,
     AnswerRowIn,
-    CommittedRow,
     EvictMode,
     SessionStore,
     StoreError,
@@ -66,6 +65,10 @@ def _gate_of(p: _Pending) -> asyncio.Future[None] | None:
     return None if p.record is None else p.record.gate
 
 
+OnCommitted = Callable[[Committed], None]
+OnFenced = Callable[[Fenced], None]
+
+
 class GroupCommitter:
     """Batches the store writes of applied changes and resolves each when durable.
 
@@ -84,16 +87,24 @@ class GroupCommitter:
         ledger: OutboxLedger | None = None,
         on_commit: Callable[[float, int], None] | None = None,
         event_id_ttl_s: float = 3600.0,
+        *,
+        committed: Sequence[OnCommitted] | None = None,
+        fenced: Sequence[OnFenced] = (),
     ) -> None:
         """``fork_ids``: the store-wide fork id counter (stored with every commit that
-        writes forks); ``ledger``: where committed evictions are left for delivery (every
-        row whole, before any waiter resumes, so delivering some entries cannot retire a
-        row whose others are still unseen) and retired rows are picked up;
-        ``on_commit(seconds, batch size)``: after each commit (metrics)."""
+        writes forks); ``ledger``: what is in doubt, and where retired rows are picked up;
+        ``on_commit(seconds, batch size)``: after each commit (metrics); ``committed``:
+        told each batch made durable, in this order, before any waiter resumes (default:
+        the ledger alone, which leaves every row whole for delivery); ``fenced``: told the
+        sessions a fenced commit found changed elsewhere, before any waiter resumes."""
         self.store = store
         self.fork_ids = fork_ids
         self.ledger = ledger if ledger is not None else OutboxLedger()
         self.on_commit = on_commit
+        self.subscribers: tuple[OnCommitted, ...] = (
+            (self.ledger.on_committed,) if committed is None else tuple(committed)
+        )
+        self.fenced_subscribers = tuple(fenced)
         self.event_id_ttl_s = event_id_ttl_s
         self._pending: list[_Pending] = []
         self._wake = self.ledger.writer_wake  # delivery retiring rows wakes the writer too
@@ -106,9 +117,6 @@ class GroupCommitter:
         # Changes waiting for a keep, and those touching what they touched, oldest first.
         self._held: Holding[_Pending] = Holding(_change_of, _gate_of)
         self.last_error: str | None = None  # why the latest commit failed; None after a success
-        # Told, before any waiter resumes, of the sessions a fenced commit found changed
-        # by another node (routing.ownership: their copies here are stale).
-        self.on_fenced: Callable[[tuple[str, ...]], None] | None = None
 
     def start(self) -> None:
         """Start the writer task on the running loop."""
@@ -214,8 +222,11 @@ class GroupCommitter:
                     entries.extend(zip(r.evict_delete, repeat(EvictMode.DELETE)))
                     entries.extend(zip(r.evict_demote, repeat(EvictMode.DEMOTE)))
                     entries.extend(zip(r.evict_cold, repeat(EvictMode.COLD)))
-                # The answer is read now, as the transaction is built: the reply is final.
-                answer = r.answer() if r.answer is not None else None
+                # The answers are read now, as the transaction is built: the replies are final.
+                for reply in r.replies:
+                    given = reply.answer()
+                    if given is not None:
+                        answers.append(given)
             if answer is not None:
                 answers.append(answer)
         # One outbox row per namespace for the whole batch; delivery retires the row once
@@ -254,8 +265,9 @@ class GroupCommitter:
             # Another node changed some of these rows: nothing was written. Undone as any
             # failure (memory equals the database again); each event is refused with it,
             # and the pipeline applies it again on the stored state.
-            if self.on_fenced is not None:
-                self.on_fenced(err.sessions)
+            refused = Fenced(err.sessions)
+            for tell_fenced in self.fenced_subscribers:
+                tell_fenced(refused)
             self._fail(batch, err, fenced=True)
             return
         except Exception as err:  # any failure must undo, not kill the loop
@@ -266,19 +278,10 @@ class GroupCommitter:
         self.last_error = None
         if self.on_commit is not None:
             self.on_commit(time.perf_counter() - started, len(batch))
-        records = [p.record for p in batch if p.record is not None]
-        ledger = self.ledger
-        # Every row whole, before any waiter resumes; then the records, in apply order.
-        for r in records:
-            if r.evicts:
-                row = CommittedRow(
-                    row_of[r.namespace], r.evict_delete, r.evict_demote, r.evict_cold
-                )
-                ledger.committed(r.namespace, row)
-        ledger.settled(records)
-        for r in records:
-            if r.publish is not None:
-                r.publish()
+        # Told before any waiter resumes: what a reply or a read sees next is committed.
+        committed = Committed([p.record for p in batch if p.record is not None], row_of)
+        for tell in self.subscribers:
+            tell(committed)
         for p in batch:
             if p.future is not None and not p.future.done():
                 p.future.set_result(None)

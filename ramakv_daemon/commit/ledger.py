@@ -9,15 +9,16 @@ from typing import TYPE_CHECKING
 from ramakv_daemon.ports import CommittedRow, Unkept
 
 if TYPE_CHECKING:
-    from ramakv_daemon.commit.record import ChangeRecord
+    from ramakv_daemon.commit.record import ChangeRecord, Committed
 
 
 class OutboxLedger:
     """What the group committer leaves for delivery, and what delivery leaves for it.
 
-    The committer writes here and never calls delivery: committed rows (whole, each in
-    one piece: delivering some entries cannot retire a row whose others are unseen), the
-    keeps a rolled-back change asked for, and which changes are still in doubt. Each
+    The committer writes here and never calls delivery: which changes are in doubt, the
+    keeps a rolled-back change asked for, and (the ledger subscribes to its Committed)
+    the committed rows, whole, each in one piece (delivering some entries cannot retire a
+    row whose others are unseen). Each
     namespace's delivery takes its items (in commit order) and asks what is in doubt; the
     rows it has retired wait here for the committer's next transaction. Implements
     :class:`ramakv_daemon.ports.OutboxFeed`.
@@ -38,6 +39,17 @@ class OutboxLedger:
     def submitted(self, record: ChangeRecord) -> None:
         """``record``'s change (moving its refcounts) waits for its commit."""
         self._doubt[id(record)] = (record.namespace, record.change.prev_counts)
+
+    def on_committed(self, c: Committed) -> None:
+        """A batch is durable: every row whole, then its changes leave the doubt."""
+        rows = c.rows
+        for r in c.records:
+            if r.evicts:
+                ns = r.namespace
+                self.committed(
+                    ns, CommittedRow(rows[ns], r.evict_delete, r.evict_demote, r.evict_cold)
+                )
+        self.settled(c.records)
 
     def committed(self, namespace: str, row: CommittedRow | Unkept) -> None:
         """``row`` is durable: ``namespace``'s delivery takes it."""

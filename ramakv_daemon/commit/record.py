@@ -1,10 +1,12 @@
-"""What the pipeline hands the group committer: one applied change, finished."""
+"""What the group committer is handed (one applied change, finished) and what it hands
+back once durable (Committed) or refused by a fence (Fenced)."""
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Protocol
 
 from ramakv_daemon.core.change import Change
 from ramakv_daemon.core.fork import Fork
@@ -13,11 +15,20 @@ from ramakv_daemon.core.session import Session
 from ramakv_daemon.ports import AnswerRowIn
 
 
+class Reply(Protocol):
+    """An event a record commits (events.outcome.Outcome): typed data the committer reads
+    as it builds the transaction, never a hook it calls afterwards."""
+
+    def answer(self) -> AnswerRowIn | None:
+        """The event_id answer stored with the change, the reply made final now (None:
+        no event_id)."""
+        ...
+
+
 @dataclass(frozen=True, slots=True, eq=False)
 class ChangeRecord:
-    """One applied change of ``namespace``: what to write, the evictions to register, what
-    to publish; the committer writes it and returns, calling nothing but ``answer`` and
-    ``publish``.
+    """One applied change of ``namespace``: what to write, the evictions to register, the
+    events it commits; the committer writes it and tells its subscribers (Committed).
 
     Attributes:
         namespace: the namespace whose manager applied it.
@@ -29,10 +40,9 @@ class ChangeRecord:
         evict_delete / evict_demote / evict_cold: the evictions its outbox row holds.
         kept: chunks a keep was asked for because it referenced them again (evicted
             again if it is rolled back).
-        answer: the event_id answer stored with it, read as the transaction is built (the
-            reply is final then); None without one.
-        publish: its trace record, published at its commit in apply order (None: its
-            submitter publishes).
+        replies: the events it commits, in apply order: each one's event_id answer is
+            read as the transaction is built (the reply is final then), and the Committed
+            subscribers publish their trace records (none: nothing to publish).
         gate: the cache's answer to a keep it needs (or its evict's deadline): the
             commit waits for it.
         ready: what completes its reply (a debug file): the commit waits for it a while.
@@ -46,8 +56,7 @@ class ChangeRecord:
     evict_delete: Sequence[str]
     evict_demote: Sequence[str]
     kept: Sequence[str] = ()
-    answer: Callable[[], AnswerRowIn | None] | None = None
-    publish: Callable[[], None] | None = None
+    replies: Sequence[Reply] = ()
     gate: asyncio.Future[None] | None = None
     ready: asyncio.Future[bool] | None = None
     evict_cold: Sequence[str] = ()
@@ -60,8 +69,7 @@ class ChangeRecord:
         manager: SessionManager,
         *,
         kept: Sequence[str] = (),
-        answer: Callable[[], AnswerRowIn | None] | None = None,
-        publish: Callable[[], None] | None = None,
+        replies: Sequence[Reply] = (),
         gate: asyncio.Future[None] | None = None,
         ready: asyncio.Future[bool] | None = None,
     ) -> ChangeRecord:
@@ -78,8 +86,7 @@ class ChangeRecord:
             change.evict_delete,
             change.evict_demote,
             tuple(kept),
-            answer,
-            publish,
+            replies,
             gate,
             ready,
             change.evict_cold,
@@ -89,3 +96,22 @@ class ChangeRecord:
     def evicts(self) -> bool:
         """True when its evictions need an outbox row."""
         return bool(self.evict_delete or self.evict_demote or self.evict_cold)
+
+
+@dataclass(frozen=True, slots=True)
+class Committed:
+    """A batch made durable, told to the committer's subscribers before any of its waiters
+    resumes: the records in apply order and namespace -> the outbox row holding that
+    namespace's evictions of the batch."""
+
+    records: Sequence[ChangeRecord]
+    rows: Mapping[str, int]
+
+
+@dataclass(frozen=True, slots=True)
+class Fenced:
+    """A commit refused by the store's fence (nothing written, every change undone): the
+    sessions another node changed since this node read them; told before any waiter
+    resumes."""
+
+    sessions: tuple[str, ...]

@@ -31,8 +31,6 @@ class Outcome:
         started: ``time.perf_counter()`` when the event arrived.
         slot: its event_id's answer in progress (None without an event_id).
         delta: the trace delta, taken right after the apply (before any await).
-        kept: chunks a keep was asked for because this change referenced them again
-            (evicted again if it is rolled back).
         touched: sessions the record concerns beyond its delta (a fork expiry's parents).
         debug: the debug file's write (True when written); the commit waits for it.
         published: its trace record went out (at its commit, in apply order).
@@ -40,7 +38,7 @@ class Outcome:
         debug_written: the sealed reply says its debug file was written (the change's
             own data is never modified: the reply's data is a copy then).
 
-    Built whole by the pipeline (or the fork expiry); afterwards only its own methods
+    Built whole by the pipeline (or a sweep); afterwards only its own methods
     change it (sealing the reply, noting the publication).
     """
 
@@ -52,7 +50,6 @@ class Outcome:
     started: float = 0.0
     slot: AnswerSlot | None = None
     delta: Delta | None = None
-    kept: Sequence[str] = ()
     touched: Sequence[str] = ()
     debug: asyncio.Future[bool] | None = None
     published: bool = False
@@ -82,9 +79,10 @@ class Outcome:
         if debug.exception() is None and debug.result():
             self.debug_written = True
 
-    # ---- what its change record calls at the commit ---------------------------------
+    # ---- read at its commit (commit.record.Reply), told once committed --------------
     def answer(self) -> AnswerRowIn | None:
-        """The event_id answer stored with the change: the final reply."""
+        """The event_id answer stored with the change: the final reply (read as its
+        commit's transaction is built)."""
         slot = self.slot
         if slot is None:
             return None
@@ -92,10 +90,9 @@ class Outcome:
         return (slot.event_id, slot.stored, time.time(), slot.digest)
 
     def committed(self, publish: Callable[[Outcome], None]) -> None:
-        """Durable: its trace record goes out now (``publish``), in apply order (replies
-        resume later, in any order; reads answer from committed state, so none of them
-        can be published carrying an older map than a write already published). The
-        record carries the final reply's data, as the stored answer does."""
+        """Durable: its trace record goes out now (``publish``; TraceRecords.committed
+        calls it in apply order). The record carries the final reply's data, as the
+        stored answer does."""
         self.seal()
         publish(self)
         self.published = True

@@ -8,8 +8,6 @@ import time
 from collections.abc import Callable
 from functools import partial
 
-from ramakv_daemon.commit.committer import GroupCommitter
-from ramakv_daemon.commit.record import ChangeRecord
 from ramakv_daemon.core.change import Change
 from ramakv_daemon.core.errors import InvalidEvent, RamAKvError
 from ramakv_daemon.core.events import JsonObject, Limits, check_required
@@ -19,6 +17,7 @@ from ramakv_daemon.events.outcome import Outcome
 from ramakv_daemon.events.reactions import Reactions
 from ramakv_daemon.events.reads import Result, apply_settled
 from ramakv_daemon.events.trace_records import TraceRecords
+from ramakv_daemon.events.unit_of_work import UnitOfWork
 from ramakv_daemon.handlers import Handler, Registry
 from ramakv_daemon.handlers.messages import Message
 from ramakv_daemon.ports import StoreError, StoreFenced
@@ -45,7 +44,7 @@ class Pipeline:
         self,
         registry: Registry,
         namespaces: Namespaces,
-        committer: GroupCommitter,
+        uow: UnitOfWork,
         ownership: Ownership,
         records: TraceRecords,
         reactions: Reactions,
@@ -57,7 +56,7 @@ class Pipeline:
         ``limits``: the input limits a typed decode checks (the handlers' context's)."""
         self.registry = registry
         self.namespaces = namespaces
-        self.committer = committer
+        self.uow = uow
         self.ownership = ownership
         self.records = records
         self.reactions = reactions
@@ -192,7 +191,7 @@ class Pipeline:
             event,
             ns.ctx,
             self.namespaces.managers,
-            self.committer,
+            self.uow,
             partial(self.records.delta, namespace=ns.key),
             self.clock,
         )
@@ -202,26 +201,9 @@ class Pipeline:
         debug = None
         if self.debug is not None and handler.effects.debug_file:
             debug = self._debug_file(session_id, ns, change)
-        # The eviction path starts here: a chunk this change references again while its
-        # evict may still act gets a keep its commit waits for (gate); the change's own
-        # evictions go to the outbox in its commit, and delivery takes them from there.
-        keep = ns.dispatcher.keep_for(change.prev_counts) if change.durable else None
-        kept = keep[1] if keep is not None else ()
-        o = Outcome(
-            type_, session_id, change, ns, handler.effects, 0.0, slot, delta, kept, debug=debug
-        )
+        o = Outcome(type_, session_id, change, ns, handler.effects, 0.0, slot, delta, debug=debug)
         if change.writes:
-            record = ChangeRecord.of(
-                ns.key,
-                change,
-                ns.manager,
-                kept=kept,
-                answer=o.answer,
-                publish=partial(o.committed, self.records.event),
-                gate=keep[0] if keep is not None else None,
-                ready=debug,
-            )
-            await self.committer.submit(record)
+            await self.uow.commit(ns, change, (o,), debug)  # the keep it needs, its record
         elif o.debug is not None:
             await o.debug
         return o  # its reply is sealed at its commit, else when it is built

@@ -7,10 +7,10 @@ import asyncio
 from collections.abc import Callable, Generator, Mapping
 from contextlib import ExitStack
 
-from ramakv_daemon.commit.committer import GroupCommitter
 from ramakv_daemon.core.change import Change
 from ramakv_daemon.core.errors import RamAKvError
 from ramakv_daemon.core.manager import SessionManager
+from ramakv_daemon.events.unit_of_work import UnitOfWork
 from ramakv_daemon.handlers.registry import ApplyFn, Effects, HandlerContext
 from ramakv_protocol import records
 
@@ -29,7 +29,7 @@ async def apply_settled(
     payload: object,
     ctx: HandlerContext,
     managers: Mapping[str, SessionManager],
-    committer: GroupCommitter,
+    uow: UnitOfWork,
     delta: Callable[[Change], Delta],
     clock: Callable[[], float],
 ) -> tuple[Change, Delta | None]:
@@ -42,22 +42,22 @@ async def apply_settled(
     contradicted by their rollback: wait for them, then apply again (a refusal changed
     nothing, so applying again is safe).
     """
-    busy = committer.busy
+    busy = uow.busy
     if busy and effects.reads:
-        return await read_committed(apply, payload, ctx, managers, committer, delta, clock())
+        return await read_committed(apply, payload, ctx, managers, uow, delta, clock())
     try:
         change = apply(ctx, payload, clock())
     except RamAKvError:
         if not busy:
             raise
-        await committer.barrier()
+        await uow.settled()
         # Only a plain handler refuses here (a sliced read raises in its steps); the rare
         # retry goes through the slice runner for the types' sake.
         return await finish_read(first_step(apply(ctx, payload, clock())))
     if isinstance(change, Generator):  # a sliced read: its slices run over several steps
         return await finish_read(first_step(change))
     if busy and not change.writes:
-        await committer.barrier()
+        await uow.settled()
         change = apply(ctx, payload, clock())
         if isinstance(change, Generator):
             return await finish_read(first_step(change))
@@ -69,7 +69,7 @@ async def read_committed(
     payload: object,
     ctx: HandlerContext,
     managers: Mapping[str, SessionManager],
-    committer: GroupCommitter,
+    uow: UnitOfWork,
     delta: Callable[[Change], Delta],
     now: float,
 ) -> tuple[Change, Delta | None]:
@@ -81,7 +81,7 @@ async def read_committed(
     taken: Delta | None = None
     with ExitStack() as stack:
         for key, manager in managers.items():
-            pending = committer.uncommitted(key)
+            pending = uow.uncommitted(key)
             if pending:
                 stack.enter_context(manager.as_committed(pending))
         result = first_step(apply(ctx, payload, now))  # may raise: the answer

@@ -6,6 +6,7 @@ from __future__ import annotations
 import time
 from typing import cast
 
+from ramakv_daemon.commit.record import Committed
 from ramakv_daemon.core.change import Change
 from ramakv_daemon.core.events import MAX_SESSION_ID_BYTES
 from ramakv_daemon.core.manager import SessionManager
@@ -80,6 +81,16 @@ class TraceRecords:
         if notes:
             record["notes"] = cast(EventNotes, notes)  # core stays free of the protocol
         self.hub.publish(record, o.touched)
+
+    def committed(self, c: Committed) -> None:
+        """A Committed subscriber: each committed event's record, in apply order (replies
+        resume later, in any order; reads answer from committed state, so none of them
+        can be published carrying an older map than a write already published)."""
+        event = self.event
+        for r in c.records:
+            for o in r.replies:
+                if isinstance(o, Outcome):
+                    o.committed(event)
 
     def failed(self, type_: str, session_id: str | None, error: str) -> None:
         """A refused event's record. The client's other strings are cut (they are of any

@@ -15,6 +15,7 @@ from aiohttp.typedefs import Handler
 from aiohttp.web_protocol import RequestPayloadError
 
 from ramakv_daemon.bootstrap import build
+from ramakv_daemon.bus.commands import ClientEvent
 from ramakv_daemon.config import Config
 from ramakv_daemon.http.keys import CONFIG_KEY, DAEMON_KEY
 from ramakv_daemon.http.probes import healthz, readyz
@@ -44,7 +45,7 @@ def _decode(raw: bytes) -> object:
 
 async def handle_event(request: web.Request) -> web.Response:
     """POST /event: one JSON object carrying ``type``."""
-    service = request.app[DAEMON_KEY].service
+    daemon = request.app[DAEMON_KEY]
     limit = request.app[CONFIG_KEY].max_body_bytes
     if request.content_length is not None and request.content_length > limit:
         return _json(413, {"ok": False, "error": f"request body larger than {limit} bytes"})
@@ -63,7 +64,7 @@ async def handle_event(request: web.Request) -> web.Response:
         payload = _decode(raw)
     except (ValueError, RecursionError) as err:
         return _json(400, {"ok": False, "error": f"malformed JSON: {err}"})
-    status, body = await service.handle(payload)
+    status, body = await daemon.bus.handle(ClientEvent(payload))
     return _json(status, body)
 
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
-from ramakv_daemon.commit.committer import GroupCommitter
 from ramakv_daemon.config import Config
 from ramakv_daemon.core.budget import BudgetState
 from ramakv_daemon.core.errors import IllegalTransition, InvalidEvent
@@ -67,15 +66,13 @@ class Namespaces:
     def __init__(
         self,
         config: Config,
-        committer: GroupCommitter,
         fork_ids: ForkIds,
         build: Callable[[Namespaces, str], Namespace],
     ) -> None:
-        """``committer``: every namespace's changes commit through it; ``fork_ids``: the
-        store-wide fork id counter (the committer stores it); ``build(namespaces, key)``:
+        """``fork_ids``: the store-wide fork id counter (the committer stores it);
+        ``build(namespaces, key)``:
         a namespace's parts (the composition root's, bootstrap.build_namespace)."""
         self.config = config
-        self.committer = committer
         self.fork_ids = fork_ids  # one counter for the whole store: fork ids are unique
         self.build = build
         self.default = default_namespace(config.deployments)

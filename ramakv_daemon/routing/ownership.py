@@ -9,6 +9,7 @@ import logging
 from collections.abc import Awaitable, Callable, Iterator
 from contextvars import ContextVar
 
+from ramakv_daemon.commit.committer import GroupCommitter
 from ramakv_daemon.commit.record import ChangeRecord
 from ramakv_daemon.core.events import JsonObject
 from ramakv_daemon.core.session import Session
@@ -21,6 +22,7 @@ from ramakv_daemon.ports import (
     StoreError,
 )
 from ramakv_daemon.routing.namespaces import Namespace, Namespaces
+from ramakv_daemon.routing.notices import Notices
 
 log = logging.getLogger("ramakv.ownership")
 
@@ -55,9 +57,10 @@ class Ownership:
 
     Fencing: every write of a session row is conditional on the version this node last
     read (the store's fenced write). A write that finds another version (a takeover this
-    node has not heard of yet) writes nothing and is undone here; the committer tells
-    :meth:`fenced`, which marks the copy stale: the next event for it first releases it
-    (the database decides, as above), then claims the row as stored and applies on that,
+    node has not heard of yet) writes nothing and is undone here; the committer tells its
+    Fenced subscriber, :class:`~ramakv_daemon.routing.notices.Notices`, which marks the
+    copy stale and due for a check: the next event for it first releases it (the
+    database decides, as above), then claims the row as stored and applies on that,
     never on the stale copy (the pipeline applies a fenced event again).
 
     Owed releases: whatever takes a session from this node records in that transaction
@@ -66,37 +69,42 @@ class Ownership:
     the chunks nothing here references. A release from memory only drops the rows.
     """
 
-    def __init__(self, store: SessionStore, namespaces: Namespaces) -> None:
+    def __init__(
+        self,
+        store: SessionStore,
+        namespaces: Namespaces,
+        committer: GroupCommitter,
+        notices: Notices | None = None,
+    ) -> None:
+        """``committer``: an adopt commits through it, in order with every other change;
+        ``notices``: what the store and the committer (a fenced commit) tell this node's
+        checker (the composition root gives the committer the same one)."""
         self.store = store
         self.namespaces = namespaces
+        self.committer = committer
+        self.notices = notices if notices is not None else Notices()
         self.handle: Handle | None = None
         self._shared = store if isinstance(store, SharedSessionStore) else None
         self.shared = self._shared is not None
         self.check_s = namespaces.config.ownership_check_s
+        if self._shared is not None:
+            self._shared.on_release(self.notices.notified)
+            self._shared.on_reconnect(self.reconcile, self.check_s)
         self.takeovers = 0
         self.releases = 0
         self.release_waits = 0  # takeovers that waited for this node's release to commit
         # session id -> the release under way (close and fork ends committed): a takeover
         # of that session waits for it, or its commit could delete the row just claimed.
         self._releasing: dict[str, asyncio.Future[None]] = {}
-        self._due: set[str] = set()  # notified, not checked yet
         self._checker: asyncio.Task[None] | None = None
         self.settled_chunks = 0  # evictions queued from owed rows (sessions lost while away)
         self._started = False  # owed rows wait for start-up's load (its refcounts)
         self._settling = asyncio.Lock()
-        # Sessions a fenced write found changed elsewhere: their copies here are stale
-        # until released (the next event for one releases it before it claims the row).
-        self._stale: set[str] = set()
-        self.fences = 0  # fenced commits (a session another node had changed)
 
     def serve(self, handle: Handle) -> None:
         """Release sessions through ``handle`` (the event pipeline, which itself asks this
         object before each event: hence a second step of the composition root)."""
         self.handle = handle
-        if self._shared is not None:
-            self._shared.on_release(self._notified)
-            self._shared.on_reconnect(self.reconcile, self.check_s)
-            self.namespaces.committer.on_fenced = self.fenced
 
     @staticmethod
     @contextlib.contextmanager
@@ -110,18 +118,6 @@ class Ownership:
             yield
         finally:
             _LOCAL.reset(token)
-
-    def fenced(self, session_ids: tuple[str, ...]) -> None:
-        """A commit found these sessions' rows changed by another node (nothing written,
-        every change of that commit undone): their copies here are stale. Each is checked
-        against the database now (released when another node owns it or its row is gone),
-        and an event for one waits for that before it applies (called before any of the
-        refused events resumes)."""
-        self.fences += 1
-        log.info("fenced write: %d sessions changed on another node", len(session_ids))
-        for sid in session_ids:
-            self._stale.add(sid)
-            self._notified(sid, "")
 
     @property
     def shared_store(self) -> SharedSessionStore:
@@ -153,7 +149,7 @@ class Ownership:
         (and a named fork is here too): the event then applies in the same step."""
         if not self.shared or not session_id or not takes_over or _LOCAL.get() == session_id:
             return
-        if session_id in self._stale:
+        if session_id in self.notices.stale:
             await self._unstale(session_id)
         releasing = self._releasing.get(session_id)
         if self._in_memory(session_id) and releasing is None:
@@ -185,7 +181,7 @@ class Ownership:
         # (or fenced) commit of those undoes their refcounts by value, and must undo this
         # adopt first, not put back counts from before it. Undone, the row stays this
         # node's and the event's retry claims it again (a claim returns an own row).
-        await self.namespaces.committer.submit(ChangeRecord.of(ns.key, change, ns.manager))
+        await self.committer.submit(ChangeRecord.of(ns.key, change, ns.manager))
         if claimed.previous_owner == self.shared_store.node_id:
             log.info("took back session %r (this node's row, not held here)", session_id)
             return
@@ -214,7 +210,7 @@ class Ownership:
         if stored == store.version(session_id):
             return False
         log.info("a refusal of %r came from a stale copy: applied again", session_id)
-        self._stale.add(session_id)
+        self.notices.stale.add(session_id)
         return True
 
     async def _fork_elsewhere(self, fork_id: object) -> bool:
@@ -236,7 +232,7 @@ class Ownership:
             await self.reconcile({session_id})
         except StoreError as err:
             log.info("cannot check the owner of fenced %r: %s", session_id, err)
-        self._stale.discard(session_id)
+        self.notices.stale.discard(session_id)
 
     def _listening(self) -> bool:
         listener = getattr(self.store, "listener", None)
@@ -253,26 +249,22 @@ class Ownership:
             log.info("cannot check the owner of %r (LISTEN down): %s", session_id, err)
 
     # ---- release -----------------------------------------------------------------------
-    def _notified(self, session_id: str, _new_owner: str) -> None:
-        """The store heard that another node took (or an admin closed) ``session_id``: check
-        it against the database soon (notifications arriving meanwhile join the check)."""
-        self._due.add(session_id)
-        if self._checker is None or self._checker.done():
-            self._checker = asyncio.get_running_loop().create_task(
-                self._check_due(), name="ownership-check"
-            )
-
     async def _check_due(self) -> None:
-        while self._due:
-            due, self._due = self._due, set()
-            try:
-                await self.reconcile(due)
-            except Exception as err:  # the periodic check tries again
-                log.warning("checking %d notified sessions failed: %s", len(due), err)
+        """Check what the notices hold against the database, whenever they get some."""
+        notices = self.notices
+        while True:
+            await notices.wake.wait()
+            notices.wake.clear()
+            while notices.due:
+                due = notices.take_due()
+                try:
+                    await self.reconcile(due)
+                except Exception as err:  # the periodic check tries again
+                    log.warning("checking %d notified sessions failed: %s", len(due), err)
 
     def _in_doubt(self, ns: Namespace) -> set[str]:
         """Sessions of ``ns`` an applied change not yet committed (or rolled back) moved."""
-        pending = self.namespaces.committer.uncommitted(ns.key)
+        pending = self.committer.uncommitted(ns.key)
         return {sid for c in pending for sid in c.prev_sessions}
 
     def _settled(self, only: set[str] | None) -> dict[str, Session]:
@@ -366,6 +358,9 @@ class Ownership:
         self._started = True
         if not self.shared:  # an embedded store has no other nodes: nothing is ever owed
             return
+        self._checker = asyncio.get_running_loop().create_task(
+            self._check_due(), name="ownership-check"
+        )
         try:
             await self.settle_owed(set(self._settled(None)))
         except StoreError as err:
@@ -387,7 +382,7 @@ class Ownership:
             if not due:
                 return 0
             free = self._free_chunks(due)
-            committer = self.namespaces.committer
+            committer = self.committer
             rows: list[OutboxRowIn] = []
             for key, hashes in free.items():
                 rows.append((committer.next_row_id, key, [(h, EvictMode.DELETE) for h in hashes]))

@@ -5,44 +5,23 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable
 
-from ramakv_daemon.commit.committer import GroupCommitter
-from ramakv_daemon.commit.record import ChangeRecord
-from ramakv_daemon.events.lanes import Lanes
-from ramakv_daemon.events.outcome import Outcome
-from ramakv_daemon.events.trace_records import TraceRecords
-from ramakv_daemon.handlers.registry import NO_EFFECTS
-from ramakv_daemon.ports import StoreError
-from ramakv_daemon.routing.namespaces import Namespace, Namespaces
+from ramakv_daemon.bus.commands import ExpireForks
+from ramakv_daemon.bus.messagebus import MessageBus
+from ramakv_daemon.routing.namespaces import Namespaces
 from ramakv_daemon.sweeps import loop
-from ramakv_daemon.telemetry.log_text import loggable
-from ramakv_daemon.telemetry.metrics import DaemonMetrics
 
 log = logging.getLogger("ramakv")
 
 
 class ForkExpiry:
-    """Expires old fork holds at start-up and then every ttl/10 (1 s to 60 s)."""
+    """Expires old fork holds at start-up and then every ttl/10 (1 s to 60 s): the timer;
+    the bus's ExpireForks handler releases them (bus/handlers.py)."""
 
-    def __init__(
-        self,
-        ttl_s: float,
-        namespaces: Namespaces,
-        committer: GroupCommitter,
-        records: TraceRecords,
-        metrics: DaemonMetrics,
-        clock: Callable[[], float],
-        lanes: Lanes | None = None,
-    ) -> None:
-        """``lanes``: each namespace's expiry waits for the background lane (clients first)."""
+    def __init__(self, ttl_s: float, namespaces: Namespaces, bus: MessageBus) -> None:
         self.ttl_s = ttl_s
         self.namespaces = namespaces
-        self.committer = committer
-        self.records = records
-        self.metrics = metrics
-        self.clock = clock
-        self.lanes = lanes if lanes is not None else Lanes()
+        self.bus = bus
         self._task: asyncio.Task[None] | None = None
 
     async def start(self) -> None:
@@ -63,43 +42,9 @@ class ForkExpiry:
         """
         total = 0
         for ns in list(self.namespaces):
-            if not len(ns.manager.forks):
-                continue
-            async with self.lanes.background():
-                total += await self._expire(ns)
+            if len(ns.manager.forks):
+                total += await self.bus.handle(ExpireForks(ns.key, self.ttl_s))
         return total
-
-    async def _expire(self, ns: Namespace) -> int:
-        """One namespace's expired holds, as one change (one commit); how many expired."""
-        ttl = self.ttl_s
-        if self.committer.busy:
-            await self.committer.barrier()  # never decide from a change still in doubt
-        change = ns.manager.expire_forks(self.clock(), ttl)
-        if change is None:
-            return 0
-        delta = self.records.delta(change, ns.key)  # before the await: this change's
-        try:
-            await self.committer.submit(ChangeRecord.of(ns.key, change, ns.manager))
-        except StoreError as err:  # rolled back: the next pass tries again
-            log.error("fork expiry not persisted (will retry): %s", err)
-            return 0
-        expired = change.data["expired"]
-        assert isinstance(expired, list)
-        for row in expired:
-            log.warning(
-                "fork hold expired: session=%s fork_id=%s age=%.0fs (older than "
-                "fork_hold_ttl_s=%g; its session_fork_end never came)%s",
-                loggable(str(row["session_id"])),
-                row["fork_id"],
-                row["age_s"],
-                ttl,
-                f" namespace={ns.key}" if ns.key else "",
-            )
-        touched = sorted({str(r["session_id"]) for r in expired})
-        o = Outcome("fork_expire", None, change, ns, NO_EFFECTS, delta=delta, touched=touched)
-        self.records.event(o)
-        self.metrics.forks_expired.inc(len(expired))
-        return len(expired)
 
     async def _forever(self) -> None:
         interval = min(60.0, max(1.0, self.ttl_s / 10))

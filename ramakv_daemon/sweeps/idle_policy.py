@@ -1,7 +1,7 @@
 """Idle policies: a session with no event for idle_suspend_s is suspended, for idle_close_s
 closed (``inferred``: nothing is deleted on them); each as a host's event, applied by its
 handler, traced and counted like any other; a batch of them shares one commit and one
-delivery pass (sweeps.idle_batch), or, on a shared store, each goes through the event
+delivery pass (the bus's ActIdle), or, on a shared store, each goes through the event
 pipeline alone (taken over and fenced like any other change)."""
 
 from __future__ import annotations
@@ -13,6 +13,8 @@ import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
+from ramakv_daemon.bus.commands import ActIdle, Action
+from ramakv_daemon.bus.messagebus import MessageBus
 from ramakv_daemon.config import Config
 from ramakv_daemon.core.events import JsonObject
 from ramakv_daemon.handlers.idle_condition import FIELD
@@ -20,7 +22,6 @@ from ramakv_daemon.handlers.reason import INFERRED
 from ramakv_daemon.routing.namespaces import Namespace, Namespaces
 from ramakv_daemon.routing.ownership import Ownership
 from ramakv_daemon.sweeps import loop
-from ramakv_daemon.sweeps.idle_batch import BatchActor
 from ramakv_daemon.telemetry.log_text import loggable
 from ramakv_daemon.telemetry.metrics import DaemonMetrics
 
@@ -93,10 +94,11 @@ class IdleSweep:
         clock: Callable[[], float],
         slice_size: int = SLICE,
         batch: int = BATCH,
-        batched: BatchActor | None = None,
+        batched: MessageBus | None = None,
     ) -> None:
-        """``run``: the pipeline's run (an event alone); ``batched``: applies a slice's
-        events in batches instead, where it can (not on a shared store)."""
+        """``run``: the pipeline's run (an event alone); ``batched``: the bus a slice's
+        events go through in batches instead (ActIdle; None on a shared store, where each
+        event takes its session over and is fenced on its own: the pipeline's path)."""
         self.config = config
         self.namespaces = namespaces
         self.run = run
@@ -162,9 +164,8 @@ class IdleSweep:
             now = self.clock()
             due = self._due(ns, policy, ids[start : start + self.slice_size], now)
             out.looked_at += min(self.slice_size, len(ids) - start)
-            batched = self.batched
-            if batched is not None and batched.usable:
-                actions = await batched.act(ns, [self._payload(ns, *one) for one in due])
+            if self.batched is not None:
+                actions = await self.act(ns, [self._payload(ns, *one) for one in due])
                 for action in actions:
                     if action in ("suspend", "close"):
                         self.metrics.idle_actions.labels(ns.metric_label, action).inc()
@@ -178,6 +179,15 @@ class IdleSweep:
         seen = self._first_seen
         for sid in [sid for k, sid in seen if k == ns.key and sid not in sessions]:
             del seen[(ns.key, sid)]
+
+    async def act(self, ns: Namespace, payloads: list[JsonObject]) -> list[Action]:
+        """Every payload applied through the bus, in order, a batch per command; an action
+        each."""
+        assert self.batched is not None
+        out: list[Action] = []
+        while len(out) < len(payloads):
+            out.extend(await self.batched.handle(ActIdle(ns.key, payloads[len(out) :])))
+        return out
 
     def _due(
         self, ns: Namespace, policy: IdlePolicy, ids: list[str], now: float

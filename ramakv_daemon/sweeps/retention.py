@@ -1,23 +1,17 @@
 """The retention sweep: chunks no live or suspended session and no open fork names, whose
 last reference is older than retain_unreferenced_s, are deleted from the cache, in slices
-(each its own commit, through the outbox, as a fork expiry's releases)."""
+(each its own commit, through the outbox, as a fork expiry's releases): the timer and
+the passes; the bus's DeleteDead handler deletes each slice."""
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable
 
-from ramakv_daemon.commit.committer import GroupCommitter
-from ramakv_daemon.commit.record import ChangeRecord
-from ramakv_daemon.events.lanes import Lanes
-from ramakv_daemon.events.outcome import Outcome
-from ramakv_daemon.events.trace_records import TraceRecords
-from ramakv_daemon.handlers.registry import NO_EFFECTS
-from ramakv_daemon.ports import StoreError
+from ramakv_daemon.bus.commands import DeleteDead
+from ramakv_daemon.bus.messagebus import MessageBus
 from ramakv_daemon.routing.namespaces import Namespace, Namespaces
 from ramakv_daemon.sweeps import loop
-from ramakv_daemon.telemetry.metrics import DaemonMetrics
 
 log = logging.getLogger("ramakv")
 
@@ -36,24 +30,13 @@ class RetentionSweep:
     a time. The evidence (core/last_refs.py) lives in each namespace's manager."""
 
     def __init__(
-        self,
-        window_s: float,
-        namespaces: Namespaces,
-        committer: GroupCommitter,
-        records: TraceRecords,
-        metrics: DaemonMetrics,
-        clock: Callable[[], float],
-        lanes: Lanes | None = None,
-        slice_size: int = SLICE,
+        self, window_s: float, namespaces: Namespaces, bus: MessageBus, slice_size: int = SLICE
     ) -> None:
-        """``lanes``: each slice waits for the background lane (client events first)."""
-        self.lanes = lanes if lanes is not None else Lanes()
+        """``bus``: each slice is one DeleteDead command (its handler, bus/handlers.py,
+        deletes and commits it in the background lane: client events first)."""
         self.window_s = window_s
         self.namespaces = namespaces
-        self.committer = committer
-        self.records = records
-        self.metrics = metrics
-        self.clock = clock
+        self.bus = bus
         self.slice_size = slice_size
         self._lock = asyncio.Lock()
         self._task: asyncio.Task[None] | None = None
@@ -83,26 +66,9 @@ class RetentionSweep:
     async def _sweep_namespace(self, ns: Namespace) -> int:
         deleted = 0
         while True:
-            async with self.lanes.background():
-                if self.committer.busy:
-                    await self.committer.barrier()  # never decide from a change in doubt
-                now = self.clock()
-                change = ns.manager.sweep_dead(now, self.slice_size)
-                if change is None:
-                    return deleted
-                delta = self.records.delta(change, ns.key)  # before the await: this change's
-                try:
-                    await self.committer.submit(ChangeRecord.of(ns.key, change, ns.manager))
-                except StoreError as err:
-                    # Rolled back: still dead, looked at again by the next pass.
-                    ns.manager.last_refs.released_now(change.evict_delete, "", now - self.window_s)
-                    log.error("retention sweep not persisted (will retry): %s", err)
-                    return deleted
-            self.records.event(
-                Outcome("retention_sweep", None, change, ns, NO_EFFECTS, delta=delta, touched=[])
-            )
-            n = len(change.evict_delete)
-            self.metrics.retention_deleted.inc(n)
+            n = await self.bus.handle(DeleteDead(ns.key, self.window_s, self.slice_size))
+            if n is None:  # none left, or not committed (looked at again by the next pass)
+                return deleted
             deleted += n
             await asyncio.sleep(0)  # a slice per loop step: events run in between
 

@@ -57,7 +57,7 @@ async def _where(url, hashes, want=None, timeout=120.0):
 
 
 async def _event(svc, **body):
-    status, answer = await svc.service.handle(body)
+    status, answer = await svc.handle(body)
     assert status == 200 and answer["ok"], answer
     await svc.default.dispatcher.drain()
     return answer["data"]

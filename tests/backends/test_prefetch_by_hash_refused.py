@@ -38,7 +38,7 @@ async def daemon(tmp_path):
 
 
 async def _event(svc, **body):
-    status, answer = await svc.service.handle(body)
+    status, answer = await svc.handle(body)
     assert status == 200 and answer["ok"], answer
     await svc.default.dispatcher.drain()
     return answer["data"]

@@ -34,7 +34,7 @@ async def daemon(tmp_path, fake_lmcache):
 
 
 async def _event(svc, drain=True, **body):
-    status, answer = await svc.service.handle(body)
+    status, answer = await svc.handle(body)
     assert status == 200 and answer["ok"], answer
     if drain:
         await svc.default.dispatcher.drain()

@@ -56,9 +56,9 @@ async def test_a_new_event_is_its_handler_and_its_declared_effects(tmp_path: Pat
             "session_id": "s",
             "kv_transfer_params": {"chunk_hashes": ["a", "b"]},
         }
-        assert (await d.service.handle(end))[0] == 200
+        assert (await d.handle(end))[0] == 200
         seq = d.trace.seq
-        status, body = await d.service.handle({"type": "session_pin", "session_id": "s"})
+        status, body = await d.handle({"type": "session_pin", "session_id": "s"})
         assert (status, body) == (
             200,
             {"ok": True, "type": "session_pin", "data": {"pinned": True}},
@@ -68,7 +68,7 @@ async def test_a_new_event_is_its_handler_and_its_declared_effects(tmp_path: Pat
         assert backend.of("prefetch") == ["a", "b"]
         records = [json.loads(t) for t in d.trace.replay(seq) or []]
         assert [(r["type"], r["prefetch"]) for r in records] == [("session_pin", ["a", "b"])]
-        listed = (await d.service.handle({"type": "list_events"}))[1]["data"]["admin_events"]
+        listed = (await d.handle({"type": "list_events"}))[1]["data"]["admin_events"]
         assert listed["session_pin"]["required"] == ["session_id"]
         assert b'ramakv_events_total{outcome="ok",type="session_pin"} 1.0' in d.metrics.render()
     finally:

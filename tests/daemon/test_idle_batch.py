@@ -1,4 +1,4 @@
-"""The idle policies' events applied in batches (sweeps.idle_batch): a batch shares one commit
+"""The idle policies' events applied in batches (the bus's ActIdle): a batch shares one commit
 and one outbox row, each event keeps its own trace record and count, a failed commit undoes
 the whole batch (the next sweep acts again), and a batch never outgrows its bound."""
 
@@ -9,6 +9,7 @@ from typing import Any
 
 from support.daemon_app import DaemonClient, RecordingBackend
 
+from ramakv_daemon.bus.commands import ActIdle
 from ramakv_daemon.core.manager import recompute_refcounts
 from ramakv_daemon.ports import StoreError
 
@@ -55,8 +56,9 @@ async def test_a_batch_is_one_commit_with_a_record_per_event(start_daemon, make_
         return submit(record)
 
     committer.submit = counting  # type: ignore[method-assign]
-    d.daemon.idle_sweep.batched.step_cpu_s = 60.0  # only the batch size bounds a batch
-    d.daemon.idle_sweep.batched.max_batch = 16
+    acting = d.daemon.bus.handlers[ActIdle]
+    acting.step_cpu_s = 60.0  # type: ignore[attr-defined]  # only the batch size bounds a batch
+    acting.max_batch = 16  # type: ignore[attr-defined]
     seq = d.daemon.trace.seq
     done = await d.daemon.idle_sweep.sweep()
     assert (done.suspended, done.failed) == (N, 0)
@@ -92,8 +94,9 @@ async def test_a_failed_batch_commit_is_undone_and_redone(start_daemon, make_con
         await write(*args, **kwargs)
 
     store.write = failing  # type: ignore[method-assign]
-    d.daemon.idle_sweep.batched.step_cpu_s = 60.0
-    d.daemon.idle_sweep.batched.max_batch = 16
+    acting = d.daemon.bus.handlers[ActIdle]
+    acting.step_cpu_s = 60.0  # type: ignore[attr-defined]
+    acting.max_batch = 16  # type: ignore[attr-defined]
     done = await d.daemon.idle_sweep.sweep()
     assert (done.suspended, done.failed) == (N - 16, 16)  # the first batch rolled back whole
     consistent(d)
@@ -110,7 +113,7 @@ async def test_an_event_after_the_look_wins_in_a_batch(start_daemon, make_config
     ns = d.daemon.default
     due = sweep._due(ns, sweep.policies()[ns.key], ["s0", "s1"], clock.now)
     await d.ok("turn_start", session_id="s1")  # s1 active again after the look
-    actions = await sweep.batched.act(ns, [sweep._payload(ns, *one) for one in due])
+    actions = await sweep.act(ns, [sweep._payload(ns, *one) for one in due])
     assert actions == ["suspend", ""]
     assert not ns.manager.sessions["s1"].suspended
     consistent(d)

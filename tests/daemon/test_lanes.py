@@ -123,7 +123,7 @@ async def test_a_client_event_is_served_before_queued_background_events(
         done.append(sid)
 
     async def client() -> None:
-        status, body = await d.service.handle({"type": "turn_end", "session_id": "c"} | HASHES)
+        status, body = await d.handle({"type": "turn_end", "session_id": "c"} | HASHES)
         assert body["ok"], body
         done.append("client")
 

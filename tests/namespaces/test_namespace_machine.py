@@ -15,7 +15,6 @@ from support.ns_rig import config, ident
 
 from ramakv_daemon.adapters.backends.noop import NoopBackend
 from ramakv_daemon.bootstrap import NamespaceParts
-from ramakv_daemon.commit.committer import GroupCommitter
 from ramakv_daemon.commit.ledger import OutboxLedger
 from ramakv_daemon.core.errors import RamAKvError
 from ramakv_daemon.core.events import Limits
@@ -48,8 +47,7 @@ def build(tmp) -> Namespaces:
         None,
         None,
     )
-    committer = GroupCommitter(None, fork_ids, ledger)  # type: ignore[arg-type]
-    spaces = Namespaces(cfg, committer, fork_ids, parts.build)
+    spaces = Namespaces(cfg, fork_ids, parts.build)
     spaces.setup()
     return spaces
 

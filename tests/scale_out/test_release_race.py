@@ -42,7 +42,7 @@ async def nodes(postgres_server: PostgresServer) -> AsyncIterator[tuple[Daemon, 
 
 
 async def ok(svc: Daemon, **event: Any) -> dict[str, Any]:
-    status, body = await svc.service.handle(event)
+    status, body = await svc.handle(event)
     assert status == 200 and body["ok"], body
     return dict(body["data"])
 
@@ -76,7 +76,7 @@ async def test_a_takeover_waits_for_the_release_still_committing(
     await asyncio.wait_for(entered.wait(), HANG_GUARD_S)
     assert "x" not in a.default.manager.sessions  # released in a's memory, its commit held
     # x comes back to a while that commit is held.
-    back = asyncio.create_task(a.service.handle({"type": "turn_start", "session_id": "x"}))
+    back = asyncio.create_task(a.handle({"type": "turn_start", "session_id": "x"}))
 
     async def waiting_or_claimed() -> bool:  # the fixed code waits; a broken one claims
         owner = await sql(url, "SELECT owner FROM sessions WHERE session_id = 'x'")

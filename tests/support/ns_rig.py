@@ -65,7 +65,7 @@ class Rig:
 
     async def send(self, type_: str, **fields: Any) -> dict[str, Any]:
         """The whole answer."""
-        _, body = await self.svc.service.handle({"type": type_, **fields})
+        _, body = await self.svc.handle({"type": type_, **fields})
         return body
 
     async def ev(self, type_: str, **fields: Any) -> dict[str, Any]:

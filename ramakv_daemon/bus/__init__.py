@@ -1,0 +1,1 @@
+"""The message bus: background work's typed commands, handled in the background lane."""

@@ -1,0 +1,68 @@
+"""The typed commands sent through the bus (a client's event, background work); each names
+what it returns."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import ClassVar, Generic, TypeVar
+
+from ramakv_daemon.core.events import JsonObject
+from ramakv_daemon.events.idempotency import Reply
+
+R = TypeVar("R", covariant=True)
+
+# Per due idle event: "suspend", "close", "" (no longer idle: its condition held it back)
+# or "failed" (refused, or its commit failed: the next sweep looks again).
+Action = str
+
+
+class Command(Generic[R]):
+    """A state change asked of the bus, answered with an ``R``. ``client``: a client's,
+    never waiting here (else background work, admitted to the background lane);
+    ``settled``: its handler decides from committed state only (the bus waits for every
+    change in doubt first)."""
+
+    __slots__ = ()
+    client: ClassVar[bool] = False
+    settled: ClassVar[bool] = False
+
+
+@dataclass(frozen=True, slots=True)
+class ClientEvent(Command[Reply]):
+    """One decoded request body (HTTP and in-process callers alike), answered with (HTTP
+    status, response envelope)."""
+
+    client: ClassVar[bool] = True
+    payload: object
+
+
+@dataclass(frozen=True, slots=True)
+class ExpireForks(Command[int]):
+    """Release ``namespace``'s fork holds older than ``ttl_s`` as their fork_end would, as
+    one change; answered with how many expired."""
+
+    settled: ClassVar[bool] = True
+    namespace: str
+    ttl_s: float
+
+
+@dataclass(frozen=True, slots=True)
+class DeleteDead(Command[int | None]):
+    """Delete up to ``limit`` of ``namespace``'s chunks dead for ``window_s``, as one change;
+    answered with how many (None: none left, or its commit failed: the next pass looks)."""
+
+    settled: ClassVar[bool] = True
+    namespace: str
+    window_s: float
+    limit: int
+
+
+@dataclass(frozen=True, slots=True)
+class ActIdle(Command[list[Action]]):
+    """Apply ``namespace``'s due idle-policy events from the first, as many as one loop
+    step allows, as one change; answered with an action per event applied (fewer than
+    given: the caller sends the rest again)."""
+
+    namespace: str
+    payloads: Sequence[JsonObject]

@@ -1,0 +1,48 @@
+"""The bus: a command's handler, found by the command's type, runs in its lane (client
+events first: background work waits for the background lane) and commits what it applied
+through the unit of work."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any, TypeVar, cast
+
+from ramakv_daemon.bus.commands import Command
+from ramakv_daemon.events.lanes import Lanes
+from ramakv_daemon.events.unit_of_work import UnitOfWork
+
+R = TypeVar("R")
+
+
+# A command's handler: applies it (synchronously, so no read sees it half done), commits
+# through the unit of work, and answers.
+Handler = Callable[[Any, UnitOfWork], Awaitable[Any]]
+
+
+class MessageBus:
+    """``handle(command)``: a client's command at once (counted in the lanes: background
+    work yields to it), background work in the background lane, ``in_flight`` at a time,
+    after the changes in doubt when the command says ``settled``. Built by the composition
+    root with every handler; nothing is registered later."""
+
+    def __init__(
+        self, handlers: Mapping[type[Command[Any]], Handler], lanes: Lanes, uow: UnitOfWork
+    ) -> None:
+        self.handlers = dict(handlers)
+        self.lanes = lanes
+        self.uow = uow
+
+    async def handle(self, command: Command[R]) -> R:
+        """Run ``command``'s handler; its answer (KeyError: no handler for its type)."""
+        handler = self.handlers[type(command)]
+        if command.client:
+            lanes = self.lanes
+            lanes.clients += 1  # Lanes.client() inline: no generator per event
+            try:
+                return cast(R, await handler(command, self.uow))
+            finally:
+                lanes.client_done()
+        async with self.lanes.background():
+            if command.settled:
+                await self.uow.settled()  # never decide from a change still in doubt
+            return cast(R, await handler(command, self.uow))
