@@ -14,7 +14,13 @@ from typing import Any
 from ramakv_daemon.adapters.backends.factory import lmcache_factory
 from ramakv_daemon.adapters.backends.noop import NoopBackend
 from ramakv_daemon.adapters.sqlite.store import SqliteSessionStore
-from ramakv_daemon.bus.commands import CheckOwners, ClientEvent, Command, ReleaseSession
+from ramakv_daemon.bus.commands import (
+    BackgroundEvent,
+    CheckOwners,
+    ClientEvent,
+    Command,
+    ReleaseSession,
+)
 from ramakv_daemon.bus.handlers import handlers_of
 from ramakv_daemon.bus.messagebus import Handler, MessageBus
 from ramakv_daemon.bus.ownership import (
@@ -212,7 +218,6 @@ class Daemon:
     retention: RetentionSweep
     bus: MessageBus  # every command: client events, ownership's releases, background work
     clock: Callable[[], float]  # the wall clock events and sweeps read
-    released_first: ReleasedFirst  # the pipeline's run, stale copies released first
     # Client events first: the service counts them, background work waits its turn here.
     lanes: Lanes = field(default_factory=Lanes)
     # Set by the command line, which calls listening() once the port is bound: the idle
@@ -231,9 +236,9 @@ class Daemon:
 
     @property
     def background_run(self) -> Callable[[JsonObject, None], Awaitable[Reply]]:
-        """The pipeline's run in the background lane (stale copies released first, as for
-        client events): the entry for a sweep's events, which then yield to clients."""
-        return self.lanes.background_run(self.released_first.run)
+        """An event as a :class:`BackgroundEvent` through the bus (the pipeline's run in the
+        background lane): the entry for a sweep's events, which then yield to clients."""
+        return background_events(self.bus)
 
     @property
     def default(self) -> Namespace:
@@ -437,12 +442,12 @@ def build(
     owner_checks = OwnerChecks(ownership, bus)
     fork_expiry = ForkExpiry(config.fork_hold_ttl_s, namespaces, bus)
     # The idle policies' suspends and closes are events: applied a batch per command, each
-    # batch one commit and one delivery pass (on a shared store each goes through the
-    # pipeline alone, in the background lane too).
+    # batch one commit and one delivery pass (on a shared store each is a BackgroundEvent,
+    # through the pipeline alone, so each is taken over and fenced on its own).
     idle_sweep = IdleSweep(
         config,
         namespaces,
-        lanes.background_run(released_first.run),
+        background_events(bus),
         metrics,
         clock,
         batched=None if ownership.shared else bus,
@@ -467,10 +472,18 @@ def build(
         retention,
         bus,
         clock,
-        released_first,
         lanes=lanes,
         l2_budgets=l2_budgets_of(config, namespaces, backend, lanes, clock),
     )
+
+
+def background_events(bus: MessageBus) -> Callable[[JsonObject, None], Awaitable[Reply]]:
+    """A sweep's run(payload, None): each event a :class:`BackgroundEvent` through ``bus``."""
+
+    async def run(payload: JsonObject, _slot: None) -> Reply:
+        return await bus.handle(BackgroundEvent(payload))
+
+    return run
 
 
 def l2_budgets_of(

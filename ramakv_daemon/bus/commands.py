@@ -41,6 +41,15 @@ class ClientEvent(Command[Reply]):
 
 
 @dataclass(frozen=True, slots=True)
+class BackgroundEvent(Command[Reply]):
+    """One event of background work through the pipeline alone, in the background lane (a
+    shared store's idle policy events: each taken over and fenced on its own), answered as
+    a client's event is."""
+
+    payload: JsonObject
+
+
+@dataclass(frozen=True, slots=True)
 class ExpireForks(Command[int]):
     """Release ``namespace``'s fork holds older than ``ttl_s`` as their fork_end would, as
     one change; answered with how many expired."""

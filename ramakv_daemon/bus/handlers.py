@@ -12,6 +12,7 @@ from typing import Any
 from ramakv_daemon.bus.commands import (
     ActIdle,
     Action,
+    BackgroundEvent,
     ClientEvent,
     Command,
     DeleteDead,
@@ -63,6 +64,17 @@ class ClientEvents:
         if "event_id" not in payload:
             return await self.run(payload, None)
         return await self.event_ids.handle(payload)
+
+
+class BackgroundEvents:
+    """Handles :class:`BackgroundEvent`: the pipeline's run (stale copies released first),
+    the event alone; the bus has admitted it to the background lane."""
+
+    def __init__(self, run: Run) -> None:
+        self.run = run
+
+    async def __call__(self, command: BackgroundEvent, _uow: UnitOfWork) -> Reply:
+        return await self.run(command.payload, None)
 
 
 class ExpiringForks:
@@ -264,6 +276,7 @@ def handlers_of(
     """Every command's handler (the composition root's registry)."""
     return {
         ClientEvent: ClientEvents(run, event_ids),
+        BackgroundEvent: BackgroundEvents(run),
         ExpireForks: ExpiringForks(namespaces, records, metrics, clock),
         DeleteDead: DeletingDead(namespaces, records, metrics, clock),
         ActIdle: ActingIdle(namespaces, registry, limits, records, reactions, clock),

@@ -1,8 +1,9 @@
 """A shared store's releases are commands through the bus: CheckOwners asks the database,
 each session lost is a ReleaseSession whose check ("not touched since") and close apply in
 one loop step, and a stale copy an event reaches is released first (ReleaseFirst) before
-the event applies on the stored row. Two in-process daemons on one PostgreSQL database;
-node a's notices checker is stopped so only the commands under test release."""
+the event applies on the stored row; a sweep's lone events are BackgroundEvent commands.
+Two in-process daemons on one PostgreSQL database; node a's notices checker is stopped so
+only the commands under test release."""
 
 from __future__ import annotations
 
@@ -17,9 +18,10 @@ from support.postgres import PostgresServer
 from ramakv_daemon.adapters.backends.noop import NoopBackend
 from ramakv_daemon.adapters.postgres.store import PostgresSessionStore
 from ramakv_daemon.bootstrap import Daemon, build
-from ramakv_daemon.bus.commands import CheckOwners, ReleaseSession
+from ramakv_daemon.bus.commands import BackgroundEvent, CheckOwners, ReleaseSession
 from ramakv_daemon.config import Config
 from ramakv_daemon.core.manager import recompute_refcounts
+from ramakv_daemon.events.unit_of_work import UnitOfWork
 from ramakv_daemon.routing.ownership import Ownership
 
 
@@ -115,3 +117,23 @@ async def test_an_event_on_a_stale_copy_releases_it_first_and_applies_on_the_sto
     assert a.ownership.releases == 1 and a.ownership.takeovers == 1
     assert a.default.manager.sessions["s"].turn_count == 3
     refcounts_match(a)
+
+
+async def test_a_sweeps_lone_event_is_a_background_command(nodes: tuple[Daemon, Daemon]) -> None:
+    """What the idle sweep sends on a shared store (Daemon.background_run is the same run):
+    one BackgroundEvent through the bus, admitted to the background lane."""
+    a, _ = nodes
+    await turn_end(a, ["h1"])
+    handled: list[object] = []
+    real = a.bus.handlers[BackgroundEvent]
+
+    async def counted(command: BackgroundEvent, uow: UnitOfWork) -> Any:
+        handled.append(command.payload["type"])
+        return await real(command, uow)
+
+    a.bus.handlers[BackgroundEvent] = counted
+    admitted = a.lanes.background_admitted
+    event = {"type": "session_suspend", "session_id": "s"}
+    status, body = await a.idle_sweep.run(event, None)
+    assert status == 200 and body["ok"] and body["data"]["suspended"], body
+    assert handled == ["session_suspend"] and a.lanes.background_admitted == admitted + 1
