@@ -9,13 +9,26 @@ import time
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
 from functools import partial
+from typing import Any
 
 from ramakv_daemon.adapters.backends.factory import lmcache_factory
 from ramakv_daemon.adapters.backends.noop import NoopBackend
 from ramakv_daemon.adapters.sqlite.store import SqliteSessionStore
-from ramakv_daemon.bus.commands import ClientEvent
+from ramakv_daemon.bus.commands import (
+    BackgroundEvent,
+    CheckOwners,
+    ClientEvent,
+    Command,
+    ReleaseSession,
+)
 from ramakv_daemon.bus.handlers import handlers_of
-from ramakv_daemon.bus.messagebus import MessageBus
+from ramakv_daemon.bus.messagebus import Handler, MessageBus
+from ramakv_daemon.bus.ownership import (
+    CheckingOwners,
+    OwnerChecks,
+    ReleasedFirst,
+    ReleasingSessions,
+)
 from ramakv_daemon.commit.committer import GroupCommitter
 from ramakv_daemon.commit.ledger import OutboxLedger
 from ramakv_daemon.config import Config
@@ -197,12 +210,13 @@ class Daemon:
     namespaces: Namespaces
     records: TraceRecords
     ownership: Ownership
+    owner_checks: OwnerChecks  # asks the bus to check (and release) what ownership is told
     answers: AnswerCache
     pipeline: Pipeline
     fork_expiry: ForkExpiry
     idle_sweep: IdleSweep
     retention: RetentionSweep
-    bus: MessageBus  # background work's commands
+    bus: MessageBus  # every command: client events, ownership's releases, background work
     clock: Callable[[], float]  # the wall clock events and sweeps read
     # Client events first: the service counts them, background work waits its turn here.
     lanes: Lanes = field(default_factory=Lanes)
@@ -222,9 +236,9 @@ class Daemon:
 
     @property
     def background_run(self) -> Callable[[JsonObject, None], Awaitable[Reply]]:
-        """The pipeline's run in the background lane: the entry for any sweep's events
-        (idle policies, retention), which then yield to client events."""
-        return self.lanes.background_run(self.pipeline.run)
+        """An event as a :class:`BackgroundEvent` through the bus (the pipeline's run in the
+        background lane): the entry for a sweep's events, which then yield to clients."""
+        return background_events(self.bus)
 
     @property
     def default(self) -> Namespace:
@@ -269,7 +283,7 @@ class Daemon:
                 )
             if ns.delivers:
                 ns.dispatcher.start()
-        await self.ownership.start()  # what a shared store says was lost while away
+        await self.owner_checks.start()  # what a shared store says was lost while away
         await self.fork_expiry.start()
         await self.retention.start()
         if not self.sweep_after_listening:
@@ -311,7 +325,7 @@ class Daemon:
         for ns in self.namespaces:
             if ns.delivers:
                 await ns.dispatcher.drain()
-        await self.ownership.close()
+        await self.owner_checks.close()
         await self.committer.close()
         await self.store.close()
         await self.backend.close()
@@ -375,7 +389,8 @@ def build(
         committed=(ledger.on_committed, records.committed),
         fenced=(notices.fenced,),
     )
-    ownership = Ownership(store, namespaces, committer, notices)
+    uow = UnitOfWork(committer)  # every applied change, an event's or a command's, commits here
+    ownership = Ownership(store, namespaces, committer, uow, notices)
     reactions = Reactions(
         [
             warn_forced,
@@ -390,31 +405,49 @@ def build(
         config.trace_events,
     )
     debug = DebugWriter(config.debug_dir) if config.debug_enabled else None
-    uow = UnitOfWork(committer)  # every applied change, an event's or a command's, commits here
     pipeline = Pipeline(
         registry, namespaces, uow, ownership, records, reactions, debug, clock, limits
     )
-    # A release is not in the background lane: a client event for the session may wait
-    # for it (Ownership.before), and a lane that waits for that client would never open.
-    ownership.serve(pipeline.run)  # releases re-enter the pipeline as session_close
+    # Releases are commands above the pipeline: a session_close (and fork ends) each, run
+    # through it; the takeover step below it asks for one by raising ReleaseFirst, which
+    # the client events' run answers. Immediate, in no lane: a client event for the
+    # session may wait for the release (Ownership.before), and a lane that waits for that
+    # client would never open.
+    releasing = ReleasingSessions(ownership, pipeline)
+    check_owners = CheckingOwners(ownership, releasing)
+    released_first = ReleasedFirst(pipeline, check_owners, uow)
     answers = AnswerCache(config.idempotency_window)
     lanes = Lanes()
     # Background work is typed commands: each handled in the background lane (client
     # events first), its change committed by the bus's unit of work, its trace record
     # published by the committer's subscriber. The sweeps keep only their timers.
-    event_ids = EventIds(answers, committer, pipeline.run)
-    handlers = handlers_of(
-        pipeline, event_ids, namespaces, registry, limits, records, reactions, metrics, clock
-    )
+    event_ids = EventIds(answers, committer, released_first.run)
+    handlers: dict[type[Command[Any]], Handler] = {
+        **handlers_of(
+            released_first.run,
+            event_ids,
+            namespaces,
+            registry,
+            limits,
+            records,
+            reactions,
+            metrics,
+            clock,
+        ),
+        ReleaseSession: releasing,
+        CheckOwners: check_owners,
+    }
     bus = MessageBus(handlers, lanes, uow)
+    # The notices' checker, the LISTEN reconnects and the periodic check ask the bus.
+    owner_checks = OwnerChecks(ownership, bus)
     fork_expiry = ForkExpiry(config.fork_hold_ttl_s, namespaces, bus)
     # The idle policies' suspends and closes are events: applied a batch per command, each
-    # batch one commit and one delivery pass (on a shared store each goes through the
-    # pipeline alone, in the background lane too).
+    # batch one commit and one delivery pass (on a shared store each is a BackgroundEvent,
+    # through the pipeline alone, so each is taken over and fenced on its own).
     idle_sweep = IdleSweep(
         config,
         namespaces,
-        lanes.background_run(pipeline.run),
+        background_events(bus),
         metrics,
         clock,
         batched=None if ownership.shared else bus,
@@ -431,6 +464,7 @@ def build(
         namespaces,
         records,
         ownership,
+        owner_checks,
         answers,
         pipeline,
         fork_expiry,
@@ -441,6 +475,15 @@ def build(
         lanes=lanes,
         l2_budgets=l2_budgets_of(config, namespaces, backend, lanes, clock),
     )
+
+
+def background_events(bus: MessageBus) -> Callable[[JsonObject, None], Awaitable[Reply]]:
+    """A sweep's run(payload, None): each event a :class:`BackgroundEvent` through ``bus``."""
+
+    async def run(payload: JsonObject, _slot: None) -> Reply:
+        return await bus.handle(BackgroundEvent(payload))
+
+    return run
 
 
 def l2_budgets_of(

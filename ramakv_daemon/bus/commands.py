@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from typing import ClassVar, Generic, TypeVar
 
 from ramakv_daemon.core.events import JsonObject
+from ramakv_daemon.core.session import Session
 from ramakv_daemon.events.idempotency import Reply
 
 R = TypeVar("R", covariant=True)
@@ -21,11 +22,13 @@ class Command(Generic[R]):
     """A state change asked of the bus, answered with an ``R``. ``client``: a client's,
     never waiting here (else background work, admitted to the background lane);
     ``settled``: its handler decides from committed state only (the bus waits for every
-    change in doubt first)."""
+    change in doubt first); ``immediate``: handled at once, in no lane (a client's event
+    may be waiting for it: a lane that waits for that client would never open)."""
 
     __slots__ = ()
     client: ClassVar[bool] = False
     settled: ClassVar[bool] = False
+    immediate: ClassVar[bool] = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,6 +38,15 @@ class ClientEvent(Command[Reply]):
 
     client: ClassVar[bool] = True
     payload: object
+
+
+@dataclass(frozen=True, slots=True)
+class BackgroundEvent(Command[Reply]):
+    """One event of background work through the pipeline alone, in the background lane (a
+    shared store's idle policy events: each taken over and fenced on its own), answered as
+    a client's event is."""
+
+    payload: JsonObject
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,3 +78,27 @@ class ActIdle(Command[list[Action]]):
 
     namespace: str
     payloads: Sequence[JsonObject]
+
+
+@dataclass(frozen=True, slots=True)
+class CheckOwners(Command[int]):
+    """Ask the database who owns the sessions held here (those of ``only`` when given; a
+    full check also ends orphaned forks and settles owed rows) and release each one owned
+    elsewhere or by nobody (a :class:`ReleaseSession` each); answered with how many were
+    released (StoreError: none)."""
+
+    immediate: ClassVar[bool] = True
+    only: frozenset[str] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ReleaseSession(Command[bool]):
+    """Close ``session_id`` here as a session_close would, if it is still the object
+    ``seen`` when the database was asked (and nothing about it is in doubt), then end its
+    forks whose rows moved with it; ``new_owner``: None when its row was deleted. Answered
+    with whether it was released."""
+
+    immediate: ClassVar[bool] = True
+    session_id: str
+    seen: Session
+    new_owner: str | None

@@ -12,6 +12,7 @@ from typing import Any
 from ramakv_daemon.bus.commands import (
     ActIdle,
     Action,
+    BackgroundEvent,
     ClientEvent,
     Command,
     DeleteDead,
@@ -21,9 +22,8 @@ from ramakv_daemon.bus.messagebus import Handler
 from ramakv_daemon.core.change import Change
 from ramakv_daemon.core.errors import RamAKvError
 from ramakv_daemon.core.events import JsonObject, Limits, check_required
-from ramakv_daemon.events.idempotency import EventIds, Reply
+from ramakv_daemon.events.idempotency import EventIds, Reply, Run
 from ramakv_daemon.events.outcome import Outcome
-from ramakv_daemon.events.pipeline import Pipeline
 from ramakv_daemon.events.reactions import Reactions
 from ramakv_daemon.events.trace_records import TraceRecords
 from ramakv_daemon.events.unit_of_work import UnitOfWork
@@ -49,10 +49,12 @@ MAX_BATCH = 32
 class ClientEvents:
     """Handles :class:`ClientEvent`: one decoded body, end to end. An ``event_id`` makes
     the event idempotent: a retry gets the first answer back (remembered durably with the
-    change, for ``idempotency_window`` ids)."""
+    change, for ``idempotency_window`` ids). ``run``: the pipeline's, stale copies
+    released first (:class:`~ramakv_daemon.bus.ownership.ReleasedFirst`), as ``event_ids``
+    runs it too."""
 
-    def __init__(self, pipeline: Pipeline, event_ids: EventIds) -> None:
-        self.pipeline = pipeline
+    def __init__(self, run: Run, event_ids: EventIds) -> None:
+        self.run = run
         self.event_ids = event_ids
 
     async def __call__(self, command: ClientEvent, _uow: UnitOfWork) -> Reply:
@@ -60,8 +62,19 @@ class ClientEvents:
         if not isinstance(payload, dict):
             return 400, {"ok": False, "error": "request body must be a JSON object"}
         if "event_id" not in payload:
-            return await self.pipeline.run(payload, None)
+            return await self.run(payload, None)
         return await self.event_ids.handle(payload)
+
+
+class BackgroundEvents:
+    """Handles :class:`BackgroundEvent`: the pipeline's run (stale copies released first),
+    the event alone; the bus has admitted it to the background lane."""
+
+    def __init__(self, run: Run) -> None:
+        self.run = run
+
+    async def __call__(self, command: BackgroundEvent, _uow: UnitOfWork) -> Reply:
+        return await self.run(command.payload, None)
 
 
 class ExpiringForks:
@@ -250,7 +263,7 @@ class ActingIdle:
 
 
 def handlers_of(
-    pipeline: Pipeline,
+    run: Run,
     event_ids: EventIds,
     namespaces: Namespaces,
     registry: Registry,
@@ -262,7 +275,8 @@ def handlers_of(
 ) -> dict[type[Command[Any]], Handler]:
     """Every command's handler (the composition root's registry)."""
     return {
-        ClientEvent: ClientEvents(pipeline, event_ids),
+        ClientEvent: ClientEvents(run, event_ids),
+        BackgroundEvent: BackgroundEvents(run),
         ExpireForks: ExpiringForks(namespaces, records, metrics, clock),
         DeleteDead: DeletingDead(namespaces, records, metrics, clock),
         ActIdle: ActingIdle(namespaces, registry, limits, records, reactions, clock),

@@ -21,7 +21,8 @@ Handler = Callable[[Any, UnitOfWork], Awaitable[Any]]
 
 class MessageBus:
     """``handle(command)``: a client's command at once (counted in the lanes: background
-    work yields to it), background work in the background lane, ``in_flight`` at a time,
+    work yields to it), an immediate one (ownership's releases) at once in no lane,
+    background work in the background lane, ``in_flight`` at a time,
     after the changes in doubt when the command says ``settled``. Built by the composition
     root with every handler; nothing is registered later."""
 
@@ -35,6 +36,8 @@ class MessageBus:
     async def handle(self, command: Command[R]) -> R:
         """Run ``command``'s handler; its answer (KeyError: no handler for its type)."""
         handler = self.handlers[type(command)]
+        if command.immediate:  # no lane: a client's event may wait for it
+            return cast(R, await handler(command, self.uow))
         if command.client:
             lanes = self.lanes
             lanes.clients += 1  # Lanes.client() inline: no generator per event

@@ -7,8 +7,7 @@ import contextlib
 import math
 import time
 from collections import deque
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
-from typing import TypeVar
+from collections.abc import AsyncIterator, Callable, Iterator
 
 from ramakv_daemon.ports import BACKGROUND
 
@@ -29,10 +28,6 @@ CLIENT_SHARE = 8
 BACKGROUND_SHARE = 0.5
 RECENT_CLIENT_S = 1.0
 MAX_PAUSE_S = 0.25  # one slow background event never shuts the lane for longer
-
-T = TypeVar("T")
-A = TypeVar("A")
-B = TypeVar("B")
 
 
 class Lanes:
@@ -113,15 +108,6 @@ class Lanes:
             BACKGROUND.reset(token)
             self._pause(self.cpu_clock() - began)
             self._release()
-
-    def background_run(self, run: Callable[[A, B], Awaitable[T]]) -> Callable[[A, B], Awaitable[T]]:
-        """``run`` (the pipeline's) with each call in the background lane."""
-
-        async def in_background(payload: A, slot: B) -> T:
-            async with self.background():
-                return await run(payload, slot)
-
-        return in_background
 
     def _pause(self, took: float) -> None:
         """After a background event whose span took ``took`` s of the loop's CPU: shut the

@@ -6,12 +6,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Iterator
 from contextvars import ContextVar
+from typing import Protocol
 
 from ramakv_daemon.commit.committer import GroupCommitter
-from ramakv_daemon.commit.record import ChangeRecord
-from ramakv_daemon.core.events import JsonObject
+from ramakv_daemon.core.change import Change
+from ramakv_daemon.core.fork import Fork
 from ramakv_daemon.core.session import Session
 from ramakv_daemon.ports import (
     EvictMode,
@@ -34,9 +35,29 @@ DEFAULT_CHECK_S = 30.0
 # fork ends, a sweep's act): they act on the copy here and never take the session over.
 _LOCAL: ContextVar[str | None] = ContextVar("ramakv_local_session", default=None)
 
-# The event pipeline's run(payload, None): a release is a session_close (or a fork_end)
-# without an event_id.
-Handle = Callable[[JsonObject, None], Awaitable[tuple[int, JsonObject]]]
+# The session whose release check this task has just run (the bus, answering ReleaseFirst):
+# the event's next takeover step goes on without asking again: once, or (its last try)
+# every time.
+_CHECKED: ContextVar[tuple[str, bool] | None] = ContextVar("ramakv_checked", default=None)
+
+
+class Commits(Protocol):
+    """What an adopt commits through: the unit of work (in order with every change)."""
+
+    async def commit(self, ns: Namespace, change: Change) -> None: ...
+
+
+class ReleaseFirst(Exception):
+    """Raised by :meth:`Ownership.before` (never a store or event error: the pipeline lets
+    it through) when the database must be asked about ``session_id`` and a stale copy
+    released before the event applies: the bus runs that release check, then the event
+    again (ownership never calls the pipeline). ``stale``: a fence or a refusal said the
+    copy is stale (else: the LISTEN connection is down, a takeover may be unheard)."""
+
+    def __init__(self, session_id: str, stale: bool) -> None:
+        super().__init__(session_id)
+        self.session_id = session_id
+        self.stale = stale
 
 
 class Ownership:
@@ -49,19 +70,22 @@ class Ownership:
     Release: the database decides, never a notification alone. A notification (another
     node took or closed a session of ours), a LISTEN reconnect (notifications sent while it
     was down are lost) and a periodic check each ask the store who owns the sessions this
-    node holds; one owned elsewhere or gone is closed here as a session_close would close
-    it (its chunks drop here and are evicted or demoted), and its forks whose rows moved
-    with it are ended here. A session an event touched since the question was asked, or
-    one with a change still in doubt, is left alone: that change's commit takes it back
-    (or, rolled back, the next check looks again).
+    node holds (:meth:`lost`); one owned elsewhere or gone is closed here as a
+    session_close would close it (its chunks drop here and are evicted or demoted), and its
+    forks whose rows moved with it are ended here: the bus's ReleaseSession command does it
+    (``ramakv_daemon.bus.ownership``), this object answers what it asks (:meth:`releasable`).
+    A session an event touched since the question was asked, or one with a change still in
+    doubt, is left alone: that change's commit takes it back (or, rolled back, the next
+    check looks again).
 
     Fencing: every write of a session row is conditional on the version this node last
     read (the store's fenced write). A write that finds another version (a takeover this
     node has not heard of yet) writes nothing and is undone here; the committer tells its
     Fenced subscriber, :class:`~ramakv_daemon.routing.notices.Notices`, which marks the
-    copy stale and due for a check: the next event for it first releases it (the
-    database decides, as above), then claims the row as stored and applies on that,
-    never on the stale copy (the pipeline applies a fenced event again).
+    copy stale and due for a check: the next event for it first releases it (:meth:`before`
+    raises :class:`ReleaseFirst`; the bus asks the database, as above), then claims the
+    row as stored and applies on that, never on the stale copy (the pipeline applies a
+    fenced event again).
 
     Owed releases: whatever takes a session from this node records in that transaction
     what it owes its cache (the store's owed rows); a node that held nothing in memory then
@@ -74,37 +98,32 @@ class Ownership:
         store: SessionStore,
         namespaces: Namespaces,
         committer: GroupCommitter,
+        uow: Commits,
         notices: Notices | None = None,
     ) -> None:
-        """``committer``: an adopt commits through it, in order with every other change;
+        """``uow``: an adopt commits through it, in order with every other change;
+        ``committer``: what is in doubt, and the outbox rows' ids of settled owed rows;
         ``notices``: what the store and the committer (a fenced commit) tell this node's
         checker (the composition root gives the committer the same one)."""
         self.store = store
         self.namespaces = namespaces
         self.committer = committer
+        self.uow = uow
         self.notices = notices if notices is not None else Notices()
-        self.handle: Handle | None = None
         self._shared = store if isinstance(store, SharedSessionStore) else None
         self.shared = self._shared is not None
         self.check_s = namespaces.config.ownership_check_s
         if self._shared is not None:
             self._shared.on_release(self.notices.notified)
-            self._shared.on_reconnect(self.reconcile, self.check_s)
         self.takeovers = 0
         self.releases = 0
         self.release_waits = 0  # takeovers that waited for this node's release to commit
         # session id -> the release under way (close and fork ends committed): a takeover
         # of that session waits for it, or its commit could delete the row just claimed.
         self._releasing: dict[str, asyncio.Future[None]] = {}
-        self._checker: asyncio.Task[None] | None = None
         self.settled_chunks = 0  # evictions queued from owed rows (sessions lost while away)
         self._started = False  # owed rows wait for start-up's load (its refcounts)
         self._settling = asyncio.Lock()
-
-    def serve(self, handle: Handle) -> None:
-        """Release sessions through ``handle`` (the event pipeline, which itself asks this
-        object before each event: hence a second step of the composition root)."""
-        self.handle = handle
 
     @staticmethod
     @contextlib.contextmanager
@@ -118,6 +137,18 @@ class Ownership:
             yield
         finally:
             _LOCAL.reset(token)
+
+    @staticmethod
+    @contextlib.contextmanager
+    def checked(session_id: str, last: bool = False) -> Iterator[None]:
+        """Within the block, the next takeover step for ``session_id`` in this task goes on
+        without raising :class:`ReleaseFirst` (its release check has just run): once (a
+        later fence of the event asks again), or every time when ``last``."""
+        token = _CHECKED.set((session_id, last))
+        try:
+            yield
+        finally:
+            _CHECKED.reset(token)
 
     @property
     def shared_store(self) -> SharedSessionStore:
@@ -143,22 +174,32 @@ class Ownership:
         """Take ``session_id`` over when another node owns it and the event acts on it
         (``takes_over``: its spec says so; reads such as session_map answer from this
         node's memory and never move a session). StoreError: nothing done. ``fork_id``:
-        the fork a session_fork_end names, if any.
+        the fork a session_fork_end names, if any. ReleaseFirst: a copy held here must be
+        checked against the database (and released) first; the bus does, then runs the
+        event again.
 
         Returns without awaiting when the session is here and the LISTEN connection is up
         (and a named fork is here too): the event then applies in the same step."""
         if not self.shared or not session_id or not takes_over or _LOCAL.get() == session_id:
             return
-        if session_id in self.notices.stale:
-            await self._unstale(session_id)
+        mark = _CHECKED.get()
+        checked = mark is not None and mark[0] == session_id
+        if checked and not (mark is not None and mark[1]):
+            _CHECKED.set(None)  # once: a later fence of this event asks again
+        if not checked and session_id in self.notices.stale:
+            raise ReleaseFirst(session_id, stale=True)
         releasing = self._releasing.get(session_id)
         if self._in_memory(session_id) and releasing is None:
-            if not self._listening():
-                await self._verify(session_id)
+            if checked:
+                pass  # checked just now: still held (in doubt, the store away), go on
+            elif not self._listening():
+                # A takeover may have gone unheard: the database first, so the event
+                # acts on the new owner's row (claimed back below), not the stale copy.
+                raise ReleaseFirst(session_id, stale=False)
             elif await self._fork_elsewhere(fork_id):
                 # Opened on another node since this copy was taken: the copy is stale,
                 # and ending nothing here writes nothing a fence would refuse.
-                await self._unstale(session_id)
+                raise ReleaseFirst(session_id, stale=True)
             else:
                 return  # any notification would have come
         elif releasing is not None:  # (its own events run local(): they never get here)
@@ -177,11 +218,11 @@ class Ownership:
         # Forks held here already (an own row's, kept in memory) are not adopted twice.
         forks = [f for f in claimed.forks if f.fork_id not in ns.manager.forks]
         change = ns.manager.adopt(session, forks)
-        # Through the committer, in order with the changes applied before it: a failed
+        # Through the unit of work, in order with the changes applied before it: a failed
         # (or fenced) commit of those undoes their refcounts by value, and must undo this
         # adopt first, not put back counts from before it. Undone, the row stays this
         # node's and the event's retry claims it again (a claim returns an own row).
-        await self.committer.submit(ChangeRecord.of(ns.key, change, ns.manager))
+        await self.uow.commit(ns, change)
         if claimed.previous_owner == self.shared_store.node_id:
             log.info("took back session %r (this node's row, not held here)", session_id)
             return
@@ -223,46 +264,12 @@ class Ownership:
         holder = (await self.shared_store.fork_owners_of([fork_id])).get(fork_id)
         return holder is not None and holder != self.shared_store.node_id
 
-    async def _unstale(self, session_id: str) -> None:
-        """A fenced write found ``session_id`` changed elsewhere: release the stale copy
-        (the database says who owns it) before the event claims the row as stored. Still
-        held afterwards (a change of it in doubt, the store away), the event goes on and
-        its write is fenced again, or answers 503."""
-        try:
-            await self.reconcile({session_id})
-        except StoreError as err:
-            log.info("cannot check the owner of fenced %r: %s", session_id, err)
-        self.notices.stale.discard(session_id)
-
     def _listening(self) -> bool:
         listener = getattr(self.store, "listener", None)
         return listener is None or bool(listener.connected)
 
-    async def _verify(self, session_id: str) -> None:
-        """While the LISTEN connection is down a takeover of a held session may have gone
-        unheard: ask the database first, so the event acts on the new owner's row (claimed
-        back below) instead of this node's stale copy. With the server away too, the event
-        goes on from memory (a write then answers 503 as any write does)."""
-        try:
-            await self.reconcile({session_id})
-        except StoreError as err:
-            log.info("cannot check the owner of %r (LISTEN down): %s", session_id, err)
-
-    # ---- release -----------------------------------------------------------------------
-    async def _check_due(self) -> None:
-        """Check what the notices hold against the database, whenever they get some."""
-        notices = self.notices
-        while True:
-            await notices.wake.wait()
-            notices.wake.clear()
-            while notices.due:
-                due = notices.take_due()
-                try:
-                    await self.reconcile(due)
-                except Exception as err:  # the periodic check tries again
-                    log.warning("checking %d notified sessions failed: %s", len(due), err)
-
-    def _in_doubt(self, ns: Namespace) -> set[str]:
+    # ---- release (the bus's ReleaseSession asks these) ----------------------------------
+    def in_doubt(self, ns: Namespace) -> set[str]:
         """Sessions of ``ns`` an applied change not yet committed (or rolled back) moved."""
         pending = self.committer.uncommitted(ns.key)
         return {sid for c in pending for sid in c.prev_sessions}
@@ -272,75 +279,64 @@ class Ownership:
         they are now: a later event replaces the object, which the release then sees."""
         out: dict[str, Session] = {}
         for ns in self.namespaces:
-            doubt = self._in_doubt(ns)
+            doubt = self.in_doubt(ns)
             sessions = ns.manager.sessions
             ids = sessions if only is None else [sid for sid in only if sid in sessions]
             out.update((sid, sessions[sid]) for sid in ids if sid not in doubt)
         return out
 
-    async def reconcile(self, only: set[str] | None = None) -> int:
-        """Release every held session (of ``only`` when given) the database says another
-        node owns or nobody does; the number released (StoreError: nothing released)."""
-        if not self.shared:
-            return 0
-        if only is None:
-            await self._end_orphan_forks()
+    async def lost(
+        self, only: set[str] | None
+    ) -> tuple[dict[str, tuple[Session, str | None]], set[str]]:
+        """Held sessions (of ``only`` when given) the database says another node owns or
+        nobody does: id -> (the session as it was when asked, its new owner); and those
+        it says this node owns (StoreError: nothing known)."""
         held = self._settled(only)
         owners = await self.shared_store.owners(list(held)) if held else {}
         node = self.shared_store.node_id
-        lost = {sid: owners.get(sid) for sid in held if owners.get(sid) != node}
-        released = 0
-        for sid, owner in lost.items():
-            if await self._release(sid, held[sid], owner):
-                released += 1
-        if only is None:
-            await self.settle_owed({sid for sid in held if owners.get(sid) == node})
-        return released
+        lost = {sid: (s, owners.get(sid)) for sid, s in held.items() if owners.get(sid) != node}
+        return lost, {sid for sid in held if owners.get(sid) == node}
 
-    async def _release(self, session_id: str, seen: Session, new_owner: str | None) -> bool:
-        """Close ``session_id`` here if it is still the object ``seen`` (no event since the
-        database was asked) and nothing about it is in doubt; then end its forks whose rows
-        moved to the new owner with it. True when released."""
+    def releasable(self, session_id: str, seen: Session) -> Namespace | None:
+        """The namespace of ``session_id`` when it may be released now: still the object
+        ``seen`` (no event since the database was asked), nothing about it in doubt, and
+        no release of it under way; else None. Synchronous: the release applies its close
+        in this same step."""
         if session_id in self._releasing:
-            return False
+            return None
         key = self.namespaces.owner(session_id)
         if key is None:
-            return False
+            return None
         ns = self.namespaces[key]
-        if ns.manager.sessions.get(session_id) is not seen or session_id in self._in_doubt(ns):
-            return False
-        forks = [f.fork_id for f in ns.manager.forks.of(session_id)]
+        if ns.manager.sessions.get(session_id) is not seen or session_id in self.in_doubt(ns):
+            return None
+        return ns
+
+    @contextlib.contextmanager
+    def releasing(self, session_id: str) -> Iterator[None]:
+        """Marks the release of ``session_id`` under way for the block (a takeover of it
+        waits for the block's end), its row disowned: the close must not delete it (or be
+        fenced), it is not this node's any more."""
         done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._releasing[session_id] = done
-        # The row is not ours any more: the close below must not delete it (or be fenced).
         self.shared_store.disown([session_id])
         try:
-            # No await between the check above and the close's apply: handle() applies in
-            # its first step (before() returns at once for a session held here).
-            payload = {"type": "session_close", "session_id": session_id, "namespace": key}
-            assert self.handle is not None  # serve() ran at build
-            with self.local(session_id):
-                status, body = await self.handle(payload, None)
-            moved = await self._end_moved_forks(ns.key, session_id, forks) if forks else 0
+            yield
         finally:
             del self._releasing[session_id]
             done.set_result(None)
-        whom = f"node {new_owner!r} took it over" if new_owner else "its row was deleted"
-        if status == 200 and body.get("ok"):
-            self.releases += 1
-            await self._drop_owed(session_id)
-            log.info(
-                "released session %r: %s (%s chunks evicted, %d forks moved with it)",
-                session_id,
-                whom,
-                body.get("data", {}).get("evicted_count"),
-                moved,
-            )
-            return True
-        log.warning("releasing session %r (%s) failed: %s", session_id, whom, body.get("error"))
-        return False
 
-    async def _drop_owed(self, session_id: str) -> None:
+    def orphan_forks(self) -> list[tuple[str, Fork]]:
+        """Forks held here whose parent is not (closed, or a release stopped before its
+        forks) nor being released: (namespace, fork)."""
+        return [
+            (ns.key, f)
+            for ns in self.namespaces
+            for f in ns.manager.forks.values()
+            if f.session_id not in ns.manager.sessions and f.session_id not in self._releasing
+        ]
+
+    async def drop_owed(self, session_id: str) -> None:
         """Released from memory (its refcounts dropped here, its evictions queued): its
         owed rows are done. Kept when the session is back meanwhile (a later settle sees
         it owned) or the delete fails: settling a row again only repeats evictions of
@@ -358,9 +354,6 @@ class Ownership:
         self._started = True
         if not self.shared:  # an embedded store has no other nodes: nothing is ever owed
             return
-        self._checker = asyncio.get_running_loop().create_task(
-            self._check_due(), name="ownership-check"
-        )
         try:
             await self.settle_owed(set(self._settled(None)))
         except StoreError as err:
@@ -417,48 +410,6 @@ class Ownership:
             chunks.update((h, None) for h in o.hashes if h not in held and h not in parked)
         return {key: list(hashes) for key, hashes in out.items() if hashes}
 
-    async def _end_orphan_forks(self) -> None:
-        """Forks held here whose parent is not (closed, or a release stopped before its
-        forks) and whose rows moved to another node: end them here (one query for all)."""
-        orphans = [
-            (ns.key, f)
-            for ns in self.namespaces
-            for f in ns.manager.forks.values()
-            if f.session_id not in ns.manager.sessions and f.session_id not in self._releasing
-        ]
-        if orphans:
-            owners = await self.shared_store.fork_owners_of([f.fork_id for _, f in orphans])
-            for key, f in orphans:
-                await self._end_fork_here(key, f.session_id, f.fork_id, owners)
-
-    async def _end_moved_forks(self, key: str, session_id: str, fork_ids: list[int]) -> int:
-        """End here the forks of ``session_id`` whose rows this node no longer owns (the
-        takeover moved them); those still ours stay (an admin close leaves forks)."""
-        owners = await self.shared_store.fork_owners_of(fork_ids)
-        ended = [await self._end_fork_here(key, session_id, fid, owners) for fid in fork_ids]
-        return sum(ended)
-
-    async def _end_fork_here(
-        self, key: str, session_id: str, fork_id: int, owners: dict[int, str]
-    ) -> bool:
-        """End fork ``fork_id`` as its fork_end would, unless its row is still this node's.
-        Its commit deletes no row: the store deletes only forks this node owns."""
-        if owners.get(fork_id) == self.shared_store.node_id:
-            return False
-        payload = {
-            "type": "session_fork_end",
-            "session_id": session_id,
-            "fork_id": fork_id,
-            "namespace": key,
-        }
-        assert self.handle is not None  # serve() ran at build
-        with self.local(session_id):  # never take the parent over to end a fork here
-            status, body = await self.handle(payload, None)
-        if status == 200 and body.get("data", {}).get("fork_end"):
-            return True
-        log.warning("ending fork %d (moved off this node) failed: %s", fork_id, body.get("error"))
-        return False
-
     def status(self) -> dict[str, object]:
         """For /metrics: whether the store is reachable, and the handover counters."""
         if not self.shared:  # an embedded store is there while the daemon is
@@ -470,8 +421,3 @@ class Ownership:
             "takeovers": self.takeovers,
             "releases": self.releases,
         }
-
-    async def close(self) -> None:
-        if self._checker is not None:
-            self._checker.cancel()
-            self._checker = None

@@ -27,7 +27,7 @@ from ramakv_daemon.telemetry.metrics import DaemonMetrics
 
 log = logging.getLogger("ramakv")
 
-# The pipeline's run(payload, None): the sweep's events carry no event_id.
+# An event's run(payload, None) (a BackgroundEvent through the bus): no event_id.
 Run = Callable[[JsonObject, None], Awaitable[tuple[int, JsonObject]]]
 
 # Sessions looked at per loop step: at 50,000 sessions a whole look is ~20 ms of Python,
@@ -96,9 +96,10 @@ class IdleSweep:
         batch: int = BATCH,
         batched: MessageBus | None = None,
     ) -> None:
-        """``run``: the pipeline's run (an event alone); ``batched``: the bus a slice's
-        events go through in batches instead (ActIdle; None on a shared store, where each
-        event takes its session over and is fenced on its own: the pipeline's path)."""
+        """``run``: an event alone (a BackgroundEvent through the bus: the pipeline's run
+        in the background lane); ``batched``: the bus a slice's events go through in
+        batches instead (ActIdle; None on a shared store, where each event takes its
+        session over and is fenced on its own: the pipeline's path)."""
         self.config = config
         self.namespaces = namespaces
         self.run = run
