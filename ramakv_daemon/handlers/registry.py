@@ -94,7 +94,9 @@ class Handler:
     def decode(self, payload: JsonObject, limits: Limits) -> Message | None:
         """The typed message of ``payload``; None when this event has no message type or
         the fast decode refused it (``apply`` then parses the payload, raising its error)."""
-        if self.message is None:
+        if self.message is None or self.query is not None:
+            # A query is handed the payload (the pipeline's query path): it decodes there,
+            # after the namespace is resolved, as its checks always ran.
             return None
         return decode(self.message, payload, limits)
 
@@ -162,6 +164,26 @@ def typed_event(
 
         DEFAULT_REGISTRY.register(Handler(spec, apply, effects=effects, message=message))
         return fn
+
+    return wrap
+
+
+def typed_query(
+    message: type[M], description: str
+) -> Callable[[Callable[[HandlerContext, M, Backend], Awaitable[Change]]], QueryFn]:
+    """Register the decorated coroutine, which takes a ``message``, as the read-only,
+    backend-asking handler of the message's tag (the fast decode, else today's checks)."""
+
+    def wrap(fn: Callable[[HandlerContext, M, Backend], Awaitable[Change]]) -> QueryFn:
+        required, optional = fields_of(message)
+        spec = EventSpec(tag_of(message), description, required, optional)
+
+        async def query(ctx: HandlerContext, payload: JsonObject, backend: Backend) -> Change:
+            msg = decode(message, payload, ctx.limits) or message.parse(payload, ctx.limits)
+            return await fn(ctx, msg, backend)
+
+        DEFAULT_REGISTRY.register(Handler(spec, query=query, message=message))
+        return query
 
     return wrap
 
