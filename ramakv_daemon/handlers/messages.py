@@ -3,11 +3,11 @@ validation, and today's field checks give the words of what a decode refuses."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import ClassVar, Self, TypeVar, cast
+from typing import ClassVar, Self, TypeVar
 
 import msgspec
 
+from ramakv_daemon.core.change import as_data as as_data  # the handlers' name for it
 from ramakv_daemon.core.events import JsonObject, Limits
 
 
@@ -69,12 +69,6 @@ def fields_of(cls: type[Message]) -> tuple[tuple[str, ...], tuple[str, ...]]:
         tuple(f.encode_name for f in fields if f.required),
         tuple(f.encode_name for f in fields if not f.required),
     )
-
-
-def as_data(reply: Mapping[str, object]) -> dict[str, object]:
-    """A reply's ``data`` built as its protocol type (ramakv_protocol.replies, whose
-    TypedDicts are plain dicts at run time) as the Change carries it: no copy."""
-    return cast(dict[str, object], reply)
 
 
 class Bare(Message, frozen=True):
