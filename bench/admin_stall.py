@@ -17,7 +17,7 @@ from ramakv_daemon.adapters.sqlite.store import SqliteSessionStore
 from ramakv_daemon.bootstrap import build
 from ramakv_daemon.config import Config
 from ramakv_daemon.core.session import Session
-from ramakv_daemon.handlers.list_sessions import list_sessions
+from ramakv_daemon.handlers.list_sessions import ListSessions, list_sessions
 
 
 async def _max_stall(work: Any) -> tuple[float, float]:
@@ -71,7 +71,7 @@ async def measure(sessions: int = 20000, refs: int = 100) -> dict[str, Any]:
             assert status == 200 and len(body["data"]["chunks"][target[0]]["holders"]) == sessions
 
         async def list_sessions_one_piece() -> None:  # the same work, no yield in between
-            for _ in list_sessions(svc.default.ctx, {"offset": sessions - 1000}, 0.0):
+            for _ in list_sessions(svc.default.ctx, ListSessions(offset=sessions - 1000), 0.0):
                 pass
 
         async def list_sessions_sliced() -> None:

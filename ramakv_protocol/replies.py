@@ -89,6 +89,7 @@ class SessionRow(TypedDict):
     forks: list[ForkRow]
     last_event_ts: float
     namespace: NotRequired[str]  # only outside the default namespace
+    owner: NotRequired[str]  # on a store shared by several daemons: the node that owns it
 
 
 class ListSessionsData(TypedDict):

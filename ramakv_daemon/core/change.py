@@ -2,10 +2,19 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from ramakv_daemon.core.fork import Fork
 from ramakv_daemon.core.session import Session
+
+
+def as_data(reply: Mapping[str, object]) -> dict[str, object]:
+    """A reply's ``data`` built as its protocol type (ramakv_protocol.replies, whose
+    TypedDicts are plain dicts at run time, imported by the core for type checking only)
+    as the Change carries it: no copy, and no call of typing.cast (the manager's
+    replies pass here once an event)."""
+    return reply  # type: ignore[return-value]
 
 
 @dataclass(slots=True)

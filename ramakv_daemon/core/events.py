@@ -4,9 +4,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ramakv_daemon.core.errors import InvalidEvent, MissingField
+
+if TYPE_CHECKING:  # the reply's shape, checked by mypy; the core imports no protocol
+    from ramakv_protocol.replies import EventSpecData
 
 # A decoded JSON object (an event's payload, a reply, a record on its way to the wire):
 # its values are whatever the JSON held, checked where they are read.
@@ -27,7 +30,7 @@ class EventSpec:
     required: tuple[str, ...] = ()
     optional: tuple[str, ...] = ()
 
-    def as_dict(self) -> dict[str, object]:
+    def as_dict(self) -> EventSpecData:
         """The shape ``list_events`` returns for this event."""
         return {
             "description": self.description,

@@ -4,12 +4,16 @@ with force, their holders' maps and fork holds dropping them first."""
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
+from typing import TYPE_CHECKING
 
-from ramakv_daemon.core.change import Change
+from ramakv_daemon.core.change import Change, as_data
 from ramakv_daemon.core.fork import Fork, ForkBook
 from ramakv_daemon.core.last_refs import LastRefs
 from ramakv_daemon.core.refcount import Counts, RefcountTable
 from ramakv_daemon.core.session import Session, unique
+
+if TYPE_CHECKING:  # the reply's shape, checked by mypy; the core imports no protocol
+    from ramakv_protocol.replies import ChunkEvictData
 
 
 class OperatorEvict:
@@ -79,13 +83,14 @@ class OperatorEvict:
             change.evict_cold[:] = [h for h in change.evict_cold if h not in forced]
             change.evict_delete.extend(free)
             self.last_refs.forget(change.evict_delete)
-        change.data = {
+        data: ChunkEvictData = {
             "dry_run": dry_run,
             "force": force,
             "evicted": evicted,
             "refused": {} if force else refused,
             "released": {sid: sorted(h) for sid, h in released.items()},
         }
+        change.data = as_data(data)
         return change
 
     def _force_release(

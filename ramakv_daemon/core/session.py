@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, Literal
 
 from ramakv_daemon.core.packed import PackedMap
 
@@ -36,7 +36,7 @@ class Session:
     namespace: str = ""
 
     @property
-    def state(self) -> str:
+    def state(self) -> Literal["active", "suspended"]:
         """``"suspended"`` or ``"active"``."""
         return "suspended" if self.suspended else "active"
 

@@ -7,8 +7,9 @@ from typing import Self
 
 from ramakv_daemon.core.change import Change
 from ramakv_daemon.core.events import JsonObject, Limits, chunk_hashes_of, chunk_hashes_value
-from ramakv_daemon.handlers.messages import Message
+from ramakv_daemon.handlers.messages import Message, as_data
 from ramakv_daemon.handlers.registry import READ, HandlerContext, typed_event
+from ramakv_protocol.replies import ChunkInfoData
 
 # Sessions scanned per slice: ~1-2 ms at 100 references each; other events run in between.
 SLICE = 500
@@ -58,6 +59,7 @@ def chunk_info(ctx: HandlerContext, msg: ChunkInfo, now: float) -> Generator[Non
         for fork in forks[start : start + SLICE]:
             for h in wanted.intersection(fork.hashes):
                 found[h].add(fork.session_id)
-    return Change(
-        data={"chunks": {h: {"refcount": refcount[h], "holders": sorted(found[h])} for h in hashes}}
-    )
+    data: ChunkInfoData = {
+        "chunks": {h: {"refcount": refcount[h], "holders": sorted(found[h])} for h in hashes}
+    }
+    return Change(data=as_data(data))

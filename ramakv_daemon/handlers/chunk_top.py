@@ -6,17 +6,23 @@ import asyncio
 import heapq
 import time
 from collections.abc import Sequence
+from typing import Self
 
 from ramakv_daemon.core.change import Change
 from ramakv_daemon.core.errors import InvalidEvent
-from ramakv_daemon.handlers.list_sessions import int_field
-from ramakv_daemon.handlers.registry import HandlerContext, query_event
+from ramakv_daemon.core.events import JsonObject, Limits
+from ramakv_daemon.handlers.list_sessions import int_field, int_value
+from ramakv_daemon.handlers.messages import Message, as_data
+from ramakv_daemon.handlers.registry import HandlerContext, typed_query
 from ramakv_daemon.ports import Backend
+from ramakv_protocol.replies import ChunkTopData, TopChunk
 
 MAX_LIMIT = 500
 MAX_OFFSET = 100_000
 MAX_COUNTED = 1_000_000  # a prefix matching more is reported as "at least"
 SLICE_SECONDS = 0.003
+MAX_PREFIX = 100
+PREFIX_ERROR = f"'prefix' must be a string of at most {MAX_PREFIX} characters"
 
 
 class _Worse(str):
@@ -29,29 +35,48 @@ class _Worse(str):
         return str.__gt__(self, other)
 
 
-@query_event(
-    "chunk_top",
+class ChunkTop(Message, frozen=True, tag="chunk_top"):
+    """chunk_top's message (a falsy ``prefix`` of any type reads as none, as it always did:
+    the fast decode refuses a non-string, today's checks answer it)."""
+
+    limit: int = 100
+    offset: int = 0
+    prefix: str = ""
+
+    def check(self, limits: Limits) -> None:
+        int_value(self.limit, "limit", MAX_LIMIT)
+        int_value(self.offset, "offset", MAX_OFFSET)
+        if len(self.prefix) > MAX_PREFIX:
+            raise InvalidEvent(PREFIX_ERROR)
+
+    @classmethod
+    def parse(cls, payload: JsonObject, limits: Limits) -> Self:
+        limit = int_field(payload, "limit", 100, MAX_LIMIT)
+        offset = int_field(payload, "offset", 0, MAX_OFFSET)
+        prefix = payload.get("prefix") or ""
+        if not isinstance(prefix, str) or len(prefix) > MAX_PREFIX:
+            raise InvalidEvent(PREFIX_ERROR)
+        return cls(limit, offset, prefix)
+
+
+@typed_query(
+    ChunkTop,
     "Admin: referenced chunks by refcount (highest first, then hash), paged with offset "
     "and limit (up to 500); 'prefix' keeps the hashes starting with it",
-    optional=("limit", "offset", "prefix"),
 )
-async def chunk_top(ctx: HandlerContext, payload: dict, backend: Backend) -> Change:
-    limit = int_field(payload, "limit", 100, MAX_LIMIT)
-    offset = int_field(payload, "offset", 0, MAX_OFFSET)
-    prefix = payload.get("prefix") or ""
-    if not isinstance(prefix, str) or len(prefix) > 100:
-        raise InvalidEvent("'prefix' must be a string of at most 100 characters")
-    rows, total, exact = await top(ctx, offset + limit, prefix)
+async def chunk_top(ctx: HandlerContext, msg: ChunkTop, backend: Backend) -> Change:
+    offset, prefix = msg.offset, msg.prefix
+    rows, total, exact = await top(ctx, offset + msg.limit, prefix)
     page = rows[offset:]
-    return Change(
-        data={
-            "total": total,
-            "total_exact": exact,
-            "offset": offset,
-            "prefix": prefix,
-            "chunks": [{"hash": h, "refcount": n} for n, h in page],
-        }
-    )
+    chunks: list[TopChunk] = [{"hash": h, "refcount": n} for n, h in page]
+    data: ChunkTopData = {
+        "total": total,
+        "total_exact": exact,
+        "offset": offset,
+        "prefix": prefix,
+        "chunks": chunks,
+    }
+    return Change(data=as_data(data))
 
 
 async def top(ctx: HandlerContext, k: int, prefix: str) -> tuple[list[tuple[int, str]], int, bool]:

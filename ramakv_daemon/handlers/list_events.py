@@ -1,8 +1,9 @@
 """list_events: the nine contract events apart from the admin ones, read from the registry."""
 
 from ramakv_daemon.core.change import Change
-from ramakv_daemon.handlers.messages import Bare
+from ramakv_daemon.handlers.messages import Bare, as_data
 from ramakv_daemon.handlers.registry import READ, HandlerContext, typed_event
+from ramakv_protocol.replies import ListEventsData
 
 # The seeds' contract, as the original's clients count it: data.events holds these alone.
 CONTRACT_EVENTS = frozenset(
@@ -32,9 +33,8 @@ class ListEvents(Bare, frozen=True, tag="list_events"):
 )
 def list_events(ctx: HandlerContext, msg: ListEvents, now: float) -> Change:
     specs = ctx.registry.specs()
-    return Change(
-        data={
-            "events": {s.name: s.as_dict() for s in specs if s.name in CONTRACT_EVENTS},
-            "admin_events": {s.name: s.as_dict() for s in specs if s.name not in CONTRACT_EVENTS},
-        }
-    )
+    data: ListEventsData = {
+        "events": {s.name: s.as_dict() for s in specs if s.name in CONTRACT_EVENTS},
+        "admin_events": {s.name: s.as_dict() for s in specs if s.name not in CONTRACT_EVENTS},
+    }
+    return Change(data=as_data(data))

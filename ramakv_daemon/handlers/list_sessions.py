@@ -1,69 +1,119 @@
 """list_sessions (admin): one summary row per session, filterable and paged, in slices."""
 
+from __future__ import annotations
+
 import heapq
 import time
 from bisect import bisect_left, bisect_right
 from collections.abc import Generator
 from itertools import islice
+from typing import ClassVar, Literal, Self
 
 from ramakv_daemon.core.change import Change
 from ramakv_daemon.core.errors import InvalidEvent
+from ramakv_daemon.core.events import JsonObject, Limits
 from ramakv_daemon.core.fork import Fork
 from ramakv_daemon.core.manager import SessionManager
 from ramakv_daemon.core.session import Session
-from ramakv_daemon.handlers.registry import READ, HandlerContext, event
+from ramakv_daemon.handlers.messages import Message, as_data
+from ramakv_daemon.handlers.registry import READ, HandlerContext, typed_event
 from ramakv_daemon.trace.protocol import shared_count
 from ramakv_daemon.trace.shared_counts import GROUP, suspended_counts
+from ramakv_protocol.replies import ForkRow, ListedState, ListSessionsData, SessionRow
 
 MAX_LIMIT = 10000
+MAX_OFFSET = 2**31
 SLICE = 2000  # sessions filtered or ids sorted per loop iteration
 # Rows are built for at most this long between two yields, GROUP at a time: an active
 # map's shared_count takes 2-12 us at 512 chunks, a group's suspended maps one numpy pass.
 ROW_SLICE_SECONDS = 0.003
+STATES = ("active", "suspended", "closed")
 
 
-def ids_field(payload: dict) -> set[str] | None:
+def ids_field(payload: JsonObject) -> tuple[str, ...] | None:
     """The optional ``session_ids`` filter (at most MAX_LIMIT strings)."""
     ids = payload.get("session_ids")
     if ids is None:
         return None
     if not isinstance(ids, list) or not all(isinstance(i, str) for i in ids):
         raise InvalidEvent("'session_ids' must be a list of strings")
-    if len(ids) > MAX_LIMIT:
+    ids_value(ids)
+    return tuple(ids)
+
+
+def ids_value(ids: tuple[str, ...] | list[str] | None) -> None:
+    """Raise InvalidEvent on a ``session_ids`` filter longer than MAX_LIMIT."""
+    if ids is not None and len(ids) > MAX_LIMIT:
         raise InvalidEvent(f"'session_ids' has {len(ids)} ids, more than {MAX_LIMIT}")
-    return set(ids)
 
 
-def int_field(payload: dict, name: str, default: int, maximum: int) -> int:
+def int_field(payload: JsonObject, name: str, default: int, maximum: int) -> int:
+    """An optional integer field from 0 to ``maximum`` (absent or null: ``default``)."""
     value = payload.get(name, default)
     if value is None:
         return default
-    if not isinstance(value, int) or isinstance(value, bool) or value < 0 or value > maximum:
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise InvalidEvent(f"'{name}' must be an integer from 0 to {maximum}")
+    return int_value(value, name, maximum)
+
+
+def int_value(value: int, name: str, maximum: int) -> int:
+    """``value`` (an int already) in 0..``maximum``, else InvalidEvent (int_field's text)."""
+    if value < 0 or value > maximum:
         raise InvalidEvent(f"'{name}' must be an integer from 0 to {maximum}")
     return value
 
 
-@event(
-    "list_sessions",
+class ListSessions(Message, frozen=True, tag="list_sessions"):
+    """list_sessions' message; ``namespace`` (resolved by the pipeline, never listed as
+    this event's field) says whether the event names one (else every namespace's rows)."""
+
+    UNLISTED: ClassVar[frozenset[str]] = frozenset({"namespace"})
+
+    state: Literal["active", "suspended", "closed"] | None = None
+    limit: int = 1000
+    offset: int = 0
+    session_ids: tuple[str, ...] | None = None
+    namespace: str | None = None
+
+    def check(self, limits: Limits) -> None:
+        int_value(self.limit, "limit", MAX_LIMIT)
+        int_value(self.offset, "offset", MAX_OFFSET)
+        ids_value(self.session_ids)
+
+    @classmethod
+    def parse(cls, payload: JsonObject, limits: Limits) -> Self:
+        state = payload.get("state")
+        if state is not None and state not in STATES:
+            raise InvalidEvent('\'state\' must be "active", "suspended" or "closed"')
+        limit = int_field(payload, "limit", 1000, MAX_LIMIT)
+        offset = int_field(payload, "offset", 0, MAX_OFFSET)
+        only = ids_field(payload)
+        namespace = payload.get("namespace")
+        if namespace is not None and not isinstance(namespace, str):
+            # The pipeline's own words (it resolves the namespace before any handler).
+            raise InvalidEvent("'namespace' must be a string")
+        return cls(state, limit, offset, only, namespace)
+
+
+@typed_event(
+    ListSessions,
     "Admin: list sessions (id, state, turn_count, chunk_count, shared_count, fork_holds, "
     "forks with fork_id and age_s, last_event_ts), sorted by id; session_ids keeps only "
     'those; a closed session with open forks is listed with state "closed"; every '
     "namespace unless the event names one (rows outside the unnamed default namespace "
     "carry 'namespace')",
-    optional=("state", "limit", "offset", "session_ids"),
     effects=READ,
 )
-def list_sessions(ctx: HandlerContext, payload: dict, now: float) -> Generator[None, None, Change]:
+def list_sessions(
+    ctx: HandlerContext, msg: ListSessions, now: float
+) -> Generator[None, None, Change]:
     """A sliced read: the sessions are copied at the first step (immutable values: the
     state of that moment); filtering, sorting (runs merged lazily) and the rows follow a
     slice per loop iteration (one sort of 20k ids stalled the loop ~6 ms)."""
-    state = payload.get("state")
-    if state is not None and state not in ("active", "suspended", "closed"):
-        raise InvalidEvent('\'state\' must be "active", "suspended" or "closed"')
-    limit = int_field(payload, "limit", 1000, MAX_LIMIT)
-    offset = int_field(payload, "offset", 0, 2**31)
-    only = ids_field(payload)
-    if payload.get("namespace") is not None:
+    state, limit, offset = msg.state, msg.limit, msg.offset
+    only = set(msg.session_ids) if msg.session_ids is not None else None
+    if msg.namespace is not None:
         managers = [ctx.manager]
     else:
         managers = list(ctx.every().values())
@@ -89,7 +139,7 @@ def list_sessions(ctx: HandlerContext, payload: dict, now: float) -> Generator[N
         runs.append(sorted(part))
         yield
     total = sum(map(len, runs))
-    rows = []
+    rows: list[SessionRow] = []
     merged = heapq.merge(*_without_smallest(runs, min(offset, total)))
     deadline = time.perf_counter() + ROW_SLICE_SECONDS
     left = limit
@@ -107,7 +157,8 @@ def list_sessions(ctx: HandlerContext, payload: dict, now: float) -> Generator[N
         known = _bulk_counts(group)
         for i, sid in enumerate(page):
             rows.append(_row(ctx, sid, _state(group[i][1]), group[i], known.get(i), now))
-    return Change(data={"total": total, "sessions": rows})
+    data: ListSessionsData = {"total": total, "sessions": rows}
+    return Change(data=as_data(data))
 
 
 def _held(
@@ -143,7 +194,7 @@ def _without_smallest(runs: list[list[str]], k: int) -> list[list[str]]:
     return []  # k is the number of ids or more
 
 
-def _state(s: Session | None) -> str:
+def _state(s: Session | None) -> ListedState:
     """A row's state: a closed parent (no session, open forks) is "closed"."""
     return s.state if s is not None else "closed"
 
@@ -169,11 +220,11 @@ def _bulk_counts(held: list[tuple[SessionManager, Session | None, list[Fork]]]) 
 def _row(
     ctx: HandlerContext,
     sid: str,
-    state: str,
+    state: ListedState,
     held: tuple[SessionManager, Session | None, list[Fork]],
     known: int | None,
     now: float,
-) -> dict:
+) -> SessionRow:
     """One session's row; ``known``: its shared_count, counted in bulk already."""
     m, live, forks = held
     namespace = m.namespace
@@ -183,22 +234,23 @@ def _row(
         shared = (
             known if known is not None else shared_count(live, table.counts, forks, table.shared)
         )
-    row = {
+    forks_rows: list[ForkRow] = [
+        {
+            "fork_id": f.fork_id,
+            "created_ts": f.created_ts,
+            "age_s": round(f.age(now), 3),
+            "chunk_count": len(f.hashes),
+        }
+        for f in forks
+    ]
+    row: SessionRow = {
         "session_id": sid,
         "state": state,
         "turn_count": live.turn_count if live else 0,
         "chunk_count": len(live.chunk_hashes) if live else 0,
         "shared_count": shared,
         "fork_holds": len(forks),
-        "forks": [
-            {
-                "fork_id": f.fork_id,
-                "created_ts": f.created_ts,
-                "age_s": round(f.age(now), 3),
-                "chunk_count": len(f.hashes),
-            }
-            for f in forks
-        ],
+        "forks": forks_rows,
         "last_event_ts": live.last_event_ts if live else 0.0,
     }
     if namespace:

@@ -79,7 +79,8 @@ READ = Effects(reads=True)
 @dataclass(frozen=True, slots=True)
 class Handler:
     """One event: its spec, the pure function that applies it (or an async query), what
-    follows it, and its typed message (None: an admin event that still reads the payload).
+    follows it, and its typed message (None: a handler registered by hand, which reads the
+    payload).
 
     ``apply`` takes the message the pipeline decoded at its entry, or the payload, which
     the message's ``parse`` then checks field by field (today's texts) before the handler.
@@ -94,7 +95,9 @@ class Handler:
     def decode(self, payload: JsonObject, limits: Limits) -> Message | None:
         """The typed message of ``payload``; None when this event has no message type or
         the fast decode refused it (``apply`` then parses the payload, raising its error)."""
-        if self.message is None:
+        if self.message is None or self.query is not None:
+            # A query is handed the payload (the pipeline's query path): it decodes there,
+            # after the namespace is resolved, as its checks always ran.
             return None
         return decode(self.message, payload, limits)
 
@@ -128,23 +131,6 @@ class Registry:
 DEFAULT_REGISTRY = Registry()
 
 
-def event(
-    name: str,
-    description: str,
-    required: tuple[str, ...] = (),
-    optional: tuple[str, ...] = (),
-    effects: Effects = NO_EFFECTS,
-) -> Callable[[ApplyFn], ApplyFn]:
-    """Register the decorated pure function as the handler of event ``name``."""
-
-    def wrap(fn: ApplyFn) -> ApplyFn:
-        spec = EventSpec(name, description, required, optional)
-        DEFAULT_REGISTRY.register(Handler(spec, fn, effects=effects))
-        return fn
-
-    return wrap
-
-
 def typed_event(
     message: type[M], description: str, effects: Effects = NO_EFFECTS
 ) -> Callable[[Callable[..., Applied]], Callable[..., Applied]]:
@@ -166,15 +152,22 @@ def typed_event(
     return wrap
 
 
-def query_event(
-    name: str, description: str, required: tuple[str, ...] = (), optional: tuple[str, ...] = ()
-) -> Callable[[QueryFn], QueryFn]:
-    """Register the decorated coroutine as a read-only, backend-asking handler."""
+TypedQueryFn = Callable[[HandlerContext, M, Backend], Awaitable[Change]]
 
-    def wrap(fn: QueryFn) -> QueryFn:
-        DEFAULT_REGISTRY.register(
-            Handler(EventSpec(name, description, required, optional), query=fn)
-        )
+
+def typed_query(message: type[M], description: str) -> Callable[[TypedQueryFn[M]], TypedQueryFn[M]]:
+    """Register the decorated coroutine, which takes a ``message``, as the read-only,
+    backend-asking handler of the message's tag (the fast decode, else today's checks)."""
+
+    def wrap(fn: TypedQueryFn[M]) -> TypedQueryFn[M]:
+        required, optional = fields_of(message)
+        spec = EventSpec(tag_of(message), description, required, optional)
+
+        async def query(ctx: HandlerContext, payload: JsonObject, backend: Backend) -> Change:
+            msg = decode(message, payload, ctx.limits) or message.parse(payload, ctx.limits)
+            return await fn(ctx, msg, backend)
+
+        DEFAULT_REGISTRY.register(Handler(spec, query=query, message=message))
         return fn
 
     return wrap

@@ -20,7 +20,7 @@ from ramakv_daemon.core.packed import PackedMap
 from ramakv_daemon.core.refcount import SharedChunks
 from ramakv_daemon.core.session import Session
 from ramakv_daemon.trace.shared_counts import counted_above
-from ramakv_protocol.records import ForkSummary, SessionState, SessionSummary
+from ramakv_protocol.records import ForkSummary, SessionSummary
 from ramakv_protocol.wire import (
     MAX_DATA_BYTES,
     MAX_HISTORY,
@@ -119,7 +119,7 @@ def summary(
     ``known``: counted already, in bulk with others by trace.shared_counts)."""
     out: SessionSummary = {
         "session_id": s.session_id,
-        "state": cast(SessionState, s.state),
+        "state": s.state,
         "turn_count": s.turn_count,
         "chunk_count": len(s.chunk_hashes),
         "shared_count": shared_count(s, counts, forks, shared) if known is None else known,

@@ -1,6 +1,6 @@
 """Typed messages at the pipeline's entry: the fast msgspec decode accepts only what today's
 field checks accept, with the same values, and whatever it refuses is answered by those
-checks (their texts); the contract events all have a message type."""
+checks (their texts); every event has a message type."""
 
 from __future__ import annotations
 
@@ -86,6 +86,13 @@ VALID: dict[str, list[Any]] = {
     "force": [True, False],
     "namespace": ["n"],
     "unknown_field": [1],
+    # The admin reads' paging and filters.
+    "state": ["active", "suspended", "closed"],
+    "limit": [0, 1, 200, 500, 1000, 10000],
+    "offset": [0, 3, 100_000, 2**31],
+    "session_ids": [[], ["s"], ["s", "s-1"]],
+    "forks": [True, False],
+    "prefix": ["", "a", "x" * 100],
 }
 FIELDS = {
     name: st.one_of(
@@ -97,8 +104,6 @@ FIELDS = {
     for name, ok in VALID.items()
 }
 TYPED = sorted(s.name for s in DEFAULT_REGISTRY.specs() if DEFAULT_REGISTRY.get(s.name).message)
-# The admin events that still read the payload (a later step types them too).
-UNTYPED = {"backend_query", "chunk_top", "list_sessions", "session_chunks"}
 
 
 def message_of(name: str) -> type[Message]:
@@ -109,7 +114,7 @@ def message_of(name: str) -> type[Message]:
 
 def test_every_contract_event_is_typed() -> None:
     assert CONTRACT_EVENTS <= set(TYPED)
-    assert set(TYPED) | UNTYPED == {s.name for s in DEFAULT_REGISTRY.specs()}
+    assert set(TYPED) == {s.name for s in DEFAULT_REGISTRY.specs()}
     for name in TYPED:
         assert tag_of(message_of(name)) == name
 
@@ -129,6 +134,10 @@ SPECS = {
     "list_namespaces": ((), ()),
     "chunk_info": (("chunk_hashes",), ()),
     "chunk_evict": (("chunk_hashes",), ("dry_run", "force")),
+    "list_sessions": ((), ("state", "limit", "offset", "session_ids")),
+    "session_chunks": (("session_id",), ("offset", "limit", "forks")),
+    "chunk_top": ((), ("limit", "offset", "prefix")),
+    "backend_query": (("chunk_hashes",), ()),
 }
 
 
@@ -149,7 +158,7 @@ def test_a_turn_end_takes_the_fast_decode() -> None:
     assert msg is not None and msg.chunk_hashes == ("a", "b")
 
 
-@settings(max_examples=400, deadline=None)
+@settings(max_examples=600, deadline=None)  # ~35 payloads per event, as before
 @given(name=st.sampled_from(TYPED), data=st.data())
 def test_fast_decode_agrees_with_todays_checks(name: str, data: st.DataObject) -> None:
     """Accepted by the fast decode => today's checks accept it, with equal values; refused
@@ -177,6 +186,10 @@ def _same(a: Message, b: Message) -> bool:
     [
         {"type": "turn_start", "session_id": "s", "prefetch": None},
         {"type": "session_close", "session_id": "s", "inferred": None},
+        {"type": "list_sessions", "limit": None, "offset": None},
+        {"type": "session_chunks", "session_id": "s", "limit": None},
+        {"type": "chunk_top", "prefix": 0},
+        {"type": "chunk_top", "prefix": None, "limit": None},
     ],
 )
 def test_what_only_msgspec_refuses_still_parses(payload: dict[str, Any]) -> None:
@@ -185,3 +198,20 @@ def test_what_only_msgspec_refuses_still_parses(payload: dict[str, Any]) -> None
     cls = message_of(payload["type"])
     assert decode(cls, payload, LIMITS) is None
     assert isinstance(cls.parse(payload, LIMITS), cls)
+
+
+def test_list_sessions_reads_the_namespace_it_never_lists() -> None:
+    """Whether the event names a namespace decides its rows; the spec still lists only
+    the filters (list_events says what it always said)."""
+    msg = decode(message_of("list_sessions"), {"type": "list_sessions", "namespace": "n"}, LIMITS)
+    assert msg is not None and msg.namespace == "n"  # type: ignore[attr-defined]
+    assert "namespace" not in DEFAULT_REGISTRY.get("list_sessions").spec.optional
+
+
+@pytest.mark.parametrize("name", ["chunk_top", "backend_query"])
+def test_a_query_decodes_where_it_is_handed_the_payload(name: str) -> None:
+    """The pipeline hands a query the payload (after resolving the namespace), so its
+    entry decodes nothing: the query's own wrapper does, once."""
+    handler = DEFAULT_REGISTRY.get(name)
+    assert handler.query is not None and handler.message is not None
+    assert handler.decode({"type": name, "chunk_hashes": ["a"]}, LIMITS) is None
