@@ -7,7 +7,7 @@ import json
 import tracemalloc
 
 from bench.dataset import session_maps
-from ramakv_daemon.core.events import Limits, chunk_hashes_of
+from ramakv_daemon.core.catalogue import Limits, chunk_hashes_of
 from ramakv_daemon.core.manager import SessionManager
 from ramakv_daemon.core.packed import text_for_store
 

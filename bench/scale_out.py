@@ -119,7 +119,7 @@ def ownership_check(server: PostgresServer, sizes: tuple[int, ...]) -> list[dict
     ``n`` sessions: median of 5, and its share of the default period."""
     from ramakv_daemon.adapters.postgres.store import PostgresSessionStore
     from ramakv_daemon.core.session import Session
-    from ramakv_daemon.routing.ownership import DEFAULT_CHECK_S
+    from ramakv_daemon.ownership.ownership import DEFAULT_CHECK_S
 
     async def measure() -> list[dict]:
         store = PostgresSessionStore(server.create_database(), "a")

@@ -33,28 +33,30 @@ from ramakv_daemon.commit.committer import GroupCommitter
 from ramakv_daemon.commit.ledger import OutboxLedger
 from ramakv_daemon.config import Config
 from ramakv_daemon.core.budget import BudgetState
-from ramakv_daemon.core.events import JsonObject, Limits
+from ramakv_daemon.core.catalogue import JsonObject, Limits
 from ramakv_daemon.core.fork import ForkIds
 from ramakv_daemon.core.manager import SessionManager
 from ramakv_daemon.delivery.delivery_state import NamespaceState
 from ramakv_daemon.delivery.dispatcher import BackendDispatcher
 from ramakv_daemon.delivery.window_report import report_window
 from ramakv_daemon.deployments import DEFAULT_NAMESPACE, Deployment
-from ramakv_daemon.events.budget_policy import BudgetPolicy
-from ramakv_daemon.events.debug_files import DebugWriter
-from ramakv_daemon.events.idempotency import AnswerCache, EventIds, Reply
-from ramakv_daemon.events.lanes import Lanes
-from ramakv_daemon.events.pipeline import Pipeline
-from ramakv_daemon.events.reactions import (
+from ramakv_daemon.handlers import DEFAULT_REGISTRY, HandlerContext, Registry
+from ramakv_daemon.ownership.notices import Notices
+from ramakv_daemon.ownership.ownership import Ownership
+from ramakv_daemon.pipeline.budget_policy import BudgetPolicy
+from ramakv_daemon.pipeline.debug_files import DebugWriter
+from ramakv_daemon.pipeline.idempotency import AnswerCache, EventIds, Reply
+from ramakv_daemon.pipeline.lanes import Lanes
+from ramakv_daemon.pipeline.pipeline import Pipeline
+from ramakv_daemon.pipeline.reactions import (
     Reactions,
     publish_budget,
     publish_event,
     send_prefetch,
     warn_forced,
 )
-from ramakv_daemon.events.trace_records import TraceRecords, publish_backend_failure
-from ramakv_daemon.events.unit_of_work import UnitOfWork
-from ramakv_daemon.handlers import DEFAULT_REGISTRY, HandlerContext, Registry
+from ramakv_daemon.pipeline.trace_records import TraceRecords, publish_backend_failure
+from ramakv_daemon.pipeline.unit_of_work import UnitOfWork
 from ramakv_daemon.ports import (
     Backend,
     BackendFactory,
@@ -64,8 +66,6 @@ from ramakv_daemon.ports import (
 )
 from ramakv_daemon.restore import restore
 from ramakv_daemon.routing.namespaces import Namespace, Namespaces
-from ramakv_daemon.routing.notices import Notices
-from ramakv_daemon.routing.ownership import Ownership
 from ramakv_daemon.sweeps.fork_expiry import ForkExpiry
 from ramakv_daemon.sweeps.idle_policy import IdleSweep
 from ramakv_daemon.sweeps.l2_budget import L2BudgetSweep, evidence

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
-from ramakv_daemon.core.events import JsonObject
+from ramakv_daemon.core.catalogue import JsonObject
 from ramakv_daemon.deployments import Deployment, parse_deployments
 from ramakv_protocol import config_schema as schema
 from ramakv_protocol.config_schema import (

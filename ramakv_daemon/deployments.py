@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, replace
 
-from ramakv_daemon.core.events import JsonObject
+from ramakv_daemon.core.catalogue import JsonObject
 from ramakv_daemon.core.identity import IDENTITY_FIELDS, is_namespace, namespace_of, problems
 from ramakv_protocol.config_schema import url_problem
 

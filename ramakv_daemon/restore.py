@@ -9,7 +9,7 @@ import time
 from ramakv_daemon.commit.committer import GroupCommitter
 from ramakv_daemon.core.fork import Fork
 from ramakv_daemon.core.session import Session
-from ramakv_daemon.events.idempotency import AnswerCache
+from ramakv_daemon.pipeline.idempotency import AnswerCache
 from ramakv_daemon.ports import SessionStore
 from ramakv_daemon.routing.namespaces import Namespaces
 

@@ -211,8 +211,9 @@ DAEMON_LAYERS: list[tuple[str, ...]] = [
     ("commit", "delivery", "trace"),
     ("adapters", "handlers"),
     ("routing",),
+    ("ownership",),
     ("telemetry",),
-    ("events",),
+    ("pipeline",),
     ("bus",),
     ("sweeps", "restore"),
     ("bootstrap",),
@@ -306,7 +307,7 @@ def test_each_shim_only_forwards() -> None:
 
 def test_the_layer_rule_sees_an_upward_import() -> None:
     # The rule is no tautology: the core importing the pipeline is caught.
-    edges = [("ramakv_daemon.core.manager", "ramakv_daemon.events.pipeline", 1)]
+    edges = [("ramakv_daemon.core.manager", "ramakv_daemon.pipeline.pipeline", 1)]
     assert len(upward(DAEMON_LAYERS, edges, depth=2)) == 1
 
 

@@ -7,9 +7,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import ClassVar, Generic, TypeVar
 
-from ramakv_daemon.core.events import JsonObject
+from ramakv_daemon.core.catalogue import JsonObject
 from ramakv_daemon.core.session import Session
-from ramakv_daemon.events.idempotency import Reply
+from ramakv_daemon.pipeline.idempotency import Reply
 
 R = TypeVar("R", covariant=True)
 

@@ -19,17 +19,17 @@ from ramakv_daemon.bus.commands import (
     ExpireForks,
 )
 from ramakv_daemon.bus.messagebus import Handler
+from ramakv_daemon.core.catalogue import JsonObject, Limits, check_required
 from ramakv_daemon.core.change import Change
 from ramakv_daemon.core.errors import RamAKvError
-from ramakv_daemon.core.events import JsonObject, Limits, check_required
-from ramakv_daemon.events.idempotency import EventIds, Reply, Run
-from ramakv_daemon.events.outcome import Outcome
-from ramakv_daemon.events.reactions import Reactions
-from ramakv_daemon.events.trace_records import TraceRecords
-from ramakv_daemon.events.unit_of_work import UnitOfWork
 from ramakv_daemon.handlers import Registry
 from ramakv_daemon.handlers.messages import Message
 from ramakv_daemon.handlers.registry import NO_EFFECTS
+from ramakv_daemon.pipeline.idempotency import EventIds, Reply, Run
+from ramakv_daemon.pipeline.outcome import Outcome
+from ramakv_daemon.pipeline.reactions import Reactions
+from ramakv_daemon.pipeline.trace_records import TraceRecords
+from ramakv_daemon.pipeline.unit_of_work import UnitOfWork
 from ramakv_daemon.ports import StoreError
 from ramakv_daemon.routing.namespaces import Namespace, Namespaces
 from ramakv_daemon.telemetry.log_text import loggable

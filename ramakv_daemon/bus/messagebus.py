@@ -8,8 +8,8 @@ from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, TypeVar, cast
 
 from ramakv_daemon.bus.commands import Command
-from ramakv_daemon.events.lanes import Lanes
-from ramakv_daemon.events.unit_of_work import UnitOfWork
+from ramakv_daemon.pipeline.lanes import Lanes
+from ramakv_daemon.pipeline.unit_of_work import UnitOfWork
 
 R = TypeVar("R")
 

@@ -7,12 +7,12 @@ import logging
 
 from ramakv_daemon.bus.commands import CheckOwners, ReleaseSession
 from ramakv_daemon.bus.messagebus import MessageBus
-from ramakv_daemon.core.events import JsonObject
-from ramakv_daemon.events.idempotency import AnswerSlot, Reply
-from ramakv_daemon.events.pipeline import FENCED_TRIES, Pipeline
-from ramakv_daemon.events.unit_of_work import UnitOfWork
+from ramakv_daemon.core.catalogue import JsonObject
+from ramakv_daemon.ownership.ownership import Ownership, ReleaseFirst
+from ramakv_daemon.pipeline.idempotency import AnswerSlot, Reply
+from ramakv_daemon.pipeline.pipeline import FENCED_TRIES, Pipeline
+from ramakv_daemon.pipeline.unit_of_work import UnitOfWork
 from ramakv_daemon.ports import StoreError
-from ramakv_daemon.routing.ownership import Ownership, ReleaseFirst
 
 log = logging.getLogger("ramakv.ownership")
 

@@ -11,7 +11,7 @@ from typing import Any, TextIO
 
 from ramakv_daemon.admin_port import Cleanup
 from ramakv_daemon.config import Config
-from ramakv_daemon.core.events import JsonObject
+from ramakv_daemon.core.catalogue import JsonObject
 
 EXIT_OK, EXIT_FAILED = 0, 1
 

@@ -7,7 +7,7 @@ from typing import TextIO
 
 from ramakv_daemon.admin_port import AdminView
 from ramakv_daemon.config import Config
-from ramakv_daemon.core.events import JsonObject
+from ramakv_daemon.core.catalogue import JsonObject
 from ramakv_daemon.deployments import DEFAULT_NAMESPACE
 
 IDLE_BUCKETS = ((60, "<1m"), (600, "<10m"), (3600, "<1h"), (86400, "<1d"), (604800, "<7d"))

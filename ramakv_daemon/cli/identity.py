@@ -9,7 +9,7 @@ import tomllib
 from pathlib import Path
 from typing import TextIO
 
-from ramakv_daemon.core.events import JsonObject
+from ramakv_daemon.core.catalogue import JsonObject
 from ramakv_daemon.core.identity import (  # noqa: F401  (re-exported)
     IDENTITY_FIELDS,
     canonical_json,

@@ -7,7 +7,7 @@ import json
 import re
 from collections.abc import Mapping
 
-from ramakv_daemon.core.events import JsonObject
+from ramakv_daemon.core.catalogue import JsonObject
 
 # Every field that makes two deployments' KV chunks incompatible. Order is documentation
 # only: the canonical JSON sorts keys.

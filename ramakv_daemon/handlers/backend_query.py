@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Self
 
+from ramakv_daemon.core.catalogue import JsonObject, Limits, chunk_hashes_of, chunk_hashes_value
 from ramakv_daemon.core.change import Change
-from ramakv_daemon.core.events import JsonObject, Limits, chunk_hashes_of, chunk_hashes_value
 from ramakv_daemon.handlers.messages import Message, as_data
 from ramakv_daemon.handlers.registry import HandlerContext, typed_query
 from ramakv_daemon.ports import Backend

@@ -4,15 +4,15 @@ from __future__ import annotations
 
 from typing import Self
 
-from ramakv_daemon.core.change import Change
-from ramakv_daemon.core.errors import InvalidEvent
-from ramakv_daemon.core.events import (
+from ramakv_daemon.core.catalogue import (
     JsonObject,
     Limits,
     bool_of,
     chunk_hashes_of,
     chunk_hashes_value,
 )
+from ramakv_daemon.core.change import Change
+from ramakv_daemon.core.errors import InvalidEvent
 from ramakv_daemon.handlers.messages import Message
 from ramakv_daemon.handlers.registry import HandlerContext, typed_event
 

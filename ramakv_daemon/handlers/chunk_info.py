@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections.abc import Generator
 from typing import Self
 
+from ramakv_daemon.core.catalogue import JsonObject, Limits, chunk_hashes_of, chunk_hashes_value
 from ramakv_daemon.core.change import Change
-from ramakv_daemon.core.events import JsonObject, Limits, chunk_hashes_of, chunk_hashes_value
 from ramakv_daemon.handlers.messages import Message, as_data
 from ramakv_daemon.handlers.registry import READ, HandlerContext, typed_event
 from ramakv_protocol.replies import ChunkInfoData

@@ -8,9 +8,9 @@ import time
 from collections.abc import Sequence
 from typing import Self
 
+from ramakv_daemon.core.catalogue import JsonObject, Limits
 from ramakv_daemon.core.change import Change
 from ramakv_daemon.core.errors import InvalidEvent
-from ramakv_daemon.core.events import JsonObject, Limits
 from ramakv_daemon.handlers.list_sessions import int_field, int_value
 from ramakv_daemon.handlers.messages import Message, as_data
 from ramakv_daemon.handlers.registry import HandlerContext, typed_query

@@ -9,9 +9,9 @@ from collections.abc import Generator
 from itertools import islice
 from typing import ClassVar, Literal, Self
 
+from ramakv_daemon.core.catalogue import JsonObject, Limits
 from ramakv_daemon.core.change import Change
 from ramakv_daemon.core.errors import InvalidEvent
-from ramakv_daemon.core.events import JsonObject, Limits
 from ramakv_daemon.core.fork import Fork
 from ramakv_daemon.core.manager import SessionManager
 from ramakv_daemon.core.session import Session

@@ -7,8 +7,8 @@ from typing import ClassVar, Self, TypeVar
 
 import msgspec
 
+from ramakv_daemon.core.catalogue import JsonObject, Limits
 from ramakv_daemon.core.change import as_data as as_data  # the handlers' name for it
-from ramakv_daemon.core.events import JsonObject, Limits
 
 
 class Message(msgspec.Struct, frozen=True, tag_field="type"):

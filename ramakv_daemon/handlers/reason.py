@@ -2,8 +2,8 @@
 proxy's ``tool_pause``; the trace record shows it as ``notes.reason``) and its optional
 ``inferred`` flag (the host guessed: nothing is deleted on it)."""
 
+from ramakv_daemon.core.catalogue import JsonObject
 from ramakv_daemon.core.errors import InvalidEvent
-from ramakv_daemon.core.events import JsonObject
 
 MAX_REASON_CHARS = 64
 INFERRED = "inferred"

@@ -7,9 +7,9 @@ from dataclasses import dataclass
 from typing import Any, TypeVar, cast
 
 from ramakv_daemon.core.budget import Turn
+from ramakv_daemon.core.catalogue import EventSpec, JsonObject, Limits
 from ramakv_daemon.core.change import Change
 from ramakv_daemon.core.errors import UnknownEventType
-from ramakv_daemon.core.events import EventSpec, JsonObject, Limits
 from ramakv_daemon.core.manager import SessionManager
 from ramakv_daemon.handlers.messages import Message, decode, fields_of, tag_of
 from ramakv_daemon.ports import Backend
@@ -36,7 +36,7 @@ class HandlerContext:
 
 
 # A handler returns its change, or (a sliced read) a generator that yields between slices
-# and returns the change (ramakv_daemon.events.reads runs it). It is given the event's
+# and returns the change (ramakv_daemon.pipeline.reads runs it). It is given the event's
 # typed message (a registered Handler's apply also takes a payload: it parses it first).
 Applied = Change | Generator[None, None, Change]
 ApplyFn = Callable[[HandlerContext, Any, float], Applied]

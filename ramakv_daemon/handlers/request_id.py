@@ -1,8 +1,8 @@
 """The optional ``request_id`` of turn_start, snapshot_restore and turn_end: which request
 of the session a prefetch is for, so a turn_end cancels only its own request's."""
 
+from ramakv_daemon.core.catalogue import JsonObject
 from ramakv_daemon.core.errors import InvalidEvent
-from ramakv_daemon.core.events import JsonObject
 
 MAX_REQUEST_ID_CHARS = 128
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 from typing import Self
 
 from ramakv_daemon.core.budget import Turn
+from ramakv_daemon.core.catalogue import JsonObject, Limits, session_id_of, session_id_value
 from ramakv_daemon.core.change import Change
-from ramakv_daemon.core.events import JsonObject, Limits, session_id_of, session_id_value
 from ramakv_daemon.handlers.idle_condition import (
     FIELD,
     idle_for,

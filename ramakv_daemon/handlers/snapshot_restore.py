@@ -5,14 +5,14 @@ from __future__ import annotations
 from typing import Self
 
 from ramakv_daemon.core.budget import Turn
-from ramakv_daemon.core.change import Change
-from ramakv_daemon.core.events import (
+from ramakv_daemon.core.catalogue import (
     JsonObject,
     Limits,
     optional_session_id,
     session_id_of,
     session_id_value,
 )
+from ramakv_daemon.core.change import Change
 from ramakv_daemon.handlers.messages import Message
 from ramakv_daemon.handlers.reason import reason_of, reason_value
 from ramakv_daemon.handlers.registry import Effects, HandlerContext, typed_event

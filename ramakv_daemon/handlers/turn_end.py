@@ -7,9 +7,7 @@ from typing import Any, Self
 import msgspec
 
 from ramakv_daemon.core.budget import Turn
-from ramakv_daemon.core.change import Change
-from ramakv_daemon.core.errors import InvalidEvent, MissingField
-from ramakv_daemon.core.events import (
+from ramakv_daemon.core.catalogue import (
     MAX_DEBUG_DEPTH,
     JsonObject,
     Limits,
@@ -20,6 +18,8 @@ from ramakv_daemon.core.events import (
     session_id_of,
     session_id_value,
 )
+from ramakv_daemon.core.change import Change
+from ramakv_daemon.core.errors import InvalidEvent, MissingField
 from ramakv_daemon.handlers.messages import Message
 from ramakv_daemon.handlers.registry import Effects, HandlerContext, typed_event
 from ramakv_daemon.handlers.request_id import request_id_of, request_id_value

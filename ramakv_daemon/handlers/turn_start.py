@@ -5,8 +5,14 @@ from __future__ import annotations
 from typing import Self
 
 from ramakv_daemon.core.budget import Turn
+from ramakv_daemon.core.catalogue import (
+    JsonObject,
+    Limits,
+    bool_of,
+    session_id_of,
+    session_id_value,
+)
 from ramakv_daemon.core.change import Change
-from ramakv_daemon.core.events import JsonObject, Limits, bool_of, session_id_of, session_id_value
 from ramakv_daemon.handlers.messages import Message, as_data
 from ramakv_daemon.handlers.registry import Effects, HandlerContext, typed_event
 from ramakv_daemon.handlers.request_id import request_id_of, request_id_value

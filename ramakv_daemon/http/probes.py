@@ -8,7 +8,7 @@ import json
 from aiohttp import web
 
 from ramakv_daemon.bootstrap import Daemon
-from ramakv_daemon.core.events import JsonObject
+from ramakv_daemon.core.catalogue import JsonObject
 from ramakv_daemon.http.keys import DAEMON_KEY
 from ramakv_daemon.ports import Backend
 from ramakv_protocol.version import package_version

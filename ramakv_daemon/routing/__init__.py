@@ -1,2 +1,1 @@
-"""Namespaces (one manager, handler context, dispatcher and budget each) and a shared
-store's ownership."""
+"""Namespaces: an event's namespace resolved, and each one's manager, context and dispatcher."""

@@ -7,8 +7,8 @@ from dataclasses import dataclass
 
 from ramakv_daemon.config import Config
 from ramakv_daemon.core.budget import BudgetState
+from ramakv_daemon.core.catalogue import JsonObject
 from ramakv_daemon.core.errors import IllegalTransition, InvalidEvent
-from ramakv_daemon.core.events import JsonObject
 from ramakv_daemon.core.fork import ForkIds
 from ramakv_daemon.core.manager import SessionManager
 from ramakv_daemon.delivery.dispatcher import BackendDispatcher

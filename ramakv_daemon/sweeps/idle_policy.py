@@ -16,11 +16,11 @@ from dataclasses import dataclass
 from ramakv_daemon.bus.commands import ActIdle, Action
 from ramakv_daemon.bus.messagebus import MessageBus
 from ramakv_daemon.config import Config
-from ramakv_daemon.core.events import JsonObject
+from ramakv_daemon.core.catalogue import JsonObject
 from ramakv_daemon.handlers.idle_condition import FIELD
 from ramakv_daemon.handlers.reason import INFERRED
+from ramakv_daemon.ownership.ownership import Ownership
 from ramakv_daemon.routing.namespaces import Namespace, Namespaces
-from ramakv_daemon.routing.ownership import Ownership
 from ramakv_daemon.sweeps import loop
 from ramakv_daemon.telemetry.log_text import loggable
 from ramakv_daemon.telemetry.metrics import DaemonMetrics

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from ramakv_daemon.adapters.backends.lmcache_fs_l2 import Scan, remove, scan
 from ramakv_daemon.core.l2_budget import L2Chunk, L2File, L2Plan, LastUsed, Referenced, plan_l2
-from ramakv_daemon.events.lanes import Lanes
+from ramakv_daemon.pipeline.lanes import Lanes
 from ramakv_daemon.ports import Backend, EvictMode
 from ramakv_daemon.routing.namespaces import Namespace
 from ramakv_daemon.sweeps import loop

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+from ramakv_daemon.ownership.ownership import Ownership
 from ramakv_daemon.routing.namespaces import Namespaces
-from ramakv_daemon.routing.ownership import Ownership
 from ramakv_daemon.telemetry.metrics import DaemonMetrics
 from ramakv_daemon.trace.hub import TraceHub
 

@@ -12,7 +12,7 @@ from typing import Any, cast
 
 import orjson
 
-from ramakv_daemon.core.events import JsonObject
+from ramakv_daemon.core.catalogue import JsonObject
 from ramakv_daemon.trace.protocol import SLOW_CLOSE_CODE, bounded, encode
 from ramakv_protocol.records import RecordBody
 from ramakv_protocol.wire import slow_reason

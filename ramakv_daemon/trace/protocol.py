@@ -13,8 +13,8 @@ from typing import cast
 
 import orjson
 
+from ramakv_daemon.core.catalogue import JsonObject
 from ramakv_daemon.core.count_table import CountTable
-from ramakv_daemon.core.events import JsonObject
 from ramakv_daemon.core.fork import Fork
 from ramakv_daemon.core.packed import PackedMap
 from ramakv_daemon.core.refcount import SharedChunks

@@ -7,7 +7,7 @@ import time
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass
 
-from ramakv_daemon.core.events import JsonObject
+from ramakv_daemon.core.catalogue import JsonObject
 from ramakv_daemon.core.fork import Fork
 from ramakv_daemon.core.manager import SessionManager
 from ramakv_daemon.core.session import Session

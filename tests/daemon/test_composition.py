@@ -15,8 +15,8 @@ from ramakv_daemon.adapters.sqlite.store import SqliteSessionStore
 from ramakv_daemon.bootstrap import build
 from ramakv_daemon.config import Config
 from ramakv_daemon.core.budget import Turn
+from ramakv_daemon.core.catalogue import EventSpec, session_id_of
 from ramakv_daemon.core.change import Change
-from ramakv_daemon.core.events import EventSpec, session_id_of
 from ramakv_daemon.handlers import DEFAULT_REGISTRY, Handler, HandlerContext, Registry
 from ramakv_daemon.handlers.registry import Effects
 

@@ -8,7 +8,7 @@ import asyncio
 import pytest
 from support.daemon_app import DaemonClient
 
-from ramakv_daemon.events.lanes import Lanes
+from ramakv_daemon.pipeline.lanes import Lanes
 
 
 async def test_background_waits_while_a_client_event_is_in_flight() -> None:

@@ -11,8 +11,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from ramakv_daemon.core.catalogue import Limits
 from ramakv_daemon.core.errors import RamAKvError
-from ramakv_daemon.core.events import Limits
 from ramakv_daemon.handlers import DEFAULT_REGISTRY
 from ramakv_daemon.handlers.list_events import CONTRACT_EVENTS
 from ramakv_daemon.handlers.messages import Message, decode, tag_of

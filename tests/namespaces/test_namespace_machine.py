@@ -16,8 +16,8 @@ from support.ns_rig import config, ident
 from ramakv_daemon.adapters.backends.noop import NoopBackend
 from ramakv_daemon.bootstrap import NamespaceParts
 from ramakv_daemon.commit.ledger import OutboxLedger
+from ramakv_daemon.core.catalogue import Limits
 from ramakv_daemon.core.errors import RamAKvError
-from ramakv_daemon.core.events import Limits
 from ramakv_daemon.core.fork import ForkIds
 from ramakv_daemon.core.identity import namespace_of
 from ramakv_daemon.core.manager import recompute_parked, recompute_refcounts

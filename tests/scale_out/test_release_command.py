@@ -21,8 +21,8 @@ from ramakv_daemon.bootstrap import Daemon, build
 from ramakv_daemon.bus.commands import BackgroundEvent, CheckOwners, ReleaseSession
 from ramakv_daemon.config import Config
 from ramakv_daemon.core.manager import recompute_refcounts
-from ramakv_daemon.events.unit_of_work import UnitOfWork
-from ramakv_daemon.routing.ownership import Ownership
+from ramakv_daemon.ownership.ownership import Ownership
+from ramakv_daemon.pipeline.unit_of_work import UnitOfWork
 
 
 @pytest.fixture

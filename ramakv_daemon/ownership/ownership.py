@@ -14,6 +14,7 @@ from ramakv_daemon.commit.committer import GroupCommitter
 from ramakv_daemon.core.change import Change
 from ramakv_daemon.core.fork import Fork
 from ramakv_daemon.core.session import Session
+from ramakv_daemon.ownership.notices import Notices
 from ramakv_daemon.ports import (
     EvictMode,
     OutboxRowIn,
@@ -23,7 +24,6 @@ from ramakv_daemon.ports import (
     StoreError,
 )
 from ramakv_daemon.routing.namespaces import Namespace, Namespaces
-from ramakv_daemon.routing.notices import Notices
 
 log = logging.getLogger("ramakv.ownership")
 
@@ -81,7 +81,7 @@ class Ownership:
     Fencing: every write of a session row is conditional on the version this node last
     read (the store's fenced write). A write that finds another version (a takeover this
     node has not heard of yet) writes nothing and is undone here; the committer tells its
-    Fenced subscriber, :class:`~ramakv_daemon.routing.notices.Notices`, which marks the
+    Fenced subscriber, :class:`~ramakv_daemon.ownership.notices.Notices`, which marks the
     copy stale and due for a check: the next event for it first releases it (:meth:`before`
     raises :class:`ReleaseFirst`; the bus asks the database, as above), then claims the
     row as stored and applies on that, never on the stale copy (the pipeline applies a

@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 from urllib.parse import quote
 
-from ramakv_daemon.core.events import JsonObject
+from ramakv_daemon.core.catalogue import JsonObject
 from ramakv_daemon.telemetry.log_text import loggable
 
 log = logging.getLogger("ramakv")

@@ -7,11 +7,11 @@ import time
 from typing import cast
 
 from ramakv_daemon.commit.record import Committed
+from ramakv_daemon.core.catalogue import MAX_SESSION_ID_BYTES
 from ramakv_daemon.core.change import Change
-from ramakv_daemon.core.events import MAX_SESSION_ID_BYTES
 from ramakv_daemon.core.manager import SessionManager
-from ramakv_daemon.events.outcome import Outcome
-from ramakv_daemon.events.reads import Delta
+from ramakv_daemon.pipeline.outcome import Outcome
+from ramakv_daemon.pipeline.reads import Delta
 from ramakv_daemon.ports import BackendResult
 from ramakv_daemon.routing.namespaces import Namespaces
 from ramakv_daemon.trace.hub import TraceHub, cut

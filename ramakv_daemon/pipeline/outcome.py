@@ -9,11 +9,11 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from ramakv_daemon.core.catalogue import JsonObject
 from ramakv_daemon.core.change import Change
-from ramakv_daemon.core.events import JsonObject
-from ramakv_daemon.events.idempotency import AnswerSlot
-from ramakv_daemon.events.reads import Delta
 from ramakv_daemon.handlers.registry import Effects
+from ramakv_daemon.pipeline.idempotency import AnswerSlot
+from ramakv_daemon.pipeline.reads import Delta
 from ramakv_daemon.ports import AnswerRowIn
 from ramakv_daemon.routing.namespaces import Namespace
 

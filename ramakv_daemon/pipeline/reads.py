@@ -10,8 +10,8 @@ from contextlib import ExitStack
 from ramakv_daemon.core.change import Change
 from ramakv_daemon.core.errors import RamAKvError
 from ramakv_daemon.core.manager import SessionManager
-from ramakv_daemon.events.unit_of_work import UnitOfWork
 from ramakv_daemon.handlers.registry import ApplyFn, Effects, HandlerContext
+from ramakv_daemon.pipeline.unit_of_work import UnitOfWork
 from ramakv_protocol import records
 
 Result = Change | Generator[None, None, Change]

@@ -6,8 +6,8 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 
-from ramakv_daemon.events.outcome import Outcome
-from ramakv_daemon.events.reactions import FollowUp
+from ramakv_daemon.pipeline.outcome import Outcome
+from ramakv_daemon.pipeline.reactions import FollowUp
 from ramakv_daemon.telemetry.metrics import DaemonMetrics
 from ramakv_protocol.records import BudgetBody
 

@@ -14,7 +14,7 @@ from typing import Protocol
 import orjson
 from blake3 import blake3
 
-from ramakv_daemon.core.events import JsonObject
+from ramakv_daemon.core.catalogue import JsonObject
 from ramakv_daemon.ports import StoreError
 from ramakv_daemon.telemetry.log_text import utf8
 

@@ -8,21 +8,21 @@ import time
 from collections.abc import Callable
 from functools import partial
 
+from ramakv_daemon.core.catalogue import JsonObject, Limits, check_required
 from ramakv_daemon.core.change import Change
 from ramakv_daemon.core.errors import InvalidEvent, RamAKvError
-from ramakv_daemon.core.events import JsonObject, Limits, check_required
-from ramakv_daemon.events.debug_files import DebugWriter
-from ramakv_daemon.events.idempotency import AnswerSlot, Reply
-from ramakv_daemon.events.outcome import Outcome
-from ramakv_daemon.events.reactions import Reactions
-from ramakv_daemon.events.reads import Result, apply_settled
-from ramakv_daemon.events.trace_records import TraceRecords
-from ramakv_daemon.events.unit_of_work import UnitOfWork
 from ramakv_daemon.handlers import Handler, Registry
 from ramakv_daemon.handlers.messages import Message
+from ramakv_daemon.ownership.ownership import Ownership
+from ramakv_daemon.pipeline.debug_files import DebugWriter
+from ramakv_daemon.pipeline.idempotency import AnswerSlot, Reply
+from ramakv_daemon.pipeline.outcome import Outcome
+from ramakv_daemon.pipeline.reactions import Reactions
+from ramakv_daemon.pipeline.reads import Result, apply_settled
+from ramakv_daemon.pipeline.trace_records import TraceRecords
+from ramakv_daemon.pipeline.unit_of_work import UnitOfWork
 from ramakv_daemon.ports import StoreError, StoreFenced
 from ramakv_daemon.routing.namespaces import Namespace, Namespaces
-from ramakv_daemon.routing.ownership import Ownership
 from ramakv_daemon.telemetry.log_text import loggable
 
 log = logging.getLogger("ramakv")
@@ -36,7 +36,7 @@ class Pipeline:
     """Validates an event, applies its handler, commits the change and runs the reactions.
 
     The handler's change and the pipeline's bookkeeping of it travel as one typed
-    :class:`~ramakv_daemon.events.outcome.Outcome`; what follows the event is what its handler's
+    :class:`~ramakv_daemon.pipeline.outcome.Outcome`; what follows the event is what its handler's
     :class:`~ramakv_daemon.handlers.registry.Effects` declare and the reactions do.
     """
 

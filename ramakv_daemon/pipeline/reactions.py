@@ -10,8 +10,8 @@ from dataclasses import dataclass
 
 from ramakv_daemon.core.budget import Turn
 from ramakv_daemon.core.manager import SessionManager
-from ramakv_daemon.events.outcome import Outcome
-from ramakv_daemon.events.trace_records import TraceRecords
+from ramakv_daemon.pipeline.outcome import Outcome
+from ramakv_daemon.pipeline.trace_records import TraceRecords
 from ramakv_daemon.telemetry.log_text import loggable
 from ramakv_daemon.telemetry.metrics import DaemonMetrics
 from ramakv_daemon.telemetry.state_log import log_state

@@ -1,0 +1,1 @@
+"""A shared store's ownership protocol: takeovers, what a fenced commit says is stale."""
