@@ -77,8 +77,9 @@ class BackgroundEvents:
         return await self.run(command.payload, None)
 
 
-class ExpiringForks:
-    """Handles :class:`ExpireForks`: a namespace's expired holds, as one change."""
+class _SweepHandler:
+    """What a sweep's handler reads: the namespaces, the trace records (each change's
+    delta), the metrics it counts in and the clock its pass reads."""
 
     def __init__(
         self,
@@ -91,6 +92,10 @@ class ExpiringForks:
         self.records = records
         self.metrics = metrics
         self.clock = clock
+
+
+class ExpiringForks(_SweepHandler):
+    """Handles :class:`ExpireForks`: a namespace's expired holds, as one change."""
 
     async def __call__(self, command: ExpireForks, uow: UnitOfWork) -> int:
         ns, ttl = self.namespaces[command.namespace], command.ttl_s
@@ -121,20 +126,8 @@ class ExpiringForks:
         return len(expired)
 
 
-class DeletingDead:
+class DeletingDead(_SweepHandler):
     """Handles :class:`DeleteDead`: one slice of a namespace's dead chunks, as one change."""
-
-    def __init__(
-        self,
-        namespaces: Namespaces,
-        records: TraceRecords,
-        metrics: DaemonMetrics,
-        clock: Callable[[], float],
-    ) -> None:
-        self.namespaces = namespaces
-        self.records = records
-        self.metrics = metrics
-        self.clock = clock
 
     async def __call__(self, command: DeleteDead, uow: UnitOfWork) -> int | None:
         ns, now = self.namespaces[command.namespace], self.clock()

@@ -3,11 +3,9 @@
 from __future__ import annotations
 
 from collections.abc import Generator
-from typing import Self
 
-from ramakv_daemon.core.catalogue import JsonObject, Limits, chunk_hashes_of, chunk_hashes_value
 from ramakv_daemon.core.change import Change
-from ramakv_daemon.handlers.messages import Message, as_data
+from ramakv_daemon.handlers.messages import ChunkListMessage, as_data
 from ramakv_daemon.handlers.registry import READ, HandlerContext, typed_event
 from ramakv_protocol.replies import ChunkInfoData
 
@@ -15,17 +13,8 @@ from ramakv_protocol.replies import ChunkInfoData
 SLICE = 500
 
 
-class ChunkInfo(Message, frozen=True, tag="chunk_info"):
+class ChunkInfo(ChunkListMessage, frozen=True, tag="chunk_info"):
     """chunk_info's message."""
-
-    chunk_hashes: tuple[str, ...]
-
-    def check(self, limits: Limits) -> None:
-        chunk_hashes_value(self.chunk_hashes, limits, "chunk_hashes")
-
-    @classmethod
-    def parse(cls, payload: JsonObject, limits: Limits) -> Self:
-        return cls(tuple(chunk_hashes_of(payload.get("chunk_hashes"), limits)))
 
 
 @typed_event(

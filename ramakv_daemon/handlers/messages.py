@@ -7,7 +7,7 @@ from typing import ClassVar, Self, TypeVar
 
 import msgspec
 
-from ramakv_daemon.core.catalogue import JsonObject, Limits
+from ramakv_daemon.core.catalogue import JsonObject, Limits, chunk_hashes_of, chunk_hashes_value
 from ramakv_daemon.core.change import as_data as as_data  # the handlers' name for it
 
 
@@ -34,6 +34,19 @@ class Message(msgspec.Struct, frozen=True, tag_field="type"):
     def parse(cls, payload: JsonObject, limits: Limits) -> Self:
         """The message of ``payload`` by today's checks (their texts, their order)."""
         raise NotImplementedError(cls.__name__)
+
+
+class ChunkListMessage(Message, frozen=True):
+    """An admin event that names chunks and nothing else (chunk_info, backend_query)."""
+
+    chunk_hashes: tuple[str, ...]
+
+    def check(self, limits: Limits) -> None:
+        chunk_hashes_value(self.chunk_hashes, limits, "chunk_hashes")
+
+    @classmethod
+    def parse(cls, payload: JsonObject, limits: Limits) -> Self:
+        return cls(tuple(chunk_hashes_of(payload.get("chunk_hashes"), limits)))
 
 
 M = TypeVar("M", bound=Message)
