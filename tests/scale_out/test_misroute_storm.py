@@ -23,7 +23,13 @@ from typing import Any
 import orjson
 import pytest
 from support.daemon_proc import DaemonProcess
-from support.pg_nodes import check_refcounts_match_owned, listener_pid, sql, until
+from support.pg_nodes import (
+    check_refcounts_match_owned,
+    listener_pid,
+    sql,
+    stop_listener,
+    until,
+)
 from support.postgres import PostgresServer
 
 SESSIONS = [f"s{i}" for i in range(6)]
@@ -144,7 +150,7 @@ async def test_a_misroute_storm_loses_no_acknowledged_change_and_strands_no_fork
     for p in range(PHASES):
         deaf = [d for d in nodes if draw.random() < 0.6]
         for d in deaf:
-            os.kill(pids[d], signal.SIGSTOP)
+            await stop_listener(url, pids[d])
         try:
             await asyncio.to_thread(phase, seed, p, models, nodes)
         finally:

@@ -105,11 +105,41 @@ async def unheard(url: str, node: str) -> AsyncIterator[None]:
     node has not processed the notification yet" open for as long as a test needs, instead
     of racing it. Resumed (SIGCONT) on the way out, whatever happened."""
     pid = await listener_pid(url, node)
-    os.kill(pid, signal.SIGSTOP)
+    await stop_listener(url, pid)
     try:
         yield
     finally:
         os.kill(pid, signal.SIGCONT)
+
+
+# How long a probe NOTIFY may take before the stop is taken for one that caught the server
+# process holding the notification queue's lock, and how many stops are tried.
+PROBE_S = 5.0
+STOP_TRIES = 10
+
+
+async def stop_listener(url: str, pid: int) -> None:
+    """SIGSTOP the LISTEN connection's server process ``pid`` at a moment it holds none of
+    the server's notification locks. Stopped while it read the queue (every commit here
+    notifies, so it often does), it froze every notifying commit of every node: each
+    takeover's claim then ran into its 30 s command timeout (a misroute storm answered
+    "cannot take over" 503s for minutes). A NOTIFY that commits says the stop is clean;
+    one that does not is let through (SIGCONT) and the stop is tried again. A slow probe
+    on a loaded machine only costs another try."""
+    for _ in range(STOP_TRIES):
+        os.kill(pid, signal.SIGSTOP)
+        con = await asyncpg.connect(url)
+        try:
+            probe = asyncio.ensure_future(con.execute("SELECT pg_notify('ramakv_test_probe', '')"))
+            done, _ = await asyncio.wait({probe}, timeout=PROBE_S)
+            if done:
+                probe.result()
+                return
+            os.kill(pid, signal.SIGCONT)
+            await probe
+        finally:
+            await con.close()
+    raise AssertionError(f"no clean stop of the LISTEN server process {pid} in {STOP_TRIES}")
 
 
 @contextlib.contextmanager
