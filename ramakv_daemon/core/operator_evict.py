@@ -3,6 +3,7 @@ with force, their holders' maps and fork holds dropping them first."""
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING
 
@@ -16,9 +17,9 @@ if TYPE_CHECKING:  # the reply's shape, checked by mypy; the core imports no pro
     from ramakv_protocol.replies import ChunkEvictData
 
 
-class OperatorEvict:
-    """The operator's eviction, mixed into core.manager.SessionManager (which has every
-    attribute and helper declared here)."""
+class OperatorEvict(ABC):
+    """The operator's eviction, mixed into core.manager.SessionManager, which has every
+    attribute declared here and implements the abstract helpers it calls."""
 
     sessions: dict[str, Session]
     forks: ForkBook
@@ -26,26 +27,26 @@ class OperatorEvict:
     parked: Counts
     last_refs: LastRefs
 
+    @abstractmethod
     def holders_of(
         self, hashes: Iterable[str], *, with_suspended: bool = False
-    ) -> dict[str, list[str]]:
-        raise NotImplementedError
+    ) -> dict[str, list[str]]: ...
 
-    def _put(self, change: Change, session: Session) -> None:
-        raise NotImplementedError
+    @abstractmethod
+    def _put(self, change: Change, session: Session) -> None: ...
 
-    def _put_fork(self, change: Change, fork: Fork) -> None:
-        raise NotImplementedError
+    @abstractmethod
+    def _put_fork(self, change: Change, fork: Fork) -> None: ...
 
+    @abstractmethod
     def _park(
         self, change: Change, hashes: Sequence[str], step: int, sid: str = "", now: float = 0.0
-    ) -> None:
-        raise NotImplementedError
+    ) -> None: ...
 
+    @abstractmethod
     def _release(
         self, change: Change, hashes: Sequence[str], sid: str, now: float, *, declared: bool = False
-    ) -> None:
-        raise NotImplementedError
+    ) -> None: ...
 
     def chunk_evict(
         self,
