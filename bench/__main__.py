@@ -207,10 +207,10 @@ def _never_worse(quick: bool) -> tuple[dict, str]:
     why = vllm_available()
     if why is not None:
         return {"skipped": why}, f"skipped: {why}"
-    from bench import never_worse
+    from bench import never_worse, nw_results
 
     res = never_worse.run(quick=quick)
-    return res, never_worse.table(res)
+    return res, nw_results.table(res)
 
 
 BENCHES: dict[str, Callable[[bool], tuple[dict, str]]] = {

@@ -227,7 +227,7 @@ def test_the_kept_gains_of_b_and_d_need_both_latencies_under_their_aim() -> None
 
 
 def test_the_table_renders_pooled_runs_and_the_engine_benchmarks_form() -> None:
-    from bench import never_worse
+    from bench import never_worse, nw_results
 
     def run(side: str, recomputed: int, closes: float | None) -> dict[str, object]:
         return {
@@ -252,7 +252,7 @@ def test_the_table_renders_pooled_runs_and_the_engine_benchmarks_form() -> None:
     d |= nw.verdict(engine_form, engine_form, nw.KEEP_GAIN, nw.KEEP_LATENCY)
     res = {"quick": True, "pairs": 1, "time_scale": 1.0, "loadavg_start": (1.0, 0, 0)}
     res |= {"loadavg_end": (2.0, 0, 0), "a": chat, "d": {**d, "engine_bench": {}}}
-    text = never_worse.table(res)
+    text = nw_results.table(res)
     assert (
         "| (a) Agents SDK chat pattern | alone | 40 | 100 | 15.0 / 10.0 | 2 | 3 | 0 / 2 |" in text
     )

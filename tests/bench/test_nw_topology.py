@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from ascend_ext_dev.tiny_engine import EngineProcess, EngineSettings
-from bench import never_worse, nw_topology
+from bench import never_worse, nw_results, nw_topology
 from bench.engine_workload import Shape
 from bench.stock_stack import MPServer, StockEngine, server_args
 
@@ -68,15 +68,15 @@ def test_the_engine_benchmark_does_not_run_on_the_stock_topology() -> None:
 def test_a_run_is_written_as_one_section_with_its_start_and_load_ahead_of_earlier_ones(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(never_worse, "RESULTS", tmp_path)
+    monkeypatch.setattr(nw_results, "RESULTS", tmp_path)
     (tmp_path / "never_worse-stock-quick.md").write_text("# never worse (old)\n\nold table\n")
     res = {"topology": "stock", "quick": True, "loadavg_start": (0.5, 0, 0)}
     res |= {"loadavg_end": (3.0, 0, 0), "a": {"never_worse": True}}
-    path = never_worse.write_results(res, "the table", "2026-12-06T05:00:00Z", 61.0)
+    path = nw_results.write_results(res, "the table", "2026-12-06T05:00:00Z", 61.0)
     assert path == tmp_path / "never_worse-stock-quick"
     res2 = {**res, "b": {"never_worse": False}}
     del res2["a"]
-    never_worse.write_results(res2, "table two", "2026-12-06T06:00:00Z", 5.0)
+    nw_results.write_results(res2, "table two", "2026-12-06T06:00:00Z", 5.0)
     md = (tmp_path / "never_worse-stock-quick.md").read_text()
     assert md.index("## 2026-12-06T06:00:00Z: b\n\n_run 2026-12-06T06:00:00Z, load 0.5 on") < (
         md.index("## 2026-12-06T05:00:00Z: a\n\n_run 2026-12-06T05:00:00Z")
@@ -88,4 +88,4 @@ def test_a_run_is_written_as_one_section_with_its_start_and_load_ahead_of_earlie
     assert runs[1]["wall_s"] == 61.0 and runs[1]["a"] == {"never_worse": True}
     assert runs[1]["topology"] == "stock"
     res["topology"] = "ascend_ext"
-    assert never_worse.write_results(res, "t", "x", 1.0).name == "never_worse-quick"
+    assert nw_results.write_results(res, "t", "x", 1.0).name == "never_worse-quick"

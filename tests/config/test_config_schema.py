@@ -13,6 +13,7 @@ import pytest
 from ramakv_console import config_io
 from ramakv_daemon import config as config_mod
 from ramakv_daemon.config import Config, ConfigError
+from ramakv_protocol import config_docs as docs
 from ramakv_protocol import config_schema as schema
 
 REPO = Path(__file__).resolve().parents[2]
@@ -118,7 +119,7 @@ def test_the_console_finds_the_file_the_daemon_reads(
 
 def test_config_example_follows_the_schema() -> None:
     text = (REPO / "config.example.toml").read_text(encoding="utf-8")
-    assert schema.example_problems(text) == []
+    assert docs.example_problems(text) == []
 
 
 def test_the_daemon_loads_the_example_strictly_as_its_defaults() -> None:
@@ -135,7 +136,7 @@ def test_the_example_check_finds_what_strays() -> None:
         .replace("# [[deployments]]", "# deployments")
         .replace("(0 = no bound)", "(no bound)")
     )
-    problems = schema.example_problems("flux_capacitor = 88\n" + strayed)
+    problems = docs.example_problems("flux_capacitor = 88\n" + strayed)
     assert problems == [
         "unknown key 'flux_capacitor'",
         "the comment above 'max_sessions' does not say what 0 means",
@@ -149,25 +150,25 @@ def test_the_example_check_finds_what_strays() -> None:
 
 def test_readme_table_is_the_generated_one() -> None:
     readme = (REPO / "README.md").read_text(encoding="utf-8")
-    assert schema.with_table(readme) == readme, (
-        "README's config table is stale: python -m ramakv_protocol.config_schema --write README.md"
+    assert docs.with_table(readme) == readme, (
+        "README's config table is stale: python -m ramakv_protocol.config_docs --write README.md"
     )
-    assert schema.markdown_table() in readme
+    assert docs.markdown_table() in readme
     for key in schema.KEYS:
         assert f"\n| {key.name} | " in readme, key.name
 
 
 def test_the_generator_prints_and_rewrites_the_table(tmp_path: Path) -> None:
     readme = tmp_path / "README.md"
-    readme.write_text(f"# x\n\n{schema.TABLE_BEGIN}\n| old |\n{schema.TABLE_END}\n\nafter\n")
-    run = [sys.executable, "-m", "ramakv_protocol.config_schema"]
+    readme.write_text(f"# x\n\n{docs.TABLE_BEGIN}\n| old |\n{docs.TABLE_END}\n\nafter\n")
+    run = [sys.executable, "-m", "ramakv_protocol.config_docs"]
     printed = subprocess.run(
         [*run, "--markdown"], capture_output=True, text=True, check=True, cwd=REPO
     )
-    assert printed.stdout == schema.markdown_table()
+    assert printed.stdout == docs.markdown_table()
     subprocess.run([*run, "--write", str(readme)], check=True, cwd=REPO)
     assert readme.read_text() == (
-        f"# x\n\n{schema.TABLE_BEGIN}\n{schema.markdown_table()}{schema.TABLE_END}\n\nafter\n"
+        f"# x\n\n{docs.TABLE_BEGIN}\n{docs.markdown_table()}{docs.TABLE_END}\n\nafter\n"
     )
 
 
