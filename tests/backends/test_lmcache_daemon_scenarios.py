@@ -154,11 +154,13 @@ async def test_turn_end_stops_the_restores_prefetch_still_loading(tmp_path):
             await _event(svc, type="turn_end", session_id="e", kv_transfer_params=kv)
             release.set()
             tag = f"prefetch_e:{svc.default.dispatcher.prefetcher.boot_id}:1"
+            deadline = time.monotonic() + 120  # a hang guard: the wait is for its state
             async with httpx.AsyncClient(base_url=url) as c:
                 while (status := (await c.get(f"/memory/prefetch/{tag}")).json())[
                     "state"
                 ] == "running":
-                    await asyncio.sleep(0.02)
+                    assert time.monotonic() < deadline, f"prefetch {tag} still running"
+                    await asyncio.sleep(0.02)  # polling its state, not waiting for time
             assert status["state"] == "cancelled"
             assert status["loaded"] == 1 and status["skipped"] == 3
             got = await _where(url, hashes)
