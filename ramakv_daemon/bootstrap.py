@@ -386,7 +386,7 @@ def build(
         ledger,
         metrics.commit,
         config.idempotency_ttl_s,
-        committed=(ledger.on_committed, records.committed),
+        committed=(records.committed,),
         fenced=(notices.fenced,),
     )
     uow = UnitOfWork(committer)  # every applied change, an event's or a command's, commits here

@@ -88,22 +88,21 @@ class GroupCommitter:
         on_commit: Callable[[float, int], None] | None = None,
         event_id_ttl_s: float = 3600.0,
         *,
-        committed: Sequence[OnCommitted] | None = None,
+        committed: Sequence[OnCommitted] = (),
         fenced: Sequence[OnFenced] = (),
     ) -> None:
         """``fork_ids``: the store-wide fork id counter (stored with every commit that
         writes forks); ``ledger``: what is in doubt, and where retired rows are picked up;
         ``on_commit(seconds, batch size)``: after each commit (metrics); ``committed``:
-        told each batch made durable, in this order, before any waiter resumes (default:
-        the ledger alone, which leaves every row whole for delivery); ``fenced``: told the
+        told each batch made durable, in this order, before any waiter resumes — after the
+        ledger, which is always told first (it leaves every row whole for delivery, and
+        takes the records out of doubt); ``fenced``: told the
         sessions a fenced commit found changed elsewhere, before any waiter resumes."""
         self.store = store
         self.fork_ids = fork_ids
         self.ledger = ledger if ledger is not None else OutboxLedger()
         self.on_commit = on_commit
-        self.subscribers: tuple[OnCommitted, ...] = (
-            (self.ledger.on_committed,) if committed is None else tuple(committed)
-        )
+        self.subscribers: tuple[OnCommitted, ...] = (self.ledger.on_committed, *committed)
         self.fenced_subscribers = tuple(fenced)
         self.event_id_ttl_s = event_id_ttl_s
         self._pending: list[_Pending] = []

@@ -70,7 +70,7 @@ async def test_a_commit_tells_its_subscribers_what_it_committed_before_any_waite
         store,
         manager.fork_ids,
         ledger,
-        committed=(ledger.on_committed, told.append),
+        committed=(told.append,),
         fenced=(told.append,),
     )
     committer.start()
