@@ -57,7 +57,8 @@ class SessionSuspend(Release, frozen=True, tag="session_suspend"):
     "demote refcount==0 chunks out of DDR (kept on disk, where the disk tier's LRU has "
     f"them: a return is expected); never deleted. {INFERRED}=true says the host guessed "
     "(a run end, the idle policy): those chunks are ordered to the cold end of every "
-    "tier's eviction order instead (demoted where the cache has no order route). With "
+    "tier's eviction order instead (left to the cache's own LRU where it has no order "
+    "route). With "
     f"{FIELD} (a wall-clock "
     "time), only a session with no event after it is suspended and its last_event_ts is "
     "kept (the idle policy's suspend); otherwise nothing changes and suspended is false",

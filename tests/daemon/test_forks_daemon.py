@@ -79,7 +79,7 @@ async def test_a_closed_parents_fork_survives_restart_and_ends_by_id(
     assert backend.of("delete") == ["b"]  # the subagent's chunks stay
     await d.close()
 
-    backend2 = RecordingBackend()
+    backend2 = RecordingBackend(orders=True)
     d2 = await start_daemon(config, backend=backend2)
     assert d2.refcounts() == {"sys": 1, "a": 1}
     assert (await d2.ok("health"))["sessions_count"] == 0
@@ -91,9 +91,9 @@ async def test_a_closed_parents_fork_survives_restart_and_ends_by_id(
         "fork_id": fid,
     }
     await d2.settle()
-    # A fork_end is a refcount reaching 0, not a declared close: ordered cold (demoted on
-    # this backend, which has no order route), deleted by the retention sweep later.
-    assert backend2.of("delete") == [] and sorted(backend2.of("demote")) == ["a", "sys"]
+    # A fork_end is a refcount reaching 0, not a declared close: ordered cold, deleted by
+    # the retention sweep later.
+    assert backend2.of("delete") == [] and sorted(backend2.of("cold")) == ["a", "sys"]
     assert (await d2.ok("list_sessions"))["sessions"] == []
     consistent(d2)
 
@@ -104,7 +104,7 @@ async def test_expiry_on_an_injected_clock(
     caplog: pytest.LogCaptureFixture,  # type: ignore[no-untyped-def]
 ) -> None:
     clock = Clock()
-    backend = RecordingBackend()
+    backend = RecordingBackend(orders=True)
     config = make_config(fork_hold_ttl_s=3600.0)
     d = await start_daemon(config, backend=backend, clock=clock)
     daemon = d.daemon
@@ -129,7 +129,7 @@ async def test_expiry_on_an_injected_clock(
         "fork_hold_ttl_s=3600; its session_fork_end never came)"
     ]
     await d.settle()
-    assert backend.of("demote")[-1:] == ["a"]  # released as a fork_end would: zeros go cold
+    assert backend.of("cold")[-1:] == ["a"]  # released as a fork_end would: zeros go cold
     assert d.refcounts() == {"sys": 1, "b": 1}
     records = [json.loads(r) for r in daemon.trace.replay(seq) or []]
     expired = [r for r in records if r.get("type") == "fork_expire"]

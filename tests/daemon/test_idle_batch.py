@@ -45,7 +45,7 @@ def consistent(d: DaemonClient) -> None:
 
 
 async def test_a_batch_is_one_commit_with_a_record_per_event(start_daemon, make_config) -> None:  # type: ignore[no-untyped-def]
-    backend = RecordingBackend()
+    backend = RecordingBackend(orders=True)
     d, _ = await idle_daemon(start_daemon, make_config, backend)
     committer = d.daemon.committer
     submitted: list[int] = []
@@ -66,10 +66,10 @@ async def test_a_batch_is_one_commit_with_a_record_per_event(start_daemon, make_
     assert all(s.suspended for s in d.daemon.default.manager.sessions.values())
     consistent(d)
     await d.settle()
-    # Every private chunk released (demoted: this backend has no order route), once each.
-    own = sorted(h for h in backend.of("demote") if h.startswith("own-"))
+    # Every private chunk released (ordered cold: an inferred suspend), once each.
+    own = sorted(h for h in backend.of("cold") if h.startswith("own-"))
     assert own == sorted(f"own-{i}-{x}" for i in range(N) for x in "ab")
-    assert "sys" in backend.of("demote")  # its last holder went with the last batch
+    assert "sys" in backend.of("cold")  # its last holder went with the last batch
     recs = [json.loads(r) for r in d.daemon.trace.replay(seq) or []]
     suspends = [r for r in recs if r.get("type") == "session_suspend"]
     assert [r["session_id"] for r in suspends] == [f"s{i}" for i in range(N)]

@@ -50,7 +50,7 @@ def records(d: DaemonClient, since: int) -> list[dict[str, Any]]:
 
 async def test_suspend_then_close_through_the_pipeline(start_daemon, make_config) -> None:  # type: ignore[no-untyped-def]
     clock = Clock()
-    backend = RecordingBackend()
+    backend = RecordingBackend(orders=True)
     config = make_config(idle_suspend_s=300.0, idle_close_s=3600.0)
     d = await manual(await start_daemon(config, backend=backend, clock=clock))
     t0 = clock.now
@@ -68,7 +68,7 @@ async def test_suspend_then_close_through_the_pipeline(start_daemon, make_config
     assert (done.suspended, done.closed) == (1, 0)
     assert sessions(d) == {"p": "suspended", "q": "active"}
     await d.settle()
-    assert backend.of("demote") == ["a"]  # sys is still q's
+    assert backend.of("cold") == ["a"]  # sys is still q's (the policy's suspend is inferred)
     # The policy's suspend is not the host's activity: p's clock still reads t0.
     assert d.daemon.default.manager.sessions["p"].last_event_ts == t0
     consistent(d)
@@ -84,9 +84,9 @@ async def test_suspend_then_close_through_the_pipeline(start_daemon, make_config
     assert (done.suspended, done.closed) == (1, 1)
     assert sessions(d) == {"q": "suspended"}
     await d.settle()
-    # The policy's close is inferred: a is only ordered cold (demoted again: this backend
-    # has no order route) until the retention sweep finds it dead past the window.
-    assert "a" not in backend.of("delete") and backend.of("demote").count("a") == 2
+    # The policy's close is inferred: a is only ordered cold (again) until the retention
+    # sweep finds it dead past the window.
+    assert "a" not in backend.of("delete") and backend.of("cold").count("a") == 2
     clock.now = t0 + 3600 + d.config.retain_unreferenced_s
     assert await d.daemon.retention.sweep() == 1
     await d.settle()

@@ -41,7 +41,7 @@ async def test_a_non_bool_inferred_is_refused_and_changes_nothing(
 
 
 @pytest.mark.parametrize("orders", [True, False])
-async def test_cold_goes_out_as_an_order_hint_or_as_a_demote_without_one(
+async def test_cold_goes_out_as_an_order_hint_or_not_at_all_without_one(
     start_daemon: Any, orders: bool
 ) -> None:
     backend = RecordingBackend(orders=orders)
@@ -52,8 +52,14 @@ async def test_cold_goes_out_as_an_order_hint_or_as_a_demote_without_one(
     assert data == {"evicted_count": 2, "closed": True}
     await d.settle()
     assert backend.of("delete") == []
-    assert sorted(backend.of("cold" if orders else "demote")) == ["a", "b"]
-    assert backend.of("demote" if orders else "cold") == []
+    # Without the route nothing is sent (a demote would cost a disk read whenever the
+    # guess was wrong): the cache's own LRU orders them; nothing is left owed either.
+    assert sorted(backend.of("cold")) == (["a", "b"] if orders else [])
+    assert backend.of("demote") == []
+    assert d.daemon.default.dispatcher.backlog == 0
+    metrics = await (await d.client.get("/metrics")).text()
+    left = 'ramakv_backend_chunks_total{op="cold_left"} 2.0'
+    assert (left in metrics) is not orders
     close = [r for r in records(d, seq) if r.get("type") == "session_close"]
     assert sorted(close[0]["cold"]) == ["a", "b"] and close[0]["evict"] == []
 

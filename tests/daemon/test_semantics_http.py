@@ -51,10 +51,9 @@ async def test_shared_chunk_survives_one_close(
     assert await d.ok("session_close", session_id="s2") == {"evicted_count": 2, "closed": True}
     await d.settle()
     # sys was shared by two sessions within retain_unreferenced_s: a prefix, not deleted
-    # by the second close either (ordered cold: demoted here, no order route); b1 was
-    # s2's alone and goes.
+    # by the second close either (ordered cold); b1 was s2's alone and goes.
     assert sorted(backend.of("delete")) == ["a1", "b1"]
-    assert backend.of("demote") == ["sys"]
+    assert backend.of("cold") == ["sys"]
     assert (await trace_snapshot(d))["refcounts"] == {}
 
 
@@ -187,8 +186,8 @@ async def test_fork_end_releases_snapshot_not_current_map(
     assert backend.of("delete") == []
     assert await d.ok("session_fork_end", session_id="p") == {"fork_end": True, "fork_id": 1}
     await d.settle()
-    # A refcount reaching 0 is ordered cold, never deleted (demoted: no order route).
-    assert backend.of("delete") == [] and sorted(backend.of("demote")) == ["a", "b"]
+    # A refcount reaching 0 is ordered cold, never deleted.
+    assert backend.of("delete") == [] and sorted(backend.of("cold")) == ["a", "b"]
     assert d.refcounts() == {"c": 1, "d": 1}
     assert (await d.ok("session_map", session_id="p"))["chunk_hashes"] == ["c", "d"]
     d.assert_consistent()
@@ -276,8 +275,9 @@ async def test_resumed_suspended_session_deletes_abandoned_chunks(
         # so they go from every tier, as a declared session_close would have done.
         assert sorted(backend.of("delete")) == ["a", "b"]
     else:
-        # A restore from another map is a map moving on: a and b are ordered cold again
-        # (demoted on this backend), left for the retention sweep.
-        assert sorted(backend.of("demote")) == ["a", "a", "b", "b"]
+        # A restore from another map is a map moving on: a and b (demoted by the declared
+        # suspend) are ordered cold, left for the retention sweep.
+        assert sorted(backend.of("demote")) == ["a", "b"]
+        assert sorted(backend.of("cold")) == ["a", "b"]
         assert backend.of("delete") == []
     assert d.daemon.default.manager.parked == {}

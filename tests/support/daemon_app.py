@@ -32,7 +32,7 @@ from support.trace_wire import parse_metrics
 class RecordingBackend(Backend):
     """A noop backend that records every call: ("prefetch"|"delete"|"demote"|"cold",
     hashes). ``orders``: it takes order hints (ascend_ext's /memory/order: COLD is recorded
-    as "cold"); off (the default), a stock memory API: COLD arrives as "demote"."""
+    as "cold"); off (the default), a stock memory API: 404, and delivery sends nothing."""
 
     name = "recording"
 
@@ -242,6 +242,7 @@ async def daemon(start_daemon: StartDaemon) -> DaemonClient:
 
 @pytest.fixture
 async def rec_daemon(start_daemon: StartDaemon) -> tuple[DaemonClient, RecordingBackend]:
-    """An in-process daemon whose backend records prefetch/evict calls."""
-    backend = RecordingBackend()
+    """An in-process daemon whose backend records prefetch/evict/order calls (it takes
+    order hints, as ascend_ext's memory API does)."""
+    backend = RecordingBackend(orders=True)
     return await start_daemon(backend=backend), backend

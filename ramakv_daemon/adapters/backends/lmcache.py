@@ -152,7 +152,8 @@ class LMCacheBackend(Backend):
             self.order_missing = True
             log.warning(
                 "%s has no /memory/order (HTTP %d): chunks released without a delete are "
-                "demoted instead of ordered cold (a stock memory API; ascend_ext has it)",
+                "left to the cache's own LRU, not ordered cold (a stock memory API; "
+                "ascend_ext has it)",
                 self.base_url,
                 result.status,
             )
