@@ -25,7 +25,7 @@ from ramakv_daemon.adapters.sqlite.store import SqliteSessionStore
 from ramakv_daemon.bootstrap import build
 from ramakv_daemon.config import Config
 from ramakv_daemon.core.session import Session
-from ramakv_daemon.sweeps.idle_policy import BATCH, SLICE, IdlePolicy, IdleSweep, SweepResult
+from ramakv_daemon.sweeps.idle_policy import BATCH, SLICE, IdlePolicy, SweepResult
 
 SUSPEND_S, CLOSE_S = 300.0, 86400.0
 NOW = 1_000_000_000.0
@@ -94,9 +94,8 @@ async def one_side(
         gc.freeze()
         threshold = gc.get_threshold()
         gc.set_threshold(7000, 10, 10)
-        sweep = IdleSweep(
-            config, daemon.namespaces, daemon.pipeline.run, daemon.metrics, lambda: NOW
-        )
+        # The daemon's own sweep (batched through the bus: ActIdle), sliced as asked.
+        sweep = daemon.idle_sweep
         sweep.slice_size, sweep.batch = slice_size, batch
 
         async def host() -> SweepResult:

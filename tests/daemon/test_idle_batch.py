@@ -117,3 +117,38 @@ async def test_an_event_after_the_look_wins_in_a_batch(start_daemon, make_config
     assert actions == ["suspend", ""]
     assert not ns.manager.sessions["s1"].suspended
     consistent(d)
+
+
+async def test_a_batch_stops_before_an_event_that_would_overrun_its_step(
+    start_daemon, make_config
+) -> None:  # type: ignore[no-untyped-def]
+    # Each apply costs 0.6 ms of the loop's CPU on this clock; the step is 1 ms. The
+    # second event would end the step at 1.2 ms: a client arriving then would wait for it
+    # (a restart's sweep put 5x the steady p99 on clients that way), so each batch is one.
+    d, clock = await idle_daemon(start_daemon, make_config)
+    acting = d.daemon.bus.handlers[ActIdle]
+    cpu = [0.0]
+    apply = acting._apply  # type: ignore[attr-defined]
+
+    def costly(ns: Any, payload: Any) -> Any:
+        cpu[0] += 0.0006
+        return apply(ns, payload)
+
+    acting._apply = costly  # type: ignore[attr-defined]
+    acting.cpu_clock = lambda: cpu[0]  # type: ignore[attr-defined]
+    acting.step_cpu_s = 0.001  # type: ignore[attr-defined]
+    ns = d.daemon.default
+    sweep = d.daemon.idle_sweep
+    due = sweep._due(ns, sweep.policies()[ns.key], ["s0", "s1", "s2"], clock.now)
+    payloads = [sweep._payload(ns, *one) for one in due]
+    assert await d.daemon.bus.handle(ActIdle(ns.key, payloads)) == ["suspend"]
+    # Cheap events (0.3 ms) share a step: three fit in 1 ms.
+    cheap_cost = 0.0003
+
+    def cheap(ns: Any, payload: Any) -> Any:
+        cpu[0] += cheap_cost
+        return apply(ns, payload)
+
+    acting._apply = cheap  # type: ignore[attr-defined]
+    assert await d.daemon.bus.handle(ActIdle(ns.key, payloads[1:])) == ["suspend", "suspend"]
+    consistent(d)
