@@ -389,8 +389,7 @@ def build(
         ledger,
         metrics.commit,
         config.idempotency_ttl_s,
-        committed=(records.committed,),
-        fenced=(notices.fenced,),
+        subscribers=(records, notices),
     )
     uow = UnitOfWork(committer)  # every applied change, an event's or a command's, commits here
     ownership = Ownership(store, namespaces, committer, notices)
