@@ -99,6 +99,15 @@ class GroupCommitter:
         self.ledger = ledger if ledger is not None else OutboxLedger()
         self.on_commit = on_commit
         self.subscribers: tuple[Subscriber, ...] = (self.ledger, *subscribers)
+        # Each told only what it listens to (the port's no-op is never called per commit).
+        self._on_committed = tuple(
+            s.on_committed
+            for s in self.subscribers
+            if type(s).on_committed is not Subscriber.on_committed
+        )
+        self._on_fenced = tuple(
+            s.on_fenced for s in self.subscribers if type(s).on_fenced is not Subscriber.on_fenced
+        )
         self.event_id_ttl_s = event_id_ttl_s
         self._pending: list[_Pending] = []
         self._wake = self.ledger.writer_wake  # delivery retiring rows wakes the writer too
@@ -260,8 +269,8 @@ class GroupCommitter:
             # failure (memory equals the database again); each event is refused with it,
             # and the pipeline applies it again on the stored state.
             refused = Fenced(err.sessions)
-            for subscriber in self.subscribers:
-                subscriber.on_fenced(refused)
+            for on_fenced in self._on_fenced:
+                on_fenced(refused)
             self._fail(batch, err, fenced=True)
             return
         except Exception as err:  # any failure must undo, not kill the loop
@@ -274,8 +283,8 @@ class GroupCommitter:
             self.on_commit(time.perf_counter() - started, len(batch))
         # Told before any waiter resumes: what a reply or a read sees next is committed.
         committed = Committed([p.record for p in batch if p.record is not None], row_of)
-        for subscriber in self.subscribers:
-            subscriber.on_committed(committed)
+        for on_committed in self._on_committed:
+            on_committed(committed)
         for p in batch:
             if p.future is not None and not p.future.done():
                 p.future.set_result(None)
