@@ -15,6 +15,7 @@ from ramakv_daemon.adapters.backends.factory import lmcache_factory
 from ramakv_daemon.adapters.backends.noop import NoopBackend
 from ramakv_daemon.adapters.sqlite.store import SqliteSessionStore
 from ramakv_daemon.bus.commands import (
+    AdoptSession,
     BackgroundEvent,
     CheckOwners,
     ClientEvent,
@@ -22,11 +23,13 @@ from ramakv_daemon.bus.commands import (
     ReleaseSession,
 )
 from ramakv_daemon.bus.handlers import handlers_of
-from ramakv_daemon.bus.messagebus import Handler, MessageBus
+from ramakv_daemon.bus.messagebus import Dispatch, Handler, MessageBus
 from ramakv_daemon.bus.ownership import (
+    AdoptingSessions,
     CheckingOwners,
+    MovedForks,
+    OwnedFirst,
     OwnerChecks,
-    ReleasedFirst,
     ReleasingSessions,
 )
 from ramakv_daemon.commit.committer import GroupCommitter
@@ -386,11 +389,10 @@ def build(
         ledger,
         metrics.commit,
         config.idempotency_ttl_s,
-        committed=(records.committed,),
-        fenced=(notices.fenced,),
+        subscribers=(records, notices),
     )
     uow = UnitOfWork(committer)  # every applied change, an event's or a command's, commits here
-    ownership = Ownership(store, namespaces, committer, uow, notices)
+    ownership = Ownership(store, namespaces, committer, notices)
     reactions = Reactions(
         [
             warn_forced,
@@ -408,36 +410,40 @@ def build(
     pipeline = Pipeline(
         registry, namespaces, uow, ownership, records, reactions, debug, clock, limits
     )
-    # Releases are commands above the pipeline: a session_close (and fork ends) each, run
-    # through it; the takeover step below it asks for one by raising ReleaseFirst, which
-    # the client events' run answers. Immediate, in no lane: a client event for the
-    # session may wait for the release (Ownership.before), and a lane that waits for that
-    # client would never open.
-    releasing = ReleasingSessions(ownership, pipeline)
-    check_owners = CheckingOwners(ownership, releasing)
-    released_first = ReleasedFirst(pipeline, check_owners, uow)
     answers = AnswerCache(config.idempotency_window)
     lanes = Lanes()
-    # Background work is typed commands: each handled in the background lane (client
-    # events first), its change committed by the bus's unit of work, its trace record
-    # published by the committer's subscriber. The sweeps keep only their timers.
-    event_ids = EventIds(answers, committer, released_first.run)
-    handlers: dict[type[Command[Any]], Handler] = {
-        **handlers_of(
-            released_first.run,
-            event_ids,
-            namespaces,
-            registry,
-            limits,
-            records,
-            reactions,
-            metrics,
-            clock,
-        ),
-        ReleaseSession: releasing,
-        CheckOwners: check_owners,
-    }
-    bus = MessageBus(handlers, lanes, uow)
+
+    def command_handlers(dispatch: Dispatch) -> dict[type[Command[Any]], Handler]:
+        """Every command's handler, given the bus's dispatch (the bus calls this as it is
+        built). Background work is typed commands: each handled in the background lane
+        (client events first), its change committed by the bus's unit of work, its trace
+        record published by the committer's subscriber; the sweeps keep only their timers.
+        Ownership's are commands above the pipeline: a release is a session_close (and
+        fork ends) run through it; an adopt, a change committed through the unit of work.
+        The takeover step below asks for them by raising ReleaseFirst or AdoptFirst, which
+        the client events' run (OwnedFirst) answers through the bus. Immediate, in no lane:
+        a client event for the session may wait for them (Ownership.before), and a lane
+        that waits for that client would never open."""
+        run = OwnedFirst(pipeline, ownership, dispatch).run
+        forks = MovedForks(ownership, pipeline)
+        return {
+            **handlers_of(
+                run,
+                EventIds(answers, committer, run),
+                namespaces,
+                registry,
+                limits,
+                records,
+                reactions,
+                metrics,
+                clock,
+            ),
+            ReleaseSession: ReleasingSessions(ownership, pipeline, forks),
+            CheckOwners: CheckingOwners(ownership, forks, dispatch),
+            AdoptSession: AdoptingSessions(ownership),
+        }
+
+    bus = MessageBus(command_handlers, lanes, uow)
     # The notices' checker, the LISTEN reconnects and the periodic check ask the bus.
     owner_checks = OwnerChecks(ownership, bus)
     fork_expiry = ForkExpiry(config.fork_hold_ttl_s, namespaces, bus)

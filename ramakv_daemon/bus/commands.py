@@ -10,6 +10,7 @@ from typing import ClassVar, Generic, TypeVar
 from ramakv_daemon.core.catalogue import JsonObject
 from ramakv_daemon.core.session import Session
 from ramakv_daemon.pipeline.idempotency import Reply
+from ramakv_daemon.ports import Claimed
 
 R = TypeVar("R", covariant=True)
 
@@ -102,3 +103,15 @@ class ReleaseSession(Command[bool]):
     session_id: str
     seen: Session
     new_owner: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class AdoptSession(Command[bool]):
+    """Adopt here the session ``claimed`` from the database for an event (its map and the
+    open forks that moved with it), committed through the unit of work in order with every
+    change applied before it (StoreError: undone, the row stays this node's and the
+    event's retry claims it again). Answered with whether it was adopted (False: an event
+    adopted it meanwhile). Immediate: the client's event that claimed it waits for it."""
+
+    immediate: ClassVar[bool] = True
+    claimed: Claimed

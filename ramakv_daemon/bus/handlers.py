@@ -53,8 +53,8 @@ class ClientEvents:
     """Handles :class:`ClientEvent`: one decoded body, end to end. An ``event_id`` makes
     the event idempotent: a retry gets the first answer back (remembered durably with the
     change, for ``idempotency_window`` ids). ``run``: the pipeline's, stale copies
-    released first (:class:`~ramakv_daemon.bus.ownership.ReleasedFirst`), as ``event_ids``
-    runs it too."""
+    released and claimed sessions adopted first (:class:`~ramakv_daemon.bus.ownership.OwnedFirst`),
+    as ``event_ids`` runs it too."""
 
     def __init__(self, run: Run, event_ids: EventIds) -> None:
         self.run = run

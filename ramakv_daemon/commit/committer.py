@@ -12,7 +12,7 @@ from itertools import repeat
 
 from ramakv_daemon.commit.holding import Holding, watch
 from ramakv_daemon.commit.ledger import OutboxLedger
-from ramakv_daemon.commit.record import ChangeRecord, Committed, Fenced
+from ramakv_daemon.commit.record import ChangeRecord, Committed, Fenced, Subscriber
 from ramakv_daemon.core.change import Change
 from ramakv_daemon.core.fork import Fork, ForkIds
 from ramakv_daemon.core.session import Session
@@ -65,10 +65,6 @@ def _gate_of(p: _Pending) -> asyncio.Future[None] | None:
     return None if p.record is None else p.record.gate
 
 
-OnCommitted = Callable[[Committed], None]
-OnFenced = Callable[[Fenced], None]
-
-
 class GroupCommitter:
     """Batches the store writes of applied changes and resolves each when durable.
 
@@ -88,22 +84,30 @@ class GroupCommitter:
         on_commit: Callable[[float, int], None] | None = None,
         event_id_ttl_s: float = 3600.0,
         *,
-        committed: Sequence[OnCommitted] = (),
-        fenced: Sequence[OnFenced] = (),
+        subscribers: Sequence[Subscriber] = (),
     ) -> None:
         """``fork_ids``: the store-wide fork id counter (stored with every commit that
         writes forks); ``ledger``: what is in doubt, and where retired rows are picked up;
-        ``on_commit(seconds, batch size)``: after each commit (metrics); ``committed``:
-        told each batch made durable, in this order, before any waiter resumes — after the
+        ``on_commit(seconds, batch size)``: after each commit (metrics); ``subscribers``:
+        told each batch made durable (Committed) and the sessions a fenced commit found
+        changed elsewhere (Fenced), in this order, before any waiter resumes — after the
         ledger, which is always told first (it leaves every row whole for delivery, and
-        takes the records out of doubt); ``fenced``: told the
-        sessions a fenced commit found changed elsewhere, before any waiter resumes."""
+        takes the records out of doubt). Only the port is known here: what listens is the
+        composition root's choice."""
         self.store = store
         self.fork_ids = fork_ids
         self.ledger = ledger if ledger is not None else OutboxLedger()
         self.on_commit = on_commit
-        self.subscribers: tuple[OnCommitted, ...] = (self.ledger.on_committed, *committed)
-        self.fenced_subscribers = tuple(fenced)
+        self.subscribers: tuple[Subscriber, ...] = (self.ledger, *subscribers)
+        # Each told only what it listens to (the port's no-op is never called per commit).
+        self._on_committed = tuple(
+            s.on_committed
+            for s in self.subscribers
+            if type(s).on_committed is not Subscriber.on_committed
+        )
+        self._on_fenced = tuple(
+            s.on_fenced for s in self.subscribers if type(s).on_fenced is not Subscriber.on_fenced
+        )
         self.event_id_ttl_s = event_id_ttl_s
         self._pending: list[_Pending] = []
         self._wake = self.ledger.writer_wake  # delivery retiring rows wakes the writer too
@@ -265,8 +269,8 @@ class GroupCommitter:
             # failure (memory equals the database again); each event is refused with it,
             # and the pipeline applies it again on the stored state.
             refused = Fenced(err.sessions)
-            for tell_fenced in self.fenced_subscribers:
-                tell_fenced(refused)
+            for on_fenced in self._on_fenced:
+                on_fenced(refused)
             self._fail(batch, err, fenced=True)
             return
         except Exception as err:  # any failure must undo, not kill the loop
@@ -279,8 +283,8 @@ class GroupCommitter:
             self.on_commit(time.perf_counter() - started, len(batch))
         # Told before any waiter resumes: what a reply or a read sees next is committed.
         committed = Committed([p.record for p in batch if p.record is not None], row_of)
-        for tell in self.subscribers:
-            tell(committed)
+        for on_committed in self._on_committed:
+            on_committed(committed)
         for p in batch:
             if p.future is not None and not p.future.done():
                 p.future.set_result(None)

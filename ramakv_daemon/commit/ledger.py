@@ -6,13 +6,14 @@ import asyncio
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING
 
+from ramakv_daemon.commit.record import Subscriber
 from ramakv_daemon.ports import CommittedRow, Unkept
 
 if TYPE_CHECKING:
     from ramakv_daemon.commit.record import ChangeRecord, Committed
 
 
-class OutboxLedger:
+class OutboxLedger(Subscriber):
     """What the group committer leaves for delivery, and what delivery leaves for it.
 
     The committer writes here and never calls delivery: which changes are in doubt, the
@@ -41,7 +42,8 @@ class OutboxLedger:
         self._doubt[id(record)] = (record.namespace, record.change.prev_counts)
 
     def on_committed(self, c: Committed) -> None:
-        """A batch is durable: every row whole, then its changes leave the doubt."""
+        """A batch is durable (the committer's first Subscriber, always): every row
+        whole, then its changes leave the doubt."""
         rows = c.rows
         for r in c.records:
             if r.evicts:

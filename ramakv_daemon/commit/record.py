@@ -115,3 +115,18 @@ class Fenced:
     resumes."""
 
     sessions: tuple[str, ...]
+
+
+class Subscriber:
+    """The port a commit tells through (the committer knows nothing above it; the
+    composition root gives it the concrete ones: the ledger, the trace records, ownership's
+    notices). Each is told before any waiter of the batch resumes; a subscriber overrides
+    what it listens to (the rest are told nothing)."""
+
+    __slots__ = ()
+
+    def on_committed(self, c: Committed) -> None:
+        """A batch made durable."""
+
+    def on_fenced(self, f: Fenced) -> None:
+        """A commit refused by the store's fence."""

@@ -5,16 +5,17 @@ from __future__ import annotations
 import asyncio
 import logging
 
-from ramakv_daemon.commit.record import Fenced
+from ramakv_daemon.commit.record import Fenced, Subscriber
 
 log = logging.getLogger("ramakv.ownership")
 
 
-class Notices:
+class Notices(Subscriber):
     """Sessions to check against the database: those the store heard another node took
     (or an admin closed), and those a fenced commit found changed elsewhere (stale here
     until released). Built before the committer, which tells it :meth:`fenced`, and the
-    ownership that reads it: nothing is bound to either afterwards."""
+    ownership that reads it: nothing is bound to either afterwards. A commit's Subscriber
+    for its fences only."""
 
     def __init__(self) -> None:
         # Their copies here are stale until released: the next event for one releases it
@@ -30,8 +31,8 @@ class Notices:
         self.due.add(session_id)
         self.wake.set()
 
-    def fenced(self, event: Fenced) -> None:
-        """The committer's Fenced subscriber (nothing written, every change undone): the
+    def on_fenced(self, event: Fenced) -> None:
+        """Its part as a commit's Subscriber (nothing written, every change undone): the
         sessions' copies here are stale, each checked soon, and an event for one waits for
         that before it applies (told before any refused event resumes)."""
         self.fences += 1

@@ -8,7 +8,6 @@ import contextlib
 import logging
 from collections.abc import Iterator
 from contextvars import ContextVar
-from typing import Protocol
 
 from ramakv_daemon.commit.committer import GroupCommitter
 from ramakv_daemon.core.change import Change
@@ -16,6 +15,7 @@ from ramakv_daemon.core.fork import Fork
 from ramakv_daemon.core.session import Session
 from ramakv_daemon.ownership.notices import Notices
 from ramakv_daemon.ports import (
+    Claimed,
     EvictMode,
     OutboxRowIn,
     OwedRelease,
@@ -35,16 +35,18 @@ DEFAULT_CHECK_S = 30.0
 # fork ends, a sweep's act): they act on the copy here and never take the session over.
 _LOCAL: ContextVar[str | None] = ContextVar("ramakv_local_session", default=None)
 
-# The session whose release check this task has just run (the bus, answering ReleaseFirst):
-# the event's next takeover step goes on without asking again: once, or (its last try)
-# every time.
+# The session whose release check (or adopt) this task has just run (the bus, answering
+# ReleaseFirst or AdoptFirst): the event's next takeover step goes on without asking
+# again: once, or (its last try) every time.
 _CHECKED: ContextVar[tuple[str, bool] | None] = ContextVar("ramakv_checked", default=None)
 
-
-class Commits(Protocol):
-    """What an adopt commits through: the unit of work (in order with every change)."""
-
-    async def commit(self, ns: Namespace, change: Change) -> None: ...
+# The session whose adopt the bus could not commit, and why: the event's next takeover
+# step fails with that error, as the adopt's own commit failed in it before the adopt was a
+# command (a fenced one is applied again by the pipeline's fenced tries; else 503).
+# ``always``: every takeover step of it in the block fails so (the adopts' bound is spent).
+_ADOPT_FAILED: ContextVar[tuple[str, StoreError, bool] | None] = ContextVar(
+    "ramakv_adopt_failed", default=None
+)
 
 
 class ReleaseFirst(Exception):
@@ -60,12 +62,24 @@ class ReleaseFirst(Exception):
         self.stale = stale
 
 
+class AdoptFirst(Exception):
+    """Raised by :meth:`Ownership.before` once it has claimed ``claimed`` from the database
+    for an event and the session is not held here: the bus adopts it (its AdoptSession
+    command, committed through the unit of work), then runs the event again, which then
+    applies on the adopted copy (ownership never commits on its own)."""
+
+    def __init__(self, claimed: Claimed) -> None:
+        super().__init__(claimed.session.session_id)
+        self.claimed = claimed
+
+
 class Ownership:
     """This node's side of the handover protocol; a no-op on a store without owners.
 
     Takeover: an event for a session not in memory claims it in the database (row lock;
-    the store notifies the old owner at commit) with its open forks, and adopts both before
-    the event applies, so turn_start prefetches the map and the forks' holds move along.
+    the store notifies the old owner at commit) with its open forks; the bus's AdoptSession
+    command adopts both (:meth:`adoption`) before the event applies, so turn_start
+    prefetches the map and the forks' holds move along.
 
     Release: the database decides, never a notification alone. A notification (another
     node took or closed a session of ours), a LISTEN reconnect (notifications sent while it
@@ -98,17 +112,14 @@ class Ownership:
         store: SessionStore,
         namespaces: Namespaces,
         committer: GroupCommitter,
-        uow: Commits,
         notices: Notices | None = None,
     ) -> None:
-        """``uow``: an adopt commits through it, in order with every other change;
-        ``committer``: what is in doubt, and the outbox rows' ids of settled owed rows;
+        """``committer``: what is in doubt, and the outbox rows' ids of settled owed rows;
         ``notices``: what the store and the committer (a fenced commit) tell this node's
         checker (the composition root gives the committer the same one)."""
         self.store = store
         self.namespaces = namespaces
         self.committer = committer
-        self.uow = uow
         self.notices = notices if notices is not None else Notices()
         self._shared = store if isinstance(store, SharedSessionStore) else None
         self.shared = self._shared is not None
@@ -150,6 +161,17 @@ class Ownership:
         finally:
             _CHECKED.reset(token)
 
+    @staticmethod
+    @contextlib.contextmanager
+    def adopt_failed(session_id: str, err: StoreError, always: bool = False) -> Iterator[None]:
+        """Within the block, the next takeover step for ``session_id`` in this task (every
+        one when ``always``) raises ``err``: the adopt the bus ran for the event failed."""
+        token = _ADOPT_FAILED.set((session_id, err, always))
+        try:
+            yield
+        finally:
+            _ADOPT_FAILED.reset(token)
+
     @property
     def shared_store(self) -> SharedSessionStore:
         """The store as a shared one (only called where ``shared`` is True)."""
@@ -176,7 +198,8 @@ class Ownership:
         node's memory and never move a session). StoreError: nothing done. ``fork_id``:
         the fork a session_fork_end names, if any. ReleaseFirst: a copy held here must be
         checked against the database (and released) first; the bus does, then runs the
-        event again.
+        event again. AdoptFirst: claimed here, to be adopted; the bus's AdoptSession does
+        it, then runs the event again (the adopt's error, when it fails: :meth:`adopt_failed`).
 
         Returns without awaiting when the session is here and the LISTEN connection is up
         (and a named fork is here too): the event then applies in the same step."""
@@ -208,21 +231,33 @@ class Ownership:
             await asyncio.shield(releasing)
         if self.namespaces.owner(session_id) is not None:
             return
+        failed = _ADOPT_FAILED.get()
+        if failed is not None and failed[0] == session_id:
+            if not failed[2]:
+                _ADOPT_FAILED.set(None)  # once: a fenced retry claims and adopts again
+            raise failed[1]
         claimed = await self.shared_store.claim(session_id)
         if claimed is None:
             return
-        session = claimed.session
         if self.namespaces.owner(session_id) is not None:  # an event adopted it meanwhile
             return
+        raise AdoptFirst(claimed)  # no await since the claim: the bus adopts it at once
+
+    def adoption(self, claimed: Claimed) -> tuple[Namespace, Change] | None:
+        """The adopt of a session just claimed, applied (synchronously: no event comes in
+        between), for the bus's AdoptSession to commit: its namespace and change; None when
+        an event adopted it meanwhile."""
+        session = claimed.session
+        if self.namespaces.owner(session.session_id) is not None:
+            return None
         ns = self.namespaces.add(session.namespace)
         # Forks held here already (an own row's, kept in memory) are not adopted twice.
         forks = [f for f in claimed.forks if f.fork_id not in ns.manager.forks]
-        change = ns.manager.adopt(session, forks)
-        # Through the unit of work, in order with the changes applied before it: a failed
-        # (or fenced) commit of those undoes their refcounts by value, and must undo this
-        # adopt first, not put back counts from before it. Undone, the row stays this
-        # node's and the event's retry claims it again (a claim returns an own row).
-        await self.uow.commit(ns, change)
+        return ns, ns.manager.adopt(session, forks)
+
+    def took_over(self, claimed: Claimed) -> None:
+        """An adopt committed: counted and logged (a takeover from another node)."""
+        session_id = claimed.session.session_id
         if claimed.previous_owner == self.shared_store.node_id:
             log.info("took back session %r (this node's row, not held here)", session_id)
             return
@@ -231,7 +266,7 @@ class Ownership:
             "took over session %r from node %r (%d chunks, %d open forks)",
             session_id,
             claimed.previous_owner,
-            len(session.unique_hashes()),
+            len(claimed.session.unique_hashes()),
             len(claimed.forks),
         )
 

@@ -90,7 +90,7 @@ class Outcome:
         return (slot.event_id, slot.stored, time.time(), slot.digest)
 
     def committed(self, publish: Callable[[Outcome], None]) -> None:
-        """Durable: its trace record goes out now (``publish``; TraceRecords.committed
+        """Durable: its trace record goes out now (``publish``; TraceRecords.on_committed
         calls it in apply order). The record carries the final reply's data, as the
         stored answer does."""
         self.seal()

@@ -6,7 +6,7 @@ from __future__ import annotations
 import time
 from typing import cast
 
-from ramakv_daemon.commit.record import Committed
+from ramakv_daemon.commit.record import Committed, Subscriber
 from ramakv_daemon.core.catalogue import MAX_SESSION_ID_BYTES
 from ramakv_daemon.core.change import Change
 from ramakv_daemon.core.manager import SessionManager
@@ -20,7 +20,7 @@ from ramakv_daemon.trace.snapshot import totals
 from ramakv_protocol.records import EventBody, EventNotes, SessionSummary
 
 
-class TraceRecords:
+class TraceRecords(Subscriber):
     """Builds records from the namespaces' state and publishes them on the hub."""
 
     def __init__(self, hub: TraceHub, namespaces: Namespaces) -> None:
@@ -82,8 +82,8 @@ class TraceRecords:
             record["notes"] = cast(EventNotes, notes)  # core stays free of the protocol
         self.hub.publish(record, o.touched)
 
-    def committed(self, c: Committed) -> None:
-        """A Committed subscriber: each committed event's record, in apply order (replies
+    def on_committed(self, c: Committed) -> None:
+        """Its part as a commit's Subscriber: each committed event's record, in apply order (replies
         resume later, in any order; reads answer from committed state, so none of them
         can be published carrying an older map than a write already published)."""
         event = self.event

@@ -12,7 +12,7 @@ import pytest
 from ramakv_daemon.adapters.sqlite.store import SqliteSessionStore
 from ramakv_daemon.commit.committer import GroupCommitter
 from ramakv_daemon.commit.ledger import OutboxLedger
-from ramakv_daemon.commit.record import ChangeRecord, Committed, Fenced
+from ramakv_daemon.commit.record import ChangeRecord, Committed, Fenced, Subscriber
 from ramakv_daemon.core.change import Change
 from ramakv_daemon.core.manager import SessionManager
 from ramakv_daemon.ports import StoreFenced
@@ -66,13 +66,15 @@ async def test_a_commit_tells_its_subscribers_what_it_committed_before_any_waite
     await store.open()
     manager, ledger = SessionManager(), OutboxLedger()
     told: list[object] = []
-    committer = GroupCommitter(
-        store,
-        manager.fork_ids,
-        ledger,
-        committed=(told.append,),
-        fenced=(told.append,),
-    )
+
+    class Told(Subscriber):
+        def on_committed(self, c: Committed) -> None:
+            told.append(c)
+
+        def on_fenced(self, f: Fenced) -> None:
+            told.append(f)
+
+    committer = GroupCommitter(store, manager.fork_ids, ledger, subscribers=(Told(),))
     committer.start()
     try:
         a = ChangeRecord.of("", manager.turn_end("s", ["x"], 1.0), manager)

@@ -13,6 +13,9 @@ from support.daemon_app import RecordingBackend, StartDaemon
 
 from ramakv_daemon.adapters.sqlite.store import SqliteSessionStore
 from ramakv_daemon.bootstrap import build
+from ramakv_daemon.bus.commands import AdoptSession, CheckOwners, ReleaseSession
+from ramakv_daemon.bus.messagebus import MessageBus
+from ramakv_daemon.commit.record import Subscriber
 from ramakv_daemon.config import Config
 from ramakv_daemon.core.budget import Turn
 from ramakv_daemon.core.catalogue import EventSpec, session_id_of
@@ -126,3 +129,23 @@ async def test_trace_subscribers_are_closed_once_at_shutdown(start_daemon: Start
     assert json.loads((await ws.receive()).data)["kind"] == "snapshot"
     await d.close()
     assert calls == ["daemon shutting down"]
+
+
+def test_the_committer_tells_only_its_own_port(tmp_path: Path) -> None:
+    """The committer knows its subscribers as commit/'s Subscriber port, the ledger first;
+    the composition root gives it the trace records and the notices (no bound method of a
+    higher layer's object)."""
+    cfg = Config(session_store_path=str(tmp_path / "s.db"))
+    d = build(cfg, SqliteSessionStore(cfg.session_store_path), RecordingBackend())
+    subscribers = d.committer.subscribers
+    assert all(isinstance(s, Subscriber) for s in subscribers)
+    assert subscribers == (d.committer.ledger, d.records, d.ownership.notices)
+
+
+def test_every_command_has_a_handler_built_with_the_bus() -> None:
+    """Ownership's commands are the bus's too, an adopt among them; the bus builds its
+    handlers as it is built (nothing is registered or bound afterwards)."""
+    d = build(Config(session_store_path=":memory:"), backend=RecordingBackend())
+    assert {AdoptSession, CheckOwners, ReleaseSession} <= set(d.bus.handlers)
+    assert "handlers" in MessageBus.__init__.__code__.co_varnames
+    assert not hasattr(MessageBus, "register")
