@@ -62,7 +62,8 @@ async def test_a_batch_is_one_commit_with_a_record_per_event(start_daemon, make_
     seq = d.daemon.trace.seq
     done = await d.daemon.idle_sweep.sweep()
     assert (done.suspended, done.failed) == (N, 0)
-    assert submitted == [16, 16, 8]  # a commit per batch, never more than max_batch
+    # A commit per batch, never more than max_batch (two batches in flight at once).
+    assert sorted(submitted) == [8, 16, 16]
     assert all(s.suspended for s in d.daemon.default.manager.sessions.values())
     consistent(d)
     await d.settle()
@@ -72,9 +73,12 @@ async def test_a_batch_is_one_commit_with_a_record_per_event(start_daemon, make_
     assert "sys" in backend.of("cold")  # its last holder went with the last batch
     recs = [json.loads(r) for r in d.daemon.trace.replay(seq) or []]
     suspends = [r for r in recs if r.get("type") == "session_suspend"]
-    assert [r["session_id"] for r in suspends] == [f"s{i}" for i in range(N)]
+    # In commit order: two batches are in flight at once.
+    assert sorted(r["session_id"] for r in suspends) == sorted(f"s{i}" for i in range(N))
     assert all(r["notes"]["reason"] == "idle_suspend_s" for r in suspends)
-    assert all(r["data"] == {"evicted_count": 2, "suspended": True} for r in suspends[:-1])
+    # The last holder of sys released three chunks, every other suspend two.
+    counts = sorted(r["data"]["evicted_count"] for r in suspends)
+    assert counts == [2] * (N - 1) + [3] and all(r["data"]["suspended"] for r in suspends)
     metrics = await (await d.client.get("/metrics")).text()
     assert f'ramakv_idle_policy_sessions_total{{action="suspend",namespace="default"}} {N}.0' in (
         metrics
@@ -98,12 +102,15 @@ async def test_a_failed_batch_commit_is_undone_and_redone(start_daemon, make_con
     acting.step_cpu_s = 60.0  # type: ignore[attr-defined]
     acting.max_batch = 16  # type: ignore[attr-defined]
     done = await d.daemon.idle_sweep.sweep()
-    assert (done.suspended, done.failed) == (N - 16, 16)  # the first batch rolled back whole
+    # The first batch rolled back whole (with a batch queued behind its commit, if any).
+    assert done.suspended + done.failed == N and done.failed >= 16
     consistent(d)
     states = {sid: s.suspended for sid, s in d.daemon.default.manager.sessions.items()}
-    assert [sid for sid, s in states.items() if not s] == [f"s{i}" for i in range(16)]
+    left = [sid for sid, s in states.items() if not s]
+    assert len(left) == done.failed and set(left) >= {f"s{i}" for i in range(16)}
+    failed = done.failed
     done = await d.daemon.idle_sweep.sweep()
-    assert (done.suspended, done.failed) == (16, 0)
+    assert (done.suspended, done.failed) == (failed, 0)
     consistent(d)
 
 
