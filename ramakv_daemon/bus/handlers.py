@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from ramakv_daemon.bus.commands import (
@@ -18,7 +18,7 @@ from ramakv_daemon.bus.commands import (
     DeleteDead,
     ExpireForks,
 )
-from ramakv_daemon.bus.messagebus import Handler
+from ramakv_daemon.bus.messagebus import AfterLane, Handler
 from ramakv_daemon.core.catalogue import JsonObject, Limits, check_required
 from ramakv_daemon.core.change import Change
 from ramakv_daemon.core.errors import RamAKvError
@@ -186,7 +186,9 @@ class ActingIdle:
         self.max_batch = max_batch
         self.cpu_clock = cpu_clock
 
-    async def __call__(self, command: ActIdle, uow: UnitOfWork) -> list[Action]:
+    async def __call__(
+        self, command: ActIdle, uow: UnitOfWork
+    ) -> list[Action] | AfterLane[list[Action]]:
         """Apply payloads from the first until the step's CPU or the batch size is spent,
         commit what they changed as one change, then react to each."""
         ns = self.namespaces[command.namespace]
@@ -214,9 +216,17 @@ class ActingIdle:
                 actions.append(action_of(o))
         if not writing:
             return actions
+        # Their records go out at the commit, in order; the commit is awaited outside the
+        # lane (another batch applies meanwhile).
+        done = uow.submit(ns, merged, [o for _, o in writing])
+        return AfterLane(self._committed(done, writing, actions))
+
+    async def _committed(
+        self, done: Awaitable[None], writing: list[tuple[int, Outcome]], actions: list[Action]
+    ) -> list[Action]:
+        """The batch's actions once its commit is done (or failed: each "failed")."""
         try:
-            # Their records go out at the commit, in order.
-            await uow.commit(ns, merged, [o for _, o in writing])
+            await done
         except StoreError as err:  # rolled back whole: the next sweep looks again
             log.warning(
                 "idle policy batch of %d events not committed (will retry): %s", len(writing), err

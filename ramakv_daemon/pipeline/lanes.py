@@ -11,12 +11,13 @@ from collections.abc import AsyncIterator, Callable, Iterator
 
 from ramakv_daemon.ports import BACKGROUND
 
-# Background events in flight at once. Each one's apply is a synchronous step (an idle
-# batch ~1 ms) and a read answered while commits are in doubt takes every uncommitted
+# Background events in flight at once. Each one's apply is a synchronous step (a 512-hash
+# suspend is ~1 ms) and a read answered while commits are in doubt takes every uncommitted
 # change out and back: with 64 in flight a client event waited behind ~1 s of sweep work
-# after a restart (issue 33). Two: one applies while the other's commit is written (with
-# one, a restart's sweep waited for a commit after every step).
-BACKGROUND_IN_FLIGHT = 2
+# after a restart (issue 33). One at a time: two admitted together applied back to back,
+# a client arriving then waited for both steps. (An idle batch's commit is awaited outside
+# the lane: the bus's AfterLane.)
+BACKGROUND_IN_FLIGHT = 1
 # While client events are in flight, one background event is admitted per this many client
 # events finished: background work gets a bounded share, and a sweep still ends under load.
 CLIENT_SHARE = 8

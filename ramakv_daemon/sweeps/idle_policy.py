@@ -35,9 +35,10 @@ Run = Callable[[JsonObject, None], Awaitable[tuple[int, JsonObject]]]
 SLICE = 1000
 # Events in flight at once: they share group commits, and each one's apply is one step.
 BATCH = 64
-# Batched (ActIdle) commands in flight at once (the background lane admits as many), and
-# the payloads each claims at a time (its command applies what one step allows of them).
-PARALLEL = 2
+# Batched (ActIdle) commands in flight at once (one applies in the background lane while
+# the others' commits are written), and the payloads each claims at a time (its command
+# applies what one step allows of them).
+PARALLEL = 4
 PART = 32
 
 
