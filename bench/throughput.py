@@ -169,9 +169,14 @@ def table(res: dict) -> str:
     return "\n".join(lines)
 
 
-if __name__ == "__main__":
+def main() -> None:
+    """python -m bench.throughput [--seconds S] [--rounds N] [--only W[,W]]
+    [--daemon-root CHECKOUT] [--record SECTION]."""
     import argparse
     import os
+    import time
+
+    from bench.sections import now_utc, run_line, save_run
 
     p = argparse.ArgumentParser(description=__doc__)
     p.add_argument("--seconds", type=float, default=5.0, help="each run (default 5)")
@@ -182,11 +187,29 @@ if __name__ == "__main__":
         type=Path,
         help="another checkout (e.g. main) whose daemon runs too, rounds interleaved",
     )
+    p.add_argument("--record", default="", help="results section to write this run to")
     a = p.parse_args()
     unknown = set(a.only.split(",")) - set(WORKLOADS) if a.only else set()
     if unknown:
         p.error(f"unknown workload(s): {', '.join(sorted(unknown))}")
     only = a.only.split(",") if a.only else None
+    t0, started, load = time.perf_counter(), now_utc(), os.getloadavg()
     result = run(a.seconds, a.rounds, only=only, before=a.daemon_root)
-    print(table(result))
+    text = table(result)
+    print(text)
     print(f"load average {os.getloadavg()[0]:.2f} (1 min) on {os.cpu_count()} cores")
+    if a.record:
+        section = save_run(
+            Path(__file__).resolve().parent / "results",
+            a.record,
+            result,
+            text,
+            started=started,
+            loadavg_start=load,
+            wall_s=time.perf_counter() - t0,
+        )
+        print(run_line(section), flush=True)
+
+
+if __name__ == "__main__":
+    main()
