@@ -1,8 +1,9 @@
 """`make bench`: every benchmark, side by side, into bench/results/latest.{json,md}.
 
-Usage: python -m bench [--quick] [--only NAME[,NAME]] — names: throughput, recovery, memory,
-sdk, proxy, cache, console, engine, agent, admin_stall, idle_sweep, idle_restart, read_scale,
-scale_out, guard_costs, startup, slow_keep, order_hint, never_worse.
+Usage: python -m bench [--quick] [--only NAME[,NAME]] [--before CHECKOUT] — names:
+throughput, recovery, memory, sdk, proxy, cache, console, engine, agent, admin_stall,
+idle_sweep, idle_restart, read_scale, scale_out, guard_costs, startup, slow_keep, order_hint,
+never_worse. ``--before``: the throughput section runs that checkout's daemon too.
 """
 
 from __future__ import annotations
@@ -19,12 +20,16 @@ from typing import Any
 from bench import sections
 
 RESULTS = Path(__file__).resolve().parent / "results"
+# --before: another checkout whose daemon the throughput section runs too (set by main()).
+BEFORE_ROOT: list[Path | None] = [None]
 
 
 def _throughput(quick: bool) -> tuple[dict, str]:
     from bench import throughput
 
-    res = throughput.run(seconds=3.0 if quick else 5.0, rounds=1 if quick else 2)
+    res = throughput.run(
+        seconds=3.0 if quick else 5.0, rounds=1 if quick else 2, before=BEFORE_ROOT[0]
+    )
     text = throughput.table(res)
     if "turn_end" in res:
         import asyncio
@@ -249,7 +254,13 @@ def main() -> None:
     p = argparse.ArgumentParser(prog="python -m bench")
     p.add_argument("--quick", action="store_true", help="shorter runs (about 3 minutes)")
     p.add_argument("--only", default="", help="comma-separated subset of " + ",".join(BENCHES))
+    p.add_argument(
+        "--before",
+        type=Path,
+        help="throughput: another checkout (e.g. main) whose daemon runs in the same run",
+    )
     args = p.parse_args()
+    BEFORE_ROOT[0] = args.before
     names = [n for n in args.only.split(",") if n] or list(BENCHES)
     unknown = [n for n in names if n not in BENCHES]
     if unknown:

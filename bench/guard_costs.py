@@ -17,6 +17,7 @@ from ramakv_daemon.adapters.backends.noop import NoopBackend
 from ramakv_daemon.adapters.sqlite.store import SqliteSessionStore
 from ramakv_daemon.bootstrap import build
 from ramakv_daemon.config import Config
+from ramakv_daemon.ports import WriteBatch
 
 CONCURRENCY = 32
 
@@ -63,7 +64,7 @@ async def _file_check_vs_commit(rounds: int = 2000) -> tuple[float, float]:
         check = (time.perf_counter() - t0) / rounds * 1e6
         t0 = time.perf_counter()
         for i in range(rounds):
-            await store.write({"s": Session("s", (f"h{i}",))})
+            await store.write(WriteBatch({"s": Session("s", (f"h{i}",))}))
         commit = (time.perf_counter() - t0) / rounds * 1e6
         await store.close()
     return check, commit

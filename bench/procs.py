@@ -54,9 +54,11 @@ def daemon(
     log_level: str = "WARNING",
     extra_config: str = "",
     noop: bool = True,
+    root: Path | None = None,
 ) -> Iterator[tuple[int, subprocess.Popen]]:
     """A real daemon (SQLite on disk; noop backend unless ``noop=False``, then extra_config
-    names its lmcache_url) on a free port; yields (port, process)."""
+    names its lmcache_url) on a free port; yields (port, process). ``root``: another
+    checkout whose daemon runs (a before/after comparison in one run; default this one)."""
     with tempfile.TemporaryDirectory(prefix="ramakv-bench-") as tmp:
         port = free_port()
         cfg = Path(tmp) / "config.toml"
@@ -64,12 +66,20 @@ def daemon(
             f'listen_addr = "127.0.0.1:{port}"\nnoop_backend = {str(noop).lower()}\n'
             f'session_store_path = "{store or Path(tmp) / "sessions.db"}"\n{extra_config}'
         )
+        env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+        if root is not None:  # on PYTHONPATH too: the venv may install this one (editable)
+            env["PYTHONPATH"] = str(root)
         proc = subprocess.Popen(
             [sys.executable, "-m", "ramakv_daemon", "--config", str(cfg), "--log-level", log_level],
-            cwd=ROOT,
+            cwd=root or ROOT,
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
-            env={**os.environ, "PYTHONUNBUFFERED": "1"},
+            # Another root on PYTHONPATH too: the venv may hold this one as an editable install.
+            env={
+                **os.environ,
+                "PYTHONUNBUFFERED": "1",
+                **({"PYTHONPATH": str(root)} if root else {}),
+            },
         )
         try:
             wait_http(port, timeout=300)

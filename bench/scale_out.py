@@ -120,6 +120,7 @@ def ownership_check(server: PostgresServer, sizes: tuple[int, ...]) -> list[dict
     from ramakv_daemon.adapters.postgres.store import PostgresSessionStore
     from ramakv_daemon.core.session import Session
     from ramakv_daemon.ownership.ownership import DEFAULT_CHECK_S
+    from ramakv_daemon.ports import WriteBatch
 
     async def measure() -> list[dict]:
         store = PostgresSessionStore(server.create_database(), "a")
@@ -129,10 +130,12 @@ def ownership_check(server: PostgresServer, sizes: tuple[int, ...]) -> list[dict
             held = 0
             for n in sizes:
                 await store.write(
-                    {
-                        f"s{i}": Session(f"s{i}", tuple(f"{i:x}{j}" for j in range(8)))
-                        for i in range(held, n)
-                    }
+                    WriteBatch(
+                        {
+                            f"s{i}": Session(f"s{i}", tuple(f"{i:x}{j}" for j in range(8)))
+                            for i in range(held, n)
+                        }
+                    )
                 )
                 held = n
                 ids = [f"s{i}" for i in range(n)]

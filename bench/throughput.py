@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 from collections.abc import Callable
+from pathlib import Path
 
 from bench.loadgen import run_load
 from bench.procs import bare_server, daemon
@@ -54,16 +56,37 @@ WORKLOADS: dict[str, Callable[[int], bytes]] = {
 
 
 def run(
-    seconds: float = 5.0, rounds: int = 2, concurrency: int = 32, only: list[str] | None = None
+    seconds: float = 5.0,
+    rounds: int = 2,
+    concurrency: int = 32,
+    only: list[str] | None = None,
+    before: Path | None = None,
 ) -> dict:
     """Alternate bare and daemon runs per workload; report rates, latencies and ratios.
-    ``only``: these workloads (default: every one)."""
+    ``only``: these workloads (default: every one); ``before``: another checkout whose
+    daemon runs too, its full-rate rounds interleaved with the others (a before/after
+    comparison under the same load of the machine)."""
     out: dict = {}
     workloads = {k: v for k, v in WORKLOADS.items() if only is None or k in only}
-    with bare_server() as bare_port, daemon() as (daemon_port, _):
+    with contextlib.ExitStack() as stack:
+        bare_port = stack.enter_context(bare_server())
+        daemon_port, _ = stack.enter_context(daemon())
+        before_port = stack.enter_context(daemon(root=before))[0] if before else None
         for name, bodies in workloads.items():
-            bare_runs, daemon_runs = [], []
+            bare_runs, daemon_runs, before_runs = [], [], []
             for _ in range(rounds):
+                if before_port is not None:
+                    before_runs.append(
+                        asyncio.run(
+                            run_load(
+                                "127.0.0.1",
+                                before_port,
+                                bodies,
+                                concurrency=concurrency,
+                                seconds=seconds,
+                            )
+                        )
+                    )
                 bare_runs.append(
                     asyncio.run(
                         run_load(
@@ -110,6 +133,10 @@ def run(
                 "bare_half_rate": bare_half,
                 "ratio": dmn["rps"] / bare["rps"],
             }
+            if before_runs:
+                prior = max(before_runs, key=lambda r: r["rps"])
+                out[name]["before"] = prior
+                out[name]["before_ratio"] = prior["rps"] / bare["rps"]
     return out
 
 
@@ -132,21 +159,57 @@ def table(res: dict) -> str:
             f"{d['p50_ms']:.2f} | {d['p99_ms']:.2f} | {d['p999_ms']:.2f} | "
             f"{r['daemon_half_rate']['p99_ms']:.2f} | {r['bare_half_rate']['p99_ms']:.2f} |"
         )
+        if "before" in r:  # the other checkout's daemon, same run (no half-rate rounds)
+            b = r["before"]
+            lines.append(
+                f"| {name} (before) | {r['bare']['rps']:.0f} | {b['rps']:.0f} | "
+                f"{r['before_ratio']:.2f} | {b['p50_ms']:.2f} | {b['p99_ms']:.2f} | "
+                f"{b['p999_ms']:.2f} | | |"
+            )
     return "\n".join(lines)
 
 
-if __name__ == "__main__":
+def main() -> None:
+    """python -m bench.throughput [--seconds S] [--rounds N] [--only W[,W]]
+    [--daemon-root CHECKOUT] [--record SECTION]."""
     import argparse
     import os
+    import time
+
+    from bench.sections import now_utc, run_line, save_run
 
     p = argparse.ArgumentParser(description=__doc__)
     p.add_argument("--seconds", type=float, default=5.0, help="each run (default 5)")
     p.add_argument("--rounds", type=int, default=2, help="bare/daemon pairs at full rate")
     p.add_argument("--only", help=f"comma-separated workloads of {', '.join(WORKLOADS)}")
+    p.add_argument(
+        "--daemon-root",
+        type=Path,
+        help="another checkout (e.g. main) whose daemon runs too, rounds interleaved",
+    )
+    p.add_argument("--record", default="", help="results section to write this run to")
     a = p.parse_args()
     unknown = set(a.only.split(",")) - set(WORKLOADS) if a.only else set()
     if unknown:
         p.error(f"unknown workload(s): {', '.join(sorted(unknown))}")
-    result = run(a.seconds, a.rounds, only=a.only.split(",") if a.only else None)
-    print(table(result))
+    only = a.only.split(",") if a.only else None
+    t0, started, load = time.perf_counter(), now_utc(), os.getloadavg()
+    result = run(a.seconds, a.rounds, only=only, before=a.daemon_root)
+    text = table(result)
+    print(text)
     print(f"load average {os.getloadavg()[0]:.2f} (1 min) on {os.cpu_count()} cores")
+    if a.record:
+        section = save_run(
+            Path(__file__).resolve().parent / "results",
+            a.record,
+            result,
+            text,
+            started=started,
+            loadavg_start=load,
+            wall_s=time.perf_counter() - t0,
+        )
+        print(run_line(section), flush=True)
+
+
+if __name__ == "__main__":
+    main()

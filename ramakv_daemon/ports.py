@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Awaitable, Callable, Collection, Sequence
+from collections.abc import Awaitable, Callable, Collection, Mapping, Sequence
 from contextvars import ContextVar
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -321,6 +321,33 @@ OutboxRowIn = tuple[int, str, Sequence[tuple[str, EvictMode]]]
 AnswerRowIn = tuple[str, str, float, str]
 
 
+@dataclass(frozen=True, slots=True)
+class WriteBatch:
+    """Everything one :meth:`SessionStore.write` commits in one transaction.
+
+    Attributes:
+        sessions: session id -> new state, or None to delete the session.
+        outbox_add: new outbox rows (OutboxRow, or the same as a plain tuple).
+        outbox_done: ids of outbox rows none of whose entries waits any more.
+        event_ids: answers to remember (AnswerRow, or the same as a plain tuple).
+        prune_event_ids_before: forget answers older than this timestamp.
+        forks: fork id -> open fork, or None when it ended.
+        next_fork_id: the counter's new value (stored only if higher).
+        maps_unchanged: sessions of ``sessions`` whose map and turn count are as this
+            store last wrote or loaded them: a row it holds may keep its stored map and
+            have only its state (suspended, last_event_ts) written.
+    """
+
+    sessions: dict[str, Session | None]
+    outbox_add: Sequence[OutboxRowIn] = ()
+    outbox_done: Sequence[int] = ()
+    event_ids: Sequence[AnswerRowIn] = ()
+    prune_event_ids_before: float | None = None
+    forks: Mapping[int, Fork | None] = field(default_factory=dict)
+    next_fork_id: int | None = None
+    maps_unchanged: Collection[str] = ()
+
+
 # True in a background task (events.lanes: a sweep's events) and, set by the committer, while
 # it writes a batch of background changes alone: a store that commits on the event loop
 # (SQLite with synchronous=NORMAL) writes such a batch off it, so a sweep's large writes never
@@ -380,33 +407,12 @@ class SessionStore(Protocol):
         """
         ...
 
-    async def write(
-        self,
-        sessions: dict[str, Session | None],
-        outbox_add: Sequence[OutboxRowIn] | None = None,
-        outbox_done: Sequence[int] | None = None,
-        event_ids: Sequence[AnswerRowIn] | None = None,
-        prune_event_ids_before: float | None = None,
-        forks: dict[int, Fork | None] | None = None,
-        next_fork_id: int | None = None,
-        maps_unchanged: Collection[str] = (),
-    ) -> None:
-        """Apply everything in one transaction: the fenced write. Each session row is
+    async def write(self, batch: WriteBatch) -> None:
+        """Apply ``batch`` in one transaction: the fenced write. Each session row is
         written or deleted only at the version this store last loaded, claimed or wrote,
         checked in that transaction (a row it never saw must not exist, a disowned one is
         never touched); a row written gets a new version.
 
-        Args:
-            sessions: session id -> new state, or None to delete the session.
-            outbox_add: new outbox rows (OutboxRow, or the same as a plain tuple).
-            outbox_done: ids of outbox rows none of whose entries waits any more.
-            event_ids: answers to remember (AnswerRow, or the same as a plain tuple).
-            prune_event_ids_before: forget answers older than this timestamp.
-            forks: fork id -> open fork, or None when it ended.
-            next_fork_id: the counter's new value (stored only if higher).
-            maps_unchanged: sessions of ``sessions`` whose map and turn count are as this
-                store last wrote or loaded them: a row it holds may keep its stored map
-                and have only its state (suspended, last_event_ts) written.
         Raises:
             StoreError: nothing was written (StoreFenced: a row's version moved).
         """

@@ -26,6 +26,7 @@ from ramakv_daemon.bootstrap import Daemon, build
 from ramakv_daemon.config import Config
 from ramakv_daemon.core.fork import Fork
 from ramakv_daemon.core.session import Session
+from ramakv_daemon.ports import WriteBatch
 
 # hints and daemon events go before the engine's lookup at the same instant
 _DAEMON, _LOOKUP, _STORE = 0, 1, 2
@@ -49,17 +50,7 @@ class MemoryStore:
     async def load_event_ids(self, limit: int) -> list[tuple[str, str]]:
         return []
 
-    async def write(
-        self,
-        sessions: dict,
-        outbox_add: list | None = None,
-        outbox_done: list | None = None,
-        event_ids: list | None = None,
-        prune_event_ids_before: float | None = None,
-        forks: dict | None = None,
-        next_fork_id: int | None = None,
-        maps_unchanged: object = (),
-    ) -> None:
+    async def write(self, batch: WriteBatch) -> None:
         return None
 
     async def close(self) -> None:

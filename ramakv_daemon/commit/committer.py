@@ -23,6 +23,7 @@ from ramakv_daemon.ports import (
     SessionStore,
     StoreError,
     StoreFenced,
+    WriteBatch,
 )
 
 log = logging.getLogger("ramakv.store")
@@ -249,21 +250,13 @@ class GroupCommitter:
         # A batch of background changes alone may be written off the loop (ports.BACKGROUND).
         token = BACKGROUND.set(_background(batch))
         try:
-            if forks:
-                # One counter for the whole store; a value above ids not yet committed is
-                # harmless (those are skipped), one below would let a restart reuse an id.
-                await self.store.write(
-                    sessions,
-                    rows,
-                    done,
-                    answers,
-                    prune,
-                    forks,
-                    self.fork_ids.next_id,
-                    maps_unchanged=kept,
-                )
-            else:
-                await self.store.write(sessions, rows, done, answers, prune, maps_unchanged=kept)
+            # One counter for the whole store, written with forks only: a value above ids
+            # not yet committed is harmless (those are skipped), one below would let a
+            # restart reuse an id.
+            next_fork_id = self.fork_ids.next_id if forks else None
+            await self.store.write(
+                WriteBatch(sessions, rows, done, answers, prune, forks, next_fork_id, kept)
+            )
         except StoreFenced as err:
             # Another node changed some of these rows: nothing was written. Undone as any
             # failure (memory equals the database again); each event is refused with it,

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -15,7 +14,7 @@ from ramakv_daemon.commit.ledger import OutboxLedger
 from ramakv_daemon.commit.record import ChangeRecord, Committed, Fenced, Subscriber
 from ramakv_daemon.core.change import Change
 from ramakv_daemon.core.manager import SessionManager
-from ramakv_daemon.ports import StoreFenced
+from ramakv_daemon.ports import StoreFenced, WriteBatch
 
 
 async def test_all_of_a_rows_evictions_are_registered_before_the_first_reply(
@@ -50,11 +49,11 @@ class _Fencing(SqliteSessionStore):
 
     fence_next = False
 
-    async def write(self, *args: Any, **kwargs: Any) -> None:
+    async def write(self, batch: WriteBatch) -> None:
         if self.fence_next:
             self.fence_next = False
             raise StoreFenced(("s",))
-        await super().write(*args, **kwargs)
+        await super().write(batch)
 
 
 async def test_a_commit_tells_its_subscribers_what_it_committed_before_any_waiter(

@@ -11,7 +11,7 @@ from support.daemon_app import DaemonClient, RecordingBackend
 
 from ramakv_daemon.bus.commands import ActIdle
 from ramakv_daemon.core.manager import recompute_refcounts
-from ramakv_daemon.ports import StoreError
+from ramakv_daemon.ports import StoreError, WriteBatch
 
 N = 40
 
@@ -91,11 +91,11 @@ async def test_a_failed_batch_commit_is_undone_and_redone(start_daemon, make_con
     write = store.write
     fails = [1]
 
-    async def failing(*args: Any, **kwargs: Any) -> None:
+    async def failing(batch: WriteBatch) -> None:
         if fails[0]:
             fails[0] -= 1
             raise StoreError("disk on fire")
-        await write(*args, **kwargs)
+        await write(batch)
 
     store.write = failing  # type: ignore[method-assign]
     acting = d.daemon.bus.handlers[ActIdle]

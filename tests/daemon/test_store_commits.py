@@ -15,6 +15,7 @@ import pytest
 from ramakv_daemon.adapters.sqlite import store as sqlite_store
 from ramakv_daemon.adapters.sqlite.store import SqliteSessionStore
 from ramakv_daemon.core.session import Session
+from ramakv_daemon.ports import WriteBatch
 
 HANG_GUARD_S = 120.0  # a hang fails the test; nothing here is timed
 
@@ -34,7 +35,7 @@ async def test_commits_inline_only_with_normal(
     assert store.inline_commits is inline
     await store.open()
     try:
-        await store.write({"s1": session(1, 3)})
+        await store.write(WriteBatch({"s1": session(1, 3)}))
         assert [s.chunk_hashes for s in await store.load_all()] == [session(1, 3).chunk_hashes]
     finally:
         await store.close()
@@ -61,7 +62,7 @@ async def test_wal_stays_bounded_under_back_to_back_commits(
         written, i, peak = 0, 0, 0
         while written < 10 * sqlite_store.CHECKPOINT_WAL_BYTES:
             s = session(i % 50)  # rewriting 50 rows, as live sessions do
-            await store.write({s.session_id: s})
+            await store.write(WriteBatch({s.session_id: s}))
             written += sum(map(len, s.chunk_hashes)) + 4 * len(s.chunk_hashes)
             i += 1
             with contextlib.suppress(FileNotFoundError):
@@ -108,7 +109,7 @@ async def test_a_write_lock_held_elsewhere_does_not_block_the_loop(
 
     try:
         assert await asyncio.to_thread(locked.wait, HANG_GUARD_S)
-        write = asyncio.create_task(store.write({"s1": session(1, 3)}))
+        write = asyncio.create_task(store.write(WriteBatch({"s1": session(1, 3)})))
         # Created after the write, so it runs after the write's first step (its inline
         # commit, which finds the lock taken).
         asyncio.create_task(other_work())

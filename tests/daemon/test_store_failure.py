@@ -4,12 +4,12 @@ time too: it is stored), reads keep working."""
 from __future__ import annotations
 
 import asyncio
-from typing import Any
 
 from support.daemon_app import DaemonClient
 from support.reliability import set_query_only
 
 from ramakv_daemon.adapters.sqlite.store import SqliteSessionStore
+from ramakv_daemon.ports import WriteBatch
 
 
 class FlakyStore(SqliteSessionStore):
@@ -20,12 +20,12 @@ class FlakyStore(SqliteSessionStore):
         self.failing = False
         self.writes = 0
 
-    async def write(self, *args: Any, **kwargs: Any) -> None:
+    async def write(self, batch: WriteBatch) -> None:
         self.writes += 1
         if self.failing:
             await asyncio.sleep(0.01)  # let concurrent events queue up behind this batch
             raise OSError(28, "No space left on device")
-        await super().write(*args, **kwargs)
+        await super().write(batch)
 
 
 async def seed(d: DaemonClient) -> None:

@@ -12,6 +12,7 @@ import pytest
 
 from ramakv_daemon.adapters.sqlite import store as sqlite_store
 from ramakv_daemon.adapters.sqlite.store import SCHEMA, SqliteSessionStore
+from ramakv_daemon.ports import WriteBatch
 
 N = 2 * sqlite_store._LOAD_BATCH + 7  # three batches, the last one short
 CORRUPT = {sqlite_store._LOAD_BATCH - 1: "[1, 2]", sqlite_store._LOAD_BATCH: "not json"}
@@ -93,7 +94,9 @@ async def test_packable_maps_are_stored_as_codes_and_load_packed(tmp_path: Path)
     store = SqliteSessionStore(str(db))
     await store.open()
     canonical = ("-742f18cebc2f4c4d", "77b73c60858dca07", "0")
-    await store.write({"p": Session("p", canonical, 2), "t": Session("t", ("h1", "a"), 1)})
+    await store.write(
+        WriteBatch({"p": Session("p", canonical, 2), "t": Session("t", ("h1", "a"), 1)})
+    )
     await store.close()
     assert _codes(db) == {"p": pack_for_store(canonical)}
     loaded = await _load(db)
@@ -109,7 +112,7 @@ async def test_a_map_rewritten_by_another_writer_drops_its_codes(tmp_path: Path)
     db = tmp_path / "s.db"
     store = SqliteSessionStore(str(db))
     await store.open()
-    await store.write({"p": Session("p", ("a", "b"), 1), "q": Session("q", ("c",), 1)})
+    await store.write(WriteBatch({"p": Session("p", ("a", "b"), 1), "q": Session("q", ("c",), 1)}))
     await store.close()
     assert set(_codes(db)) == {"p", "q"}
     con = sqlite3.connect(db)
@@ -132,7 +135,7 @@ async def test_corrupt_codes_are_skipped_with_a_warning(
     db = tmp_path / "s.db"
     store = SqliteSessionStore(str(db))
     await store.open()
-    await store.write({"p": Session("p", ("a",), 1), "q": Session("q", ("b",), 1)})
+    await store.write(WriteBatch({"p": Session("p", ("a",), 1), "q": Session("q", ("b",), 1)}))
     await store.close()
     con = sqlite3.connect(db)
     con.execute("UPDATE session_codes SET codes = x'0102' WHERE session_id = 'p'")

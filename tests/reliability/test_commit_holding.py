@@ -17,7 +17,7 @@ from ramakv_daemon.adapters.sqlite.store import SqliteSessionStore
 from ramakv_daemon.commit.committer import GroupCommitter
 from ramakv_daemon.commit.record import ChangeRecord
 from ramakv_daemon.core.manager import SessionManager
-from ramakv_daemon.ports import StoreError
+from ramakv_daemon.ports import StoreError, WriteBatch
 
 GUARD_S = 60.0  # hang guards only: an unrelated commit needs milliseconds
 
@@ -87,11 +87,11 @@ class FailingStore(SqliteSessionStore):
 
     fail_next = False
 
-    async def write(self, *args: Any, **kwargs: Any) -> None:
+    async def write(self, batch: WriteBatch) -> None:
         if self.fail_next:
             self.fail_next = False
             raise sqlite3.OperationalError("database is locked")
-        await super().write(*args, **kwargs)
+        await super().write(batch)
 
 
 async def test_a_held_change_rolled_back_takes_only_what_depends_on_it(tmp_path: Path) -> None:

@@ -14,6 +14,7 @@ from support.disk_full import fill, tmpfs
 from support.reliability import daemon_state, set_query_only
 
 from ramakv_daemon.adapters.sqlite.store import SqliteSessionStore
+from ramakv_daemon.ports import WriteBatch
 
 BIG = [f"{i:02x}" * 45 for i in range(256)] + [f"{i:04x}" * 22 for i in range(700)]
 
@@ -129,13 +130,13 @@ class FullStore(SqliteSessionStore):
         super().__init__(path, commit_thread=commit_thread)
         self.full = False
 
-    async def write(self, sessions: Any, *args: Any, **kwargs: Any) -> None:
+    async def write(self, batch: WriteBatch) -> None:
         if self.full:
             await asyncio.sleep(0.005)  # let concurrent events queue behind this batch
             import sqlite3
 
             raise sqlite3.OperationalError("database or disk is full")
-        await super().write(sessions, *args, **kwargs)
+        await super().write(batch)
 
 
 @pytest.fixture

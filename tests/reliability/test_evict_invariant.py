@@ -21,6 +21,7 @@ from support.lmcache_server import FakeLMCacheServer
 from support.reliability import db_model
 
 from ramakv_daemon.adapters.sqlite.store import SqliteSessionStore
+from ramakv_daemon.ports import WriteBatch
 
 HANG = 1.0  # every cache call is held this long (under the 2 s backend timeout)
 
@@ -168,7 +169,7 @@ class LockedStore(SqliteSessionStore):
         self.gate: asyncio.Event | None = None
         self.rng: random.Random | None = None
 
-    async def write(self, *args: Any, **kwargs: Any) -> None:
+    async def write(self, batch: WriteBatch) -> None:
         gate = self.gate
         if gate is not None:
             await gate.wait()
@@ -176,7 +177,7 @@ class LockedStore(SqliteSessionStore):
         if self.rng is not None and self.rng.random() < 0.15:
             await asyncio.sleep(0)
             raise sqlite3.OperationalError("database is locked")
-        await super().write(*args, **kwargs)
+        await super().write(batch)
 
 
 async def test_a_release_still_being_committed_is_not_deliverable(

@@ -123,14 +123,15 @@ async def test_a_no_op_whose_answer_cannot_be_kept_answers_503(start_daemon, mak
     import sqlite3
 
     from ramakv_daemon.adapters.sqlite.store import SqliteSessionStore
+    from ramakv_daemon.ports import WriteBatch
 
     class FullStore(SqliteSessionStore):
         full = False
 
-        async def write(self, *args: Any, **kwargs: Any) -> None:
+        async def write(self, batch: WriteBatch) -> None:
             if self.full:
                 raise sqlite3.OperationalError("database or disk is full")
-            await super().write(*args, **kwargs)
+            await super().write(batch)
 
     cfg = make_config()
     store = FullStore(cfg.session_store_path)

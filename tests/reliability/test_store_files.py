@@ -218,14 +218,15 @@ def test_store_replaced_by_another_file_refuses_writes(daemon_proc_factory, tmp_
 # ---- /readyz follows the store ---------------------------------------------------------------
 async def test_readyz_fails_while_commits_fail_and_recovers(start_daemon, make_config) -> None:
     from ramakv_daemon.adapters.sqlite.store import SqliteSessionStore
+    from ramakv_daemon.ports import WriteBatch
 
     class FullStore(SqliteSessionStore):
         full = False
 
-        async def write(self, *args: object, **kwargs: object) -> None:
+        async def write(self, batch: WriteBatch) -> None:
             if self.full:
                 raise sqlite3.OperationalError("database or disk is full")
-            await super().write(*args, **kwargs)  # type: ignore[arg-type]
+            await super().write(batch)
 
     cfg = make_config()
     store = FullStore(cfg.session_store_path)
@@ -255,16 +256,17 @@ async def test_rewrite_works_in_every_commit_mode(tmp_path: Path, sync: str, thr
     """The store alone: commits on the loop or on the writer thread, fsync or not."""
     from ramakv_daemon.adapters.sqlite.store import SqliteSessionStore
     from ramakv_daemon.core.session import Session
+    from ramakv_daemon.ports import WriteBatch
 
     path = tmp_path / "s.db"
     store = SqliteSessionStore(str(path), sync, thread)
     await store.open()
     try:
-        await store.write({"a": Session("a", ("x",))})
+        await store.write(WriteBatch({"a": Session("a", ("x",))}))
         for suffix in ("", "-wal", "-shm"):
             os.unlink(str(path) + suffix)
-        await store.write({"b": Session("b", ("y",))})
-        await store.write({"c": Session("c", ("z",))})
+        await store.write(WriteBatch({"b": Session("b", ("y",))}))
+        await store.write(WriteBatch({"c": Session("c", ("z",))}))
         assert store.problem() is None
         assert stored_maps(path) == {"a": ["x"], "b": ["y"], "c": ["z"]}
     finally:

@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 
 from ramakv_daemon.adapters.sqlite.store import SqliteSessionStore
+from ramakv_daemon.ports import WriteBatch
 
 
 class FlakyStore(SqliteSessionStore):
@@ -18,13 +19,13 @@ class FlakyStore(SqliteSessionStore):
         super().__init__(path, commit_thread=thread)
         self.rng = random.Random(3)
 
-    async def write(self, *args: Any, **kwargs: Any) -> None:
+    async def write(self, batch: WriteBatch) -> None:
         if self.rng.random() < 0.25:
             await asyncio.sleep(0.002)  # in doubt for a while: reads arrive meanwhile
             import sqlite3
 
             raise sqlite3.OperationalError("database is locked")
-        await super().write(*args, **kwargs)
+        await super().write(batch)
 
 
 async def collect(ws: Any, until_seq: int) -> list[dict[str, Any]]:

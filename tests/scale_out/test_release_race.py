@@ -19,6 +19,7 @@ from ramakv_daemon.adapters.postgres.store import PostgresSessionStore
 from ramakv_daemon.bootstrap import Daemon, build
 from ramakv_daemon.config import Config
 from ramakv_daemon.core.manager import recompute_refcounts
+from ramakv_daemon.ports import WriteBatch
 
 
 @pytest.fixture
@@ -64,11 +65,11 @@ async def test_a_takeover_waits_for_the_release_still_committing(
     entered, gate = asyncio.Event(), asyncio.Event()
     real_write = a.store.write
 
-    async def held_write(sessions: dict[str, Any], *args: Any, **kwargs: Any) -> None:
-        if "x" in sessions and sessions["x"] is None:
+    async def held_write(batch: WriteBatch) -> None:
+        if "x" in batch.sessions and batch.sessions["x"] is None:
             entered.set()
             await gate.wait()
-        await real_write(sessions, *args, **kwargs)
+        await real_write(batch)
 
     a.store.write = held_write  # type: ignore[method-assign]
 

@@ -16,6 +16,7 @@ from ramakv_daemon.ports import (
     StoreError,
     StoreInUse,
     StoreNotFound,
+    WriteBatch,
 )
 
 NS = "kvp-b"
@@ -45,13 +46,15 @@ async def seeded(home: StoreHome) -> None:
     (as a stopped daemon leaves its store)."""
     store = await home.opened()
     await store.write(
-        {s.session_id: s for s in (S1, S2, S3)},
-        outbox_add=[
-            OutboxRow(1, "", [OutboxEntry("x", EvictMode.DELETE)]),
-            OutboxRow(2, NS, [OutboxEntry("y", EvictMode.DEMOTE)]),
-        ],
-        forks={1: FORK},
-        next_fork_id=2,
+        WriteBatch(
+            {s.session_id: s for s in (S1, S2, S3)},
+            outbox_add=[
+                OutboxRow(1, "", [OutboxEntry("x", EvictMode.DELETE)]),
+                OutboxRow(2, NS, [OutboxEntry("y", EvictMode.DEMOTE)]),
+            ],
+            forks={1: FORK},
+            next_fork_id=2,
+        )
     )
     await store.close()
 
@@ -90,7 +93,7 @@ async def test_an_empty_store_reads_empty(home: StoreHome) -> None:
 
 async def test_reads_work_beside_a_running_daemon(home: StoreHome) -> None:
     store = await home.opened()  # the daemon's store stays open
-    await store.write({"s1": S1})
+    await store.write(WriteBatch({"s1": S1}))
     admin = await opened_admin(home)
     try:
         assert (await admin.read()).sessions == [S1]
@@ -141,7 +144,7 @@ async def test_changes_wait_for_a_daemon_s_own_store_and_go_beside_shared_ones(
     home: StoreHome,
 ) -> None:
     store = await home.opened()  # a running daemon
-    await store.write({"s1": S1, "s3": S3})
+    await store.write(WriteBatch({"s1": S1, "s3": S3}))
     admin = await opened_admin(home)
     try:
         if admin.shared:
@@ -168,14 +171,14 @@ async def test_a_shared_store_leaves_a_session_an_event_reached_since_the_plan(
     home: StoreHome,
 ) -> None:
     store = await home.opened()
-    await store.write({"s1": S1})
+    await store.write(WriteBatch({"s1": S1}))
     admin = await opened_admin(home)
     if not admin.shared:
         await admin.close()
         pytest.skip("a daemon's own store is changed only under its lock: nothing moves")
     try:
         newer = S1.evolve(last_event_ts=S1.last_event_ts + 1, turn_count=3)
-        await store.write({"s1": newer})  # the owner moves on after the plan read S1
+        await store.write(WriteBatch({"s1": newer}))  # the owner moves on after the plan read S1
         done = await admin.close_sessions(Cleanup([S1], {}))
         assert done.closed == {} and done.left == ["s1"]
         assert (await admin.read()).sessions == [newer]

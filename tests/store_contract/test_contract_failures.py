@@ -7,7 +7,7 @@ from support.store_adapters import StoreHome
 
 from ramakv_daemon.core.fork import Fork
 from ramakv_daemon.core.session import Session
-from ramakv_daemon.ports import EvictMode, SessionStore, StoreError
+from ramakv_daemon.ports import EvictMode, SessionStore, StoreError, WriteBatch
 
 BEFORE = Session("kept", ("a",), 1)
 
@@ -15,13 +15,15 @@ BEFORE = Session("kept", ("a",), 1)
 async def _everything_then_a_duplicate_row(store: SessionStore) -> None:
     """One write touching every table, failing at its end on a duplicate outbox row id."""
     await store.write(
-        {"kept": Session("kept", ("changed",), 9), "new": Session("new", ("n",)), "gone": None},
-        outbox_add=[(2, "", [("z", EvictMode.DELETE)]), (1, "", [("dup", EvictMode.DELETE)])],
-        outbox_done=[1],
-        event_ids=[("e-new", "{}", 9.0, "")],
-        prune_event_ids_before=100.0,
-        forks={1: None, 2: Fork(2, "kept", ("a",), 2.0)},
-        next_fork_id=50,
+        WriteBatch(
+            {"kept": Session("kept", ("changed",), 9), "new": Session("new", ("n",)), "gone": None},
+            outbox_add=[(2, "", [("z", EvictMode.DELETE)]), (1, "", [("dup", EvictMode.DELETE)])],
+            outbox_done=[1],
+            event_ids=[("e-new", "{}", 9.0, "")],
+            prune_event_ids_before=100.0,
+            forks={1: None, 2: Fork(2, "kept", ("a",), 2.0)},
+            next_fork_id=50,
+        )
     )
 
 
@@ -29,11 +31,13 @@ async def test_a_failed_write_changes_nothing(home: StoreHome) -> None:
     store = await home.opened()
     fork = Fork(1, "kept", ("a",), 1.0)
     await store.write(
-        {"kept": BEFORE, "gone": Session("gone", ("g",))},
-        outbox_add=[(1, "", [("a", EvictMode.DELETE)])],
-        event_ids=[("e-old", '{"ok": true}', 1.0, "dig")],
-        forks={1: fork},
-        next_fork_id=2,
+        WriteBatch(
+            {"kept": BEFORE, "gone": Session("gone", ("g",))},
+            outbox_add=[(1, "", [("a", EvictMode.DELETE)])],
+            event_ids=[("e-old", '{"ok": true}', 1.0, "dig")],
+            forks={1: fork},
+            next_fork_id=2,
+        )
     )
     with pytest.raises(StoreError):
         await _everything_then_a_duplicate_row(store)
@@ -53,10 +57,10 @@ async def _check_unchanged(seen: SessionStore, fork: Fork) -> None:
 
 
 async def test_the_store_keeps_working_after_a_failed_write(store: SessionStore) -> None:
-    await store.write({}, outbox_add=[(1, "", [])])
+    await store.write(WriteBatch({}, outbox_add=[(1, "", [])]))
     with pytest.raises(StoreError):
-        await store.write({"s": Session("s")}, outbox_add=[(1, "", [])])
-    await store.write({"s": Session("s", ("a",))})
+        await store.write(WriteBatch({"s": Session("s")}, outbox_add=[(1, "", [])]))
+    await store.write(WriteBatch({"s": Session("s", ("a",))}))
     assert await store.load_all() == [Session("s", ("a",))]
 
 
@@ -70,5 +74,5 @@ async def test_writing_after_close_raises_and_close_is_idempotent(home: StoreHom
     await store.close()
     await store.close()
     with pytest.raises(StoreError):
-        await store.write({"s": Session("s")})
+        await store.write(WriteBatch({"s": Session("s")}))
     assert await (await home.opened()).load_all() == []

@@ -8,7 +8,7 @@ import pytest
 from support.store_adapters import StoreHome
 
 from ramakv_daemon.core.fork import Fork
-from ramakv_daemon.ports import SharedSessionStore
+from ramakv_daemon.ports import SharedSessionStore, WriteBatch
 
 
 async def _sharing(home: StoreHome) -> tuple[SharedSessionStore, SharedSessionStore]:
@@ -33,9 +33,9 @@ async def test_a_taken_id_is_above_every_open_fork_and_the_stored_counter(
     home: StoreHome,
 ) -> None:
     a, b = await _sharing(home)
-    await a.write({}, forks={7: Fork(7, "p", ("a",), 1.0)})
+    await a.write(WriteBatch({}, forks={7: Fork(7, "p", ("a",), 1.0)}))
     assert await b.take_fork_id() == 8
-    await a.write({}, next_fork_id=20)
+    await a.write(WriteBatch({}, next_fork_id=20))
     assert await b.take_fork_id() == 20
     assert await a.take_fork_id() == 21
 

@@ -12,6 +12,7 @@ from ramakv_daemon.ports import (
     OutboxEntry,
     OutboxRow,
     StoredAnswer,
+    WriteBatch,
 )
 
 
@@ -19,12 +20,14 @@ async def test_loads_return_named_rows(home: StoreHome) -> None:
     store = await home.opened()
     fork = Fork(3, "s", ("a",), 1.0)
     await store.write(
-        {},
-        # a named row and entry, or plain tuples of their shape (as the commit path writes)
-        outbox_add=[(7, "ns", [OutboxEntry("a", EvictMode.DEMOTE), ("b", EvictMode.DELETE)])],
-        event_ids=[AnswerRow("e", '{"ok": true}', 1.0, "dig")],
-        forks={3: fork},
-        next_fork_id=4,
+        WriteBatch(
+            {},
+            # a named row and entry, or plain tuples of their shape (as the commit path writes)
+            outbox_add=[(7, "ns", [OutboxEntry("a", EvictMode.DEMOTE), ("b", EvictMode.DELETE)])],
+            event_ids=[AnswerRow("e", '{"ok": true}', 1.0, "dig")],
+            forks={3: fork},
+            next_fork_id=4,
+        )
     )
     await store.close()
     store = await home.opened()

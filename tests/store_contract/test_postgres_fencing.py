@@ -13,7 +13,7 @@ from support.postgres import PostgresServer
 from ramakv_daemon.adapters.postgres.store import PostgresSessionStore
 from ramakv_daemon.core.fork import Fork
 from ramakv_daemon.core.session import Session
-from ramakv_daemon.ports import EvictMode, StoreFenced
+from ramakv_daemon.ports import EvictMode, StoreFenced, WriteBatch
 
 
 @pytest.fixture
@@ -38,19 +38,21 @@ async def test_a_claim_bumps_the_version_and_fences_the_old_owner_s_write(
     nodes: list[PostgresSessionStore],
 ) -> None:
     a, b = nodes
-    await a.write({"s": Session("s", ("x",), 3)}, forks={5: Fork(5, "s", ("x",), 1.0)})
+    await a.write(WriteBatch({"s": Session("s", ("x",), 3)}, forks={5: Fork(5, "s", ("x",), 1.0)}))
     before = a.version("s")
     claimed = await b.claim("s")
     assert claimed is not None and claimed.session.turn_count == 3
     assert [f.fork_id for f in claimed.forks] == [5]
     assert b.version("s") not in (None, before)
-    await b.write({"s": Session("s", ("x", "y"), 4)})  # b's acknowledged turn
+    await b.write(WriteBatch({"s": Session("s", ("x", "y"), 4)}))  # b's acknowledged turn
     # a has not heard: its stale copy's write (with its other rows) is refused whole.
     with pytest.raises(StoreFenced) as refused:
         await a.write(
-            {"s": Session("s", ("x", "old"), 4), "t": Session("t", ("t",), 1)},
-            outbox_add=[(1, "", [("old", EvictMode.DELETE)])],
-            event_ids=[("ev", "{}", 1.0, "d")],
+            WriteBatch(
+                {"s": Session("s", ("x", "old"), 4), "t": Session("t", ("t",), 1)},
+                outbox_add=[(1, "", [("old", EvictMode.DELETE)])],
+                event_ids=[("ev", "{}", 1.0, "d")],
+            )
         )
     assert refused.value.sessions == ("s",)
     assert a.fenced_writes == 1 and a.connected  # not a store failure
@@ -60,11 +62,11 @@ async def test_a_claim_bumps_the_version_and_fences_the_old_owner_s_write(
     assert a.version("s") == before  # unchanged: still the stale one
     # Its delete (a session_close of the copy) too: the row stays b's.
     with pytest.raises(StoreFenced):
-        await a.write({"s": None})
+        await a.write(WriteBatch({"s": None}))
     assert await row(a, "s") == ("node-b", 4, '["x","y"]')
     # Released here (disowned), the close deletes nothing and is not refused.
     a.disown(["s"])
-    await a.write({"s": None})
+    await a.write(WriteBatch({"s": None}))
     assert await row(b, "s") == ("node-b", 4, '["x","y"]')
 
 
@@ -72,18 +74,18 @@ async def test_a_write_at_a_moved_version_never_resurrects_a_deleted_row(
     nodes: list[PostgresSessionStore],
 ) -> None:
     a, b = nodes
-    await a.write({"s": Session("s", ("x",), 1)})
+    await a.write(WriteBatch({"s": Session("s", ("x",), 1)}))
     stale = a.version("s")
     assert await b.claim("s") is not None
-    await b.write({"s": None})  # b closed it (acknowledged)
+    await b.write(WriteBatch({"s": None}))  # b closed it (acknowledged)
     with pytest.raises(StoreFenced):
-        await a.write({"s": Session("s", ("x",), 2)})
+        await a.write(WriteBatch({"s": Session("s", ("x",), 2)}))
     assert await row(a, "s") == ()
     # Created again on b: a new version from the sequence, never a's old one.
-    await b.write({"s": Session("s", ("n",), 1)})
+    await b.write(WriteBatch({"s": Session("s", ("n",), 1)}))
     assert b.version("s") != stale
     with pytest.raises(StoreFenced):
-        await a.write({"s": Session("s", ("x",), 2)})
+        await a.write(WriteBatch({"s": Session("s", ("x",), 2)}))
     assert await row(a, "s") == ("node-b", 1, '["n"]')
 
 
@@ -91,13 +93,13 @@ async def test_two_nodes_creating_one_session_only_the_first_commit_wins(
     nodes: list[PostgresSessionStore],
 ) -> None:
     a, b = nodes
-    await a.write({"new": Session("new", ("a",), 1)})
+    await a.write(WriteBatch({"new": Session("new", ("a",), 1)}))
     with pytest.raises(StoreFenced):
-        await b.write({"new": Session("new", ("b",), 1)})
+        await b.write(WriteBatch({"new": Session("new", ("b",), 1)}))
     assert await row(a, "new") == ("node-a", 1, '["a"]')
     # b claims it (the event's way in): then its write is at the claimed version.
     assert await b.claim("new") is not None
-    await b.write({"new": Session("new", ("a", "b"), 2)})
+    await b.write(WriteBatch({"new": Session("new", ("a", "b"), 2)}))
     assert await row(a, "new") == ("node-b", 2, '["a","b"]')
 
 
@@ -105,7 +107,7 @@ async def test_a_claim_of_a_session_this_node_owns_returns_its_row_owing_nothing
     nodes: list[PostgresSessionStore],
 ) -> None:
     a, _ = nodes
-    await a.write({"s": Session("s", ("x",), 1)}, forks={3: Fork(3, "s", ("x",), 1.0)})
+    await a.write(WriteBatch({"s": Session("s", ("x",), 1)}, forks={3: Fork(3, "s", ("x",), 1.0)}))
     version = a.version("s")
     claimed = await a.claim("s")
     assert claimed is not None and claimed.previous_owner == "node-a"
@@ -113,4 +115,4 @@ async def test_a_claim_of_a_session_this_node_owns_returns_its_row_owing_nothing
     assert [f.fork_id for f in claimed.forks] == [3]
     assert a.version("s") not in (None, version)
     assert await a.owed_releases() == []
-    await a.write({"s": Session("s", ("x",), 2)})  # at the claimed version
+    await a.write(WriteBatch({"s": Session("s", ("x",), 2)}))  # at the claimed version

@@ -10,7 +10,7 @@ from support.postgres import PostgresServer
 from ramakv_daemon.adapters.postgres import schema as postgres_schema
 from ramakv_daemon.adapters.postgres.store import PostgresSessionStore
 from ramakv_daemon.core.session import Session
-from ramakv_daemon.ports import StoreError
+from ramakv_daemon.ports import StoreError, WriteBatch
 
 
 async def versions(url: str) -> list[int]:
@@ -54,7 +54,7 @@ async def test_an_older_database_is_migrated_and_keeps_its_rows(
     try:
         assert await versions(url) == [v for v, _, _ in postgres_schema.MIGRATIONS]
         assert await new.load_all() == [Session("s", ("a",), 1)]
-        await new.write({}, event_ids=[("e", "{}", 1.0, "digest")])
+        await new.write(WriteBatch({}, event_ids=[("e", "{}", 1.0, "digest")]))
         assert await new.load_event_ids(5) == [("e", "{}", "digest")]
     finally:
         await new.close()
@@ -90,9 +90,11 @@ async def test_a_fork_id_another_node_holds_is_never_overwritten(
     await b.open()
     try:
         mine = Fork(1, "p", ("x",), 1.0)
-        await a.write({}, forks={1: mine}, next_fork_id=2)
+        await a.write(WriteBatch({}, forks={1: mine}, next_fork_id=2))
         with pytest.raises(StoreError, match="fork id 1 is held by another node"):
-            await b.write({"q": Session("q", ("y",))}, forks={1: Fork(1, "q", ("y",), 2.0)})
+            await b.write(
+                WriteBatch({"q": Session("q", ("y",))}, forks={1: Fork(1, "q", ("y",), 2.0)})
+            )
         assert await a.load_forks() == ([mine], 2)
         assert await b.load_all() == []  # the failed commit wrote nothing
         assert b.problem() is None  # the database is fine

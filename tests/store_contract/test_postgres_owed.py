@@ -14,7 +14,7 @@ from ramakv_daemon.adapters.postgres.store import PostgresSessionStore
 from ramakv_daemon.admin_port import Cleanup
 from ramakv_daemon.core.fork import Fork
 from ramakv_daemon.core.session import Session
-from ramakv_daemon.ports import EvictMode, OwedRelease, StoreFenced
+from ramakv_daemon.ports import EvictMode, OwedRelease, StoreFenced, WriteBatch
 
 
 @pytest.fixture
@@ -36,7 +36,9 @@ async def test_a_claim_leaves_the_old_owner_its_map_and_moved_forks_owed(
     nodes: list[PostgresSessionStore],
 ) -> None:
     a, b = nodes
-    await a.write({"s": Session("s", ("x", "y"), 2)}, forks={7: Fork(7, "s", ("x",), 1.0)})
+    await a.write(
+        WriteBatch({"s": Session("s", ("x", "y"), 2)}, forks={7: Fork(7, "s", ("x",), 1.0)})
+    )
     claimed = await b.claim("s")
     assert claimed is not None and claimed.previous_owner == "node-a"
     assert owed(await a.owed_releases()) == [("s", ("x", "y")), ("s", ("x",))]
@@ -52,11 +54,11 @@ async def test_a_write_never_takes_a_session_over_so_nothing_is_owed(
 ) -> None:
     """Fencing: only a claim moves a session; b's blind write of a's row is refused."""
     a, b = nodes
-    await a.write({"t": Session("t", ("p", "q"), 1)})
-    await a.write({"t": Session("t", ("p", "r"), 2)})  # its own session: nothing owed
+    await a.write(WriteBatch({"t": Session("t", ("p", "q"), 1)}))
+    await a.write(WriteBatch({"t": Session("t", ("p", "r"), 2)}))  # its own session: nothing owed
     assert await a.owed_releases() == []
     with pytest.raises(StoreFenced) as refused:
-        await b.write({"t": Session("t", ("z",), 3)})
+        await b.write(WriteBatch({"t": Session("t", ("z",), 3)}))
     assert refused.value.sessions == ("t",)
     assert await a.owed_releases() == [] and await b.owed_releases() == []
     assert await b.owners(["t"]) == {"t": "node-a"}
@@ -67,7 +69,7 @@ async def test_an_admin_close_leaves_the_owner_its_map_owed(
 ) -> None:
     a, _ = nodes
     session = Session("idle", ("i0", "i1"), 1, last_event_ts=5.0)
-    await a.write({"idle": session})
+    await a.write(WriteBatch({"idle": session}))
     admin = PostgresStoreAdmin(a.url)
     await admin.open()
     try:
@@ -82,7 +84,7 @@ async def test_settling_writes_the_intents_and_deletes_the_rows_together(
     nodes: list[PostgresSessionStore],
 ) -> None:
     a, b = nodes
-    await a.write({"s": Session("s", ("x", "y"), 1), "u": Session("u", ("w",), 1)})
+    await a.write(WriteBatch({"s": Session("s", ("x", "y"), 1), "u": Session("u", ("w",), 1)}))
     await b.claim("s")
     await b.claim("u")
     rows = await a.owed_releases()

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable, Collection, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 import orjson
@@ -23,7 +23,6 @@ from ramakv_daemon.core.fork import Fork
 from ramakv_daemon.core.packed import text_for_store
 from ramakv_daemon.core.session import Session
 from ramakv_daemon.ports import (  # Claimed, ReleaseCallback: re-exported
-    AnswerRowIn,
     Claimed,
     LoadedForks,
     OutboxRow,
@@ -33,6 +32,7 @@ from ramakv_daemon.ports import (  # Claimed, ReleaseCallback: re-exported
     StoredAnswer,
     StoreError,
     StoreFenced,
+    WriteBatch,
 )
 
 if TYPE_CHECKING:  # checked with the `postgres` extra installed
@@ -354,17 +354,7 @@ class PostgresSessionStore:
             await con.execute(sql.NOTIFY_RELEASE, sql.RELEASE_CHANNEL, payload)
 
     # ---- writing ---------------------------------------------------------------------
-    async def write(
-        self,
-        sessions: dict[str, Session | None],
-        outbox_add: Sequence[OutboxRowIn] | None = None,
-        outbox_done: Sequence[int] | None = None,
-        event_ids: Sequence[AnswerRowIn] | None = None,
-        prune_event_ids_before: float | None = None,
-        forks: dict[int, Fork | None] | None = None,
-        next_fork_id: int | None = None,
-        maps_unchanged: Collection[str] = (),
-    ) -> None:
+    async def write(self, batch: WriteBatch) -> None:
         """One transaction, committed (WAL flushed) before it returns, fenced: each session
         row only at the version this node last read (StoreFenced, nothing written, when
         one moved); a write never takes a session over (only :meth:`claim` does). A row
@@ -372,17 +362,7 @@ class PostgresSessionStore:
         pool = self.need_pool()
         try:
             async with pool.acquire() as con, con.transaction():
-                written, deleted = await self._write_in(
-                    con,
-                    sessions,
-                    outbox_add or [],
-                    outbox_done or [],
-                    event_ids or [],
-                    prune_event_ids_before,
-                    forks or {},
-                    next_fork_id,
-                    maps_unchanged,
-                )
+                written, deleted = await self._write_in(con, batch)
         except StoreFenced:  # the database is fine: the rows moved (rolled back whole)
             self.fenced_writes += 1
             raise
@@ -403,23 +383,15 @@ class PostgresSessionStore:
             log.error("PostgreSQL session store unavailable: %s", err)
         self.last_error = str(err) or type(err).__name__
 
-    async def _write_in(
-        self,
-        con: Any,
-        sessions: dict[str, Session | None],
-        outbox_add: Sequence[OutboxRowIn],
-        outbox_done: Sequence[int],
-        event_ids: Sequence[AnswerRowIn],
-        prune_before: float | None,
-        forks: dict[int, Fork | None],
-        next_fork_id: int | None,
-        maps_unchanged: Collection[str] = (),
-    ) -> tuple[dict[str, int], list[str]]:
+    async def _write_in(self, con: Any, batch: WriteBatch) -> tuple[dict[str, int], list[str]]:
         """The transaction's statements; the rows written (id -> new version) and deleted.
 
         Raises:
             StoreFenced: a session row is not at the version this node expects.
         """
+        sessions, forks, next_fork_id = batch.sessions, batch.forks, batch.next_fork_id
+        outbox_add, outbox_done, event_ids = batch.outbox_add, batch.outbox_done, batch.event_ids
+        prune_before = batch.prune_event_ids_before
         node = self.node_id
         versions = self._versions
         written: dict[str, int] = {}
@@ -428,7 +400,7 @@ class PostgresSessionStore:
         if upserts:
             ids = [s.session_id for s in upserts]
             expected = [versions.get(sid) for sid in ids]
-            unchanged = set(maps_unchanged)
+            unchanged = set(batch.maps_unchanged)
             rows = await con.fetch(
                 sql.UPSERT_SESSIONS,
                 ids,
@@ -486,7 +458,7 @@ class PostgresSessionStore:
                 [(node, i, ns, dump_entries(entries)) for i, ns, entries in outbox_add],
             )
         if outbox_done:
-            await con.execute(sql.DELETE_OUTBOX, node, outbox_done)
+            await con.execute(sql.DELETE_OUTBOX, node, list(outbox_done))
         if event_ids:
             await con.executemany(sql.UPSERT_ANSWER, event_ids)
         if prune_before is not None:

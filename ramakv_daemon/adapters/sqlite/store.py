@@ -8,10 +8,10 @@ import gc
 import logging
 import os
 import sqlite3
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TypeVar
 
 import aiosqlite
 import orjson
@@ -36,17 +36,15 @@ from ramakv_daemon.adapters.store_rows import (
     fold_legacy_outbox,
     outbox_view,  # noqa: F401 - re-exported for tests reading a file's outbox
 )
-from ramakv_daemon.core.fork import Fork
 from ramakv_daemon.core.session import Session
 from ramakv_daemon.ports import (
     BACKGROUND,
-    AnswerRowIn,
     LoadedForks,
     OutboxRow,
-    OutboxRowIn,
     StoredAnswer,
     StoreError,
     StoreFenced,
+    WriteBatch,
 )
 
 T = TypeVar("T")
@@ -320,17 +318,7 @@ class SqliteSessionStore:
             raise StoreError(f"cannot read event ids: {err}") from err
         return [StoredAnswer(e, r, d) for e, r, d in reversed(list(rows))]
 
-    async def write(
-        self,
-        sessions: dict[str, Session | None],
-        outbox_add: Sequence[OutboxRowIn] | None = None,
-        outbox_done: Sequence[int] | None = None,
-        event_ids: Sequence[AnswerRowIn] | None = None,
-        prune_event_ids_before: float | None = None,
-        forks: dict[int, Fork | None] | None = None,
-        next_fork_id: int | None = None,
-        maps_unchanged: Collection[str] = (),
-    ) -> None:
+    async def write(self, batch: WriteBatch) -> None:
         """One transaction: sessions (None = delete; only the state row of a stored one
         in ``maps_unchanged``), outbox rows added and done, answers, forks (None = ended)
         and the fork id counter."""
@@ -340,25 +328,15 @@ class SqliteSessionStore:
             raise StoreError("session store is not open")
         if self._broken is not None:
             raise StoreError(self._broken)
-        args = (
-            sessions,
-            outbox_add or [],
-            outbox_done or [],
-            event_ids or [],
-            prune_event_ids_before,
-            forks or {},
-            next_fork_id,
-            maps_unchanged,
-        )
         self._writing = True
         try:
-            await self._write_and_verify(args)
+            await self._write_and_verify(batch)
         finally:
             self._writing = False
 
-    async def _write_and_verify(self, args: tuple[Any, ...]) -> None:
+    async def _write_and_verify(self, batch: WriteBatch) -> None:
         if not self.inline_commits:
-            await self._in_thread(self._write_sync, *args)
+            await self._in_thread(self._write_sync, batch)
         else:
             self._commits += 1
             if self._commits % CHECKPOINT_EVERY == 0:
@@ -366,15 +344,15 @@ class SqliteSessionStore:
             if BACKGROUND.get():
                 # A sweep's batch (ports.BACKGROUND): off the loop, so client events are
                 # not held behind its writes; it waits for another process's lock there.
-                await self._in_thread(self._waiting_for_locks, self._write_sync, args)
+                await self._in_thread(self._waiting_for_locks, self._write_sync, (batch,))
             else:
                 try:
-                    self._write_sync(*args)
+                    self._write_sync(batch)
                 except StoreError as err:
                     if not _is_busy(err.__cause__):
                         raise
                     # Another process holds the write lock: wait for it on the thread.
-                    await self._in_thread(self._waiting_for_locks, self._write_sync, args)
+                    await self._in_thread(self._waiting_for_locks, self._write_sync, (batch,))
         await self.verify_files()
 
     async def _watch_files(self) -> None:
@@ -495,22 +473,15 @@ class SqliteSessionStore:
         except sqlite3.Error as err:  # the next commit past the limit tries again
             log.warning("WAL checkpoint failed: %s", err)
 
-    def _write_sync(
-        self,
-        sessions: dict[str, Session | None],
-        outbox_add: Sequence[OutboxRowIn],
-        outbox_done: Sequence[int],
-        event_ids: Sequence[AnswerRowIn],
-        prune_before: float | None,
-        forks: dict[int, Fork | None],
-        next_fork_id: int | None,
-        maps_unchanged: Collection[str] = (),
-    ) -> None:
+    def _write_sync(self, batch: WriteBatch) -> None:
+        sessions, forks, next_fork_id = batch.sessions, batch.forks, batch.next_fork_id
+        outbox_add, outbox_done, event_ids = batch.outbox_add, batch.outbox_done, batch.event_ids
+        prune_before = batch.prune_event_ids_before
         db = self._writer
         assert db is not None
         versions = self._versions
         # A map is skipped only where this store holds its row (else it must be written).
-        kept = {sid for sid in maps_unchanged if sid in versions}
+        kept = {sid for sid in batch.maps_unchanged if sid in versions}
         upserts = [s for s in sessions.values() if s is not None]
         # A session with no row here (created and closed before a commit) has none to delete.
         deletes = [(sid,) for sid, s in sessions.items() if s is None and sid in versions]
