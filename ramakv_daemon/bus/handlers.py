@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from typing import Any
 
 from ramakv_daemon.bus.commands import (
@@ -18,7 +18,7 @@ from ramakv_daemon.bus.commands import (
     DeleteDead,
     ExpireForks,
 )
-from ramakv_daemon.bus.messagebus import AfterLane, Handler
+from ramakv_daemon.bus.messagebus import Handler
 from ramakv_daemon.core.catalogue import JsonObject, Limits, check_required
 from ramakv_daemon.core.change import Change
 from ramakv_daemon.core.errors import RamAKvError
@@ -39,11 +39,8 @@ log = logging.getLogger("ramakv")
 
 # The loop thread's CPU one idle batch may take before it is committed: a client event
 # arriving meanwhile waits at most about this long (a 128-hash suspend is ~0.3 ms, a
-# 512-hash one ~0.8-1.5 ms; the first event of a batch is always applied, whatever it
-# costs, and the next only when the last one's cost still fits). At 2 ms a client's p99
-# during a restart's sweep was 5x its steady value (50k x 512, issue 33): that p99 is the
-# steady one plus about one step.
-STEP_CPU_S = 0.001
+# 512-hash one ~1.5 ms; the first event of a batch is always applied, whatever it costs).
+STEP_CPU_S = 0.002
 # Events in one idle batch at most: what a read answered from committed state takes out
 # and puts back while the batch's commit is under way.
 MAX_BATCH = 32
@@ -186,25 +183,20 @@ class ActingIdle:
         self.max_batch = max_batch
         self.cpu_clock = cpu_clock
 
-    async def __call__(
-        self, command: ActIdle, uow: UnitOfWork
-    ) -> list[Action] | AfterLane[list[Action]]:
+    async def __call__(self, command: ActIdle, uow: UnitOfWork) -> list[Action]:
         """Apply payloads from the first until the step's CPU or the batch size is spent,
         commit what they changed as one change, then react to each."""
         ns = self.namespaces[command.namespace]
         actions: list[Action] = []
         writing: list[tuple[int, Outcome]] = []
         merged = Change()
-        began = last = self.cpu_clock()
-        cost = 0.0  # the last event's: the next one likely costs as much
+        began = self.cpu_clock()
         for payload in command.payloads:
             if actions and (
-                len(actions) >= self.max_batch or last - began + cost > self.step_cpu_s
+                len(actions) >= self.max_batch or self.cpu_clock() - began >= self.step_cpu_s
             ):
                 break
             o = self._apply(ns, payload)
-            now = self.cpu_clock()
-            cost, last = now - last, now
             if o is None:
                 actions.append("failed")
             elif o.change.writes:
@@ -216,17 +208,9 @@ class ActingIdle:
                 actions.append(action_of(o))
         if not writing:
             return actions
-        # Their records go out at the commit, in order; the commit is awaited outside the
-        # lane (another batch applies meanwhile).
-        done = uow.submit(ns, merged, [o for _, o in writing])
-        return AfterLane(self._committed(done, writing, actions))
-
-    async def _committed(
-        self, done: Awaitable[None], writing: list[tuple[int, Outcome]], actions: list[Action]
-    ) -> list[Action]:
-        """The batch's actions once its commit is done (or failed: each "failed")."""
         try:
-            await done
+            # Their records go out at the commit, in order.
+            await uow.commit(ns, merged, [o for _, o in writing])
         except StoreError as err:  # rolled back whole: the next sweep looks again
             log.warning(
                 "idle policy batch of %d events not committed (will retry): %s", len(writing), err

@@ -5,8 +5,7 @@ through the unit of work; a handler that sends commands of its own sends them he
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass
-from typing import Any, Generic, Protocol, TypeVar, cast
+from typing import Any, Protocol, TypeVar, cast
 
 from ramakv_daemon.bus.commands import Command
 from ramakv_daemon.pipeline.lanes import Lanes
@@ -18,15 +17,6 @@ R = TypeVar("R")
 # A command's handler: applies it (synchronously, so no read sees it half done), commits
 # through the unit of work, and answers.
 Handler = Callable[[Any, UnitOfWork], Awaitable[Any]]
-
-
-@dataclass(frozen=True, slots=True)
-class AfterLane(Generic[R]):
-    """A background handler's answer still to come, awaited once its lane is free: the
-    commit it submitted. The lane shares out the loop's CPU; a commit's wait is the
-    disk's, and held in the lane it left the sweep waiting on a commit per step."""
-
-    answer: Awaitable[R]
 
 
 class Dispatch(Protocol):
@@ -70,7 +60,4 @@ class MessageBus:
         async with self.lanes.background():
             if command.settled:
                 await self.uow.settled()  # never decide from a change still in doubt
-            answer = await handler(command, self.uow)
-        if isinstance(answer, AfterLane):
-            return cast(R, await answer.answer)
-        return cast(R, answer)
+            return cast(R, await handler(command, self.uow))

@@ -12,11 +12,9 @@ from collections.abc import AsyncIterator, Callable, Iterator
 from ramakv_daemon.ports import BACKGROUND
 
 # Background events in flight at once. Each one's apply is a synchronous step (a 512-hash
-# suspend is ~1 ms) and a read answered while commits are in doubt takes every uncommitted
+# suspend is ~10 ms) and a read answered while commits are in doubt takes every uncommitted
 # change out and back: with 64 in flight a client event waited behind ~1 s of sweep work
-# after a restart (issue 33). One at a time: two admitted together applied back to back,
-# a client arriving then waited for both steps. (An idle batch's commit is awaited outside
-# the lane: the bus's AfterLane.)
+# after a restart (issue 33). Two still share a group commit with each other.
 BACKGROUND_IN_FLIGHT = 1
 # While client events are in flight, one background event is admitted per this many client
 # events finished: background work gets a bounded share, and a sweep still ends under load.
@@ -26,11 +24,8 @@ CLIENT_SHARE = 8
 # of CPU, the lane stays shut for t * (1 - share) / share, so client events find the loop
 # free most of the time. CPU, not wall time: a commit written off the loop, or the OS giving
 # the core to another process, costs the loop nothing. With no client about, background work
-# runs at full speed. Measured after a restart on 10k x 512 sessions (health at 50/s, the
-# sweep's commits awaited outside the lane): 0.5 -> sweep 100 s, health p50 4.0 ms; 0.25
-# -> 240 s, 1.2 ms; p99 13-15 ms either way (one 512-hash suspend on the restored table is
-# ~6 ms). 0.35 between the two.
-BACKGROUND_SHARE = 0.35
+# runs at full speed.
+BACKGROUND_SHARE = 0.5
 RECENT_CLIENT_S = 1.0
 MAX_PAUSE_S = 0.25  # one slow background event never shuts the lane for longer
 

@@ -48,18 +48,6 @@ class UnitOfWork:
         while its evict may still act gets a keep its commit waits for (the gate); its own
         evictions go to the outbox in its commit, and delivery takes them from there.
         ``ready``: what completes its replies (a debug file), waited for a while."""
-        await self.submit(ns, change, replies, ready)
-
-    def submit(
-        self,
-        ns: Namespace,
-        change: Change,
-        replies: Sequence[Reply] = (),
-        ready: asyncio.Future[bool] | None = None,
-    ) -> asyncio.Future[None]:
-        """:meth:`commit` without the wait: submitted now (its rows as they stand), the
-        commit awaited later through the future (a background batch awaits it outside its
-        lane: the lane shares the loop's CPU, not the disk's time)."""
         keep = ns.dispatcher.keep_for(change.prev_counts) if change.durable else None
         record = ChangeRecord.of(
             ns.key,
@@ -70,4 +58,4 @@ class UnitOfWork:
             gate=keep[0] if keep is not None else None,
             ready=ready,
         )
-        return self.committer.submit(record)
+        await self.committer.submit(record)

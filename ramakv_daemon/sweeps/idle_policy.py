@@ -35,11 +35,6 @@ Run = Callable[[JsonObject, None], Awaitable[tuple[int, JsonObject]]]
 SLICE = 1000
 # Events in flight at once: they share group commits, and each one's apply is one step.
 BATCH = 64
-# Batched (ActIdle) commands in flight at once (one applies in the background lane while
-# the others' commits are written), and the payloads each claims at a time (its command
-# applies what one step allows of them).
-PARALLEL = 4
-PART = 32
 
 
 @dataclass(frozen=True, slots=True)
@@ -187,28 +182,12 @@ class IdleSweep:
             del seen[(ns.key, sid)]
 
     async def act(self, ns: Namespace, payloads: list[JsonObject]) -> list[Action]:
-        """Every payload applied through the bus, a batch per command, PARALLEL commands
-        at once (one applies while another's commit is written: a batch is one short
-        step, and one at a time left the sweep waiting on a commit per step); an action
-        each, in the payloads' order."""
-        bus = self.batched
-        assert bus is not None
-        out: list[Action] = [""] * len(payloads)
-        taken = 0  # payloads claimed by a worker so far, PART at a time
-
-        async def worker() -> None:
-            nonlocal taken
-            while taken < len(payloads):
-                i, end = taken, min(len(payloads), taken + PART)
-                taken = end
-                while i < end:  # a command applies what its step allows: the rest again
-                    got = await bus.handle(ActIdle(ns.key, payloads[i:end]))
-                    out[i : i + len(got)] = got
-                    i += len(got)
-
-        async with asyncio.TaskGroup() as group:
-            for _ in range(min(PARALLEL, len(payloads))):
-                group.create_task(worker())
+        """Every payload applied through the bus, in order, a batch per command; an action
+        each."""
+        assert self.batched is not None
+        out: list[Action] = []
+        while len(out) < len(payloads):
+            out.extend(await self.batched.handle(ActIdle(ns.key, payloads[len(out) :])))
         return out
 
     def _due(

@@ -62,8 +62,7 @@ async def test_a_batch_is_one_commit_with_a_record_per_event(start_daemon, make_
     seq = d.daemon.trace.seq
     done = await d.daemon.idle_sweep.sweep()
     assert (done.suspended, done.failed) == (N, 0)
-    # A commit per batch, never more than max_batch (two batches in flight at once).
-    assert sorted(submitted) == [8, 16, 16]
+    assert submitted == [16, 16, 8]  # a commit per batch, never more than max_batch
     assert all(s.suspended for s in d.daemon.default.manager.sessions.values())
     consistent(d)
     await d.settle()
@@ -73,12 +72,9 @@ async def test_a_batch_is_one_commit_with_a_record_per_event(start_daemon, make_
     assert "sys" in backend.of("cold")  # its last holder went with the last batch
     recs = [json.loads(r) for r in d.daemon.trace.replay(seq) or []]
     suspends = [r for r in recs if r.get("type") == "session_suspend"]
-    # In commit order: two batches are in flight at once.
-    assert sorted(r["session_id"] for r in suspends) == sorted(f"s{i}" for i in range(N))
+    assert [r["session_id"] for r in suspends] == [f"s{i}" for i in range(N)]
     assert all(r["notes"]["reason"] == "idle_suspend_s" for r in suspends)
-    # The last holder of sys released three chunks, every other suspend two.
-    counts = sorted(r["data"]["evicted_count"] for r in suspends)
-    assert counts == [2] * (N - 1) + [3] and all(r["data"]["suspended"] for r in suspends)
+    assert all(r["data"] == {"evicted_count": 2, "suspended": True} for r in suspends[:-1])
     metrics = await (await d.client.get("/metrics")).text()
     assert f'ramakv_idle_policy_sessions_total{{action="suspend",namespace="default"}} {N}.0' in (
         metrics
@@ -102,15 +98,12 @@ async def test_a_failed_batch_commit_is_undone_and_redone(start_daemon, make_con
     acting.step_cpu_s = 60.0  # type: ignore[attr-defined]
     acting.max_batch = 16  # type: ignore[attr-defined]
     done = await d.daemon.idle_sweep.sweep()
-    # The first batch rolled back whole (with a batch queued behind its commit, if any).
-    assert done.suspended + done.failed == N and done.failed >= 16
+    assert (done.suspended, done.failed) == (N - 16, 16)  # the first batch rolled back whole
     consistent(d)
     states = {sid: s.suspended for sid, s in d.daemon.default.manager.sessions.items()}
-    left = [sid for sid, s in states.items() if not s]
-    assert len(left) == done.failed and set(left) >= {f"s{i}" for i in range(16)}
-    failed = done.failed
+    assert [sid for sid, s in states.items() if not s] == [f"s{i}" for i in range(16)]
     done = await d.daemon.idle_sweep.sweep()
-    assert (done.suspended, done.failed) == (failed, 0)
+    assert (done.suspended, done.failed) == (16, 0)
     consistent(d)
 
 
@@ -123,39 +116,4 @@ async def test_an_event_after_the_look_wins_in_a_batch(start_daemon, make_config
     actions = await sweep.act(ns, [sweep._payload(ns, *one) for one in due])
     assert actions == ["suspend", ""]
     assert not ns.manager.sessions["s1"].suspended
-    consistent(d)
-
-
-async def test_a_batch_stops_before_an_event_that_would_overrun_its_step(
-    start_daemon, make_config
-) -> None:  # type: ignore[no-untyped-def]
-    # Each apply costs 0.6 ms of the loop's CPU on this clock; the step is 1 ms. The
-    # second event would end the step at 1.2 ms: a client arriving then would wait for it
-    # (a restart's sweep put 5x the steady p99 on clients that way), so each batch is one.
-    d, clock = await idle_daemon(start_daemon, make_config)
-    acting = d.daemon.bus.handlers[ActIdle]
-    cpu = [0.0]
-    apply = acting._apply  # type: ignore[attr-defined]
-
-    def costly(ns: Any, payload: Any) -> Any:
-        cpu[0] += 0.0006
-        return apply(ns, payload)
-
-    acting._apply = costly  # type: ignore[attr-defined]
-    acting.cpu_clock = lambda: cpu[0]  # type: ignore[attr-defined]
-    acting.step_cpu_s = 0.001  # type: ignore[attr-defined]
-    ns = d.daemon.default
-    sweep = d.daemon.idle_sweep
-    due = sweep._due(ns, sweep.policies()[ns.key], ["s0", "s1", "s2"], clock.now)
-    payloads = [sweep._payload(ns, *one) for one in due]
-    assert await d.daemon.bus.handle(ActIdle(ns.key, payloads)) == ["suspend"]
-    # Cheap events (0.3 ms) share a step: three fit in 1 ms.
-    cheap_cost = 0.0003
-
-    def cheap(ns: Any, payload: Any) -> Any:
-        cpu[0] += cheap_cost
-        return apply(ns, payload)
-
-    acting._apply = cheap  # type: ignore[attr-defined]
-    assert await d.daemon.bus.handle(ActIdle(ns.key, payloads[1:])) == ["suspend", "suspend"]
     consistent(d)
