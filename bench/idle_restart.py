@@ -27,7 +27,7 @@ from typing import Any
 
 from bench.loadgen import build_request, read_response
 from bench.procs import free_port
-from bench.sections import now_utc, run_line, save_run
+from bench.sections import now_utc, record_run
 from bench.startup import (
     STORE_DIR,
     child_env,
@@ -255,16 +255,7 @@ def main() -> None:
     text = table(res)
     print(text, flush=True)
     if args.record:
-        section = save_run(
-            RESULTS,
-            args.record,
-            res,
-            text,
-            started=started,
-            loadavg_start=load,
-            wall_s=time.perf_counter() - t0,
-        )
-        print(run_line(section), flush=True)
+        record_run(RESULTS, args.record, res, text, started=started, loadavg_start=load, since=t0)
 
 
 if __name__ == "__main__":

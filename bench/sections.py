@@ -135,3 +135,27 @@ def save_run(
     path.write_text(json.dumps(results, indent=1, default=str))
     (results_dir / "latest.md").write_text(render_md(results, texts, list(texts)))
     return section
+
+
+def record_run(
+    results: Path,
+    name: str,
+    data: dict[str, Any],
+    text: str,
+    *,
+    started: str,
+    loadavg_start: tuple[float, float, float] | list[float],
+    since: float,
+) -> None:
+    """A benchmark's ``--record NAME``: :func:`save_run` (``since``: the run's perf_counter
+    start), then its run line printed."""
+    section = save_run(
+        results,
+        name,
+        data,
+        text,
+        started=started,
+        loadavg_start=loadavg_start,
+        wall_s=time.perf_counter() - since,
+    )
+    print(run_line(section), flush=True)

@@ -176,7 +176,7 @@ def main() -> None:
     import os
     import time
 
-    from bench.sections import now_utc, run_line, save_run
+    from bench.sections import now_utc, record_run
 
     p = argparse.ArgumentParser(description=__doc__)
     p.add_argument("--seconds", type=float, default=5.0, help="each run (default 5)")
@@ -199,16 +199,8 @@ def main() -> None:
     print(text)
     print(f"load average {os.getloadavg()[0]:.2f} (1 min) on {os.cpu_count()} cores")
     if a.record:
-        section = save_run(
-            Path(__file__).resolve().parent / "results",
-            a.record,
-            result,
-            text,
-            started=started,
-            loadavg_start=load,
-            wall_s=time.perf_counter() - t0,
-        )
-        print(run_line(section), flush=True)
+        results = Path(__file__).resolve().parent / "results"
+        record_run(results, a.record, result, text, started=started, loadavg_start=load, since=t0)
 
 
 if __name__ == "__main__":

@@ -12,14 +12,11 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
-from support.pg_nodes import HANG_GUARD_S, sql
+from support.pg_nodes import HANG_GUARD_S, in_process_nodes, sql
 from support.postgres import PostgresServer
 
-from ramakv_daemon.adapters.backends.noop import NoopBackend
-from ramakv_daemon.adapters.postgres.store import PostgresSessionStore
-from ramakv_daemon.bootstrap import Daemon, build
+from ramakv_daemon.bootstrap import Daemon
 from ramakv_daemon.bus.commands import AdoptSession, CheckOwners, Command, ReleaseSession
-from ramakv_daemon.config import Config
 from ramakv_daemon.core.manager import recompute_refcounts
 from ramakv_daemon.ownership.ownership import Ownership
 from ramakv_daemon.pipeline.unit_of_work import UnitOfWork
@@ -28,23 +25,9 @@ from ramakv_daemon.ports import StoreError, StoreFenced
 
 @pytest.fixture
 async def nodes(postgres_server: PostgresServer) -> AsyncIterator[tuple[Daemon, ...]]:
-    url = postgres_server.create_database()
-    services = tuple(
-        build(
-            Config(session_store_url=url, node_id=node, ownership_check_s=3600.0),
-            PostgresSessionStore(url, node),
-            NoopBackend(),
-        )
-        for node in ("a", "b")
-    )
-    for svc in services:
-        await svc.start()
-    await services[0].owner_checks.close()  # node a acts on no notification by itself
-    try:
+    # Node a hears b's takeovers but acts on none by itself: the test sends the commands.
+    async with in_process_nodes(postgres_server.create_database(), quiet_a=True) as services:
         yield services
-    finally:
-        for svc in services:
-            await svc.stop()
 
 
 def record(svc: Daemon, *types: type[Command[Any]]) -> list[str]:

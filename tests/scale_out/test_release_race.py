@@ -11,35 +11,18 @@ from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import pytest
-from support.pg_nodes import HANG_GUARD_S, sql, until
+from support.pg_nodes import HANG_GUARD_S, in_process_nodes, sql, until
 from support.postgres import PostgresServer
 
-from ramakv_daemon.adapters.backends.noop import NoopBackend
-from ramakv_daemon.adapters.postgres.store import PostgresSessionStore
-from ramakv_daemon.bootstrap import Daemon, build
-from ramakv_daemon.config import Config
+from ramakv_daemon.bootstrap import Daemon
 from ramakv_daemon.core.manager import recompute_refcounts
 from ramakv_daemon.ports import WriteBatch
 
 
 @pytest.fixture
 async def nodes(postgres_server: PostgresServer) -> AsyncIterator[tuple[Daemon, ...]]:
-    url = postgres_server.create_database()
-    services = tuple(
-        build(
-            Config(session_store_url=url, node_id=node, ownership_check_s=3600.0),
-            PostgresSessionStore(url, node),
-            NoopBackend(),
-        )
-        for node in ("a", "b")
-    )
-    for svc in services:
-        await svc.start()
-    try:
+    async with in_process_nodes(postgres_server.create_database(), quiet_a=False) as services:
         yield services
-    finally:
-        for svc in services:
-            await svc.stop()
 
 
 async def ok(svc: Daemon, **event: Any) -> dict[str, Any]:

@@ -151,3 +151,32 @@ def stopped(d: DaemonProcess) -> Iterator[None]:
         yield
     finally:
         d.proc.send_signal(signal.SIGCONT)
+
+
+@contextlib.asynccontextmanager
+async def in_process_nodes(url: str, quiet_a: bool = False) -> AsyncIterator[tuple[Any, ...]]:
+    """Two in-process daemons, nodes "a" and "b", on the database ``url`` (noop backend;
+    ownership checks hourly); ``quiet_a``: node a hears b's takeovers but acts on none by
+    itself (its owner checks closed: a test sends the commands)."""
+    from ramakv_daemon.adapters.backends.noop import NoopBackend
+    from ramakv_daemon.adapters.postgres.store import PostgresSessionStore
+    from ramakv_daemon.bootstrap import build
+    from ramakv_daemon.config import Config
+
+    services = tuple(
+        build(
+            Config(session_store_url=url, node_id=node, ownership_check_s=3600.0),
+            PostgresSessionStore(url, node),
+            NoopBackend(),
+        )
+        for node in ("a", "b")
+    )
+    for svc in services:
+        await svc.start()
+    if quiet_a:
+        await services[0].owner_checks.close()
+    try:
+        yield services
+    finally:
+        for svc in services:
+            await svc.stop()
