@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import gc
+import math
 import tempfile
 import time
 from collections.abc import Awaitable, Callable
@@ -23,6 +24,7 @@ from typing import Any
 from ramakv_daemon.adapters.backends.noop import NoopBackend
 from ramakv_daemon.adapters.sqlite.store import SqliteSessionStore
 from ramakv_daemon.bootstrap import build
+from ramakv_daemon.bus.commands import ActIdle
 from ramakv_daemon.config import Config
 from ramakv_daemon.core.session import Session
 from ramakv_daemon.sweeps.idle_policy import BATCH, SLICE, IdlePolicy, SweepResult
@@ -97,6 +99,9 @@ async def one_side(
         # The daemon's own sweep (batched through the bus: ActIdle), sliced as asked.
         sweep = daemon.idle_sweep
         sweep.slice_size, sweep.batch = slice_size, batch
+        if slice_size >= sessions:  # one piece: every due event in one batch, one step
+            acting = daemon.bus.handlers[ActIdle]
+            acting.max_batch, acting.step_cpu_s = sessions, math.inf  # type: ignore[attr-defined]
 
         async def host() -> SweepResult:
             due = sweep._due(daemon.default, IdlePolicy(SUSPEND_S, CLOSE_S), list(people_ids), NOW)
@@ -156,8 +161,9 @@ def table(res: dict[str, Any]) -> str:
         f"{res['sessions']:,} sessions x {res['refs']} chunks on SQLite: 10 % idle past "
         f"idle_close_s, 40 % past idle_suspend_s; {s['suspended']:,} suspends and "
         f"{s['closed']:,} closes through the event pipeline. Sliced = {res['slice']} sessions "
-        f"a loop step, {res['batch']} events in flight (the daemon's); one piece = all at "
-        f"once; by a host = the same events sent to the service {res['batch']} at a time.",
+        f"a loop step, its due events in batches of one short step each (the daemon's "
+        f"ActIdle); one piece = all at once, one batch; by a host = the same events sent "
+        f"to the service {res['batch']} at a time.",
         "",
         "| sweep | longest loop stall ms (CPU ms) | p99 gap ms | sweep ms | events/s | "
         "stall with nothing due ms (CPU ms) |",
