@@ -23,7 +23,9 @@ class FlakyStore(SqliteSessionStore):
     async def write(self, batch: WriteBatch) -> None:
         self.writes += 1
         if self.failing:
-            await asyncio.sleep(0.01)  # let concurrent events queue up behind this batch
+            # One loop step: concurrent events queue behind this batch (the assertions hold
+            # whichever batch each lands in: every write fails while ``failing`` is set).
+            await asyncio.sleep(0)
             raise OSError(28, "No space left on device")
         await super().write(batch)
 
