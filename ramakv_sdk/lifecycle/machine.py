@@ -38,6 +38,7 @@ class Signal(enum.Enum):
     SUSPEND_DUE = "suspend_due"  # the tool pause grace ended
     RUN_END_DUE = "run_end_due"  # the run end grace ended
     IDLE_DUE = "idle_due"  # no request for the idle close time
+    HORIZON_DUE = "horizon_due"  # a final answer's session did not come back in time
     HOST_SUSPEND = "host_suspend"  # a framework hook: a slow tool starts
     HOST_RESTORE = "host_restore"  # a framework hook: the tool is done
     HOST_CLOSE = "host_close"  # a framework hook: the run ended, close declared
@@ -48,6 +49,7 @@ DUE = {
     Signal.SUSPEND_DUE: "suspend",
     Signal.RUN_END_DUE: "run_end",
     Signal.IDLE_DUE: "idle",
+    Signal.HORIZON_DUE: "horizon",
 }
 _OPEN = (State.IDLE, State.TOOL_PAUSE, State.RUN_END, State.SUSPENDED)
 
@@ -59,6 +61,8 @@ TABLE: dict[tuple[State, Signal], State] = {
     (State.TOOL_PAUSE, Signal.SUSPEND_DUE): State.SUSPENDED,
     (State.RUN_END, Signal.RUN_END_DUE): State.SUSPENDED,
     **{(s, Signal.IDLE_DUE): State.CLOSED for s in _OPEN},
+    # Only bookkeeping for the adaptive grace: the session stays where it is.
+    **{(s, Signal.HORIZON_DUE): s for s in _OPEN},
     **{(s, Signal.HOST_SUSPEND): State.SUSPENDED for s in _OPEN if s is not State.SUSPENDED},
     (State.SUSPENDED, Signal.HOST_RESTORE): State.IDLE,
     **{(s, Signal.HOST_CLOSE): State.CLOSED for s in (*_OPEN, State.IN_FLIGHT)},
@@ -71,12 +75,14 @@ class IllegalStep(RuntimeError):
 
 @dataclass(frozen=True, slots=True)
 class Policy:
-    """The graces in seconds (0 = never) and whether a client leaving closes."""
+    """The graces in seconds (0 = never), whether a client leaving closes, and the
+    horizon: how long after a final answer a return still counts as one (0 = forever)."""
 
     tool_pause_s: float = 2.0
     run_end_s: float = 5.0
     idle_s: float = 900.0
     close_on_disconnect: bool = True
+    horizon_s: float = 0.0
 
 
 # ---- commands ----------------------------------------------------------------------------
@@ -131,11 +137,17 @@ class ReturnGap:
 
 
 @dataclass(frozen=True, slots=True)
+class NoReturn:
+    """A final answer's session did not come back within the horizon, or was closed
+    first: a run end that needed no grace (for the adaptive grace)."""
+
+
+@dataclass(frozen=True, slots=True)
 class Forget:
     """Nothing left to remember of the session."""
 
 
-Command = Send | Restore | TurnStart | Arm | Disarm | Count | ReturnGap | Forget
+Command = Send | Restore | TurnStart | Arm | Disarm | Count | ReturnGap | NoReturn | Forget
 
 
 @dataclass(slots=True)
@@ -186,8 +198,12 @@ class SessionMachine:
             cmds += [Count("suspends_run_end"), Send("session_suspend", "run_end", True)]
             self.suspended_by = "run_end"
         elif signal is Signal.IDLE_DUE:
-            cmds += [*self._disarm_all(), Count("closes_idle")]
+            cmds += [*self._no_return(), *self._disarm_all(), Count("closes_idle")]
             cmds += [Send("session_close", "idle", True), Forget()]
+        elif signal is Signal.HORIZON_DUE:
+            cmds += self._no_return()
+            if self.state is State.IDLE and not self.deadlines:
+                cmds.append(Forget())
         elif signal is Signal.HOST_SUSPEND:
             cmds += [*self._disarm("suspend", "run_end"), Send("session_suspend", "slow_tool")]
             self.suspended_by = "slow_tool"
@@ -195,12 +211,13 @@ class SessionMachine:
             cmds.append(Restore("tool_done"))
             self.suspended_by = None
         elif signal is Signal.HOST_CLOSE:
-            cmds += [*self._disarm_all(), Send("session_close", "run_end"), Forget()]
+            cmds += [*self._no_return(), *self._disarm_all()]
+            cmds += [Send("session_close", "run_end"), Forget()]
         self.state = target
         return cmds
 
     def _request(self, now: float) -> list[Command]:
-        cmds: list[Command] = [*self._disarm("suspend", "run_end", "idle")]
+        cmds: list[Command] = [*self._disarm("suspend", "run_end", "horizon", "idle")]
         came_back = self.final_at is not None and self.state in (State.RUN_END, State.SUSPENDED)
         if self.state is State.TOOL_PAUSE:
             cmds.append(Count("suspends_cancelled"))
@@ -251,11 +268,23 @@ class SessionMachine:
             self.state = State.RUN_END
             self.final_at = now
             cmds.append(self._arm("run_end", now + policy.run_end_s))
+            if policy.horizon_s > 0:
+                # Never before the grace in force ends: a return it caught is a return.
+                horizon = max(policy.horizon_s, policy.run_end_s)
+                cmds.append(self._arm("horizon", now + horizon))
         if policy.idle_s > 0:
             cmds.append(self._arm("idle", now + policy.idle_s))
         if not self.deadlines:
             cmds.append(Forget())
         return cmds
+
+    def _no_return(self) -> list[Command]:
+        """The run end's outcome, once: its session did not come back (a later request is
+        no return gap then, so nothing is counted twice)."""
+        if self.final_at is None:
+            return []
+        self.final_at = None
+        return [*self._disarm("horizon"), NoReturn()]
 
     # ---- deadlines ------------------------------------------------------------------------
     def _arm(self, kind: str, at: float) -> Arm:
