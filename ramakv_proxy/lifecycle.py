@@ -9,7 +9,9 @@ request's begin and end and each due deadline to the pure machine
 * an agent run's final answer (an answer in words to a request that offered tools and
   carried their use): after the adaptive run-end grace, ``session_suspend`` (``run_end``,
   ``inferred``: a guess, the daemon never deletes on it); a session that comes back
-  after it is a misprediction, counted; its return gap feeds the grace;
+  after it is a misprediction, counted; its return gap feeds the grace, and so does a
+  run end whose session did not come back within the grace's horizon or was closed first
+  (``run_end_no_returns``: a run end that needed no grace);
 * a side call (a prompt that does not extend the session's context) goes to
   ``<sid>#branch``, closed (inferred, ``branch_end``) after its answer;
 * a client that leaves mid-answer, unless a newer request of the session came (a retry),
@@ -46,6 +48,7 @@ from ramakv_sdk.lifecycle.machine import (
     Disarm,
     Forget,
     IllegalStep,
+    NoReturn,
     Policy,
     Restore,
     ReturnGap,
@@ -71,6 +74,7 @@ _DUE_SIGNAL = {
     "suspend": Signal.SUSPEND_DUE,
     "run_end": Signal.RUN_END_DUE,
     "idle": Signal.IDLE_DUE,
+    "horizon": Signal.HORIZON_DUE,
 }
 
 
@@ -95,6 +99,7 @@ class LifecycleStats:
     suspends_run_end: int = 0  # inferred session_suspend after an agent's final answer
     run_end_cancelled: int = 0  # ... not sent: a request for the session came within it
     run_end_mispredictions: int = 0  # a session came back after its run-end suspend
+    run_end_no_returns: int = 0  # final answers not followed by a return within the horizon
     branches: int = 0  # side calls sent to <sid>#branch (their prompt did not extend)
     closes_branch: int = 0  # branch sessions closed (inferred) after their answer
     branches_promoted: int = 0  # a prompt extended the last side call: history rewritten
@@ -187,6 +192,7 @@ class Lifecycle:
             self.grace.seconds,
             s.session_idle_close_s,
             s.close_on_disconnect,
+            self.grace.horizon,
         )
 
     # ---- routing ----------------------------------------------------------------------------
@@ -437,6 +443,9 @@ class Lifecycle:
                     )
             elif isinstance(c, ReturnGap):
                 self.grace.observe(c.seconds)
+            elif isinstance(c, NoReturn):
+                self.stats.run_end_no_returns += 1
+                self.grace.observe_no_return()
             elif isinstance(c, Forget):
                 self._forget(sid)
         self._mark_dirty()

@@ -8,6 +8,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from ramakv_proxy.grace import HORIZON_S
 from ramakv_proxy.lifecycle import Lifecycle
 from ramakv_sdk.sender import EventSender
 
@@ -41,6 +42,12 @@ _DECISIONS = (
         "run_end_mispredictions",
         "ramakv_proxy_run_end_mispredictions",
         "Sessions that came back after their run-end suspend",
+    ),
+    (
+        "run_end_no_returns",
+        "ramakv_proxy_run_end_no_returns",
+        f"Final answers whose session did not come back within {HORIZON_S:g} s or was "
+        "closed first (each pulls the run-end grace down)",
     ),
     ("branches", "ramakv_proxy_branches", "Side calls reported as the session's branch"),
     ("closes_branch", "ramakv_proxy_closes_branch", "Branch sessions closed after their answer"),
@@ -118,7 +125,8 @@ class _ProxyCollector(Collector):
         yield restores
         yield GaugeMetricFamily(
             "ramakv_proxy_run_end_grace_seconds",
-            "The run-end grace now (the 0.9 quantile of observed return gaps, clamped)",
+            "The run-end grace now (the 0.9 quantile of recent run ends' return gaps, "
+            "a run end with no return counting 0; clamped)",
             value=life.grace.seconds,
         )
         yield GaugeMetricFamily(
