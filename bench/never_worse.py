@@ -267,6 +267,9 @@ def proxy_figures(daemon_url: str, proxy_url: str) -> dict[str, Any]:
         "daemon_chunks_sent": sent,
         "suspends_run_end": nw.first_stat(stats, "suspends_run_end"),
         "closes_run_end": nw.first_stat(stats, "closes_run_end"),
+        # where the adaptive grace ended and the evidence that moved it down
+        "run_end_no_returns": nw.first_stat(stats, "run_end_no_returns"),
+        "run_end_grace_s": nw.first_stat(stats, "run_end_grace_s"),
         "suspends": nw.first_stat(stats, "suspends"),
         "restores": nw.first_stat(stats, "restores"),
     }

@@ -84,7 +84,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="suspend a session (inferred: its chunks are ordered cold, never deleted) this "
         "long after an agent's final answer (an answer calling no tool, to a request that "
         "offered tools and carried a tool's use) when no new request came; the grace then "
-        "follows the 0.9 quantile of observed return gaps, in [0.5, 60] s "
+        "follows the 0.9 quantile of recent run ends' return gaps, a run end with no "
+        "return within 60 s counting 0, in [0.5, 60] s "
         f"(0 = never; {_DEFAULTS.run_end_grace_s:g})",
     )
     p.add_argument(

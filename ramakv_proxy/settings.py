@@ -23,7 +23,8 @@ class ProxySettings:
     a retry); one whose agent run ended (an answer that calls no tool, to a request that
     offered tools and carried their use) is suspended, inferred, after ``run_end_grace_s``
     with no new request (0 = never; the grace then adapts to the sessions' observed
-    return gaps). ``daemon_wait_ms`` bounds what a request waits on the daemon's answers
+    return gaps, a run end with no return within 60 s counting as one that needed none).
+    ``daemon_wait_ms`` bounds what a request waits on the daemon's answers
     (a timeout opens a circuit breaker); ``state_file`` keeps pending suspends and closes
     over a restart (None = not kept); ``scope_sessions_by_key`` prefixes each session id
     with a hash of the caller's API key. ``turn_start_prefetch`` is
