@@ -333,8 +333,9 @@ class SessionManager(OperatorEvict):
         if not session.suspended:
             # Parked first: the chunks it releases are named (by its stored map), so none
             # is stamped released only to be taken off again.
-            self._park(change, session.unique_hashes(), +1)
-            self._release(change, session.unique_hashes(), session_id, now)
+            hashes = session.unique_hashes()
+            self._park(change, hashes, +1)
+            self._release(change, hashes, session_id, now)
             if not inferred and change.evict_cold:
                 change.evict_demote.extend(change.evict_cold)
                 change.evict_cold.clear()

@@ -102,10 +102,18 @@ class RefcountTable:
     def incr(self, hashes: Sequence[str], changed: dict[str, int]) -> None:
         """Add one reference per listing of each hash; record previous counts in ``changed``."""
         counts = self._counts
-        get = counts.get
         remember = changed.setdefault
-        # A plain loop: measured 2x faster than map/zip/dict.update batches on 28 hashes.
         shared = self._shared
+        olds = counts.add_one(hashes) if type(counts) is CountTable else None
+        if olds is not None:
+            for h, old in zip(hashes, olds, strict=True):
+                remember(h, old)
+                if old == 1:
+                    shared.add(h)
+            self._total += len(hashes)
+            return
+        get = counts.get
+        # A plain loop: measured 2x faster than map/zip/dict.update batches on 28 hashes.
         for h in hashes:
             old = get(h, 0)
             remember(h, old)
@@ -124,6 +132,14 @@ class RefcountTable:
         counts = self._counts
         remember = changed.setdefault
         shared = self._shared
+        olds = counts.take_one(hashes) if type(counts) is CountTable else None
+        if olds is not None:
+            for h, old in zip(hashes, olds, strict=True):
+                remember(h, old)
+                if old == 2:
+                    shared.discard(h)
+            self._total -= len(hashes)
+            return list(compress(hashes, map((1).__eq__, olds)))
         zeros: list[str] = []
         known = len(changed)  # remember() appends: the entries from ``known`` on are ours
         done = 0

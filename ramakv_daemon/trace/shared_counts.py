@@ -32,9 +32,9 @@ def counts_above(maps: Sequence[PackedMap], table: CountTable, own: int) -> list
     Every map's codes go through one pass: the table's bitmap (CountTable.code_filter)
     drops the codes it never held, nearly all of a suspended map's after a restart, at a
     probe each; the few left are searched in the keys at once, each in its bucket of a
-    few keys (:func:`_positions`), the ones not among them in the table's dict. A binary search
-    per code (~0.1-0.15 ms a suspended 512-chunk map at 20,000 x 512) was the cost of a
-    snapshot at scale.
+    few keys (:meth:`CountTable.positions`), the ones not among them in the table's dict. A
+    binary search per code (~0.1-0.15 ms a suspended 512-chunk map at 20,000 x 512) was the
+    cost of a snapshot at scale.
 
     The bitmap and the buckets are built by the first call for several maps (0.1-0.3 s
     at 10 M keys); one map alone (an event's record) never builds them: until a bulk read
@@ -79,7 +79,7 @@ def _counts_of(cand: Any, table: CountTable, bulk: bool) -> Any:
     found = np.zeros(len(cand), dtype=bool)
     if len(cand) and len(keys):
         if bulk:
-            pos = _positions(keys, cand, table)
+            pos = table.positions(cand)
         else:
             pos = np.minimum(np.searchsorted(keys, cand), len(keys) - 1)
         found = keys[pos] == cand
@@ -98,29 +98,6 @@ def _counts_of(cand: Any, table: CountTable, bulk: bool) -> Any:
         for j in listed.tolist():
             n[j] = get(text_of(int(cand[j])), 0)
     return n
-
-
-def _positions(keys: Any, cand: Any, table: CountTable) -> Any:
-    """Where each code of ``cand`` is, or would go, among ``keys`` (clipped to the last):
-    a binary search inside each code's bucket of the table, all codes a step at a time
-    (a handful of steps: the buckets hold ~8 keys; numpy's searchsorted walks the whole
-    array a code at a time, ~20 cache misses each)."""
-    import numpy as np
-
-    starts, shift = table.bucket_starts()
-    b = (cand >> shift) + (len(starts) >> 1)
-    lo = starts[b].astype(np.int64)
-    hi = starts[b + 1].astype(np.int64)
-    last = len(keys) - 1
-    while True:
-        open_ = lo < hi
-        if not open_.any():
-            break
-        mid = (lo + hi) >> 1
-        below = keys[np.minimum(mid, last)] < cand
-        lo = np.where(open_ & below, mid + 1, lo)
-        hi = np.where(open_ & ~below, mid, hi)
-    return np.minimum(lo, last)
 
 
 def suspended_counts(

@@ -1,0 +1,133 @@
+"""A refcount step over many hashes on a start-up's array table (one vectorised lookup) leaves
+the same counts, previous values, zeros, shared set and total as the per-hash path on a dict,
+and an underflow raises with nothing changed."""
+
+from __future__ import annotations
+
+from array import array
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from ramakv_daemon.core.count_table import BULK, CountTable
+from ramakv_daemon.core.packed import PackedMap, code_of, text_of
+from ramakv_daemon.core.rebuild import Built
+from ramakv_daemon.core.refcount import RefcountTable
+
+IN_ARRAYS = [text_of(c) for c in range(-40, 600, 7)]  # 92 keys, negative ones included
+ELSEWHERE = [text_of(c) for c in range(1_000, 1_040, 3)] + ["not-hex", "0x1f"]
+POOL = IN_ARRAYS + ELSEWHERE
+STEP = st.tuples(
+    st.sampled_from(["incr", "decr"]),
+    st.one_of(  # distinct hashes (the bulk path), or any (repeats go hash by hash)
+        st.lists(st.sampled_from(POOL), min_size=BULK, max_size=3 * BULK, unique=True),
+        st.lists(st.sampled_from(POOL), max_size=3 * BULK),
+    ),
+    st.booleans(),  # as a packed map (codes known) where it can be one
+)
+
+
+def _tables(start: dict[str, int]) -> tuple[RefcountTable, RefcountTable]:
+    """The same counts twice: on a CountTable (arrays + dict) and on a plain dict."""
+    keys = sorted(int(h, 16) for h in IN_ARRAYS)
+    table = CountTable(array("q", keys), array("i", [0] * len(keys)), {})
+    for h, n in start.items():
+        table[h] = n
+    fast, model = RefcountTable(), RefcountTable()
+    fast.replace_all(Built(table, sum(start.values()), {h for h, n in start.items() if n > 1}))
+    model.replace_all(dict(start))
+    return fast, model
+
+
+def _same(fast: RefcountTable, model: RefcountTable) -> None:
+    assert dict(fast.items()) == dict(model.items())
+    assert set(fast.shared) == set(model.shared)
+    assert fast.shared.codes == model.shared.codes
+    assert fast.total_references() == model.total_references() == sum(model.counts.values())
+    table = fast.counts
+    assert isinstance(table, CountTable)
+    assert len(table) == len(model)
+    # The dict's codes (kept for bulk reads) follow the bulk steps too.
+    assert table.extra_codes == {c for c in map(code_of, table.extra) if c is not None}
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.dictionaries(st.sampled_from(POOL), st.integers(1, 3)), st.lists(STEP, max_size=12))
+def test_bulk_steps_match_the_per_hash_path(
+    start: dict[str, int], steps: list[tuple[str, list[str], bool]]
+) -> None:
+    _run(start, steps)
+
+
+def _run(start: dict[str, int], steps: list[tuple[str, list[str], bool]]) -> None:
+    fast, model = _tables(start)
+    table = fast.counts
+    assert isinstance(table, CountTable)
+    assert table.extra_codes is not None  # built now: the bulk steps must keep it
+    for op, hashes, packed in steps:
+        seq = (PackedMap.of(hashes) if packed else None) or hashes
+        got: dict[str, int] = {}
+        want: dict[str, int] = {}
+        if op == "incr":
+            fast.incr(seq, got)
+            model.incr(hashes, want)
+        else:
+            try:
+                want_zeros = model.decr(hashes, want)
+            except ValueError as err:
+                with pytest.raises(ValueError) as caught:
+                    fast.decr(seq, got)
+                assert str(caught.value) == str(err) and got == want == {}
+                _same(fast, model)
+                continue
+            assert fast.decr(seq, got) == want_zeros
+        assert got == want and list(got) == list(want)
+        _same(fast, model)
+        fast.restore(got)
+        model.restore(want)
+        _same(fast, model)
+        # Again, kept this time.
+        if op == "incr":
+            fast.incr(seq, {})
+            model.incr(hashes, {})
+        else:
+            fast.decr(seq, {})
+            model.decr(hashes, {})
+        _same(fast, model)
+
+
+def test_a_large_step_takes_the_bulk_path_and_a_small_one_does_not() -> None:
+    fast, _ = _tables({})
+    table = fast.counts
+    assert isinstance(table, CountTable)
+    many = IN_ARRAYS[:BULK]
+    assert table.add_one(many) == [0] * BULK
+    assert table.add_one(many[: BULK - 1]) is None  # below the bulk size: per hash
+    assert table.add_one([*many, many[0]]) is None  # listed twice: per hash
+    assert table.take_one([*many[1:], "not-hex"]) is None  # not canonical: per hash
+    assert table.take_one([*many[1:], ELSEWHERE[0]]) is None  # not counted: per hash
+    assert dict(table.items()) == dict.fromkeys(many, 1)  # the refusals changed nothing
+    assert table.take_one(many) == [1] * BULK
+    assert len(table) == 0 and not table
+
+
+def test_the_property_test_reaches_the_bulk_path(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The comparison above, on steps that do go through add_one/take_one's bulk answers."""
+    taken: list[str] = []
+    for name in ("add_one", "take_one"):
+        real = getattr(CountTable, name)
+
+        def spy(self: CountTable, hashes: object, real=real, name=name) -> object:
+            out = real(self, hashes)
+            if out is not None:
+                taken.append(name)
+            return out
+
+        monkeypatch.setattr(CountTable, name, spy)
+    many = IN_ARRAYS[: 2 * BULK] + ELSEWHERE[:5]  # in the arrays and in the dict
+    _run(
+        dict.fromkeys(IN_ARRAYS[:BULK], 1),
+        [("incr", many, True), ("incr", many, False), ("decr", many, True), ("decr", many, False)],
+    )
+    assert {"add_one", "take_one"} <= set(taken)
