@@ -199,6 +199,11 @@ class CountTable(MutableMapping[str, int]):
         """True once a bulk read built :meth:`code_filter` and :meth:`bucket_starts`."""
         return self._filter is not None and self._starts is not None
 
+    @property
+    def bucketed(self) -> bool:
+        """True once :meth:`bucket_starts` was built (a bulk read or a bulk refcount step)."""
+        return self._starts is not None
+
     def code_filter(self) -> tuple[bytearray, int]:
         """``(bitmap, shift)``: no false negatives for "is this code held here": bit
         ``(code >> shift) + half`` (``half``: the bitmap's bits / 2) is set for every key

@@ -38,7 +38,8 @@ def counts_above(maps: Sequence[PackedMap], table: CountTable, own: int) -> list
 
     The bitmap and the buckets are built by the first call for several maps (0.1-0.3 s
     at 10 M keys); one map alone (an event's record) never builds them: until a bulk read
-    did, its codes are searched in the whole array, as a handful of maps cost.
+    did, its codes are searched in the whole array, as a handful of maps cost (in the
+    buckets once a refcount step over many hashes built them).
     """
     import numpy as np
 
@@ -78,7 +79,7 @@ def _counts_of(cand: Any, table: CountTable, bulk: bool) -> Any:
     n = np.zeros(len(cand), dtype=np.int64)
     found = np.zeros(len(cand), dtype=bool)
     if len(cand) and len(keys):
-        if bulk:
+        if bulk or table.bucketed:  # the buckets: built by a bulk read or refcount step
             pos = table.positions(cand)
         else:
             pos = np.minimum(np.searchsorted(keys, cand), len(keys) - 1)
