@@ -21,6 +21,7 @@ from ramakv_daemon.bus.commands import (
     ClientEvent,
     Command,
     ReleaseSession,
+    SettleOwed,
 )
 from ramakv_daemon.bus.handlers import handlers_of
 from ramakv_daemon.bus.messagebus import Dispatch, Handler, MessageBus
@@ -31,6 +32,7 @@ from ramakv_daemon.bus.ownership import (
     OwnedFirst,
     OwnerChecks,
     ReleasingSessions,
+    SettlingOwed,
 )
 from ramakv_daemon.commit.committer import GroupCommitter
 from ramakv_daemon.commit.ledger import OutboxLedger
@@ -441,6 +443,7 @@ def build(
             ReleaseSession: ReleasingSessions(ownership, pipeline, forks),
             CheckOwners: CheckingOwners(ownership, forks, dispatch),
             AdoptSession: AdoptingSessions(ownership),
+            SettleOwed: SettlingOwed(ownership),
         }
 
     bus = MessageBus(command_handlers, lanes, uow)
