@@ -11,6 +11,7 @@ from ramakv_daemon.core.catalogue import JsonObject
 from ramakv_daemon.core.session import Session
 from ramakv_daemon.pipeline.idempotency import Reply
 from ramakv_daemon.ports import Claimed
+from ramakv_protocol.records import BudgetBody
 
 R = TypeVar("R", covariant=True)
 
@@ -129,3 +130,16 @@ class SettleOwed(Command[int]):
 
     immediate: ClassVar[bool] = True
     owned: frozenset[str] = frozenset()
+
+
+@dataclass(frozen=True, slots=True)
+class DemoteOverBudget(Command[BudgetBody | None]):
+    """Run ``namespace``'s DDR budget pass at ``now`` (the budget policy found one due after
+    an event): whole sessions demoted in retention order, their private chunks sent to the
+    cache as demotions (best effort, not stored). Answered with the pass's trace record,
+    published after the event's (None: nothing to demote). Immediate: it runs inside the
+    event's handling, whose lane it must not wait for."""
+
+    immediate: ClassVar[bool] = True
+    namespace: str
+    now: float

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from ramakv_daemon.core.budget import Turn
@@ -28,14 +28,18 @@ class FollowUp:
     Attributes:
         prefetch: what is sent to the cache after it (a demoted session back is prefetched
             whole; None: the change's own).
+        budget_due: when a DDR budget pass is due after it (the policy's clock), if one is.
         budget_record: the trace record of the budget pass it triggered, if any.
     """
 
     prefetch: list[str] | None = None
+    budget_due: float | None = None
     budget_record: BudgetBody | None = None
 
 
-Reaction = Callable[[Outcome, FollowUp], None]
+# A step after a success. Most are plain calls; one that sends a command (the budget's
+# demotions) returns what to await, so an event without one creates no coroutine.
+Reaction = Callable[[Outcome, FollowUp], Awaitable[None] | None]
 
 
 def warn_forced(o: Outcome, _f: FollowUp) -> None:
@@ -76,11 +80,14 @@ class Reactions:
         self.managers = managers
         self.log_states = log_states
 
-    def succeeded(self, o: Outcome) -> None:
-        """Run every step, then count and log the event."""
+    async def succeeded(self, o: Outcome) -> None:
+        """Run every step, then count and log the event. A step's command is handled at
+        once (an immediate one, with no await of its own): all of it in one loop step."""
         follow = FollowUp()
         for step in self.steps:
-            step(o, follow)
+            sent = step(o, follow)
+            if sent is not None:
+                await sent
         elapsed = time.perf_counter() - o.started
         self.metrics.event(o.type_, True, elapsed)
         if log.isEnabledFor(logging.INFO):
