@@ -390,7 +390,7 @@ def build(
         store,
         fork_ids,
         ledger,
-        metrics.commit,
+        metrics,  # its CommitMeter: each commit's time and batch size
         config.idempotency_ttl_s,
         subscribers=(records, notices),
     )
