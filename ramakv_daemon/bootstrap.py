@@ -14,7 +14,7 @@ from typing import Any
 from ramakv_daemon.adapters.backends.factory import lmcache_factory
 from ramakv_daemon.adapters.backends.noop import NoopBackend
 from ramakv_daemon.adapters.sqlite.store import SqliteSessionStore
-from ramakv_daemon.bus.budget import DemotingOverBudget, SendDemotions
+from ramakv_daemon.bus.budget import BusDemotions, DemotingOverBudget
 from ramakv_daemon.bus.commands import (
     AdoptSession,
     BackgroundEvent,
@@ -59,6 +59,7 @@ from ramakv_daemon.pipeline.reactions import (
     Reactions,
     publish_budget,
     publish_event,
+    send_demotions,
     send_prefetch,
     warn_forced,
 )
@@ -412,12 +413,13 @@ def build(
         a client event for the session may wait for them (Ownership.before), and a lane
         that waits for that client would never open. The reactions are built here too: the
         DDR budget's pass, once the policy finds one due, is a DemoteOverBudget sent
-        through the bus (SendDemotions), between the policy and the event's prefetch."""
+        through the bus (the pipeline's Demotions port, BusDemotions), between the policy
+        and the event's prefetch."""
         reactions = Reactions(
             [
                 warn_forced,
                 BudgetPolicy(clock),
-                SendDemotions(dispatch),
+                send_demotions(BusDemotions(dispatch)),
                 send_prefetch,
                 publish_event(records),
                 publish_budget(records),

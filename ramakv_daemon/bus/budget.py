@@ -1,15 +1,13 @@
-"""The DDR budget's demotions as a command: the pass's handler, and the reaction that sends
-it through the bus when the budget policy finds one due."""
+"""The DDR budget's demotions as a command: the pass's handler, and the pipeline's port a due
+pass is sent through, implemented by sending that command."""
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable
 
 from ramakv_daemon.bus.commands import DemoteOverBudget
 from ramakv_daemon.bus.messagebus import Dispatch
-from ramakv_daemon.pipeline.outcome import Outcome
-from ramakv_daemon.pipeline.reactions import FollowUp
+from ramakv_daemon.pipeline.reactions import Demotions
 from ramakv_daemon.pipeline.unit_of_work import UnitOfWork
 from ramakv_daemon.routing.namespaces import Namespaces
 from ramakv_daemon.telemetry.metrics import DaemonMetrics
@@ -61,19 +59,15 @@ class DemotingOverBudget:
         }
 
 
-class SendDemotions:
-    """A reaction (the pipeline's port, given it by the composition root): the pass the
-    budget policy found due is a :class:`DemoteOverBudget` through the bus (``dispatch``),
-    its record the event's follow-up. Runs after the policy and before the event's
-    prefetch, so the demotions go out first, as the pass always did."""
+class BusDemotions(Demotions):
+    """The pipeline's :class:`~ramakv_daemon.pipeline.reactions.Demotions` port, the bus's
+    side: a due pass is a :class:`DemoteOverBudget` sent through ``dispatch`` (immediate,
+    and its handler never awaits: handled within the event's own loop step)."""
+
+    __slots__ = ("dispatch",)
 
     def __init__(self, dispatch: Dispatch) -> None:
         self.dispatch = dispatch
 
-    def __call__(self, o: Outcome, follow: FollowUp) -> Awaitable[None] | None:
-        if follow.budget_due is None:
-            return None  # the common case: no pass, no coroutine
-        return self._send(o.ns.key, follow.budget_due, follow)
-
-    async def _send(self, key: str, now: float, follow: FollowUp) -> None:
-        follow.budget_record = await self.dispatch(DemoteOverBudget(key, now))
+    async def demote(self, namespace: str, now: float) -> BudgetBody | None:
+        return await self.dispatch(DemoteOverBudget(namespace, now))

@@ -60,6 +60,31 @@ def send_prefetch(o: Outcome, f: FollowUp) -> None:
     o.ns.dispatcher.prefetch(o.session_id, hashes, request_id, o.effects.turn is Turn.START)
 
 
+class Demotions:
+    """The port a due DDR budget pass is sent through (the composition root gives the
+    bus's: a DemoteOverBudget command; the pipeline knows nothing above it)."""
+
+    __slots__ = ()
+
+    async def demote(self, namespace: str, now: float) -> BudgetBody | None:
+        """Run ``namespace``'s pass at ``now``; its trace record (None: nothing demoted)."""
+        return None
+
+
+def send_demotions(demotions: Demotions) -> Reaction:
+    """The pass the budget policy found due, through ``demotions``, its record the event's
+    follow-up; after the policy and before the event's prefetch, so the demotions go out
+    first. An event with no pass due creates no coroutine and calls nothing above."""
+
+    async def send(key: str, now: float, f: FollowUp) -> None:
+        f.budget_record = await demotions.demote(key, now)
+
+    def due(o: Outcome, f: FollowUp) -> Awaitable[None] | None:
+        return None if f.budget_due is None else send(o.ns.key, f.budget_due, f)
+
+    return due
+
+
 class Reactions:
     """The reactions after a successful event and the bookkeeping of a failed one."""
 
