@@ -14,13 +14,16 @@ from typing import Any
 from ramakv_daemon.adapters.backends.factory import lmcache_factory
 from ramakv_daemon.adapters.backends.noop import NoopBackend
 from ramakv_daemon.adapters.sqlite.store import SqliteSessionStore
+from ramakv_daemon.bus.budget import BusDemotions, DemotingOverBudget
 from ramakv_daemon.bus.commands import (
     AdoptSession,
     BackgroundEvent,
     CheckOwners,
     ClientEvent,
     Command,
+    DemoteOverBudget,
     ReleaseSession,
+    SettleOwed,
 )
 from ramakv_daemon.bus.handlers import handlers_of
 from ramakv_daemon.bus.messagebus import Dispatch, Handler, MessageBus
@@ -31,6 +34,7 @@ from ramakv_daemon.bus.ownership import (
     OwnedFirst,
     OwnerChecks,
     ReleasingSessions,
+    SettlingOwed,
 )
 from ramakv_daemon.commit.committer import GroupCommitter
 from ramakv_daemon.commit.ledger import OutboxLedger
@@ -55,6 +59,7 @@ from ramakv_daemon.pipeline.reactions import (
     Reactions,
     publish_budget,
     publish_event,
+    send_demotions,
     send_prefetch,
     warn_forced,
 )
@@ -215,7 +220,6 @@ class Daemon:
     ownership: Ownership
     owner_checks: OwnerChecks  # asks the bus to check (and release) what ownership is told
     answers: AnswerCache
-    pipeline: Pipeline
     fork_expiry: ForkExpiry
     idle_sweep: IdleSweep
     retention: RetentionSweep
@@ -387,29 +391,13 @@ def build(
         store,
         fork_ids,
         ledger,
-        metrics.commit,
+        metrics,  # its CommitMeter: each commit's time and batch size
         config.idempotency_ttl_s,
         subscribers=(records, notices),
     )
     uow = UnitOfWork(committer)  # every applied change, an event's or a command's, commits here
     ownership = Ownership(store, namespaces, committer, notices)
-    reactions = Reactions(
-        [
-            warn_forced,
-            BudgetPolicy(metrics, clock),
-            send_prefetch,
-            publish_event(records),
-            publish_budget(records),
-        ],
-        records,
-        metrics,
-        namespaces.managers,
-        config.trace_events,
-    )
     debug = DebugWriter(config.debug_dir) if config.debug_enabled else None
-    pipeline = Pipeline(
-        registry, namespaces, uow, ownership, records, reactions, debug, clock, limits
-    )
     answers = AnswerCache(config.idempotency_window)
     lanes = Lanes()
 
@@ -423,7 +411,27 @@ def build(
         The takeover step below asks for them by raising ReleaseFirst or AdoptFirst, which
         the client events' run (OwnedFirst) answers through the bus. Immediate, in no lane:
         a client event for the session may wait for them (Ownership.before), and a lane
-        that waits for that client would never open."""
+        that waits for that client would never open. The reactions are built here too: the
+        DDR budget's pass, once the policy finds one due, is a DemoteOverBudget sent
+        through the bus (the pipeline's Demotions port, BusDemotions), between the policy
+        and the event's prefetch."""
+        reactions = Reactions(
+            [
+                warn_forced,
+                BudgetPolicy(clock),
+                send_demotions(BusDemotions(dispatch)),
+                send_prefetch,
+                publish_event(records),
+                publish_budget(records),
+            ],
+            records,
+            metrics,
+            namespaces.managers,
+            config.trace_events,
+        )
+        pipeline = Pipeline(
+            registry, namespaces, uow, ownership, records, reactions, debug, clock, limits
+        )
         run = OwnedFirst(pipeline, ownership, dispatch).run
         forks = MovedForks(ownership, pipeline)
         return {
@@ -441,6 +449,8 @@ def build(
             ReleaseSession: ReleasingSessions(ownership, pipeline, forks),
             CheckOwners: CheckingOwners(ownership, forks, dispatch),
             AdoptSession: AdoptingSessions(ownership),
+            SettleOwed: SettlingOwed(ownership),
+            DemoteOverBudget: DemotingOverBudget(namespaces, metrics),
         }
 
     bus = MessageBus(command_handlers, lanes, uow)
@@ -472,7 +482,6 @@ def build(
         ownership,
         owner_checks,
         answers,
-        pipeline,
         fork_expiry,
         idle_sweep,
         retention,

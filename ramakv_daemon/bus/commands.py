@@ -1,5 +1,5 @@
-"""The typed commands sent through the bus (a client's event, background work); each names
-what it returns."""
+"""The typed commands sent through the bus (a client's event, ownership's, background
+work's, the DDR budget's); each names what it returns."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ from ramakv_daemon.core.catalogue import JsonObject
 from ramakv_daemon.core.session import Session
 from ramakv_daemon.pipeline.idempotency import Reply
 from ramakv_daemon.ports import Claimed
+from ramakv_protocol.records import BudgetBody
 
 R = TypeVar("R", covariant=True)
 
@@ -84,9 +85,9 @@ class ActIdle(Command[list[Action]]):
 @dataclass(frozen=True, slots=True)
 class CheckOwners(Command[int]):
     """Ask the database who owns the sessions held here (those of ``only`` when given; a
-    full check also ends orphaned forks and settles owed rows) and release each one owned
-    elsewhere or by nobody (a :class:`ReleaseSession` each); answered with how many were
-    released (StoreError: none)."""
+    full check also ends orphaned forks and then settles owed rows: a :class:`SettleOwed`)
+    and release each one owned elsewhere or by nobody (a :class:`ReleaseSession` each);
+    answered with how many were released (StoreError: none)."""
 
     immediate: ClassVar[bool] = True
     only: frozenset[str] | None = None
@@ -115,3 +116,30 @@ class AdoptSession(Command[bool]):
 
     immediate: ClassVar[bool] = True
     claimed: Claimed
+
+
+@dataclass(frozen=True, slots=True)
+class SettleOwed(Command[int]):
+    """Evict what this node's owed rows (the store's: what a takeover or an operator's
+    close left this node to release) name and nothing here references, for the sessions
+    it does not hold (lost while it held them not) or holds as their owner again
+    (``owned``: the database said so); the rows deleted in the transaction that queues
+    the evictions. Refcounts are never touched. Answered with the chunks evicted (0
+    before start-up's load, or on an embedded store; StoreError: nothing settled).
+    Immediate: a full check (in no lane) sends it."""
+
+    immediate: ClassVar[bool] = True
+    owned: frozenset[str] = frozenset()
+
+
+@dataclass(frozen=True, slots=True)
+class DemoteOverBudget(Command[BudgetBody | None]):
+    """Run ``namespace``'s DDR budget pass at ``now`` (the budget policy found one due after
+    an event): whole sessions demoted in retention order, their private chunks sent to the
+    cache as demotions (best effort, not stored). Answered with the pass's trace record,
+    published after the event's (None: nothing to demote). Immediate: it runs inside the
+    event's handling, whose lane it must not wait for."""
+
+    immediate: ClassVar[bool] = True
+    namespace: str
+    now: float

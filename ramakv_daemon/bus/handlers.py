@@ -204,7 +204,7 @@ class ActingIdle:
                 writing.append((len(actions), o))
                 actions.append("failed")  # until its commit
             else:  # its condition held it back: traced as the pipeline does
-                self.reactions.succeeded(o)
+                await self.reactions.succeeded(o)
                 actions.append(action_of(o))
         if not writing:
             return actions
@@ -219,7 +219,7 @@ class ActingIdle:
                 self.reactions.failed(o.type_, o.session_id, str(err), o.started)
             return actions
         for i, o in writing:
-            self.reactions.succeeded(o)
+            await self.reactions.succeeded(o)
             actions[i] = action_of(o)
         return actions
 

@@ -1,5 +1,6 @@
 """Ownership's commands: what the database says another node holds is closed here, what an
-event claimed from another node is adopted here."""
+event claimed from another node is adopted here, what this node owes its cache for
+sessions lost while it held them not is evicted."""
 
 from __future__ import annotations
 
@@ -7,14 +8,14 @@ import asyncio
 import logging
 from contextlib import AbstractContextManager, ExitStack
 
-from ramakv_daemon.bus.commands import AdoptSession, CheckOwners, ReleaseSession
+from ramakv_daemon.bus.commands import AdoptSession, CheckOwners, ReleaseSession, SettleOwed
 from ramakv_daemon.bus.messagebus import Dispatch, MessageBus
 from ramakv_daemon.core.catalogue import JsonObject
 from ramakv_daemon.ownership.ownership import AdoptFirst, Ownership, ReleaseFirst
 from ramakv_daemon.pipeline.idempotency import AnswerSlot, Reply
 from ramakv_daemon.pipeline.pipeline import FENCED_TRIES, Pipeline
 from ramakv_daemon.pipeline.unit_of_work import UnitOfWork
-from ramakv_daemon.ports import StoreError, StoreFenced
+from ramakv_daemon.ports import EvictMode, OutboxRowIn, StoreError, StoreFenced
 
 log = logging.getLogger("ramakv.ownership")
 
@@ -98,8 +99,9 @@ class ReleasingSessions:
 
 class CheckingOwners:
     """Handles :class:`CheckOwners`: one question to the database, then a
-    :class:`ReleaseSession` per session lost, each sent through the bus (``dispatch``; an
-    immediate command: a release must not wait in any lane)."""
+    :class:`ReleaseSession` per session lost and (a full check) a :class:`SettleOwed`,
+    each sent through the bus (``dispatch``; immediate commands: a release must not wait
+    in any lane)."""
 
     def __init__(self, ownership: Ownership, forks: MovedForks, dispatch: Dispatch) -> None:
         self.ownership = ownership
@@ -119,7 +121,7 @@ class CheckingOwners:
             if await self.dispatch(ReleaseSession(sid, seen, owner)):
                 released += 1
         if only is None:
-            await own.settle_owed(owned)
+            await self.dispatch(SettleOwed(frozenset(owned)))
         return released
 
     async def _end_orphan_forks(self) -> None:
@@ -131,6 +133,46 @@ class CheckingOwners:
             owners = await store.fork_owners_of([f.fork_id for _, f in orphans])
             for key, f in orphans:
                 await self.forks.end_here(key, f.session_id, f.fork_id, owners)
+
+
+class SettlingOwed:
+    """Handles :class:`SettleOwed`: the owed rows read, those due (ownership says which,
+    and which of their chunks nothing here holds) settled in one store transaction that
+    queues their evictions in this node's outbox, then handed to the dispatchers. One
+    settlement at a time (start-up's and a full check's may overlap)."""
+
+    def __init__(self, ownership: Ownership) -> None:
+        self.ownership = ownership
+        self.chunks = 0  # evictions queued from owed rows (sessions lost while away)
+        self._settling = asyncio.Lock()
+
+    async def __call__(self, command: SettleOwed, _uow: UnitOfWork) -> int:
+        own = self.ownership
+        if not own.shared or not own.started:  # the refcounts it reads are not loaded yet
+            return 0
+        store = own.shared_store
+        async with self._settling:
+            due = own.owed_due(await store.owed_releases(), set(command.owned))
+            if not due:
+                return 0
+            free = own.free_chunks(due)
+            committer = own.committer
+            rows: list[OutboxRowIn] = []
+            for key, hashes in free.items():
+                rows.append((committer.next_row_id, key, [(h, EvictMode.DELETE) for h in hashes]))
+                committer.next_row_id += 1
+            await store.settle_owed(rows, [o.row_id for o in due])
+        for row, key, entries in rows:
+            own.namespaces[key].dispatcher.evictions_committed([h for h, _ in entries], [], row)
+        count = sum(len(hashes) for hashes in free.values())
+        self.chunks += count
+        log.info(
+            "settled %d owed releases (sessions lost while this node held them not): "
+            "%d chunks nothing here references evicted",
+            len(due),
+            count,
+        )
+        return count
 
 
 class AdoptingSessions:
@@ -258,12 +300,20 @@ class OwnerChecks:
 
     async def start(self) -> None:
         """After start-up's load: the notices' checker, and what this node owes for
-        sessions taken from it or closed while it was down."""
-        if self.ownership.shared:
+        sessions taken from it or closed while it was down (a :class:`SettleOwed`; a
+        failure waits for the next full check)."""
+        own = self.ownership
+        if own.shared:
             self._checker = asyncio.get_running_loop().create_task(
                 self._check_due(), name="ownership-check"
             )
-        await self.ownership.start()
+        own.start()
+        if not own.shared:  # an embedded store has no other nodes: nothing is ever owed
+            return
+        try:
+            await self.bus.handle(SettleOwed(frozenset(own.settled_sessions(None))))
+        except StoreError as err:
+            log.warning("settling owed releases at start-up failed: %s", err)
 
     async def close(self) -> None:
         if self._checker is not None:

@@ -6,13 +6,19 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from itertools import repeat
 
 from ramakv_daemon.commit.holding import Holding, watch
 from ramakv_daemon.commit.ledger import OutboxLedger
-from ramakv_daemon.commit.record import ChangeRecord, Committed, Fenced, Subscriber
+from ramakv_daemon.commit.record import (
+    ChangeRecord,
+    CommitMeter,
+    Committed,
+    Fenced,
+    Subscriber,
+)
 from ramakv_daemon.core.change import Change
 from ramakv_daemon.core.fork import Fork, ForkIds
 from ramakv_daemon.core.session import Session
@@ -82,14 +88,14 @@ class GroupCommitter:
         store: SessionStore,
         fork_ids: ForkIds,
         ledger: OutboxLedger | None = None,
-        on_commit: Callable[[float, int], None] | None = None,
+        meter: CommitMeter | None = None,
         event_id_ttl_s: float = 3600.0,
         *,
         subscribers: Sequence[Subscriber] = (),
     ) -> None:
         """``fork_ids``: the store-wide fork id counter (stored with every commit that
         writes forks); ``ledger``: what is in doubt, and where retired rows are picked up;
-        ``on_commit(seconds, batch size)``: after each commit (metrics); ``subscribers``:
+        ``meter``: told each commit's time and batch size (the metrics); ``subscribers``:
         told each batch made durable (Committed) and the sessions a fenced commit found
         changed elsewhere (Fenced), in this order, before any waiter resumes — after the
         ledger, which is always told first (it leaves every row whole for delivery, and
@@ -98,7 +104,7 @@ class GroupCommitter:
         self.store = store
         self.fork_ids = fork_ids
         self.ledger = ledger if ledger is not None else OutboxLedger()
-        self.on_commit = on_commit
+        self.meter = meter
         self.subscribers: tuple[Subscriber, ...] = (self.ledger, *subscribers)
         # Each told only what it listens to (the port's no-op is never called per commit).
         self._on_committed = tuple(
@@ -272,8 +278,8 @@ class GroupCommitter:
         finally:
             BACKGROUND.reset(token)
         self.last_error = None
-        if self.on_commit is not None:
-            self.on_commit(time.perf_counter() - started, len(batch))
+        if self.meter is not None:
+            self.meter.commit(time.perf_counter() - started, len(batch))
         # Told before any waiter resumes: what a reply or a read sees next is committed.
         committed = Committed([p.record for p in batch if p.record is not None], row_of)
         for on_committed in self._on_committed:

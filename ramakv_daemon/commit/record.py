@@ -1,5 +1,5 @@
-"""What the group committer is handed (one applied change, finished) and what it hands
-back once durable (Committed) or refused by a fence (Fenced)."""
+"""What the group committer is handed (one applied change, finished), what it hands back
+once durable (Committed) or refused by a fence (Fenced), and the ports it tells through."""
 
 from __future__ import annotations
 
@@ -130,3 +130,14 @@ class Subscriber:
 
     def on_fenced(self, f: Fenced) -> None:
         """A commit refused by the store's fence."""
+
+
+class CommitMeter:
+    """The port a commit's cost is told through (the composition root gives the committer
+    the daemon's metrics; the committer knows nothing above it). Told after each durable
+    batch, before its subscribers."""
+
+    __slots__ = ()
+
+    def commit(self, seconds: float, batch: int) -> None:
+        """One group commit: how long its store transaction took, and its records."""

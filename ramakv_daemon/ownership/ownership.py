@@ -16,8 +16,6 @@ from ramakv_daemon.core.session import Session
 from ramakv_daemon.ownership.notices import Notices
 from ramakv_daemon.ports import (
     Claimed,
-    EvictMode,
-    OutboxRowIn,
     OwedRelease,
     SessionStore,
     SharedSessionStore,
@@ -104,7 +102,9 @@ class Ownership:
     Owed releases: whatever takes a session from this node records in that transaction
     what it owes its cache (the store's owed rows); a node that held nothing in memory then
     (down, restarted) settles them after start-up's load and on each full check, deleting
-    the chunks nothing here references. A release from memory only drops the rows.
+    the chunks nothing here references: the bus's SettleOwed command does it, this object
+    answers which rows are due and which of their chunks are free (:meth:`owed_due`,
+    :meth:`free_chunks`). A release from memory only drops the rows.
     """
 
     def __init__(
@@ -114,7 +114,8 @@ class Ownership:
         committer: GroupCommitter,
         notices: Notices | None = None,
     ) -> None:
-        """``committer``: what is in doubt, and the outbox rows' ids of settled owed rows;
+        """``committer``: what is in doubt (and, for the bus's SettleOwed, the outbox rows'
+        ids of settled owed rows);
         ``notices``: what the store and the committer (a fenced commit) tell this node's
         checker (the composition root gives the committer the same one)."""
         self.store = store
@@ -132,9 +133,7 @@ class Ownership:
         # session id -> the release under way (close and fork ends committed): a takeover
         # of that session waits for it, or its commit could delete the row just claimed.
         self._releasing: dict[str, asyncio.Future[None]] = {}
-        self.settled_chunks = 0  # evictions queued from owed rows (sessions lost while away)
-        self._started = False  # owed rows wait for start-up's load (its refcounts)
-        self._settling = asyncio.Lock()
+        self.started = False  # owed rows wait for start-up's load (its refcounts)
 
     @staticmethod
     @contextlib.contextmanager
@@ -309,7 +308,7 @@ class Ownership:
         pending = self.committer.uncommitted(ns.key)
         return {sid for c in pending for sid in c.prev_sessions}
 
-    def _settled(self, only: set[str] | None) -> dict[str, Session]:
+    def settled_sessions(self, only: set[str] | None) -> dict[str, Session]:
         """Sessions held here (those of ``only`` when given) with no change in doubt, as
         they are now: a later event replaces the object, which the release then sees."""
         out: dict[str, Session] = {}
@@ -326,7 +325,7 @@ class Ownership:
         """Held sessions (of ``only`` when given) the database says another node owns or
         nobody does: id -> (the session as it was when asked, its new owner); and those
         it says this node owns (StoreError: nothing known)."""
-        held = self._settled(only)
+        held = self.settled_sessions(only)
         owners = await self.shared_store.owners(list(held)) if held else {}
         node = self.shared_store.node_id
         lost = {sid: (s, owners.get(sid)) for sid, s in held.items() if owners.get(sid) != node}
@@ -383,50 +382,16 @@ class Ownership:
         except StoreError as err:
             log.info("owed rows of %r stay (settled later): %s", session_id, err)
 
-    async def start(self) -> None:
-        """After start-up's load: settle what this node owes for sessions taken from it
-        or closed while it was down (a failure waits for the next full check)."""
-        self._started = True
-        if not self.shared:  # an embedded store has no other nodes: nothing is ever owed
-            return
-        try:
-            await self.settle_owed(set(self._settled(None)))
-        except StoreError as err:
-            log.warning("settling owed releases at start-up failed: %s", err)
+    def start(self) -> None:
+        """After start-up's load: owed rows may be settled from now on (their refcounts
+        are loaded); the bus's SettleOwed settles them."""
+        self.started = True
 
-    async def settle_owed(self, owned: set[str]) -> int:
-        """Evict what the owed rows name and nothing here references, for sessions this
-        node does not hold (lost while it was down) or holds as their owner again
-        (``owned``: the database said so); a held session lost or in doubt is left to
-        its release from memory. Refcounts are never touched: a chunk nothing here holds
-        is deleted (as a close deletes its zeros), one still held (a session, a fork, a
-        suspended session's parked chunk) stays. The intents go to this node's outbox in
-        the transaction that deletes the rows, then to the dispatcher; the chunk count."""
-        if not self.shared or not self._started:
-            return 0
-        async with self._settling:
-            owed = await self.shared_store.owed_releases()
-            due = [o for o in owed if self._owes(o, owned)]
-            if not due:
-                return 0
-            free = self._free_chunks(due)
-            committer = self.committer
-            rows: list[OutboxRowIn] = []
-            for key, hashes in free.items():
-                rows.append((committer.next_row_id, key, [(h, EvictMode.DELETE) for h in hashes]))
-                committer.next_row_id += 1
-            await self.shared_store.settle_owed(rows, [o.row_id for o in due])
-        for row, key, entries in rows:
-            self.namespaces[key].dispatcher.evictions_committed([h for h, _ in entries], [], row)
-        count = sum(len(hashes) for hashes in free.values())
-        self.settled_chunks += count
-        log.info(
-            "settled %d owed releases (sessions lost while this node held them not): "
-            "%d chunks nothing here references evicted",
-            len(due),
-            count,
-        )
-        return count
+    def owed_due(self, owed: list[OwedRelease], owned: set[str]) -> list[OwedRelease]:
+        """The rows of ``owed`` to settle now: of sessions this node does not hold, or holds
+        as their owner again (``owned``: the database said so); a held session lost or in
+        doubt, or being released, is left to its release from memory."""
+        return [o for o in owed if self._owes(o, owned)]
 
     def _owes(self, owed: OwedRelease, owned: set[str]) -> bool:
         sid = owed.session_id
@@ -434,7 +399,7 @@ class Ownership:
             return False
         return not self._in_memory(sid) or sid in owned
 
-    def _free_chunks(self, due: list[OwedRelease]) -> dict[str, list[str]]:
+    def free_chunks(self, due: list[OwedRelease]) -> dict[str, list[str]]:
         """namespace -> the owed chunks no session, fork or parked map here holds now (the
         dispatcher checks each again as its evict is written)."""
         out: dict[str, dict[str, None]] = {}

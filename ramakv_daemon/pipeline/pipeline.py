@@ -99,7 +99,7 @@ class Pipeline:
             error = str(InvalidEvent(str(err)))
         else:
             o.started = started
-            self.reactions.succeeded(o)  # react
+            await self.reactions.succeeded(o)  # react
             return 200, o.reply()
         self.reactions.failed(type_, session_id, error, started)
         return status, {"ok": False, "type": type_, "error": error}

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from ramakv_daemon.core.budget import Turn
@@ -28,14 +28,18 @@ class FollowUp:
     Attributes:
         prefetch: what is sent to the cache after it (a demoted session back is prefetched
             whole; None: the change's own).
+        budget_due: when a DDR budget pass is due after it (the policy's clock), if one is.
         budget_record: the trace record of the budget pass it triggered, if any.
     """
 
     prefetch: list[str] | None = None
+    budget_due: float | None = None
     budget_record: BudgetBody | None = None
 
 
-Reaction = Callable[[Outcome, FollowUp], None]
+# A step after a success. Most are plain calls; one that sends a command (the budget's
+# demotions) returns what to await, so an event without one creates no coroutine.
+Reaction = Callable[[Outcome, FollowUp], Awaitable[None] | None]
 
 
 def warn_forced(o: Outcome, _f: FollowUp) -> None:
@@ -54,6 +58,31 @@ def send_prefetch(o: Outcome, f: FollowUp) -> None:
         request_id = None  # what it prefetches itself is for the session's next request
     hashes = o.change.prefetch if f.prefetch is None else f.prefetch
     o.ns.dispatcher.prefetch(o.session_id, hashes, request_id, o.effects.turn is Turn.START)
+
+
+class Demotions:
+    """The port a due DDR budget pass is sent through (the composition root gives the
+    bus's: a DemoteOverBudget command; the pipeline knows nothing above it)."""
+
+    __slots__ = ()
+
+    async def demote(self, namespace: str, now: float) -> BudgetBody | None:
+        """Run ``namespace``'s pass at ``now``; its trace record (None: nothing demoted)."""
+        return None
+
+
+def send_demotions(demotions: Demotions) -> Reaction:
+    """The pass the budget policy found due, through ``demotions``, its record the event's
+    follow-up; after the policy and before the event's prefetch, so the demotions go out
+    first. An event with no pass due creates no coroutine and calls nothing above."""
+
+    async def send(key: str, now: float, f: FollowUp) -> None:
+        f.budget_record = await demotions.demote(key, now)
+
+    def due(o: Outcome, f: FollowUp) -> Awaitable[None] | None:
+        return None if f.budget_due is None else send(o.ns.key, f.budget_due, f)
+
+    return due
 
 
 class Reactions:
@@ -76,11 +105,14 @@ class Reactions:
         self.managers = managers
         self.log_states = log_states
 
-    def succeeded(self, o: Outcome) -> None:
-        """Run every step, then count and log the event."""
+    async def succeeded(self, o: Outcome) -> None:
+        """Run every step, then count and log the event. A step's command is handled at
+        once (an immediate one, with no await of its own): all of it in one loop step."""
         follow = FollowUp()
         for step in self.steps:
-            step(o, follow)
+            sent = step(o, follow)
+            if sent is not None:
+                await sent
         elapsed = time.perf_counter() - o.started
         self.metrics.event(o.type_, True, elapsed)
         if log.isEnabledFor(logging.INFO):

@@ -7,6 +7,7 @@ import threading
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
+from ramakv_daemon.commit.record import CommitMeter
 from ramakv_daemon.ports import BackendResult
 from ramakv_protocol.version import package_version
 
@@ -16,7 +17,7 @@ if TYPE_CHECKING:
 _LATENCY_BUCKETS = (0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0, 5.0)
 
 
-class DaemonMetrics:
+class DaemonMetrics(CommitMeter):
     """Counters and gauges; label values are bounded (event types, ops, outcomes only).
 
     The prometheus_client objects are built on first use (:meth:`build`: the first count,

@@ -13,9 +13,16 @@ from support.daemon_app import RecordingBackend, StartDaemon
 
 from ramakv_daemon.adapters.sqlite.store import SqliteSessionStore
 from ramakv_daemon.bootstrap import build
-from ramakv_daemon.bus.commands import AdoptSession, CheckOwners, ReleaseSession
+from ramakv_daemon.bus.commands import (
+    AdoptSession,
+    CheckOwners,
+    DemoteOverBudget,
+    ReleaseSession,
+    SettleOwed,
+)
 from ramakv_daemon.bus.messagebus import MessageBus
-from ramakv_daemon.commit.record import Subscriber
+from ramakv_daemon.commit.committer import GroupCommitter
+from ramakv_daemon.commit.record import CommitMeter, Subscriber
 from ramakv_daemon.config import Config
 from ramakv_daemon.core.budget import Turn
 from ramakv_daemon.core.catalogue import EventSpec, session_id_of
@@ -142,10 +149,21 @@ def test_the_committer_tells_only_its_own_port(tmp_path: Path) -> None:
     assert subscribers == (d.committer.ledger, d.records, d.ownership.notices)
 
 
+def test_the_committer_meters_through_its_own_port(tmp_path: Path) -> None:
+    """A commit's time and batch size go to commit/'s CommitMeter port (the metrics
+    implement it), never a bare callable handed in."""
+    cfg = Config(session_store_path=str(tmp_path / "s.db"))
+    d = build(cfg, SqliteSessionStore(cfg.session_store_path), RecordingBackend())
+    assert isinstance(d.metrics, CommitMeter) and d.committer.meter is d.metrics
+    assert "on_commit" not in GroupCommitter.__init__.__code__.co_varnames
+
+
 def test_every_command_has_a_handler_built_with_the_bus() -> None:
-    """Ownership's commands are the bus's too, an adopt among them; the bus builds its
-    handlers as it is built (nothing is registered or bound afterwards)."""
+    """Ownership's commands are the bus's too, an adopt and a settlement among them, and
+    so is the DDR budget's pass; the bus builds its handlers as it is built (nothing is
+    registered or bound afterwards)."""
     d = build(Config(session_store_path=":memory:"), backend=RecordingBackend())
-    assert {AdoptSession, CheckOwners, ReleaseSession} <= set(d.bus.handlers)
+    commands = {AdoptSession, CheckOwners, ReleaseSession, SettleOwed, DemoteOverBudget}
+    assert commands <= set(d.bus.handlers)
     assert "handlers" in MessageBus.__init__.__code__.co_varnames
     assert not hasattr(MessageBus, "register")
