@@ -513,13 +513,19 @@ class SessionManager(OperatorEvict):
                 self.parked.pop(h, None)
 
     @contextmanager
-    def as_committed(self, pending: Sequence[Change]) -> Iterator[None]:
+    def as_committed(self, pending: Sequence[Change], chunks: bool = True) -> Iterator[None]:
         """Within the block, the state as it was before ``pending`` (applied changes not
-        yet durable, oldest first); afterwards exactly the state of now again.
+        yet durable, oldest first); afterwards exactly the state of now again. ``chunks``
+        False: only sessions and forks are taken back (a read of nothing else: putting
+        back a sweep step's suspends' counts cost a health check milliseconds).
 
         For reads while commits are in flight: an answer built from a change that is then
         rolled back would describe a state that never existed. The block must not await.
         """
+        if not chunks:
+            pending = [
+                Change(prev_sessions=c.prev_sessions, prev_forks=c.prev_forks) for c in pending
+            ]
         sessions, counts, parked = self.sessions, self.refcounts.counts, self.parked
         now_sessions: dict[str, Session | None] = {}
         now_forks: dict[int, Fork | None] = {}

@@ -6,7 +6,7 @@ from typing import cast
 
 from ramakv_daemon.core.change import Change
 from ramakv_daemon.handlers.messages import Bare
-from ramakv_daemon.handlers.registry import READ, HandlerContext, typed_event
+from ramakv_daemon.handlers.registry import SESSIONS_READ, HandlerContext, typed_event
 from ramakv_protocol.replies import HealthData
 
 
@@ -14,7 +14,7 @@ class Health(Bare, frozen=True, tag="health"):
     """health's message: no fields."""
 
 
-@typed_event(Health, "Health check", effects=READ)
+@typed_event(Health, "Health check", effects=SESSIONS_READ)
 def health(ctx: HandlerContext, msg: Health, now: float) -> Change:
     change = ctx.manager.health()
     data = cast(HealthData, change.data)  # built as one by core.reply_data.health

@@ -54,6 +54,10 @@ class Effects:
         turn: its bearing on the session's turn in flight (the DDR budget's pins).
         grows: it can bring chunks into DDR, so a budget pass may follow it.
         reads: it only reads: while commits are in doubt it answers from committed state.
+        reads_chunks: a read whose answer depends on the chunk tables (refcounts, parked);
+            False for one that reads only sessions and forks (health, session_map): while
+            commits are in doubt only those are taken back to their committed state, not
+            the hundreds of counts each pending suspend changed.
         debug_file: with debug_enabled, its debug_context is written to a debug file
             and the reply says ``debug_written``.
         takes_over: it acts on its session, which on a shared store another node may
@@ -66,6 +70,7 @@ class Effects:
     turn: Turn = Turn.NONE
     grows: bool = False
     reads: bool = False
+    reads_chunks: bool = True
     debug_file: bool = False
     takes_over: bool = False
     store_fork_id: bool = False
@@ -74,6 +79,7 @@ class Effects:
 
 NO_EFFECTS = Effects()
 READ = Effects(reads=True)
+SESSIONS_READ = Effects(reads=True, reads_chunks=False)
 
 
 @dataclass(frozen=True, slots=True)

@@ -7,7 +7,7 @@ from typing import Self
 from ramakv_daemon.core.catalogue import JsonObject, Limits, session_id_of, session_id_value
 from ramakv_daemon.core.change import Change
 from ramakv_daemon.handlers.messages import Message
-from ramakv_daemon.handlers.registry import READ, HandlerContext, typed_event
+from ramakv_daemon.handlers.registry import SESSIONS_READ, HandlerContext, typed_event
 
 
 class SessionRef(Message, frozen=True):
@@ -27,6 +27,6 @@ class SessionMap(SessionRef, frozen=True, tag="session_map"):
     """session_map's message."""
 
 
-@typed_event(SessionMap, "Get session cache state", effects=READ)
+@typed_event(SessionMap, "Get session cache state", effects=SESSIONS_READ)
 def session_map(ctx: HandlerContext, msg: SessionMap, now: float) -> Change:
     return ctx.manager.session_map(msg.session_id)

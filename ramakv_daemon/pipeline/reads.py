@@ -44,7 +44,9 @@ async def apply_settled(
     """
     busy = uow.busy
     if busy and effects.reads:
-        return await read_committed(apply, payload, ctx, managers, uow, delta, clock())
+        return await read_committed(
+            apply, payload, ctx, managers, uow, delta, clock(), effects.reads_chunks
+        )
     try:
         change = apply(ctx, payload, clock())
     except RamAKvError:
@@ -72,18 +74,20 @@ async def read_committed(
     uow: UnitOfWork,
     delta: Callable[[Change], Delta],
     now: float,
+    chunks: bool = True,
 ) -> tuple[Change, Delta | None]:
     """A read answered from committed state: every namespace's uncommitted changes are
     taken out for the (synchronous) apply and put back after it, so the answer is the one
     a reader would get if every change in doubt were rolled back — and it is also right
     when they commit, because none of them is acknowledged yet. A sliced read takes its
-    snapshot inside; its slices run after."""
+    snapshot inside; its slices run after. ``chunks`` False: the read looks at sessions
+    and forks only, so the chunk tables are left as they are (Effects.reads_chunks)."""
     taken: Delta | None = None
     with ExitStack() as stack:
         for key, manager in managers.items():
             pending = uow.uncommitted(key)
             if pending:
-                stack.enter_context(manager.as_committed(pending))
+                stack.enter_context(manager.as_committed(pending, chunks))
         result = first_step(apply(ctx, payload, now))  # may raise: the answer
         if not isinstance(result, Generator):
             taken = delta(result)

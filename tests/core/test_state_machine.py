@@ -261,11 +261,17 @@ class ManagerMachine(RuleBasedStateMachine):
             )
 
         before = state()
+        before_forks = {f.fork_id for f in m.forks.values()}
         pending = [m.turn_end(sid, hashes) for sid, hashes in zip(sids, maps, strict=False)]
         pending.append(m.session_close(sids[0]))
         after = state()
         with m.as_committed(pending):
             assert state() == before
+        assert state() == after
+        # A read of sessions only: sessions and forks as committed, the chunk tables as now.
+        with m.as_committed(pending, chunks=False):
+            assert state()[0] == before[0] and state()[1:] == after[1:]
+            assert {f.fork_id for f in m.forks.values()} == before_forks
         assert state() == after
 
     @invariant()
