@@ -44,6 +44,7 @@ SHARED = 64  # hashes every session shares (a system prompt)
 OLDEST_S, NEWEST_S = 14 * 3600.0, 400.0  # last activity: all past idle_suspend_s (300)
 RATE = 50.0  # each probe's events per second (health and turn_end, a connection each)
 SWEEP_TIMEOUT_S = 900.0
+METRICS_POLL_S = 0.25  # how often /metrics is read, during the sweep (to see it end) and after
 RECENT_S = 60.0  # a session not overdue was last active this recently (due after 240 s+)
 
 
@@ -130,10 +131,23 @@ async def _sweep_done(port: int) -> tuple[float, float, int]:
                 )
                 assert total is not None
                 return time.perf_counter(), float(total.group(1)), int(sum(map(float, done)))
-            await asyncio.sleep(0.25)
+            await asyncio.sleep(METRICS_POLL_S)
     finally:
         writer.close()
     raise RuntimeError("the idle sweep did not end in time")
+
+
+async def _scrape(port: int, stop_at: asyncio.Event) -> None:
+    """GET /metrics every METRICS_POLL_S until ``stop_at``: the steady window carries the
+    load that watching the sweep put on the window during it (a fair side by side)."""
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    get = f"GET /metrics HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n\r\n".encode()
+    try:
+        while not stop_at.is_set():
+            await _exchange(reader, writer, get)
+            await asyncio.sleep(METRICS_POLL_S)
+    finally:
+        writer.close()
 
 
 async def _measure(port: int, bodies: list[bytes], steady_s: float) -> dict[str, Any]:
@@ -146,6 +160,7 @@ async def _measure(port: int, bodies: list[bytes], steady_s: float) -> dict[str,
         asyncio.create_task(_probe(port, bodies, stop_at, got["turn_end"])),
     ]
     ended, sweep_s, suspended = await _sweep_done(port)
+    probes.append(asyncio.create_task(_scrape(port, stop_at)))
     await asyncio.sleep(steady_s)
     stop_at.set()
     await asyncio.gather(*probes)

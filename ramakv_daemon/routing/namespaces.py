@@ -160,7 +160,7 @@ class Namespaces:
         rows = []
         for ns in self:
             m = ns.manager
-            suspended = sum(1 for s in m.sessions.values() if s.suspended)
+            suspended = m.suspended_count
             dep = ns.deployment
             rows.append(
                 {

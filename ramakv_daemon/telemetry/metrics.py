@@ -294,7 +294,7 @@ class DaemonMetrics(CommitMeter):
         totals: dict[str, list[int]] = {}
         for ns in spaces:
             m = ns.manager
-            suspended = sum(1 for s in m.sessions.values() if s.suspended)
+            suspended = m.suspended_count
             t = totals.setdefault(ns.metric_label, [0, 0, 0, 0, 0])
             t[0] += len(m.sessions) - suspended
             t[1] += suspended

@@ -298,6 +298,10 @@ class ManagerMachine(RuleBasedStateMachine):
         } == self.open
 
     @invariant()
+    def suspended_count_is_kept(self) -> None:
+        assert self.m.suspended_count == sum(s.suspended for s in self.m.sessions.values())
+
+    @invariant()
     def parked_counts_match_model(self) -> None:
         assert self.m.parked == recompute_parked(self.m.sessions.values())
 
