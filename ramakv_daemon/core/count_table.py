@@ -95,12 +95,14 @@ class CountTable(MutableMapping[str, int]):
         slots[h] = i
         return i
 
-    def _bulk_slots(self, hashes: Sequence[str]) -> Any:
+    def _bulk_slots(self, hashes: Sequence[str], codes: bytes | None) -> Any:
         """Each hash's index among the keys, or -1 (a numpy array, in order), or None when
-        a hash is not canonical or is listed twice (the per-hash path then)."""
+        a hash is not canonical or is listed twice (the per-hash path then). ``codes``:
+        the hashes' int64 codes when the caller has them (else parsed here)."""
         import numpy as np
 
-        codes = hashes.codes if isinstance(hashes, PackedMap) else pack(hashes)
+        if codes is None:
+            codes = hashes.codes if isinstance(hashes, PackedMap) else pack(hashes)
         if codes is None:
             return None
         keys = np.frombuffer(memoryview(self._keys).cast("B"), dtype=np.int64)  # type: ignore[arg-type]
@@ -125,7 +127,7 @@ class CountTable(MutableMapping[str, int]):
 
         return np.frombuffer(memoryview(self._counts).cast("B"), dtype=np.int32)  # type: ignore[arg-type]
 
-    def add_one(self, hashes: Sequence[str]) -> list[int] | None:
+    def add_one(self, hashes: Sequence[str], codes: bytes | None = None) -> list[int] | None:
         """Add one to each hash's count, all at once; the counts before, in order. None
         (nothing changed) when the step must go hash by hash: fewer than ``BULK`` hashes,
         one not canonical, or one listed twice."""
@@ -133,7 +135,7 @@ class CountTable(MutableMapping[str, int]):
             return None
         import numpy as np
 
-        slots = self._bulk_slots(hashes)
+        slots = self._bulk_slots(hashes, codes)
         if slots is None:
             return None
         counts = self._counts_array()
@@ -154,16 +156,16 @@ class CountTable(MutableMapping[str, int]):
                     self._noted(h)
         return out
 
-    def take_one(self, hashes: Sequence[str]) -> list[int] | None:
+    def take_one(self, hashes: Sequence[str], codes: bytes | None = None) -> list[int] | None:
         """Take one from each hash's count, all at once; the counts before, in order (a
         count reaching 0 is absent from then on). None (nothing changed) when the step must
         go hash by hash: fewer than ``BULK`` hashes, one not canonical or listed twice, or
-        one not counted (the per-hash path raises for it)."""
+        one not counted (the per-hash path raises for it). ``codes``: see _bulk_slots."""
         if len(hashes) < BULK:
             return None
         import numpy as np
 
-        slots = self._bulk_slots(hashes)
+        slots = self._bulk_slots(hashes, codes)
         if slots is None:
             return None
         counts = self._counts_array()

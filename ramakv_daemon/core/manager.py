@@ -47,9 +47,8 @@ class SessionManager(OperatorEvict):
         # One manager per compatibility namespace: its hashes mean nothing in another one.
         self.namespace = namespace
         self.sessions: dict[str, Session] = {}
-        # How many of them are suspended, kept as they change: counting 50,000 sessions on
-        # each /metrics scrape stalled the loop ~10 ms (read it, never write it).
-        self.suspended_count = 0
+        # Kept as sessions change: counting 50k on each /metrics scrape stalled the loop.
+        self.suspended_count = 0  # read it, never write it
         # Open forks live apart from the sessions: a fork outlives its parent's close.
         self.forks = ForkBook()
         # Shared by every namespace's manager: fork ids are unique in the whole store.
@@ -172,11 +171,12 @@ class SessionManager(OperatorEvict):
         now: float,
         *,
         declared: bool = False,
+        codes: bytes | None = None,
     ) -> None:
         table = self.refcounts
         if self.last_refs.window_s > 0 and table.shared:
             self.last_refs.holding(table.shared.intersection(hashes), now)
-        zeros = table.decr(hashes, change.prev_counts)
+        zeros = table.decr(hashes, change.prev_counts, codes)
         if zeros:
             self._unnamed(change, zeros, sid, now, declared)
 
@@ -342,7 +342,7 @@ class SessionManager(OperatorEvict):
             # is stamped released only to be taken off again.
             hashes = session.unique_hashes()
             self._park(change, hashes, +1)
-            self._release(change, hashes, session_id, now)
+            self._release(change, hashes, session_id, now, codes=session.codes_of(hashes))
             if not inferred and change.evict_cold:
                 change.evict_demote.extend(change.evict_cold)
                 change.evict_cold.clear()

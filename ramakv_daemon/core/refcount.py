@@ -122,8 +122,12 @@ class RefcountTable:
                 shared.add(h)
         self._total += len(hashes)
 
-    def decr(self, hashes: Sequence[str], changed: dict[str, int]) -> list[str]:
+    def decr(
+        self, hashes: Sequence[str], changed: dict[str, int], codes: bytes | None = None
+    ) -> list[str]:
         """Drop one reference from each hash; return the hashes that reached zero.
+        ``codes``: the hashes' int64 codes, in order, when the caller has them (a packed
+        map's): a large table's bulk lookup then parses no string.
 
         Raises:
             ValueError: a hash has no reference (a bookkeeping bug upstream); the
@@ -132,7 +136,7 @@ class RefcountTable:
         counts = self._counts
         remember = changed.setdefault
         shared = self._shared
-        olds = counts.take_one(hashes) if type(counts) is CountTable else None
+        olds = counts.take_one(hashes, codes) if type(counts) is CountTable else None
         if olds is not None:
             for h, old in zip(hashes, olds, strict=True):
                 remember(h, old)

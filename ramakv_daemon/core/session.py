@@ -44,6 +44,12 @@ class Session:
         """The map's hashes, first occurrence kept, order preserved."""
         return unique(self.chunk_hashes)
 
+    def codes_of(self, unique_hashes: tuple[str, ...]) -> bytes | None:
+        """The int64 codes of ``unique_hashes`` (this map's :meth:`unique_hashes`), in
+        order, when the map is packed and repeats nothing (then they are its codes)."""
+        m = self.chunk_hashes
+        return m.codes if isinstance(m, PackedMap) and len(m) == len(unique_hashes) else None
+
     def held_hashes(self) -> set[str]:
         """Every hash this session holds a reference on through its map (one per hash)."""
         return set() if self.suspended else set(self.chunk_hashes)
