@@ -122,6 +122,22 @@ class CountTable(MutableMapping[str, int]):
             remembered.update(zip(hashes, slots.tolist(), strict=True))
         return slots
 
+    def beside(self, counts: object | None = None, live: int = 0) -> CountTable:
+        """A table over the same keys: ``counts`` (int32, one per key; None: all zero,
+        memory the OS hands out as pages are first written), this table's remembered slots
+        and buckets shared (a hash's slot is the same in both, so a lookup through either
+        serves both). The parked table of a start-up sits beside the refcount table: a
+        sweep that suspends every loaded session then counts into its arrays, where a dict
+        grew by ~100 bytes a chunk (+474 MiB at 10,000 x 512)."""
+        import numpy as np
+
+        if counts is None:
+            counts = np.zeros(len(self._kv), dtype=np.int32)
+        table = CountTable(self._keys, counts, {}, live=live)
+        table._slots = self._slots
+        table._starts = self.bucket_starts()
+        return table
+
     def _counts_array(self) -> Any:
         import numpy as np
 
@@ -391,12 +407,16 @@ class CountTable(MutableMapping[str, int]):
         return bool(self._extra) or self._live > 0
 
     def items(self) -> Iterator[tuple[str, int]]:  # type: ignore[override]
-        """(hash, count) pairs: the dict's, then the arrays' counted ones (decoded)."""
+        """(hash, count) pairs: the dict's, then the arrays' counted ones (decoded; the
+        zero counts skipped in bulk: a table beside another's keys is mostly zeros)."""
         yield from self._extra.items()
+        import numpy as np
+
+        counts = self._counts_array()
+        held = np.flatnonzero(counts)
         kv = self._kv
-        for i, n in enumerate(self._cv):
-            if n:
-                yield text_of(kv[i]), n
+        for i, n in zip(held.tolist(), counts[held].tolist(), strict=True):
+            yield text_of(kv[i]), n
 
     def __iter__(self) -> Iterator[str]:
         return (h for h, _ in self.items())

@@ -16,7 +16,7 @@ from ramakv_daemon.core.operator_evict import OperatorEvict
 from ramakv_daemon.core.oracle import recompute_parked as recompute_parked
 from ramakv_daemon.core.oracle import recompute_refcounts as recompute_refcounts
 from ramakv_daemon.core.packed import PackedMap, packed_like
-from ramakv_daemon.core.refcount import Counts, RefcountTable
+from ramakv_daemon.core.refcount import Counts, RefcountTable, add_each
 from ramakv_daemon.core.session import ChunkMap, Session, unique
 
 
@@ -55,9 +55,8 @@ class SessionManager(OperatorEvict):
         self.fork_ids = fork_ids or ForkIds()
         self.max_forks_per_session = max_forks_per_session  # 0 = no limit
         self.refcounts = RefcountTable()
-        # hash -> number of suspended sessions whose stored map contains it. Derived from
-        # the sessions (rebuilt exactly at start-up): a chunk that drops to 0 while parked is
-        # demoted, not deleted, because a suspended session will want it back from disk.
+        # hash -> suspended sessions whose stored map lists it (rebuilt at start-up): a
+        # chunk at refcount 0 while parked is demoted, not deleted (wanted back from disk).
         self.parked: Counts = {}
         # When unnamed chunks were last referenced, which were shared: evidence for deletes.
         self.last_refs = LastRefs(retain_unreferenced_s)
@@ -128,16 +127,19 @@ class SessionManager(OperatorEvict):
         self.forks.drop(fork_id)
 
     def _park(
-        self, change: Change, hashes: Sequence[str], step: int, sid: str = "", now: float = 0.0
+        self,
+        change: Change,
+        hashes: Sequence[str],
+        step: int,
+        sid: str = "",
+        now: float = 0.0,
+        codes: bytes | None = None,
     ) -> None:
         parked, counts, refs = self.parked, self.refcounts.counts, self.last_refs
         get, remember = parked.get, change.prev_parked.setdefault
         if step > 0:
             refs.named(hashes)
-            for h in hashes:
-                old = get(h, 0)
-                remember(h, old)
-                parked[h] = old + 1
+            add_each(parked, hashes, remember, codes)
             return
         unnamed: list[str] = []
         shared: list[str] = []
@@ -286,8 +288,7 @@ class SessionManager(OperatorEvict):
         old = self.sessions.get(session_id) or self._new_session(session_id)
         # Declared: the host's engine says these chunks left the context.
         new_map = self._swap_map(change, old, chunk_hashes, now, declared=True)
-        # Built directly rather than with evolve(): dataclasses.replace costs 3x more
-        # and this runs on every turn_end.
+        # Built directly: dataclasses.replace (evolve) costs 3x more, on every turn_end.
         new = Session(
             session_id=old.session_id,
             chunk_hashes=new_map,
@@ -338,11 +339,11 @@ class SessionManager(OperatorEvict):
             return Change(data=replies.suspended(0, False))
         change = Change(durable=True)
         if not session.suspended:
-            # Parked first: the chunks it releases are named (by its stored map), so none
-            # is stamped released only to be taken off again.
+            # Parked first: what it releases is named (by its stored map), never stamped.
             hashes = session.unique_hashes()
-            self._park(change, hashes, +1)
-            self._release(change, hashes, session_id, now, codes=session.codes_of(hashes))
+            codes = session.codes_of(hashes)
+            self._park(change, hashes, +1, codes=codes)
+            self._release(change, hashes, session_id, now, codes=codes)
             if not inferred and change.evict_cold:
                 change.evict_demote.extend(change.evict_cold)
                 change.evict_cold.clear()
@@ -580,11 +581,10 @@ class SessionManager(OperatorEvict):
             self.forks.put(fork)
             self.fork_ids.seen(fork.fork_id)
         # The bulk rebuild: same tables as recompute_* below (the tests' oracle), faster.
-        self.refcounts.replace_all(
-            rebuild.refcounts(self.sessions.values(), self.forks.by_id.values())
-        )
-        self.parked = rebuild.parked(self.sessions.values())
-        parked, counts = self.parked, self.refcounts.counts
+        built = rebuild.refcounts(self.sessions.values(), self.forks.by_id.values())
+        self.refcounts.replace_all(built)
+        self.parked = parked = rebuild.parked(self.sessions.values(), built.table)
+        counts = self.refcounts.counts
         shared = [h for h, n in parked.items() if n > 1 or h in counts]
         self.last_refs.loaded([*self.refcounts.shared, *shared], now)
 
