@@ -143,10 +143,13 @@ class CountTable(MutableMapping[str, int]):
 
         return np.frombuffer(memoryview(self._counts).cast("B"), dtype=np.int32)  # type: ignore[arg-type]
 
-    def add_one(self, hashes: Sequence[str], codes: bytes | None = None) -> list[int] | None:
-        """Add one to each hash's count, all at once; the counts before, in order. None
-        (nothing changed) when the step must go hash by hash: fewer than ``BULK`` hashes,
-        one not canonical, or one listed twice."""
+    def _bulk_read(
+        self, hashes: Sequence[str], codes: bytes | None
+    ) -> tuple[Any, Any, list[int], list[int]] | None:
+        """``(counts, at, before, rest)`` for a bulk step, or None (go hash by hash): the
+        count array, the hashes' slots in it, every hash's count before (the arrays' read
+        here, the others' 0 until the caller reads the dict) and the positions of the hashes
+        the arrays do not hold."""
         if len(hashes) < BULK:
             return None
         import numpy as np
@@ -156,20 +159,29 @@ class CountTable(MutableMapping[str, int]):
             return None
         counts = self._counts_array()
         mine = slots >= 0
-        at = slots[mine]
-        olds = counts[slots]  # -1 slots read the last key's count: replaced below
-        self._live += int(np.count_nonzero(counts[at] == 0)) if len(at) else 0
+        before: list[int] = np.where(mine, counts[slots], 0).tolist()
+        return counts, slots[mine], before, np.flatnonzero(~mine).tolist()
+
+    def add_one(self, hashes: Sequence[str], codes: bytes | None = None) -> list[int] | None:
+        """Add one to each hash's count, all at once; the counts before, in order. None
+        (nothing changed) when the step must go hash by hash: fewer than ``BULK`` hashes,
+        one not canonical, or one listed twice. ``codes``: see _bulk_slots."""
+        read = self._bulk_read(hashes, codes)
+        if read is None:
+            return None
+        import numpy as np
+
+        counts, at, out, rest = read
+        self._live += int(np.count_nonzero(counts[at] == 0))
         counts[at] += 1
-        out: list[int] = olds.tolist()
-        if not mine.all():
-            extra = self._extra
-            for i in np.flatnonzero(~mine).tolist():
-                h = hashes[i]
-                old = extra.get(h, 0)
-                out[i] = old
-                extra[h] = old + 1
-                if not old:
-                    self._noted(h)
+        extra = self._extra
+        for i in rest:
+            h = hashes[i]
+            old = extra.get(h, 0)
+            out[i] = old
+            extra[h] = old + 1
+            if not old:
+                self._noted(h)
         return out
 
     def take_one(self, hashes: Sequence[str], codes: bytes | None = None) -> list[int] | None:
@@ -177,31 +189,22 @@ class CountTable(MutableMapping[str, int]):
         count reaching 0 is absent from then on). None (nothing changed) when the step must
         go hash by hash: fewer than ``BULK`` hashes, one not canonical or listed twice, or
         one not counted (the per-hash path raises for it). ``codes``: see _bulk_slots."""
-        if len(hashes) < BULK:
+        read = self._bulk_read(hashes, codes)
+        if read is None:
             return None
         import numpy as np
 
-        slots = self._bulk_slots(hashes, codes)
-        if slots is None:
+        counts, at, out, rest = read
+        if not counts[at].all():
             return None
-        counts = self._counts_array()
-        mine = slots >= 0
-        at = slots[mine]
-        olds = counts[slots]
-        if len(at) and not counts[at].all():
-            return None
-        out: list[int] = olds.tolist()
-        rest: list[int] = []
-        if not mine.all():
-            extra = self._extra
-            rest = np.flatnonzero(~mine).tolist()
-            for i in rest:
-                old = extra.get(hashes[i], 0)
-                if not old:
-                    return None
-                out[i] = old
+        extra = self._extra
+        for i in rest:
+            old = extra.get(hashes[i], 0)
+            if not old:
+                return None
+            out[i] = old
         counts[at] -= 1
-        self._live -= int(np.count_nonzero(counts[at] == 0)) if len(at) else 0
+        self._live -= int(np.count_nonzero(counts[at] == 0))
         for i in rest:
             h = hashes[i]
             if out[i] == 1:

@@ -11,11 +11,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from support.bus_record import record_commands
 from support.daemon_app import RecordingBackend
 
 from ramakv_daemon.adapters.sqlite.store import SqliteSessionStore
 from ramakv_daemon.bootstrap import Daemon, build
-from ramakv_daemon.bus.commands import ClientEvent, Command, DemoteOverBudget
+from ramakv_daemon.bus.commands import ClientEvent, DemoteOverBudget
 from ramakv_daemon.config import Config
 from ramakv_daemon.pipeline.unit_of_work import UnitOfWork
 
@@ -46,24 +47,6 @@ async def daemon(tmp_path: Path) -> AsyncIterator[tuple[Daemon, RecordingBackend
         await d.stop()
 
 
-def record(d: Daemon, *types: type[Command[Any]]) -> list[tuple[str, Any]]:
-    """The commands of ``types`` the bus handles from now on, in the order they start:
-    (name, answer; None until the handler returns)."""
-    handled: list[tuple[str, Any]] = []
-    for type_ in types:
-        real = d.bus.handlers[type_]
-
-        async def counted(command: Any, uow: UnitOfWork, real: Any = real) -> Any:
-            at = len(handled)
-            handled.append((type(command).__name__, None))
-            answer = await real(command, uow)
-            handled[at] = (handled[at][0], answer)
-            return answer
-
-        d.bus.handlers[type_] = counted
-    return handled
-
-
 async def event(d: Daemon, clock: Clock, type_: str, sid: str, hashes: Sequence[str] = ()) -> None:
     clock.now += 1.0  # each event a distinct last_event_ts: the retention order is fixed
     payload: dict[str, Any] = {"type": type_, "session_id": sid}
@@ -77,7 +60,7 @@ async def test_a_pass_is_a_command_through_the_bus_after_its_event(
     daemon: tuple[Daemon, RecordingBackend, Clock],
 ) -> None:
     d, backend, clock = daemon
-    handled = record(d, ClientEvent, DemoteOverBudget)
+    handled = record_commands(d, ClientEvent, DemoteOverBudget)
     await event(d, clock, "turn_end", "s1", ["01", "02"])
     await event(d, clock, "turn_end", "s2", ["03", "04"])  # 4 chunks: at the budget
     seq = d.trace.seq

@@ -8,16 +8,16 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
-from typing import Any
 
 import pytest
+from support.bus_record import record_commands
 from support.pg_nodes import HANG_GUARD_S, in_process_nodes, sql
 from support.postgres import PostgresServer
 
 from ramakv_daemon.adapters.backends.noop import NoopBackend
 from ramakv_daemon.adapters.postgres.store import PostgresSessionStore
 from ramakv_daemon.bootstrap import Daemon, build
-from ramakv_daemon.bus.commands import CheckOwners, Command, ReleaseSession, SettleOwed
+from ramakv_daemon.bus.commands import CheckOwners, ReleaseSession, SettleOwed
 from ramakv_daemon.config import Config
 from ramakv_daemon.pipeline.unit_of_work import UnitOfWork
 
@@ -32,24 +32,6 @@ async def nodes(postgres_server: PostgresServer) -> AsyncIterator[tuple[Daemon, 
     # Node a hears b's takeovers but acts on none by itself: the test sends the commands.
     async with in_process_nodes(postgres_server.create_database(), quiet_a=True) as services:
         yield services
-
-
-def record(svc: Daemon, *types: type[Command[Any]]) -> list[tuple[str, Any]]:
-    """The commands of ``types`` the bus handles from now on, in order: (name, answer);
-    the answer is None until the handler returns."""
-    handled: list[tuple[str, Any]] = []
-    for type_ in types:
-        real = svc.bus.handlers[type_]
-
-        async def counted(command: Any, uow: UnitOfWork, real: Any = real) -> Any:
-            at = len(handled)
-            handled.append((type(command).__name__, None))
-            answer = await real(command, uow)
-            handled[at] = (handled[at][0], answer)
-            return answer
-
-        svc.bus.handlers[type_] = counted
-    return handled
 
 
 async def turn_end(svc: Daemon, hashes: list[str]) -> None:
@@ -73,7 +55,7 @@ async def test_a_full_check_settles_through_the_bus_after_its_releases(
     # A session lost while a held it not (closed or taken while a was down).
     await sql(url, OWE, "a", a.namespaces.default, "gone", '["h9", "h1"]')
     assert await owed_of(url, "a") == ["gone", "s"]
-    handled = record(a, CheckOwners, ReleaseSession, SettleOwed)
+    handled = record_commands(a, CheckOwners, ReleaseSession, SettleOwed)
     assert await asyncio.wait_for(a.bus.handle(CheckOwners()), HANG_GUARD_S) == 1
     # s released from memory (its row dropped with it), then gone's row settled: h9 and
     # h1 evicted (after s's release nothing here references either).
@@ -106,7 +88,7 @@ async def test_start_up_settles_through_the_bus(postgres_server: PostgresServer)
         PostgresSessionStore(url, "c"),
         NoopBackend(),
     )
-    handled = record(c, SettleOwed)
+    handled = record_commands(c, SettleOwed)
     schema = PostgresSessionStore(url, "x")  # the tables, so c's row is there as it starts
     await schema.open()
     await schema.close()
