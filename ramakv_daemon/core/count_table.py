@@ -105,13 +105,13 @@ class CountTable(MutableMapping[str, int]):
             codes = hashes.codes if isinstance(hashes, PackedMap) else pack(hashes)
         if codes is None:
             return None
-        keys = np.frombuffer(memoryview(self._keys).cast("B"), dtype=np.int64)  # type: ignore[arg-type]
+        keys = self._keys_array()
         if not len(keys):
             return None
         wanted = np.frombuffer(codes, dtype=np.int64)
-        at = self.positions(wanted)
         if len(np.unique(wanted)) != len(wanted):
             return None  # a hash listed twice: each listing sees the one before it
+        at = self.positions(wanted)
         slots = np.where(keys[at] == wanted, at, -1)
         if not isinstance(hashes, PackedMap):
             # The event reads these hashes again one at a time (its trace delta, the
@@ -137,6 +137,11 @@ class CountTable(MutableMapping[str, int]):
         table._slots = self._slots
         table._starts = self.bucket_starts()
         return table
+
+    def _keys_array(self) -> Any:
+        import numpy as np
+
+        return np.frombuffer(memoryview(self._keys).cast("B"), dtype=np.int64)  # type: ignore[arg-type]
 
     def _counts_array(self) -> Any:
         import numpy as np
@@ -256,7 +261,7 @@ class CountTable(MutableMapping[str, int]):
         shift, half = 64 - bits, 1 << (bits - 1)
         f = bytearray(1 << (bits - 3))
         view = np.frombuffer(f, dtype=np.uint8)
-        keys = np.frombuffer(memoryview(self._keys).cast("B"), dtype=np.int64)  # type: ignore[arg-type]
+        keys = self._keys_array()
         step = 1 << 18  # a block's bits span ~2-4 M bools: bounded temporaries
         for start in range(0, len(keys), step):
             # An arithmetic shift keeps the keys' order: the block's bits are one run.
@@ -280,7 +285,7 @@ class CountTable(MutableMapping[str, int]):
         a time: ~20 cache misses each, 2 us a code on a large start-up's arrays."""
         import numpy as np
 
-        keys = np.frombuffer(memoryview(self._keys).cast("B"), dtype=np.int64)  # type: ignore[arg-type]
+        keys = self._keys_array()
         starts, shift = self.bucket_starts()
         b = (codes >> shift) + (len(starts) >> 1)
         lo = starts[b].astype(np.int64)
@@ -310,7 +315,7 @@ class CountTable(MutableMapping[str, int]):
 
         bits = max(1, (len(self._kv) >> 3).bit_length())
         shift = 64 - bits
-        keys = np.frombuffer(memoryview(self._keys).cast("B"), dtype=np.int64)  # type: ignore[arg-type]
+        keys = self._keys_array()
         sizes = np.zeros(1 << bits, dtype=np.int64)
         step = 1 << 22  # bounded temporaries
         for start in range(0, len(keys), step):
