@@ -106,15 +106,20 @@ class SessionManager(OperatorEvict):
     # ---- mutation helpers ------------------------------------------------------------
     def _put(self, change: Change, session: Session) -> None:
         sid = session.session_id
-        was = self.sessions.get(sid)
         if sid not in change.prev_sessions:
-            change.prev_sessions[sid] = was
-        self.sessions[sid] = session
-        self.suspended_count += session.suspended - (was is not None and was.suspended)
+            change.prev_sessions[sid] = self.sessions.get(sid)
+        self._place(sid, session)
 
     def _delete(self, change: Change, session_id: str) -> None:
         change.prev_sessions.setdefault(session_id, self.sessions.get(session_id))
-        was = self.sessions.pop(session_id, None)
+        self._place(session_id, None)
+
+    def _place(self, sid: str, session: Session | None) -> None:
+        """``sid``'s session becomes ``session`` (None: gone), suspended_count kept."""
+        was = self.sessions.pop(sid, None) if session is None else self.sessions.get(sid)
+        if session is not None:
+            self.sessions[sid] = session
+            self.suspended_count += session.suspended
         if was is not None and was.suspended:
             self.suspended_count -= 1
 
@@ -505,14 +510,7 @@ class SessionManager(OperatorEvict):
     def undo(self, change: Change) -> None:
         """Put back every value ``change`` touched (persisting it failed)."""
         for sid, prev in change.prev_sessions.items():
-            if prev is None:
-                was = self.sessions.pop(sid, None)
-            else:
-                was = self.sessions.get(sid)
-                self.sessions[sid] = prev
-                self.suspended_count += prev.suspended
-            if was is not None and was.suspended:
-                self.suspended_count -= 1
+            self._place(sid, prev)
         for fid, fork in change.prev_forks.items():
             self.forks.drop(fid)
             if fork is not None:
