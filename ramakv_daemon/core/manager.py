@@ -16,11 +16,12 @@ from ramakv_daemon.core.operator_evict import OperatorEvict
 from ramakv_daemon.core.oracle import recompute_parked as recompute_parked
 from ramakv_daemon.core.oracle import recompute_refcounts as recompute_refcounts
 from ramakv_daemon.core.packed import PackedMap, packed_like
-from ramakv_daemon.core.refcount import Counts, RefcountTable, add_each
+from ramakv_daemon.core.refcount import Counts, RefcountTable
+from ramakv_daemon.core.references import References
 from ramakv_daemon.core.session import ChunkMap, Session, unique
 
 
-class SessionManager(OperatorEvict):
+class SessionManager(References, OperatorEvict):
     """Owns every session and the global refcount table.
 
     Each operation validates first, then mutates, and returns a :class:`Change` that
@@ -130,82 +131,6 @@ class SessionManager(OperatorEvict):
     def _drop_fork(self, change: Change, fork_id: int) -> None:
         change.prev_forks.setdefault(fork_id, self.forks.get(fork_id))
         self.forks.drop(fork_id)
-
-    def _park(
-        self,
-        change: Change,
-        hashes: Sequence[str],
-        step: int,
-        sid: str = "",
-        now: float = 0.0,
-        codes: bytes | None = None,
-    ) -> None:
-        parked, counts, refs = self.parked, self.refcounts.counts, self.last_refs
-        get, remember = parked.get, change.prev_parked.setdefault
-        if step > 0:
-            refs.named(hashes)
-            add_each(parked, hashes, remember, codes)
-            return
-        unnamed: list[str] = []
-        shared: list[str] = []
-        for h in hashes:
-            old = get(h, 0)
-            remember(h, old)
-            if old == 1:
-                del parked[h]
-            else:
-                parked[h] = old - 1
-            if old >= 2 or h in counts:
-                shared.append(h)
-            elif old == 1:
-                unnamed.append(h)
-        refs.holding(shared, now)
-        refs.released_now(unnamed, sid, now)
-
-    def _reference(
-        self, change: Change, hashes: Sequence[str], sid: str | None = None, now: float = 0.0
-    ) -> None:
-        """``sid`` takes up ``hashes`` (None: a fork hold of what its session holds)."""
-        if sid is not None:
-            self.last_refs.referenced(hashes, sid, now, self.refcounts.counts, self.parked)
-        self.refcounts.incr(hashes, change.prev_counts)
-
-    def _release(
-        self,
-        change: Change,
-        hashes: Sequence[str],
-        sid: str,
-        now: float,
-        *,
-        declared: bool = False,
-        codes: bytes | None = None,
-    ) -> None:
-        table = self.refcounts
-        if self.last_refs.window_s > 0 and table.shared:
-            self.last_refs.holding(table.shared.intersection(hashes), now)
-        zeros = table.decr(hashes, change.prev_counts, codes)
-        if zeros:
-            self._unnamed(change, zeros, sid, now, declared)
-
-    def _unnamed(
-        self, change: Change, zeros: Sequence[str], sid: str, now: float, declared: bool
-    ) -> None:
-        """Chunks no live map or fork references any more: deleted when the host declared
-        it and nothing says they may be wanted, else ordered cold (never deleted on a
-        guess; the retention sweep deletes them once dead past the window)."""
-        parked, refs = self.parked, self.last_refs
-        if declared:
-            gone = refs.unshared([h for h in zeros if h not in parked] if parked else zeros, now)
-            if len(gone) == len(zeros):
-                change.evict_delete.extend(gone)
-                refs.forget(gone)
-                return
-            dead = set(gone)
-            change.evict_delete.extend(gone)
-            refs.forget(gone)
-            zeros = [h for h in zeros if h not in dead]
-        change.evict_cold.extend(zeros)
-        refs.released_now([h for h in zeros if h not in parked] if parked else zeros, sid, now)
 
     def _swap_map(
         self,
@@ -348,7 +273,7 @@ class SessionManager(OperatorEvict):
             hashes = session.unique_hashes()
             codes = session.codes_of(hashes)
             self._park(change, hashes, +1, codes=codes)
-            self._release(change, hashes, session_id, now, codes=codes)
+            self._release(change, hashes, session_id, now, codes=codes, parked=True)
             if not inferred and change.evict_cold:
                 change.evict_demote.extend(change.evict_cold)
                 change.evict_cold.clear()

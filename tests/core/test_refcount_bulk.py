@@ -138,3 +138,49 @@ def test_the_property_test_reaches_the_bulk_path(monkeypatch: pytest.MonkeyPatch
         [("incr", many, True), ("incr", many, False), ("decr", many, True), ("decr", many, False)],
     )
     assert {"add_one", "take_one"} <= set(taken)
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    st.dictionaries(st.sampled_from(POOL), st.integers(1, 3)),
+    st.lists(st.sampled_from([*POOL, text_of(99_999)]), max_size=3 * BULK),
+    st.booleans(),
+)
+def test_get_many_reads_what_get_reads(
+    start: dict[str, int], hashes: list[str], cold: bool
+) -> None:
+    fast, _ = _tables(start)
+    table = fast.counts
+    assert isinstance(table, CountTable)
+    if not cold:  # the slots remembered by a bulk step, as after an event's own step
+        table.add_one(list(dict.fromkeys(hashes)))
+    assert table.get_many(hashes) == [table.get(h, 0) for h in hashes]
+
+
+def test_a_table_beside_another_searches_the_same_codes_once(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A suspend parks its map and drops its references with the same codes: the parked
+    table sits beside the refcounts (the same keys), so one search serves both steps."""
+    fast, _ = _tables(dict.fromkeys(IN_ARRAYS[: 2 * BULK], 1))
+    table = fast.counts
+    assert isinstance(table, CountTable)
+    parked = table.beside()
+    searched: list[int] = []
+    real = CountTable.positions
+
+    def spy(self: CountTable, codes: object) -> object:
+        searched.append(len(codes))  # type: ignore[arg-type]
+        return real(self, codes)
+
+    monkeypatch.setattr(CountTable, "positions", spy)
+    pm = PackedMap.of(IN_ARRAYS[: 2 * BULK])
+    hashes, codes = tuple(pm), pm.codes
+    assert parked.add_one(hashes, codes) == [0] * (2 * BULK)
+    assert table.take_one(hashes, codes) == [1] * (2 * BULK)
+    assert searched == [2 * BULK]
+    assert dict(parked.items()) == dict.fromkeys(hashes, 1) and not table
+    # Other codes are searched again.
+    other = PackedMap.of(IN_ARRAYS[BULK : 2 * BULK])
+    parked.add_one(tuple(other), other.codes)
+    assert searched == [2 * BULK, BULK]
