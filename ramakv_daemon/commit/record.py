@@ -12,14 +12,14 @@ from ramakv_daemon.core.change import Change
 from ramakv_daemon.core.fork import Fork
 from ramakv_daemon.core.manager import SessionManager
 from ramakv_daemon.core.session import Session
-from ramakv_daemon.ports import AnswerRowIn
+from ramakv_daemon.ports import AnswerRow
 
 
 class Reply(Protocol):
     """An event a record commits (events.outcome.Outcome): typed data the committer reads
     as it builds the transaction, never a hook it calls afterwards."""
 
-    def answer(self) -> AnswerRowIn | None:
+    def answer(self) -> AnswerRow | None:
         """The event_id answer stored with the change, the reply made final now (None:
         no event_id)."""
         ...

@@ -14,7 +14,7 @@ from ramakv_daemon.core.change import Change
 from ramakv_daemon.handlers.registry import Effects
 from ramakv_daemon.pipeline.idempotency import AnswerSlot
 from ramakv_daemon.pipeline.reads import Delta
-from ramakv_daemon.ports import AnswerRowIn
+from ramakv_daemon.ports import AnswerRow
 from ramakv_daemon.routing.namespaces import Namespace
 
 
@@ -80,14 +80,14 @@ class Outcome:
             self.debug_written = True
 
     # ---- read at its commit (commit.record.Reply), told once committed --------------
-    def answer(self) -> AnswerRowIn | None:
+    def answer(self) -> AnswerRow | None:
         """The event_id answer stored with the change: the final reply (read as its
         commit's transaction is built)."""
         slot = self.slot
         if slot is None:
             return None
         slot.stored = json.dumps(self.reply())
-        return (slot.event_id, slot.stored, time.time(), slot.digest)
+        return AnswerRow(slot.event_id, slot.stored, time.time(), slot.digest)
 
     def committed(self, publish: Callable[[Outcome], None]) -> None:
         """Durable: its trace record goes out now (``publish``; TraceRecords.on_committed
