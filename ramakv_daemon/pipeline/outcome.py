@@ -9,6 +9,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from ramakv_daemon.commit.record import Reply
 from ramakv_daemon.core.catalogue import JsonObject
 from ramakv_daemon.core.change import Change
 from ramakv_daemon.handlers.registry import Effects
@@ -19,7 +20,7 @@ from ramakv_daemon.routing.namespaces import Namespace
 
 
 @dataclass(slots=True, eq=False)
-class Outcome:
+class Outcome(Reply):
     """A successful event: the handler's change plus the pipeline's bookkeeping of it.
 
     Attributes:
@@ -79,7 +80,7 @@ class Outcome:
         if debug.exception() is None and debug.result():
             self.debug_written = True
 
-    # ---- read at its commit (commit.record.Reply), told once committed --------------
+    # ---- read at its commit (the commit.record.Reply port), told once committed -------
     def answer(self) -> AnswerRow | None:
         """The event_id answer stored with the change: the final reply (read as its
         commit's transaction is built)."""
