@@ -1,5 +1,4 @@
-"""Store contract: typed rows are stored byte for byte as the bare tuples were, and rows
-stored in either spelling load as named rows."""
+"""Store contract: named rows are stored byte for byte as bare tuples were, and load back."""
 
 from __future__ import annotations
 
