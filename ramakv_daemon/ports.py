@@ -270,17 +270,20 @@ class OutboxEntry(NamedTuple):
 
 
 class OutboxRow(NamedTuple):
-    """One committed group of evictions, kept until the backend confirmed every entry.
+    """One committed group of evictions, kept until the backend confirmed every entry: what
+    a write and settle_owed take, and load_outbox returns.
 
     Attributes:
         row_id: increasing in commit order; the committer hands them out.
         namespace: the namespace the hashes belong to ("" = the default).
-        entries: the evictions, in the order they were decided.
+        entries: the evictions, in the order they were decided: (hash, mode) pairs,
+            OutboxEntry as loaded; the committer zips plain pairs, since a named entry
+            would cost it a call per evicted chunk and orjson one more to write it.
     """
 
     row_id: int
     namespace: str
-    entries: list[OutboxEntry]
+    entries: tuple[tuple[str, EvictMode], ...]
 
 
 class AnswerRow(NamedTuple):
@@ -315,21 +318,15 @@ class LoadedForks(NamedTuple):
     next_fork_id: int
 
 
-# What write() takes: the named rows above, or plain tuples of the same shape (the commit
-# path builds tuples: a named tuple per eviction would cost it a call back per entry).
-OutboxRowIn = tuple[int, str, Sequence[tuple[str, EvictMode]]]
-AnswerRowIn = tuple[str, str, float, str]
-
-
 @dataclass(frozen=True, slots=True)
 class WriteBatch:
     """Everything one :meth:`SessionStore.write` commits in one transaction.
 
     Attributes:
         sessions: session id -> new state, or None to delete the session.
-        outbox_add: new outbox rows (OutboxRow, or the same as a plain tuple).
+        outbox_add: new outbox rows.
         outbox_done: ids of outbox rows none of whose entries waits any more.
-        event_ids: answers to remember (AnswerRow, or the same as a plain tuple).
+        event_ids: answers to remember.
         prune_event_ids_before: forget answers older than this timestamp.
         forks: fork id -> open fork, or None when it ended.
         next_fork_id: the counter's new value (stored only if higher).
@@ -339,9 +336,9 @@ class WriteBatch:
     """
 
     sessions: dict[str, Session | None]
-    outbox_add: Sequence[OutboxRowIn] = ()
+    outbox_add: Sequence[OutboxRow] = ()
     outbox_done: Sequence[int] = ()
-    event_ids: Sequence[AnswerRowIn] = ()
+    event_ids: Sequence[AnswerRow] = ()
     prune_event_ids_before: float | None = None
     forks: Mapping[int, Fork | None] = field(default_factory=dict)
     next_fork_id: int | None = None
@@ -521,7 +518,7 @@ class SharedSessionStore(SessionStore, Protocol):
         session from it, in that transaction), oldest first."""
         ...
 
-    async def settle_owed(self, outbox_add: Sequence[OutboxRowIn], row_ids: list[int]) -> None:
+    async def settle_owed(self, outbox_add: Sequence[OutboxRow], row_ids: list[int]) -> None:
         """In one transaction: write the eviction intents ``outbox_add`` to this node's
         outbox and delete the owed rows ``row_ids``.
 

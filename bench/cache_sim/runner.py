@@ -24,9 +24,8 @@ from bench.cache_sim.workload import (
 )
 from ramakv_daemon.bootstrap import Daemon, build
 from ramakv_daemon.config import Config
-from ramakv_daemon.core.fork import Fork
 from ramakv_daemon.core.session import Session
-from ramakv_daemon.ports import WriteBatch
+from ramakv_daemon.ports import LoadedForks, OutboxRow, StoredAnswer, WriteBatch
 
 # hints and daemon events go before the engine's lookup at the same instant
 _DAEMON, _LOOKUP, _STORE = 0, 1, 2
@@ -41,13 +40,13 @@ class MemoryStore:
     async def load_all(self) -> list[Session]:
         return []
 
-    async def load_outbox(self) -> list[tuple[int, str, list[tuple[str, str]]]]:
+    async def load_outbox(self) -> list[OutboxRow]:
         return []
 
-    async def load_forks(self) -> tuple[list[Fork], int]:
-        return [], 1
+    async def load_forks(self) -> LoadedForks:
+        return LoadedForks([], 1)
 
-    async def load_event_ids(self, limit: int) -> list[tuple[str, str]]:
+    async def load_event_ids(self, limit: int) -> list[StoredAnswer]:
         return []
 
     async def write(self, batch: WriteBatch) -> None:

@@ -67,9 +67,10 @@ def _pair(value: object) -> tuple[str, str]:
     raise TypeError(f"not an outbox entry: {value!r}")
 
 
-def dump_entries(entries: Iterable[tuple[str, str]]) -> str:
-    """An outbox row's entries as stored: ``[[hash, mode], ...]``."""
-    listed = entries if isinstance(entries, list) else list(entries)
+def dump_entries(entries: Sequence[tuple[str, str]]) -> str:
+    """An outbox row's entries as stored: ``[[hash, mode], ...]`` (a tuple of plain pairs
+    is written as a list, in C; a named entry goes through ``_pair``)."""
+    listed = entries if type(entries) in (list, tuple) else list(entries)
     return orjson.dumps(listed, default=_pair).decode()
 
 
@@ -91,7 +92,7 @@ def decode_outbox_row(row_id: Any, ns: str | None, entries_json: str) -> OutboxR
             log.warning("outbox row %s: skipping %s of unknown mode %r", row_id, h, m)
         else:
             entries.append(OutboxEntry(h, mode))
-    return OutboxRow(int(row_id), ns or "", entries)
+    return OutboxRow(int(row_id), ns or "", tuple(entries))
 
 
 def loads_json(text: str) -> object:

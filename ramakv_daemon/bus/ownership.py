@@ -15,7 +15,7 @@ from ramakv_daemon.ownership.ownership import AdoptFirst, Ownership, ReleaseFirs
 from ramakv_daemon.pipeline.idempotency import AnswerSlot, Reply
 from ramakv_daemon.pipeline.pipeline import FENCED_TRIES, Pipeline
 from ramakv_daemon.pipeline.unit_of_work import UnitOfWork
-from ramakv_daemon.ports import EvictMode, OutboxRowIn, StoreError, StoreFenced
+from ramakv_daemon.ports import EvictMode, OutboxRow, StoreError, StoreFenced
 
 log = logging.getLogger("ramakv.ownership")
 
@@ -157,9 +157,10 @@ class SettlingOwed:
                 return 0
             free = own.free_chunks(due)
             committer = own.committer
-            rows: list[OutboxRowIn] = []
+            rows: list[OutboxRow] = []
             for key, hashes in free.items():
-                rows.append((committer.next_row_id, key, [(h, EvictMode.DELETE) for h in hashes]))
+                entries = tuple((h, EvictMode.DELETE) for h in hashes)
+                rows.append(OutboxRow(committer.next_row_id, key, entries))
                 committer.next_row_id += 1
             await store.settle_owed(rows, [o.row_id for o in due])
         for row, key, entries in rows:

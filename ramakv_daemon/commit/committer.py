@@ -24,8 +24,9 @@ from ramakv_daemon.core.fork import Fork, ForkIds
 from ramakv_daemon.core.session import Session
 from ramakv_daemon.ports import (
     BACKGROUND,
-    AnswerRowIn,
+    AnswerRow,
     EvictMode,
+    OutboxRow,
     SessionStore,
     StoreError,
     StoreFenced,
@@ -53,7 +54,7 @@ class _Pending:
 
     record: ChangeRecord | None
     done_rows: list[int]
-    answer: AnswerRowIn | None  # an answer queued alone
+    answer: AnswerRow | None  # an answer queued alone
     future: asyncio.Future[None] | None
     background: bool = False  # submitted by background work (ports.BACKGROUND)
 
@@ -145,7 +146,7 @@ class GroupCommitter:
         self._wake.set()
         return fut
 
-    def submit_answer(self, answer: AnswerRowIn) -> asyncio.Future[None]:
+    def submit_answer(self, answer: AnswerRow) -> asyncio.Future[None]:
         """Queue an answer alone (an event that changed nothing); await the commit. A
         failure undoes nothing of its own."""
         fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
@@ -215,7 +216,7 @@ class GroupCommitter:
         forks: dict[int, Fork | None] = {}
         evictions: dict[str, list[tuple[str, EvictMode]]] = {}
         done: list[int] = []
-        answers: list[AnswerRowIn] = []
+        answers: list[AnswerRow] = []
         moved: set[str] = set()  # sessions some change of the batch gave a new map
         for p in batch:
             done.extend(p.done_rows)
@@ -245,7 +246,7 @@ class GroupCommitter:
         for ns in evictions:
             row_of[ns] = self.next_row_id
             self.next_row_id += 1
-        rows = [(row_of[ns], ns, entries) for ns, entries in evictions.items()]
+        rows = [OutboxRow(row_of[ns], ns, tuple(entries)) for ns, entries in evictions.items()]
         self._commits += 1
         prune = None
         if answers and self._commits % PRUNE_EVERY_COMMITS == 0:

@@ -4,25 +4,29 @@ once durable (Committed) or refused by a fence (Fenced), and the ports it tells 
 from __future__ import annotations
 
 import asyncio
+from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Protocol
 
 from ramakv_daemon.core.change import Change
 from ramakv_daemon.core.fork import Fork
 from ramakv_daemon.core.manager import SessionManager
 from ramakv_daemon.core.session import Session
-from ramakv_daemon.ports import AnswerRowIn
+from ramakv_daemon.ports import AnswerRow
 
 
-class Reply(Protocol):
-    """An event a record commits (events.outcome.Outcome): typed data the committer reads
-    as it builds the transaction, never a hook it calls afterwards."""
+class Reply(ABC):
+    """The port an event a record commits is read through: typed data the committer reads
+    as it builds the transaction, never a hook it calls afterwards. Subclassed by name
+    (pipeline.outcome.Outcome), as Subscriber and CommitMeter are: the commit knows
+    nothing above it."""
 
-    def answer(self) -> AnswerRowIn | None:
+    __slots__ = ()
+
+    @abstractmethod
+    def answer(self) -> AnswerRow | None:
         """The event_id answer stored with the change, the reply made final now (None:
         no event_id)."""
-        ...
 
 
 @dataclass(frozen=True, slots=True, eq=False)

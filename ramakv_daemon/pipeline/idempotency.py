@@ -15,7 +15,7 @@ import orjson
 from blake3 import blake3
 
 from ramakv_daemon.core.catalogue import JsonObject
-from ramakv_daemon.ports import StoreError
+from ramakv_daemon.ports import AnswerRow, StoreError
 from ramakv_daemon.telemetry.log_text import utf8
 
 
@@ -97,7 +97,7 @@ class AnswerCache:
 class AnswerWriter(Protocol):
     """What keeps an answer alone: the group committer's ``submit_answer``."""
 
-    def submit_answer(self, answer: tuple[str, str, float, str]) -> asyncio.Future[None]: ...
+    def submit_answer(self, answer: AnswerRow) -> asyncio.Future[None]: ...
 
 
 Reply = tuple[int, JsonObject]
@@ -164,7 +164,7 @@ class EventIds:
         read), committed alone; when that fails nothing is kept and a retry applies."""
         try:
             await self.writer.submit_answer(
-                (slot.event_id, json.dumps(body), time.time(), slot.digest)
+                AnswerRow(slot.event_id, json.dumps(body), time.time(), slot.digest)
             )
         except StoreError as err:
             return 503, {"ok": False, "type": body.get("type"), "error": str(err)}

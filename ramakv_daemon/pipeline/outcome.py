@@ -9,17 +9,18 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from ramakv_daemon.commit.record import Reply
 from ramakv_daemon.core.catalogue import JsonObject
 from ramakv_daemon.core.change import Change
 from ramakv_daemon.handlers.registry import Effects
 from ramakv_daemon.pipeline.idempotency import AnswerSlot
 from ramakv_daemon.pipeline.reads import Delta
-from ramakv_daemon.ports import AnswerRowIn
+from ramakv_daemon.ports import AnswerRow
 from ramakv_daemon.routing.namespaces import Namespace
 
 
 @dataclass(slots=True, eq=False)
-class Outcome:
+class Outcome(Reply):
     """A successful event: the handler's change plus the pipeline's bookkeeping of it.
 
     Attributes:
@@ -79,15 +80,15 @@ class Outcome:
         if debug.exception() is None and debug.result():
             self.debug_written = True
 
-    # ---- read at its commit (commit.record.Reply), told once committed --------------
-    def answer(self) -> AnswerRowIn | None:
+    # ---- read at its commit (the commit.record.Reply port), told once committed -------
+    def answer(self) -> AnswerRow | None:
         """The event_id answer stored with the change: the final reply (read as its
         commit's transaction is built)."""
         slot = self.slot
         if slot is None:
             return None
         slot.stored = json.dumps(self.reply())
-        return (slot.event_id, slot.stored, time.time(), slot.digest)
+        return AnswerRow(slot.event_id, slot.stored, time.time(), slot.digest)
 
     def committed(self, publish: Callable[[Outcome], None]) -> None:
         """Durable: its trace record goes out now (``publish``; TraceRecords.on_committed

@@ -22,13 +22,14 @@ from ramakv_daemon.bus.commands import (
 )
 from ramakv_daemon.bus.messagebus import MessageBus
 from ramakv_daemon.commit.committer import GroupCommitter
-from ramakv_daemon.commit.record import CommitMeter, Subscriber
+from ramakv_daemon.commit.record import ChangeRecord, CommitMeter, Reply, Subscriber
 from ramakv_daemon.config import Config
 from ramakv_daemon.core.budget import Turn
 from ramakv_daemon.core.catalogue import EventSpec, session_id_of
 from ramakv_daemon.core.change import Change
 from ramakv_daemon.handlers import DEFAULT_REGISTRY, Handler, HandlerContext, Registry
 from ramakv_daemon.handlers.registry import Effects
+from ramakv_daemon.pipeline.outcome import Outcome
 
 HTTP = Path(__file__).resolve().parents[2] / "ramakv_daemon" / "http"
 
@@ -156,6 +157,29 @@ def test_the_committer_meters_through_its_own_port(tmp_path: Path) -> None:
     d = build(cfg, SqliteSessionStore(cfg.session_store_path), RecordingBackend())
     assert isinstance(d.metrics, CommitMeter) and d.committer.meter is d.metrics
     assert "on_commit" not in GroupCommitter.__init__.__code__.co_varnames
+
+
+async def test_the_committer_reads_replies_through_its_own_port(
+    start_daemon: StartDaemon, make_config: Any
+) -> None:
+    """Each event a record commits is commit/'s Reply port by name (Outcome subclasses
+    it), not whatever has an answer(): the committer reads it, the pipeline implements it."""
+    d = await start_daemon(make_config())
+    committer = d.daemon.committer
+    records: list[ChangeRecord] = []
+    submit = committer.submit
+
+    def seen(record: ChangeRecord) -> Any:
+        records.append(record)
+        return submit(record)
+
+    committer.submit = seen  # type: ignore[method-assign]
+    body = {"type": "turn_end", "event_id": "e1", "session_id": "s"}
+    _, reply = await d.post({**body, "kv_transfer_params": {"chunk_hashes": ["a"]}})
+    assert reply["ok"] is True
+    (record,) = records
+    assert [type(r) for r in record.replies] == [Outcome] and Reply in Outcome.__mro__
+    assert not getattr(Reply, "_is_protocol", False)  # nominal: a shape alone is no Reply
 
 
 def test_every_command_has_a_handler_built_with_the_bus() -> None:

@@ -160,7 +160,7 @@ async def test_start_up_folding_waits_for_a_lock_held_elsewhere(
     finally:
         await store.close()
         con.close()
-    assert [entries for _, _, entries in rows] == [[("h1", "delete")]]
+    assert [entries for _, _, entries in rows] == [(("h1", "delete"),)]
 
 
 async def test_a_turn_start_writes_only_its_sessions_state_row(

@@ -49,8 +49,8 @@ async def seeded(home: StoreHome) -> None:
         WriteBatch(
             {s.session_id: s for s in (S1, S2, S3)},
             outbox_add=[
-                OutboxRow(1, "", [OutboxEntry("x", EvictMode.DELETE)]),
-                OutboxRow(2, NS, [OutboxEntry("y", EvictMode.DEMOTE)]),
+                OutboxRow(1, "", (OutboxEntry("x", EvictMode.DELETE),)),
+                OutboxRow(2, NS, (OutboxEntry("y", EvictMode.DEMOTE),)),
             ],
             forks={1: FORK},
             next_fork_id=2,

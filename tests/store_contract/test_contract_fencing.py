@@ -9,7 +9,14 @@ from support.store_adapters import StoreHome
 
 from ramakv_daemon.core.fork import Fork
 from ramakv_daemon.core.session import Session
-from ramakv_daemon.ports import EvictMode, SessionStore, StoreFenced, WriteBatch
+from ramakv_daemon.ports import (
+    AnswerRow,
+    EvictMode,
+    OutboxRow,
+    SessionStore,
+    StoreFenced,
+    WriteBatch,
+)
 
 
 async def test_versions_follow_the_store_s_own_writes(home: StoreHome) -> None:
@@ -43,8 +50,8 @@ async def test_a_blind_write_of_a_row_never_read_is_fenced_and_stores_nothing(
         await blind.write(
             WriteBatch(
                 {"s": Session("s", ("z",), 1), "t": Session("t", ("t1",), 1)},
-                outbox_add=[(1, "", [("gone", EvictMode.DELETE)])],
-                event_ids=[("e1", '{"ok": true}', 1.0, "d")],
+                outbox_add=[OutboxRow(1, "", (("gone", EvictMode.DELETE),))],
+                event_ids=[AnswerRow("e1", '{"ok": true}', 1.0, "d")],
                 forks={7: Fork(7, "t", ("t1",), 1.0)},
                 next_fork_id=8,
             )

@@ -22,8 +22,10 @@ async def test_loads_return_named_rows(home: StoreHome) -> None:
     await store.write(
         WriteBatch(
             {},
-            # a named row and entry, or plain tuples of their shape (as the commit path writes)
-            outbox_add=[(7, "ns", [OutboxEntry("a", EvictMode.DEMOTE), ("b", EvictMode.DELETE)])],
+            # a named entry, or a plain pair of its shape (as the committer zips them)
+            outbox_add=[
+                OutboxRow(7, "ns", (OutboxEntry("a", EvictMode.DEMOTE), ("b", EvictMode.DELETE)))
+            ],
             event_ids=[AnswerRow("e", '{"ok": true}', 1.0, "dig")],
             forks={3: fork},
             next_fork_id=4,
@@ -33,7 +35,7 @@ async def test_loads_return_named_rows(home: StoreHome) -> None:
     store = await home.opened()
     (row,) = await store.load_outbox()
     assert isinstance(row, OutboxRow) and (row.row_id, row.namespace) == (7, "ns")
-    assert row.entries == [OutboxEntry("a", EvictMode.DEMOTE), OutboxEntry("b", EvictMode.DELETE)]
+    assert row.entries == (OutboxEntry("a", EvictMode.DEMOTE), OutboxEntry("b", EvictMode.DELETE))
     assert all(isinstance(e, OutboxEntry) and type(e.mode) is EvictMode for e in row.entries)
     (answer,) = await store.load_event_ids(10)
     assert answer == StoredAnswer("e", '{"ok": true}', "dig") and answer.request_digest == "dig"

@@ -13,7 +13,7 @@ from support.postgres import PostgresServer
 from ramakv_daemon.adapters.postgres.store import PostgresSessionStore
 from ramakv_daemon.core.fork import Fork
 from ramakv_daemon.core.session import Session
-from ramakv_daemon.ports import EvictMode, StoreFenced, WriteBatch
+from ramakv_daemon.ports import AnswerRow, EvictMode, OutboxRow, StoreFenced, WriteBatch
 
 
 @pytest.fixture
@@ -50,8 +50,8 @@ async def test_a_claim_bumps_the_version_and_fences_the_old_owner_s_write(
         await a.write(
             WriteBatch(
                 {"s": Session("s", ("x", "old"), 4), "t": Session("t", ("t",), 1)},
-                outbox_add=[(1, "", [("old", EvictMode.DELETE)])],
-                event_ids=[("ev", "{}", 1.0, "d")],
+                outbox_add=[OutboxRow(1, "", (("old", EvictMode.DELETE),))],
+                event_ids=[AnswerRow("ev", "{}", 1.0, "d")],
             )
         )
     assert refused.value.sessions == ("s",)

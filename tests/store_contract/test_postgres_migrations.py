@@ -10,7 +10,7 @@ from support.postgres import PostgresServer
 from ramakv_daemon.adapters.postgres import schema as postgres_schema
 from ramakv_daemon.adapters.postgres.store import PostgresSessionStore
 from ramakv_daemon.core.session import Session
-from ramakv_daemon.ports import StoreError, WriteBatch
+from ramakv_daemon.ports import AnswerRow, StoreError, WriteBatch
 
 
 async def versions(url: str) -> list[int]:
@@ -54,7 +54,7 @@ async def test_an_older_database_is_migrated_and_keeps_its_rows(
     try:
         assert await versions(url) == [v for v, _, _ in postgres_schema.MIGRATIONS]
         assert await new.load_all() == [Session("s", ("a",), 1)]
-        await new.write(WriteBatch({}, event_ids=[("e", "{}", 1.0, "digest")]))
+        await new.write(WriteBatch({}, event_ids=[AnswerRow("e", "{}", 1.0, "digest")]))
         assert await new.load_event_ids(5) == [("e", "{}", "digest")]
     finally:
         await new.close()

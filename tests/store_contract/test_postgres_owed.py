@@ -14,7 +14,7 @@ from ramakv_daemon.adapters.postgres.store import PostgresSessionStore
 from ramakv_daemon.admin_port import Cleanup
 from ramakv_daemon.core.fork import Fork
 from ramakv_daemon.core.session import Session
-from ramakv_daemon.ports import EvictMode, OwedRelease, StoreFenced, WriteBatch
+from ramakv_daemon.ports import EvictMode, OutboxRow, OwedRelease, StoreFenced, WriteBatch
 
 
 @pytest.fixture
@@ -89,8 +89,8 @@ async def test_settling_writes_the_intents_and_deletes_the_rows_together(
     await b.claim("u")
     rows = await a.owed_releases()
     first = [o.row_id for o in rows if o.session_id == "s"]
-    await a.settle_owed([(4, "", [("y", EvictMode.DELETE)])], first)
+    await a.settle_owed([OutboxRow(4, "", (("y", EvictMode.DELETE),))], first)
     assert owed(await a.owed_releases()) == [("u", ("w",))]
-    assert await a.load_outbox() == [(4, "", [("y", "delete")])]
+    assert await a.load_outbox() == [(4, "", (("y", "delete"),))]
     await a.drop_owed(["u"])
     assert await a.owed_releases() == []

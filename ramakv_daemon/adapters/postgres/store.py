@@ -26,7 +26,6 @@ from ramakv_daemon.ports import (  # Claimed, ReleaseCallback: re-exported
     Claimed,
     LoadedForks,
     OutboxRow,
-    OutboxRowIn,
     OwedRelease,
     ReleaseCallback,
     StoredAnswer,
@@ -193,7 +192,7 @@ class PostgresSessionStore:
             out.append(OwedRelease(int(r["id"]), str(r["namespace"]), str(r["session_id"]), owed))
         return out
 
-    async def settle_owed(self, outbox_add: Sequence[OutboxRowIn], row_ids: list[int]) -> None:
+    async def settle_owed(self, outbox_add: Sequence[OutboxRow], row_ids: list[int]) -> None:
         """The owed rows' eviction intents into this node's outbox and the rows deleted, in
         one transaction: a kill -9 leaves either the rows or the intents, never neither."""
         node = self.node_id
