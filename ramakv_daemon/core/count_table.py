@@ -358,6 +358,24 @@ class CountTable(MutableMapping[str, int]):
             raise KeyError(h)
         return int(n)
 
+    def counts_searched(self, codes: bytes) -> Any:
+        """Each code's count (a numpy array, in order) when ``codes`` is the bytes object
+        the last bulk step searched (an event's record reads the map it just stepped over),
+        else None. Its codes are distinct (a bulk step refuses a repeat)."""
+        last = self._last
+        if codes is not last[0]:
+            return None
+        import numpy as np
+
+        slots = last[1]
+        out = np.where(slots >= 0, self._counts_array()[slots], 0)
+        extra = self._extra
+        if extra:
+            view = memoryview(codes).cast("q")
+            for i in np.flatnonzero(slots < 0).tolist():
+                out[i] = extra.get(text_of(view[i]), 0)
+        return out
+
     def get_many(self, hashes: Sequence[str]) -> list[int]:
         """Each hash's count (0 when absent), in order: the remembered slots read at once,
         where :meth:`get` a hash at a time reads a numpy scalar each (an event's trace

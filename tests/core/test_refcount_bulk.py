@@ -184,3 +184,35 @@ def test_a_table_beside_another_searches_the_same_codes_once(
     other = PackedMap.of(IN_ARRAYS[BULK : 2 * BULK])
     parked.add_one(tuple(other), other.codes)
     assert searched == [2 * BULK, BULK]
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    st.dictionaries(st.sampled_from(POOL), st.integers(1, 3)),
+    st.lists(
+        st.sampled_from([h for h in POOL if code_of(h) is not None]),
+        min_size=BULK,
+        unique=True,
+    ),
+    st.integers(0, 2),
+)
+def test_a_record_of_the_map_just_stepped_over_counts_what_a_search_counts(
+    start: dict[str, int], hashes: list[str], own: int
+) -> None:
+    """trace.shared_counts.counted_above reads the counts of the map a bulk step just
+    searched from that search; a fresh search of the same codes counts the same."""
+    from ramakv_daemon.trace.shared_counts import counted_above, counts_above
+
+    fast, _ = _tables(start)
+    table = fast.counts
+    assert isinstance(table, CountTable)
+    pm = PackedMap.of(hashes)
+    assert pm is not None
+    fast.incr(tuple(hashes), {})
+    fast.decr(tuple(hashes), {}, pm.codes)  # searched: its slots are the last search's
+    assert table.counts_searched(pm.codes) is not None
+    got = counted_above(pm, table, own)
+    copy = PackedMap(bytes(bytearray(pm.codes)))  # another bytes object: searched afresh
+    assert table.counts_searched(copy.codes) is None
+    assert got == counts_above([copy], table, own)[0]
+    assert got == sum(1 for h in hashes if table.get(h, 0) > own)
