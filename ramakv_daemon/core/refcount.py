@@ -207,6 +207,14 @@ class RefcountTable:
         self._shared = SharedChunks(compress(self._counts, map((1).__lt__, self._counts.values())))
 
 
+def counted(table: Mapping[str, int], hashes: Sequence[str]) -> list[str]:
+    """Those of ``hashes`` with a count in ``table``, in order: a large start-up's arrays
+    read at once (CountTable.get_many), where a membership test a hash cost ~0.5 us."""
+    if type(table) is CountTable:
+        return list(compress(hashes, table.get_many(hashes)))
+    return [h for h in hashes if h in table]
+
+
 def _remember_all(changed: dict[str, int], hashes: Sequence[str], olds: list[int]) -> None:
     """``changed.setdefault(h, old)`` for each pair: at C speed when ``changed`` holds none
     of them yet (an event's first step over them: a suspend's 512, a Python loop ~0.15 ms)."""

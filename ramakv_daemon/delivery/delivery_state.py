@@ -8,6 +8,7 @@ from collections.abc import Container, Mapping
 from typing import Protocol
 
 from ramakv_daemon.core.manager import SessionManager
+from ramakv_daemon.core.refcount import counted
 from ramakv_daemon.ports import CommittedRow, OutboxFeed, Unkept
 
 
@@ -21,6 +22,11 @@ class DeliveryState(Protocol):
 
     def references(self) -> Mapping[str, int]:
         """hash -> live refcount (read only): a chunk in it is referenced."""
+        ...
+
+    def referenced(self, hashes: list[str]) -> list[str]:
+        """Those of ``hashes`` with a live refcount, in order (read at once: a delivery
+        pass checks every chunk it is about to send)."""
         ...
 
     def parked(self) -> Container[str]:
@@ -59,6 +65,9 @@ class NamespaceState:
 
     def references(self) -> Mapping[str, int]:
         return self._manager.refcounts.counts
+
+    def referenced(self, hashes: list[str]) -> list[str]:
+        return counted(self._manager.refcounts.counts, hashes)
 
     def parked(self) -> Container[str]:
         return self._manager.parked

@@ -159,11 +159,11 @@ class EvictDelivery:
         outbox = self.outbox
         entries = outbox.entries
         part = _of_mode(batch, list(map(_MODE, map(entries.get, batch, repeat(_ABSENT)))), mode)
-        refs = self.state.references()
+        held = self.state.referenced(part)
         # Only a committed release is deliverable: a chunk an uncommitted change moved may
         # end up referenced (that change commits) or back where it was (it is rolled back).
         doubt = self.state.in_doubt(part)
-        again = [h for h in part if h in refs and h not in doubt]
+        again = [h for h in held if h not in doubt] if doubt else held
         if again:
             sent_before = outbox.repeat
             if sent_before:
@@ -178,7 +178,8 @@ class EvictDelivery:
                 outbox.wait(h, recheck)
         if not (again or doubt):
             return part
-        return [h for h in part if h not in refs and h not in doubt]
+        skip = doubt.union(held)
+        return [h for h in part if h not in skip]
 
     async def _order_cold(self, hashes: list[str]) -> bool:
         """One order hint (the cold end of the cache's eviction order: nothing removed).

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from ramakv_daemon.core.count_table import BULK, CountTable
 from ramakv_daemon.core.packed import PackedMap, code_of, text_of
 from ramakv_daemon.core.rebuild import Built
-from ramakv_daemon.core.refcount import RefcountTable
+from ramakv_daemon.core.refcount import RefcountTable, counted
 
 IN_ARRAYS = [text_of(c) for c in range(-40, 600, 7)]  # 92 keys, negative ones included
 ELSEWHERE = [text_of(c) for c in range(1_000, 1_040, 3)] + ["not-hex", "0x1f"]
@@ -155,6 +155,8 @@ def test_get_many_reads_what_get_reads(
     if not cold:  # the slots remembered by a bulk step, as after an event's own step
         table.add_one(list(dict.fromkeys(hashes)))
     assert table.get_many(hashes) == [table.get(h, 0) for h in hashes]
+    # What delivery asks before it sends: the ones still referenced, read at once.
+    assert counted(table, hashes) == [h for h in hashes if h in table]
 
 
 def test_a_table_beside_another_searches_the_same_codes_once(
