@@ -38,9 +38,11 @@ from ramakv_daemon.telemetry.metrics import DaemonMetrics
 log = logging.getLogger("ramakv")
 
 # The loop thread's CPU one idle batch may take before it is committed: a client event
-# arriving meanwhile waits at most about this long (a 128-hash suspend is ~0.3 ms, a
-# 512-hash one ~1.5 ms; the first event of a batch is always applied, whatever it costs).
-STEP_CPU_S = 0.002
+# arriving meanwhile waits at most about this long (a 128-hash suspend is ~0.2 ms, a
+# 512-hash one on a restored 10,000 x 512 store ~1 ms; the first event of a batch is
+# always applied, whatever it costs). 2 ms put health's p99 during a restart's sweep at
+# 2.5x its steady value, 1 ms at 2.0x (bench.idle_restart, 10,000 x 512).
+STEP_CPU_S = 0.001
 # Events in one idle batch at most: what a read answered from committed state takes out
 # and puts back while the batch's commit is under way.
 MAX_BATCH = 32
