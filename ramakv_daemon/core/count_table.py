@@ -14,7 +14,7 @@ dict it stands in for.
 from __future__ import annotations
 
 from bisect import bisect_left
-from collections.abc import Iterator, MutableMapping, Sequence
+from collections.abc import Callable, Iterator, MutableMapping, Sequence
 from typing import Any
 
 from ramakv_daemon.core.packed import PackedMap, code_of, pack, text_of
@@ -365,16 +365,9 @@ class CountTable(MutableMapping[str, int]):
         last = self._last
         if codes is not last[0]:
             return None
-        import numpy as np
 
-        slots = last[1]
-        out = np.where(slots >= 0, self._counts_array()[slots], 0)
-        extra = self._extra
-        if extra:
-            view = memoryview(codes).cast("q")
-            for i in np.flatnonzero(slots < 0).tolist():
-                out[i] = extra.get(text_of(view[i]), 0)
-        return out
+        view = memoryview(codes).cast("q")
+        return self._counts_at(last[1], lambda i: text_of(view[i]))
 
     def get_many(self, hashes: Sequence[str]) -> list[int]:
         """Each hash's count (0 when absent), in order: the remembered slots read at once,
@@ -389,12 +382,19 @@ class CountTable(MutableMapping[str, int]):
         for i, slot in enumerate(at):
             if slot == -2:  # not remembered (evicted from the cache): looked up alone
                 at[i] = self._slot(hashes[i])
-        slots = np.array(at, dtype=np.int64)
-        out: list[int] = np.where(slots >= 0, self._counts_array()[slots], 0).tolist()
+        out: list[int] = self._counts_at(np.array(at, dtype=np.int64), hashes.__getitem__).tolist()
+        return out
+
+    def _counts_at(self, slots: Any, text: Callable[[int], str]) -> Any:
+        """The count at each of ``slots`` (a numpy array); at a -1 slot, the dict's count
+        of the hash ``text(i)`` spells (0 when absent)."""
+        import numpy as np
+
+        out = np.where(slots >= 0, self._counts_array()[slots], 0)
         extra = self._extra
         if extra:
             for i in np.flatnonzero(slots < 0).tolist():
-                out[i] = extra.get(hashes[i], 0)
+                out[i] = extra.get(text(i), 0)
         return out
 
     def __contains__(self, h: object) -> bool:  # the dict and the arrays, not __getitem__

@@ -207,12 +207,19 @@ class RefcountTable:
         self._shared = SharedChunks(compress(self._counts, map((1).__lt__, self._counts.values())))
 
 
-def counted(table: Mapping[str, int], hashes: Sequence[str]) -> list[str]:
-    """Those of ``hashes`` with a count in ``table``, in order: a large start-up's arrays
-    read at once (CountTable.get_many), where a membership test a hash cost ~0.5 us."""
+def counts_of(table: Mapping[str, int], hashes: Sequence[str]) -> list[int]:
+    """Each hash's count in ``table`` (0 when absent), in order: a large start-up's arrays
+    read at once (CountTable.get_many), where a lookup a hash cost ~0.5 us (an event's
+    trace delta and delivery read every hash a suspend let go: 512)."""
     if type(table) is CountTable:
-        return list(compress(hashes, table.get_many(hashes)))
-    return [h for h in hashes if h in table]
+        return table.get_many(hashes)
+    get = table.get
+    return [get(h, 0) for h in hashes]
+
+
+def counted(table: Mapping[str, int], hashes: Sequence[str]) -> list[str]:
+    """Those of ``hashes`` with a count in ``table``, in order (:func:`counts_of`)."""
+    return list(compress(hashes, counts_of(table, hashes)))
 
 
 def _remember_all(changed: dict[str, int], hashes: Sequence[str], olds: list[int]) -> None:

@@ -9,8 +9,8 @@ from typing import cast
 from ramakv_daemon.commit.record import Committed, Subscriber
 from ramakv_daemon.core.catalogue import MAX_SESSION_ID_BYTES
 from ramakv_daemon.core.change import Change
-from ramakv_daemon.core.count_table import CountTable
 from ramakv_daemon.core.manager import SessionManager
+from ramakv_daemon.core.refcount import counts_of
 from ramakv_daemon.pipeline.outcome import Outcome
 from ramakv_daemon.pipeline.reads import Delta
 from ramakv_daemon.ports import BackendResult
@@ -35,13 +35,8 @@ class TraceRecords(Subscriber):
         a scan of every map or a holder index; readers ask list_sessions instead)."""
         manager = self.namespaces.managers[namespace]
         prev = c.prev_counts
-        counts = manager.refcounts.counts
-        # Looked up once (the shares test reads them); a large table's at once.
-        if type(counts) is CountTable:
-            refcounts = dict(zip(prev, counts.get_many(list(prev)), strict=True))
-        else:
-            get = counts.get
-            refcounts = {h: get(h, 0) for h in prev}
+        changed = list(prev)  # looked up once, at once: the shares test reads them
+        refcounts = dict(zip(changed, counts_of(manager.refcounts.counts, changed), strict=True))
         delta: Delta = {
             "sessions": {sid: self._summary(manager, sid) for sid in c.prev_sessions},
             "refcounts": refcounts,
