@@ -27,6 +27,10 @@ class References:
         now: float = 0.0,
         codes: bytes | None = None,
     ) -> None:
+        """Park ``hashes`` (``step`` +1: a map is suspended) or take them out (-1: a
+        suspended map resumes or goes); the evidence follows: a parked chunk is named, one
+        that leaves the table and nothing holds was released now (``codes``: see
+        RefcountTable.decr)."""
         parked, counts, refs = self.parked, self.refcounts.counts, self.last_refs
         get, remember = parked.get, change.prev_parked.setdefault
         if step > 0:
