@@ -120,11 +120,12 @@ def proxy(
 
 
 @contextlib.contextmanager
-def bare_server() -> Iterator[int]:
-    """The bare aiohttp reference server on a free port."""
+def bare_server(module: str = "bench.bare_server") -> Iterator[int]:
+    """The bare aiohttp reference server on a free port (``module``: another reference, such
+    as bench.floor_server)."""
     port = free_port()
     proc = subprocess.Popen(
-        [sys.executable, "-m", "bench.bare_server", str(port)],
+        [sys.executable, "-m", module, str(port)],
         cwd=ROOT,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,

@@ -61,20 +61,35 @@ def run(
     concurrency: int = 32,
     only: list[str] | None = None,
     before: Path | None = None,
+    floor: bool = False,
 ) -> dict:
     """Alternate bare and daemon runs per workload; report rates, latencies and ratios.
     ``only``: these workloads (default: every one); ``before``: another checkout whose
     daemon runs too, its full-rate rounds interleaved with the others (a before/after
-    comparison under the same load of the machine)."""
+    comparison under the same load of the machine); ``floor``: bench.floor_server's
+    full-rate rounds too (the least a durable turn_end costs on aiohttp and SQLite)."""
     out: dict = {}
     workloads = {k: v for k, v in WORKLOADS.items() if only is None or k in only}
     with contextlib.ExitStack() as stack:
         bare_port = stack.enter_context(bare_server())
         daemon_port, _ = stack.enter_context(daemon())
         before_port = stack.enter_context(daemon(root=before))[0] if before else None
+        floor_port = stack.enter_context(bare_server("bench.floor_server")) if floor else None
         for name, bodies in workloads.items():
-            bare_runs, daemon_runs, before_runs = [], [], []
+            bare_runs, daemon_runs, before_runs, floor_runs = [], [], [], []
             for _ in range(rounds):
+                if floor_port is not None:
+                    floor_runs.append(
+                        asyncio.run(
+                            run_load(
+                                "127.0.0.1",
+                                floor_port,
+                                bodies,
+                                concurrency=concurrency,
+                                seconds=seconds,
+                            )
+                        )
+                    )
                 if before_port is not None:
                     before_runs.append(
                         asyncio.run(
@@ -137,6 +152,10 @@ def run(
                 prior = max(before_runs, key=lambda r: r["rps"])
                 out[name]["before"] = prior
                 out[name]["before_ratio"] = prior["rps"] / bare["rps"]
+            if floor_runs:
+                least = max(floor_runs, key=lambda r: r["rps"])
+                out[name]["floor"] = least
+                out[name]["floor_ratio"] = least["rps"] / bare["rps"]
     return out
 
 
@@ -166,12 +185,19 @@ def table(res: dict) -> str:
                 f"{r['before_ratio']:.2f} | {b['p50_ms']:.2f} | {b['p99_ms']:.2f} | "
                 f"{b['p999_ms']:.2f} | | |"
             )
+        if "floor" in r:  # bench.floor_server: the least a durable turn_end costs
+            f = r["floor"]
+            lines.append(
+                f"| {name} (durable floor) | {r['bare']['rps']:.0f} | {f['rps']:.0f} | "
+                f"{r['floor_ratio']:.2f} | {f['p50_ms']:.2f} | {f['p99_ms']:.2f} | "
+                f"{f['p999_ms']:.2f} | | |"
+            )
     return "\n".join(lines)
 
 
 def main() -> None:
     """python -m bench.throughput [--seconds S] [--rounds N] [--only W[,W]]
-    [--daemon-root CHECKOUT] [--record SECTION]."""
+    [--daemon-root CHECKOUT] [--floor] [--record SECTION]."""
     import argparse
     import os
     import time
@@ -187,6 +213,12 @@ def main() -> None:
         type=Path,
         help="another checkout (e.g. main) whose daemon runs too, rounds interleaved",
     )
+    p.add_argument(
+        "--floor",
+        action="store_true",
+        help="run bench.floor_server too: the least a durable turn_end costs (its ratio "
+        "bounds the daemon's)",
+    )
     p.add_argument("--record", default="", help="results section to write this run to")
     a = p.parse_args()
     unknown = set(a.only.split(",")) - set(WORKLOADS) if a.only else set()
@@ -194,7 +226,7 @@ def main() -> None:
         p.error(f"unknown workload(s): {', '.join(sorted(unknown))}")
     only = a.only.split(",") if a.only else None
     t0, started, load = time.perf_counter(), now_utc(), os.getloadavg()
-    result = run(a.seconds, a.rounds, only=only, before=a.daemon_root)
+    result = run(a.seconds, a.rounds, only=only, before=a.daemon_root, floor=a.floor)
     text = table(result)
     print(text)
     print(f"load average {os.getloadavg()[0]:.2f} (1 min) on {os.cpu_count()} cores")

@@ -13,6 +13,7 @@ from __future__ import annotations
 import re
 import sys
 from array import array
+from collections import deque
 from collections.abc import Iterator, Sequence
 from itertools import repeat
 from typing import overload
@@ -23,9 +24,14 @@ _HIGH = (1 << 63) - 1
 # and the one 16-digit negative past it, -8000000000000000).
 _ONE = r"(?:-?(?:[1-7][0-9a-f]{15}|[1-9a-f][0-9a-f]{0,14})|-8000000000000000|0)"
 _MANY = re.compile(rf"{_ONE}(?:\n{_ONE})*")
+_FIRST = re.compile(_ONE)
 _HEX = "{:x}".format  # one hash
+_SPELLING = b"0123456789abcdef-\n"
 _X = repeat("x")  # map(format, codes, _X): twice as fast as map(_HEX, codes)
 _NATIVE = sys.byteorder == "little"
+# The hashes whose strings the newest maps keep: 64 Ki hashes is ~5 MiB of strings, enough for
+# the maps of a thousand sessions at 64 chunks (the 256 of the throughput benchmark four times).
+TEXT_KEPT_HASHES = 1 << 16
 
 
 def code_of(h: str) -> int | None:
@@ -49,33 +55,128 @@ def pack(hashes: Sequence[str]) -> bytes | None:
     """The map's codes as native int64 bytes, or None when a hash is not canonical."""
     if not hashes:
         return None
+    first = hashes[0]
+    # A map of names ("s3-c17") is refused at its first hash, before any work on the rest.
+    if not isinstance(first, str) or _FIRST.fullmatch(first) is None:
+        return None
     try:
         joined = "\n".join(hashes)
     except TypeError:
         return None
-    # A hash holding a newline would read as two: the count of separators says it did.
-    if _MANY.fullmatch(joined) is None or joined.count("\n") != len(hashes) - 1:
+    raw = joined.encode()
+    # Only hex digits, "-" and the separators, all ASCII (about a tenth of the regex's cost);
+    # a hash holding a newline would read as two: the count of separators says it did.
+    if (
+        len(raw) != len(joined)
+        or raw.translate(None, _SPELLING)
+        or (raw.count(b"\n") != len(hashes) - 1)
+    ):
         return None
-    return array("q", map(int, hashes, repeat(16))).tobytes()
+    # What int() takes beyond that: a leading zero, "-0", "--": rare, so the full check
+    # runs only when one may be there. int() refuses a misplaced "-" or an empty hash, and
+    # the int64 array a value outside int64.
+    if (raw[:1] == b"0" or b"\n0" in raw or b"-0" in raw or b"--" in raw) and (
+        _MANY.fullmatch(joined) is None
+    ):
+        return None
+    try:
+        return array("q", map(int, hashes, repeat(16))).tobytes()
+    except (ValueError, OverflowError):
+        return None
+
+
+def _common_prefix(a: tuple[str, ...], b: tuple[str, ...]) -> int:
+    """How many leading hashes ``a`` and ``b`` share (a binary search over slice compares,
+    which run in C: pointer compares when they are the same string objects)."""
+    lo, hi = 0, min(len(a), len(b))
+    if a[:hi] == b[:hi]:  # one map holds the whole other (a grown map): one compare
+        return hi
+    while lo < hi:
+        mid = (lo + hi + 1) >> 1
+        if a[:mid] == b[:mid]:
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo
+
+
+def repacked(codes: bytes, old: tuple[str, ...], new: tuple[str, ...]) -> bytes | None:
+    """``new``'s codes, reusing ``old``'s (``codes``) where ``new`` keeps them in order.
+
+    The turns of an agent keep runs of the last map: a grown map keeps all of it, a slid
+    window keeps a prefix (the system prompt) and a later run. Those runs are copied as
+    bytes; only the rest is parsed (~0.2 us a hash). None when a new hash is not canonical.
+    """
+    p = _common_prefix(old, new)
+    if p == len(new):
+        return codes[: p << 3]
+    q, k = p, 0
+    try:
+        q = old.index(new[p], p)
+    except ValueError:
+        pass
+    else:
+        k = _common_prefix(old[q:], new[p:])
+    rest = new[p + k :]
+    if not rest:
+        return codes[: p << 3] + codes[q << 3 : (q + k) << 3]
+    tail = pack(rest)
+    if tail is None:
+        return None
+    return codes[: p << 3] + codes[q << 3 : (q + k) << 3] + tail
+
+
+class KeptText:
+    """The packed maps that keep their strings: the newest, up to a budget of hashes.
+
+    A turn_end diffs the session's held map against the engine's new one, which needs the held
+    map's strings: decoding 64 hashes cost ~9 us of a ~200 us event. The map a turn makes is the
+    one its session's next turn diffs against, so the newest maps keep the strings they were
+    made from. Older ones drop them in the order they were made: memory stays bounded (a map
+    replaced since is held here until its turn to drop comes, and counted in the budget).
+    Only the event loop adds (maps are made there); a store's thread only reads ``_text``.
+    """
+
+    def __init__(self, budget: int = TEXT_KEPT_HASHES) -> None:
+        self.budget = budget
+        self.held = 0  # hashes of the maps in ``_order``
+        self._order: deque[PackedMap] = deque()
+
+    def add(self, m: PackedMap) -> None:
+        """Keep ``m``'s strings; the oldest kept maps drop theirs past the budget."""
+        self._order.append(m)
+        self.held += len(m)
+        while self.held > self.budget:
+            old = self._order.popleft()
+            self.held -= len(old)
+            old.drop_text()
+
+    def clear(self) -> None:
+        """Every kept map drops its strings."""
+        while self._order:
+            self._order.popleft().drop_text()
+        self.held = 0
 
 
 class PackedMap(Sequence[str]):
     """A chunk map as int64 codes; reads as the tuple of hash strings it stands for.
 
     Immutable like the tuple it replaces; equal to (and hashes like) that tuple, so a stored
-    session compares equal however it is held. Iterating decodes each hash (~0.15 us), which
-    the event that touches a session pays once for its map.
+    session compares equal however it is held. Decoding costs ~0.15 us a hash: a map made from
+    strings keeps them while it is among the newest (:class:`KeptText`), so the store's write
+    of a turn's new map and the session's next turn read them without a decode.
     """
 
     __slots__ = ("codes", "_text")
 
     def __init__(self, codes: bytes, text: tuple[str, ...] | None = None) -> None:
-        """``text``: the same map as strings, kept until :meth:`take_text` (the store's
-        write of a turn's new map then needs no decode)."""
+        """``text``: the same map as strings, kept while the map is among the newest."""
         if len(codes) % 8:
             raise ValueError("packed map bytes must be a whole number of int64 codes")
         self.codes = codes
         self._text = text
+        if text is not None:
+            KEPT.add(self)
 
     @classmethod
     def of(cls, hashes: Sequence[str], keep_text: bool = False) -> PackedMap | None:
@@ -85,12 +186,13 @@ class PackedMap(Sequence[str]):
             return None
         return cls(codes, tuple(hashes) if keep_text else None)
 
-    def take_text(self) -> tuple[str, ...]:
-        """The map as strings, dropping the strings this map was made from if it kept them:
-        from then on only the codes stay in memory."""
-        text = self.as_tuple()
+    def keeps_text(self) -> bool:
+        """Whether the map holds its strings now (reading it needs no decode)."""
+        return self._text is not None
+
+    def drop_text(self) -> None:
+        """Forget the strings: from then on only the codes stay in memory."""
         self._text = None
-        return text
 
     def ints(self) -> memoryview:
         """The codes as a read-only sequence of ints (no copy)."""
@@ -100,6 +202,9 @@ class PackedMap(Sequence[str]):
         return len(self.codes) >> 3
 
     def __iter__(self) -> Iterator[str]:
+        text = self._text
+        if text is not None:
+            return iter(text)
         return map(format, memoryview(self.codes).cast("q"), _X)
 
     @overload
@@ -140,29 +245,29 @@ class PackedMap(Sequence[str]):
         return f"PackedMap({self.as_tuple()!r})"
 
 
+KEPT = KeptText()
+
+
 def packed_like(
     held: tuple[str, ...] | PackedMap, old_hashes: tuple[str, ...], new_map: tuple[str, ...]
 ) -> tuple[str, ...] | PackedMap:
     """A turn's new map held as the old one was: packed when the old map was packed (only
-    the new tail is encoded when the map grew, an agent's usual turn) or empty (a new
+    what the old map did not hold in that order is encoded: :func:`repacked`) or empty (a new
     session); a tuple map stays a tuple (it held a hash that is not canonical)."""
     if isinstance(held, PackedMap):
-        n = len(old_hashes)
-        if new_map[:n] == old_hashes:  # the same string objects: pointer compares
-            if len(new_map) == n:
-                return held
-            tail = pack(new_map[n:])
-            return new_map if tail is None else PackedMap(held.codes + tail, new_map)
-        return PackedMap.of(new_map, keep_text=True) or new_map
+        if new_map == old_hashes:  # the same string objects: pointer compares
+            return held
+        codes = repacked(held.codes, old_hashes, new_map) if new_map else None
+        return new_map if codes is None else PackedMap(codes, new_map)
     if not held:
         return PackedMap.of(new_map, keep_text=True) or new_map
     return new_map
 
 
 def text_for_store(m: Sequence[str]) -> tuple[str, ...]:
-    """A map's strings for a store's JSON; a packed map drops the strings it kept."""
+    """A map's strings for a store's JSON (the strings a new packed map keeps: no decode)."""
     if isinstance(m, PackedMap):
-        return m.take_text()
+        return m.as_tuple()
     return m if isinstance(m, tuple) else tuple(m)
 
 

@@ -8,12 +8,14 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from ramakv_daemon.core.packed import (
+    KeptText,
     PackedMap,
     code_of,
     pack,
     pack_for_store,
     packed_from_store,
     packed_like,
+    repacked,
     store_bytes,
     text_of,
 )
@@ -95,3 +97,67 @@ def test_a_tuple_map_stays_a_tuple_and_a_new_session_packs() -> None:
     assert packed_like(("h1",), ("h1",), ("h1", "a")) == ("h1", "a")
     assert isinstance(packed_like(("h1",), ("h1",), ("a",)), tuple)
     assert isinstance(packed_like((), (), ("a", "-b")), PackedMap)
+
+
+# Strings close to canonical: the spelling pack()'s fast check lets through to int().
+NEAR = st.text(alphabet="0123456789abcdef-\n", max_size=18)
+
+
+@given(st.lists(st.one_of(CANONICAL, NOT_CANONICAL, NEAR), min_size=1, max_size=12))
+def test_pack_agrees_with_the_per_hash_codec(hashes: list[str]) -> None:
+    codes = [code_of(h) for h in hashes]
+    packed = pack(hashes)
+    if None in codes:
+        assert packed is None
+    else:
+        assert packed is not None and list(memoryview(packed).cast("q")) == codes
+
+
+@given(
+    st.lists(CANONICAL, min_size=1, max_size=16),
+    st.integers(0, 16),
+    st.integers(0, 16),
+    st.integers(0, 16),
+    st.lists(st.one_of(CANONICAL, NOT_CANONICAL), max_size=6),
+    st.lists(st.integers(0, 15), max_size=4),
+)
+def test_a_new_map_reuses_the_old_codes_it_keeps_in_order(
+    old: list[str], p: int, q: int, k: int, fresh: list[str], picks: list[int]
+) -> None:
+    """A prefix, a later run and new hashes (an agent's slid window), and any other mix:
+    the codes are those of the new map packed from scratch."""
+    held = PackedMap.of(old)
+    assert held is not None
+    o = held.as_tuple()
+    new = o[:p] + o[q : q + k] + tuple(fresh) + tuple(o[i % len(o)] for i in picks)
+    assert repacked(held.codes, o, new) == pack(new) if new else True
+    out = packed_like(held, o, new)
+    assert out == new
+    assert isinstance(out, PackedMap) == (pack(new) is not None or new == o)
+
+
+def test_a_slid_window_parses_only_its_new_hashes(monkeypatch: pytest.MonkeyPatch) -> None:
+    old = tuple(text_of(v) for v in range(1, 65))
+    held = PackedMap.of(old)
+    assert held is not None
+    new = old[:8] + old[36:] + tuple(text_of(v) for v in range(100, 128))
+    parsed: list[int] = []
+    real = pack
+    monkeypatch.setattr(
+        "ramakv_daemon.core.packed.pack", lambda hs: parsed.append(len(hs)) or real(hs)
+    )
+    assert repacked(held.codes, old, new) == real(new)
+    assert parsed == [28]
+
+
+def test_the_newest_maps_keep_their_strings_up_to_the_budget() -> None:
+    kept = KeptText(budget=10)
+    maps = [PackedMap(PackedMap.of([text_of(v), text_of(v + 1)]).codes) for v in range(8)]  # type: ignore[union-attr]
+    for m in maps:
+        m._text = m.as_tuple()
+        kept.add(m)
+    assert kept.held == 10
+    assert [m.keeps_text() for m in maps] == [False] * 3 + [True] * 5
+    assert all(m == (text_of(v), text_of(v + 1)) for v, m in enumerate(maps))  # still reads
+    kept.clear()
+    assert kept.held == 0 and not any(m.keeps_text() for m in maps)
