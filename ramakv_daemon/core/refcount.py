@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from itertools import compress
+from itertools import compress, repeat
 from typing import TYPE_CHECKING
 
 from ramakv_daemon.core.count_table import CountTable
@@ -213,8 +213,7 @@ def counts_of(table: Mapping[str, int], hashes: Sequence[str]) -> list[int]:
     trace delta and delivery read every hash a suspend let go: 512)."""
     if type(table) is CountTable:
         return table.get_many(hashes)
-    get = table.get
-    return [get(h, 0) for h in hashes]
+    return list(map(table.get, hashes, repeat(0)))  # get(h, 0) called from C
 
 
 def counted(table: Mapping[str, int], hashes: Sequence[str]) -> list[str]:
