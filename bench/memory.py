@@ -31,8 +31,9 @@ def measure(n_sessions: int = 10000, chunks: int = 512, turns: int = TURNS) -> d
     for t in range(turns):
         for i, per_turn in enumerate(blobs):
             change = m.turn_end(f"sess-{i}", chunk_hashes_of(json.loads(per_turn[t]), limits))
-            # What the committer's store write does to each new map: a packed map drops
-            # the strings it kept for the write (core.packed.text_for_store).
+            # What the committer's store write does to each new map (core.packed
+            # .text_for_store); the newest maps keep their strings (core.packed.KeptText,
+            # up to 64 Ki hashes), which this count includes.
             for s in change.prev_sessions:
                 text_for_store(m.sessions[s].chunk_hashes)
     del blobs
