@@ -177,7 +177,7 @@ class SessionManager(References, OperatorEvict):
             # The old map held no references: reference the whole new map; the old map's
             # chunks were ordered cold at suspend, and those now left out of it are
             # released as any other map's dropped chunks.
-            self._park(change, old_unique, -1, sid, now)
+            self._park(change, old_unique, -1, sid, now, old.codes_of(old_unique))
             self._reference(change, new_unique, sid, now)
             left = [
                 h

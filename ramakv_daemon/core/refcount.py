@@ -230,6 +230,20 @@ def _remember_all(changed: dict[str, int], hashes: Sequence[str], olds: list[int
     deque(map(changed.setdefault, hashes, olds), maxlen=0)
 
 
+def take_each(
+    table: Counts, hashes: Sequence[str], changed: dict[str, int], codes: bytes | None = None
+) -> list[int] | None:
+    """One less on each hash's count in ``table``, all at once on a large start-up's arrays,
+    remembering each count before in ``changed`` (first value wins); the counts before, in
+    order. None (nothing changed) when the step must go hash by hash: ``table`` is a dict, or
+    :meth:`CountTable.take_one` refuses (``codes``: see RefcountTable.decr). A resumed
+    512-hash map unparked a hash at a time: ~1.5 ms of lookups."""
+    olds = table.take_one(hashes, codes) if type(table) is CountTable else None
+    if olds is not None:
+        _remember_all(changed, hashes, olds)
+    return olds
+
+
 def add_each(
     table: Counts,
     hashes: Sequence[str],

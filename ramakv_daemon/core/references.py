@@ -7,7 +7,7 @@ from collections.abc import Sequence
 
 from ramakv_daemon.core.change import Change
 from ramakv_daemon.core.last_refs import LastRefs
-from ramakv_daemon.core.refcount import Counts, RefcountTable, add_each
+from ramakv_daemon.core.refcount import Counts, RefcountTable, add_each, counts_of, take_each
 
 
 class References:
@@ -36,6 +36,13 @@ class References:
         if step > 0:
             refs.named(hashes)
             add_each(parked, hashes, remember, codes)
+            return
+        olds = take_each(parked, hashes, change.prev_parked, codes)
+        if olds is not None:  # in bulk: the same split as the loop below
+            held = counts_of(counts, hashes)
+            both = list(zip(hashes, olds, held, strict=True))
+            refs.holding([h for h, old, n in both if old >= 2 or n], now)
+            refs.released_now([h for h, old, n in both if old == 1 and not n], sid, now)
             return
         unnamed: list[str] = []
         shared: list[str] = []

@@ -74,3 +74,50 @@ def test_suspended_maps_inside_the_active_ones_share_their_keys() -> None:
     _same_as_model(m)
     m.session_suspend("s1", 1.0)
     _same_as_model(m)
+
+
+def _pair(maps: list[tuple[str, ...]]) -> tuple[SessionManager, SessionManager]:
+    """The same sessions twice: packed (array tables) and as tuples (dicts)."""
+    packed = _load(maps, set())
+    plain = SessionManager(retain_unreferenced_s=60.0)
+    plain.load([Session(f"s{i}", m, turn_count=1) for i, m in enumerate(maps)], (), 0.0)
+    assert not isinstance(plain.parked, CountTable)
+    return packed, plain
+
+
+def test_a_resume_unparks_in_bulk_as_the_per_hash_steps_do() -> None:
+    """A suspended map taken back (its turn_end) leaves the parked table in one bulk step on
+    the arrays: every change, the evidence of what was let go (last_refs) and the tables
+    equal those of the same events on dicts, chunk by chunk."""
+    rnd = random.Random(11)
+    maps = _maps(4, rnd)
+    maps[1] = (*maps[1][:-4], *maps[0][-4:])  # s0 and s1 share chunks beyond the prompt
+    maps[3] = (*maps[3][:-4], *maps[0][-8:-4])  # s3 (active) holds chunks only s0 parks
+    packed, plain = _pair(maps)
+    events = [
+        ("suspend", "s0", None),
+        ("suspend", "s1", None),
+        ("suspend", "s2", None),
+        ("turn_end", "s0", maps[0][:-6]),  # back, with a shorter map: six chunks let go
+        ("turn_end", "s1", (*maps[1], text_of(rnd.getrandbits(63)))),
+        ("suspend", "s1", None),
+        ("turn_end", "s2", maps[3]),  # back with another session's map
+        ("turn_end", "s1", maps[1][: BULK // 2]),
+    ]
+    for t, (kind, sid, new) in enumerate(events, start=1):
+        changes = [
+            m.session_suspend(sid, float(t)) if new is None else m.turn_end(sid, new, float(t))
+            for m in (packed, plain)
+        ]
+        a, b = changes
+        assert (a.prev_parked, a.prev_counts) == (b.prev_parked, b.prev_counts), (kind, sid)
+        assert (a.evict_cold, a.evict_demote, a.evict_delete) == (
+            b.evict_cold,
+            b.evict_demote,
+            b.evict_delete,
+        )
+        assert packed.last_refs.released == plain.last_refs.released
+        assert packed.last_refs.shared_at == plain.last_refs.shared_at
+        assert dict(packed.parked.items()) == dict(plain.parked.items())
+        assert packed.refcounts.as_dict() == plain.refcounts.as_dict()
+        _same_as_model(packed)

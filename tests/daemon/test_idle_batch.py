@@ -117,3 +117,43 @@ async def test_an_event_after_the_look_wins_in_a_batch(start_daemon, make_config
     assert actions == ["suspend", ""]
     assert not ns.manager.sessions["s1"].suspended
     consistent(d)
+
+
+async def test_a_batch_stops_before_the_event_that_would_overrun_its_step(
+    start_daemon, make_config
+) -> None:  # type: ignore[no-untyped-def]
+    """Each event is judged by the one before: with events of 0.6 ms and a 1 ms step, a
+    batch is one event (two made every step 1.2 ms); with 0.3 ms events, three."""
+    d, clock = await idle_daemon(start_daemon, make_config)
+    committer = d.daemon.committer
+    submitted: list[int] = []
+    submit = committer.submit
+
+    def counting(record: Any) -> Any:
+        submitted.append(len(record.sessions))
+        return submit(record)
+
+    committer.submit = counting  # type: ignore[method-assign]
+    acting = d.daemon.bus.handlers[ActIdle]
+    since = clock.now - 300.0
+    cpu = [0.0]
+    cost = [0.0006]
+    acting.cpu_clock = lambda: cpu[0]  # type: ignore[attr-defined]
+    apply = acting._apply  # type: ignore[attr-defined]
+
+    def costly(*args: Any) -> Any:
+        cpu[0] += cost[0]
+        return apply(*args)
+
+    acting._apply = costly  # type: ignore[attr-defined]
+    acting.step_cpu_s = 0.001  # type: ignore[attr-defined]
+    sweep, ns = d.daemon.idle_sweep, d.daemon.default
+    payloads = [sweep._payload(ns, "session_suspend", f"s{i}", since) for i in range(6)]
+    assert await sweep.act(ns, payloads) == ["suspend"] * 6
+    assert submitted == [1] * 6
+    submitted.clear()
+    cost[0] = 0.0003
+    payloads = [sweep._payload(ns, "session_suspend", f"s{i}", since) for i in range(6, 12)]
+    assert await sweep.act(ns, payloads) == ["suspend"] * 6
+    assert submitted == [3, 3]
+    consistent(d)
