@@ -1,4 +1,4 @@
-"""What one suspend of a restored 512-hash session costs the core, and its memory, side by side.
+"""What one suspend (and one resume) of a restored 512-hash session costs the core, and its memory.
 
 `python -m bench.suspend_cost [--sessions 10000] [--hashes 512] [--block 50]`
 
@@ -8,7 +8,9 @@ the parked table beside the refcounts' arrays), one with the bulk steps off (BUL
 reach: a bisect per hash, as before) and its parked table a dict (as before). Blocks of
 suspends alternate between the two, so both see the same machine; the figure is the median
 block's time a suspend, and the memory the parked table grew by once every session is
-suspended (tracemalloc of each side's suspends alone)."""
+suspended (tracemalloc of each side's suspends alone). Then a resume: each suspended session's
+turn_end with its stored map, on two managers suspended alike, one leaving the parked arrays
+in one bulk step (refcount.take_each) and one a hash at a time (as before), blocks alternating."""
 
 from __future__ import annotations
 
@@ -22,7 +24,7 @@ from pathlib import Path
 
 from bench.idle_restart import overdue_store
 from ramakv_daemon.adapters.sqlite.store import SqliteSessionStore
-from ramakv_daemon.core import count_table
+from ramakv_daemon.core import count_table, references
 from ramakv_daemon.core.manager import SessionManager
 from ramakv_daemon.core.session import Session
 
@@ -57,6 +59,36 @@ def _suspend_all(m: SessionManager, ids: list[str], bulk: bool) -> None:
         count_table.BULK = was
 
 
+def _resume_all(m: SessionManager, ids: list[str], bulk: bool) -> None:
+    was = references.take_each
+    if not bulk:
+        references.take_each = lambda *_: None  # type: ignore[assignment]  # the per-hash steps
+    try:
+        now = time.time()
+        for sid in ids:
+            m.turn_end(sid, m.sessions[sid].chunk_hashes.as_tuple(), now)  # type: ignore[union-attr]
+    finally:
+        references.take_each = was
+
+
+def resumes(sessions: list[Session], block: int) -> dict[str, float]:
+    """Median ms a resume turn_end, bulk against a hash at a time (both suspended alike)."""
+    ids = [s.session_id for s in sessions]
+    sides = {"bulk": _manager(sessions, False), "per_hash": _manager(sessions, False)}
+    for m in sides.values():
+        _suspend_all(m, ids, True)
+    took: dict[str, list[float]] = {k: [] for k in sides}
+    for start in range(0, len(ids), block):
+        part = ids[start : start + block]
+        for name, m in sides.items():
+            t = time.perf_counter()
+            _resume_all(m, part, name == "bulk")
+            took[name].append((time.perf_counter() - t) / len(part))
+    out = {f"resume_{k}_ms": statistics.median(v) * 1e3 for k, v in took.items()}
+    out["resume_ratio"] = out["resume_bulk_ms"] / out["resume_per_hash_ms"]
+    return out
+
+
 def run(n: int, hashes: int, block: int) -> dict[str, float]:
     """Median ms a suspend, and MiB the suspends kept, for both sides."""
     sessions = asyncio.run(_sessions(n, hashes))
@@ -82,7 +114,7 @@ def run(n: int, hashes: int, block: int) -> dict[str, float]:
         tracemalloc.stop()
         del m
     out["ratio"] = out["now_ms"] / out["before_ms"]
-    return out
+    return {**out, **resumes(sessions, block)}
 
 
 def main() -> None:
@@ -98,7 +130,10 @@ def main() -> None:
         f"| now (bulk steps, parked beside) | {r['now_ms']:.2f} | {r['now_mib']:.0f} |\n"
         f"| before (a bisect a hash, parked a dict) | {r['before_ms']:.2f} | "
         f"{r['before_mib']:.0f} |\n"
-        f"now / before: {r['ratio']:.2f}x the time"
+        f"now / before: {r['ratio']:.2f}x the time\n"
+        f"resume (turn_end of a suspended session, its stored map): "
+        f"{r['resume_bulk_ms']:.2f} ms unparked in bulk, {r['resume_per_hash_ms']:.2f} ms "
+        f"a hash at a time ({r['resume_ratio']:.2f}x)"
     )
 
 
