@@ -20,6 +20,7 @@ import statistics
 import tempfile
 import time
 import tracemalloc
+from collections.abc import Callable
 from pathlib import Path
 
 from bench.idle_restart import overdue_store
@@ -71,19 +72,32 @@ def _resume_all(m: SessionManager, ids: list[str], bulk: bool) -> None:
         references.take_each = was
 
 
+def _alternating(
+    sides: dict[str, SessionManager],
+    ids: list[str],
+    block: int,
+    step: Callable[[SessionManager, list[str], str], None],
+) -> dict[str, list[float]]:
+    """Seconds an event of ``step`` over each block of ``ids``, the sides taking turns."""
+    took: dict[str, list[float]] = {k: [] for k in sides}
+    for start in range(0, len(ids), block):
+        part = ids[start : start + block]
+        for name, m in sides.items():
+            t = time.perf_counter()
+            step(m, part, name)
+            took[name].append((time.perf_counter() - t) / len(part))
+    return took
+
+
 def resumes(sessions: list[Session], block: int) -> dict[str, float]:
     """Median ms a resume turn_end, bulk against a hash at a time (both suspended alike)."""
     ids = [s.session_id for s in sessions]
     sides = {"bulk": _manager(sessions, False), "per_hash": _manager(sessions, False)}
     for m in sides.values():
         _suspend_all(m, ids, True)
-    took: dict[str, list[float]] = {k: [] for k in sides}
-    for start in range(0, len(ids), block):
-        part = ids[start : start + block]
-        for name, m in sides.items():
-            t = time.perf_counter()
-            _resume_all(m, part, name == "bulk")
-            took[name].append((time.perf_counter() - t) / len(part))
+    took = _alternating(
+        sides, ids, block, lambda m, part, name: _resume_all(m, part, name == "bulk")
+    )
     out = {f"resume_{k}_ms": statistics.median(v) * 1e3 for k, v in took.items()}
     out["resume_ratio"] = out["resume_bulk_ms"] / out["resume_per_hash_ms"]
     return out
@@ -94,13 +108,9 @@ def run(n: int, hashes: int, block: int) -> dict[str, float]:
     sessions = asyncio.run(_sessions(n, hashes))
     ids = [s.session_id for s in sessions]
     sides = {"now": _manager(sessions, False), "before": _manager(sessions, True)}
-    took: dict[str, list[float]] = {k: [] for k in sides}
-    for start in range(0, len(ids), block):
-        part = ids[start : start + block]
-        for name, m in sides.items():
-            t = time.perf_counter()
-            _suspend_all(m, part, name == "now")
-            took[name].append((time.perf_counter() - t) / len(part))
+    took = _alternating(
+        sides, ids, block, lambda m, part, name: _suspend_all(m, part, name == "now")
+    )
     out: dict[str, float] = {}
     for name in sides:
         out[f"{name}_ms"] = statistics.median(took[name]) * 1e3

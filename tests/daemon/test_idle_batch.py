@@ -39,14 +39,8 @@ async def idle_daemon(start_daemon: Any, make_config: Any, backend: Any = None) 
     return d, clock
 
 
-def consistent(d: DaemonClient) -> None:
-    m = d.daemon.default.manager
-    assert d.refcounts() == recompute_refcounts(m.sessions.values(), m.forks.values())
-
-
-async def test_a_batch_is_one_commit_with_a_record_per_event(start_daemon, make_config) -> None:  # type: ignore[no-untyped-def]
-    backend = RecordingBackend(orders=True)
-    d, _ = await idle_daemon(start_daemon, make_config, backend)
+def commits_of(d: DaemonClient) -> list[int]:
+    """The sessions of each commit the daemon submits from now on, in order."""
     committer = d.daemon.committer
     submitted: list[int] = []
     submit = committer.submit
@@ -56,6 +50,18 @@ async def test_a_batch_is_one_commit_with_a_record_per_event(start_daemon, make_
         return submit(record)
 
     committer.submit = counting  # type: ignore[method-assign]
+    return submitted
+
+
+def consistent(d: DaemonClient) -> None:
+    m = d.daemon.default.manager
+    assert d.refcounts() == recompute_refcounts(m.sessions.values(), m.forks.values())
+
+
+async def test_a_batch_is_one_commit_with_a_record_per_event(start_daemon, make_config) -> None:  # type: ignore[no-untyped-def]
+    backend = RecordingBackend(orders=True)
+    d, _ = await idle_daemon(start_daemon, make_config, backend)
+    submitted = commits_of(d)
     acting = d.daemon.bus.handlers[ActIdle]
     acting.step_cpu_s = 60.0  # type: ignore[attr-defined]  # only the batch size bounds a batch
     acting.max_batch = 16  # type: ignore[attr-defined]
@@ -125,15 +131,7 @@ async def test_a_batch_stops_before_the_event_that_would_overrun_its_step(
     """Each event is judged by the one before: with events of 0.6 ms and a 1 ms step, a
     batch is one event (two made every step 1.2 ms); with 0.3 ms events, three."""
     d, clock = await idle_daemon(start_daemon, make_config)
-    committer = d.daemon.committer
-    submitted: list[int] = []
-    submit = committer.submit
-
-    def counting(record: Any) -> Any:
-        submitted.append(len(record.sessions))
-        return submit(record)
-
-    committer.submit = counting  # type: ignore[method-assign]
+    submitted = commits_of(d)
     acting = d.daemon.bus.handlers[ActIdle]
     since = clock.now - 300.0
     cpu = [0.0]
