@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import sqlite3
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from typing import Any
 
 from support.daemon_app import RecordingBackend
@@ -34,17 +35,58 @@ def rows(path: str) -> list[tuple[int, str]]:
         con.close()
 
 
+# Hang guards: the longest a test waits for the daemon's next store write, and how many
+# writes it looks after.
+WRITE_WAIT_S = 60.0
+LOOKS = 1000
+
+
+@contextlib.contextmanager
+def noting_writes(d: Any) -> Iterator[asyncio.Event]:
+    """An event set each time the daemon's store finishes a write, for the block."""
+    store = d.daemon.store
+    write = store.write
+    finished = asyncio.Event()
+
+    async def noting(batch: Any) -> None:
+        try:
+            await write(batch)
+        finally:
+            finished.set()
+
+    store.write = noting
+    try:
+        yield finished
+    finally:
+        del store.write  # the class's method again
+
+
+async def until_written(d: Any, settled: Callable[[], Awaitable[bool]]) -> None:
+    """Until ``settled()``; between looks, the daemon's next store write (what can change
+    the answer: a commit, or the deletion of rows delivery retired)."""
+    with noting_writes(d) as finished:
+        for _ in range(LOOKS):
+            finished.clear()  # before the look: a write during it wakes the wait at once
+            if await settled():
+                return
+            try:
+                await asyncio.wait_for(finished.wait(), WRITE_WAIT_S)
+            except TimeoutError:
+                raise AssertionError("no store write came and the condition still fails") from None
+    raise AssertionError(f"the condition still fails after {LOOKS} store writes")
+
+
 async def settle(d: Any) -> None:
     """Delivery drained and what it left for the committer (retired rows) written: until
-    neither has work (a hang guard bounds it)."""
+    neither has work (while either has, a store write is to come)."""
     committer = d.daemon.committer
-    for _ in range(12000):
+
+    async def settled() -> bool:
         await d.daemon.default.dispatcher.drain()
         await committer.barrier()
-        if not committer.ledger.has_retired and not committer.busy:
-            return
-        await asyncio.sleep(0.01)
-    raise AssertionError("delivery and commits did not settle")
+        return not committer.ledger.has_retired and not committer.busy
+
+    await until_written(d, settled)
 
 
 async def test_one_row_per_commit_and_deleted_when_delivered(
@@ -99,10 +141,11 @@ async def test_re_evicted_hash_moves_to_the_newer_row(start_daemon: Any, make_co
     await settle(d)
     await d.ok("session_close", session_id="b")  # row 2: x again
     backend.refuse = set()  # the retry after the backoff delivers x
-    for _ in range(12000):  # hang guard; waits for the delivery and the row's deletion
-        if backend.of("delete").count("x") and not rows(cfg.session_store_path):
-            break
-        await asyncio.sleep(0.01)
+
+    async def x_delivered_and_its_row_gone() -> bool:
+        return bool(backend.of("delete").count("x")) and not rows(cfg.session_store_path)
+
+    await until_written(d, x_delivered_and_its_row_gone)  # the row's deletion is a write
     await settle(d)
     assert backend.of("delete").count("x") == 1
     assert rows(cfg.session_store_path) == []
