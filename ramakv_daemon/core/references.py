@@ -37,28 +37,20 @@ class References:
             refs.named(hashes)
             add_each(parked, hashes, remember, codes)
             return
-        olds = take_each(parked, hashes, change.prev_parked, codes)
-        if olds is not None:  # in bulk: the same split as the loop below
-            held = counts_of(counts, hashes)
-            both = list(zip(hashes, olds, held, strict=True))
-            refs.holding([h for h, old, n in both if old >= 2 or n], now)
-            refs.released_now([h for h, old, n in both if old == 1 and not n], sid, now)
-            return
-        unnamed: list[str] = []
-        shared: list[str] = []
-        for h in hashes:
-            old = get(h, 0)
-            remember(h, old)
-            if old == 1:
-                del parked[h]
-            else:
-                parked[h] = old - 1
-            if old >= 2 or h in counts:
-                shared.append(h)
-            elif old == 1:
-                unnamed.append(h)
-        refs.holding(shared, now)
-        refs.released_now(unnamed, sid, now)
+        olds = take_each(parked, hashes, change.prev_parked, codes)  # in bulk, or:
+        if olds is None:
+            olds = []
+            for h in hashes:
+                old = get(h, 0)
+                remember(h, old)
+                if old == 1:
+                    del parked[h]
+                else:
+                    parked[h] = old - 1
+                olds.append(old)
+        both = list(zip(hashes, olds, counts_of(counts, hashes), strict=True))
+        refs.holding([h for h, old, held in both if old >= 2 or held], now)
+        refs.released_now([h for h, old, held in both if old == 1 and not held], sid, now)
 
     def _reference(
         self, change: Change, hashes: Sequence[str], sid: str | None = None, now: float = 0.0

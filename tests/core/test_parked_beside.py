@@ -121,3 +121,26 @@ def test_a_resume_unparks_in_bulk_as_the_per_hash_steps_do() -> None:
         assert dict(packed.parked.items()) == dict(plain.parked.items())
         assert packed.refcounts.as_dict() == plain.refcounts.as_dict()
         _same_as_model(packed)
+
+
+@pytest.mark.parametrize("packed", [True, False], ids=["arrays", "dicts"])
+def test_what_a_closed_suspended_map_leaves_is_held_or_released(packed: bool) -> None:
+    """A suspended map leaving the parked table (its session closed): a chunk another map
+    holds or names was held by two until now (shared_at), whatever else parks it; a chunk
+    only it named was released now, by it."""
+    maps = _maps(3, random.Random(5))
+    held_by_s2 = maps[0][-4:]
+    parked_by_s1 = maps[0][-8:-4]
+    maps[1] = (*maps[1][:-4], *parked_by_s1)
+    maps[2] = (*maps[2][:-4], *held_by_s2)
+    m = _pair(maps)[0 if packed else 1]
+    m.session_suspend("s0", 1.0)
+    m.session_suspend("s1", 1.0)
+    m.session_close("s0", 5.0, inferred=True)
+    refs = m.last_refs
+    for h in (*held_by_s2, *parked_by_s1, *SHARED):
+        assert refs.shared_at.get(h) == 5.0, h
+        assert h not in refs.released, h
+    only_s0 = [h for h in maps[0] if h not in (*held_by_s2, *parked_by_s1, *SHARED)]
+    assert only_s0 and all(refs.released[h] == (5.0, "s0") for h in only_s0)
+    _same_as_model(m)
